@@ -1,0 +1,1 @@
+//! Raw bindings to the system libfabric (filled in by the bindgen build).

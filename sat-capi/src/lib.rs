@@ -1,0 +1,1 @@
+//! libsat: the C ABI of SAT. Every `extern "C"` function of SAT lives here.

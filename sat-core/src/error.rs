@@ -1,0 +1,34 @@
+//! The errors of sat-core: one enum, grouped by what broke, each message
+//! saying what went wrong and what to do about it.
+
+use crate::topology::TopologyError;
+use crate::transport::TransportError;
+
+pub type SatResult<T> = Result<T, SatError>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SatError {
+    /// The topology file is missing, malformed or does not fit the run.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+
+    /// The message layer failed (provider missing, peer lost, libfabric error).
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+
+    /// The processes of the run could not find each other or agree on the run.
+    #[error("bootstrap failed: {0}")]
+    Bootstrap(String),
+
+    /// The run was aborted by another process; the message names the cause.
+    #[error("the run was aborted: {0}")]
+    Aborted(String),
+
+    /// The API was called in a way it does not allow.
+    #[error("invalid use of the SAT API: {0}")]
+    Usage(String),
+
+    /// An operation did not complete in the time it is allowed.
+    #[error("timed out: {0}")]
+    Timeout(String),
+}

@@ -1,0 +1,29 @@
+//! SAT (Share Among Things): a software distributed shared memory over libfabric.
+//!
+//! Processes of a run allocate chunks in one 64-bit logical address space;
+//! servers keep them coherent; clients run user code. This crate is the
+//! runtime and its Rust API; the C ABI (`sat-capi`) and the Python module
+//! (`sat-python`) are thin faces over it.
+//!
+//! Modules, one responsibility each:
+//! - [`transport`]: messages between ranks (libfabric, or in-process for tests);
+//! - [`wire`]: the encoded message headers and their bounds-checked decoding;
+//! - [`topology`]: the XML topology of a run (roles, servers, clients, memory);
+//! - [`bootstrap`]: rank discovery, the seed exchange, roles, termination;
+//! - [`progress`]: the progress engine and its adaptive micro-sleep;
+//! - [`server`]: the S-DSM server loop;
+//! - [`client`]: the client side of a run, as user code sees it;
+//! - [`observe`]: the debug stream.
+
+pub mod bootstrap;
+pub mod client;
+pub mod error;
+pub mod observe;
+pub mod progress;
+pub mod server;
+pub mod topology;
+pub mod transport;
+pub mod wire;
+
+pub use error::{SatError, SatResult};
+pub use transport::{Provider, Rank};

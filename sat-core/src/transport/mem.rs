@@ -1,0 +1,1 @@
+//! The in-process transport for deterministic protocol tests.
