@@ -1,1 +1,219 @@
-//! client
+//! The client side of a run, as user code sees it.
+//!
+//! A [`Client`] is handed to every role function. Clients talk only to their
+//! own server (the super-peer topology of Figure 2); servers carry everything
+//! further. Waiting inside a call drives the process's progress engine, so a
+//! client never needs a thread of its own to make progress.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::{SatError, SatResult};
+use crate::progress::{Idle, IdlePolicy};
+use crate::topology::Topology;
+use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
+use crate::wire::{self, Message};
+
+/// A point-to-point message from another client, relayed by the servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserMessage {
+    pub from: Rank,
+    pub tag: u32,
+    pub data: Vec<u8>,
+}
+
+/// The client runtime of one process: its place in the topology and its
+/// endpoint. Safe to share between threads (calls are serialized inside).
+pub struct Client {
+    rank: Rank,
+    server: Rank,
+    role: u32,
+    topology: Arc<Topology>,
+    policy: IdlePolicy,
+    state: Mutex<ClientState>,
+}
+
+struct ClientState {
+    transport: Box<dyn Transport>,
+    inbox: VecDeque<UserMessage>,
+    done_acked: bool,
+    header: [u8; MAX_HEADER],
+}
+
+impl Client {
+    pub(crate) fn new(topology: Arc<Topology>, transport: Box<dyn Transport>) -> Client {
+        let rank = transport.rank();
+        Client {
+            rank,
+            server: topology.server_of(rank),
+            role: topology.role(rank),
+            topology,
+            policy: IdlePolicy::from_env(),
+            state: Mutex::new(ClientState {
+                transport,
+                inbox: VecDeque::new(),
+                done_acked: false,
+                header: [0; MAX_HEADER],
+            }),
+        }
+    }
+
+    /// This process's rank in the run.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// The number of processes in the run, servers included.
+    pub fn size(&self) -> u32 {
+        self.topology.len()
+    }
+
+    /// The role this process plays (1 and above; 0 is the server role).
+    pub fn role(&self) -> u32 {
+        self.role
+    }
+
+    /// The server this client is attached to.
+    pub fn server(&self) -> Rank {
+        self.server
+    }
+
+    /// The number of clients in the run (the report's `clientGetClientNr`).
+    pub fn client_count(&self) -> u32 {
+        self.topology.clients().len() as u32
+    }
+
+    /// The number of servers in the run.
+    pub fn server_count(&self) -> u32 {
+        self.topology.servers().len() as u32
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClientState> {
+        // A panic in another thread's call leaves nothing half-updated that a
+        // later call could trip on: every update is a single push or flag.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `data` to client `to`, tagged `tag`, through the servers. It
+    /// arrives after every earlier message from this client to `to`.
+    pub fn send(&self, to: Rank, tag: u32, data: &[u8]) -> SatResult<()> {
+        if to >= self.size() {
+            return Err(SatError::Usage(format!(
+                "send to rank {to}: the run has ranks 0 to {}",
+                self.size() - 1
+            )));
+        }
+        if self.topology.is_server(to) {
+            return Err(SatError::Usage(format!(
+                "send to rank {to}: it is a server; user messages go to clients"
+            )));
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        let n = wire::encode(&Message::Relay { from: self.rank, to, tag }, &mut st.header)
+            .map_err(|e| SatError::Usage(e.to_string()))?;
+        st.transport.send(self.server, &st.header[..n], Payload::Copy(data))?;
+        tracing::trace!("relay to {to} tag {tag} ({} bytes) via server {}", data.len(), self.server);
+        Ok(())
+    }
+
+    /// Waits for the next message sent to this client.
+    pub fn recv(&self) -> SatResult<UserMessage> {
+        self.wait(None, |st| st.inbox.pop_front())?
+            .ok_or_else(|| SatError::Timeout("no deadline was given".into()))
+    }
+
+    /// Waits at most `timeout` for the next message.
+    pub fn recv_timeout(&self, timeout: Duration) -> SatResult<Option<UserMessage>> {
+        self.wait(Some(Instant::now() + timeout), |st| st.inbox.pop_front())
+    }
+
+    /// The next message if one has arrived, without waiting.
+    pub fn try_recv(&self) -> SatResult<Option<UserMessage>> {
+        let mut st = self.lock();
+        st.progress(self.server)?;
+        Ok(st.inbox.pop_front())
+    }
+
+    /// Tells the server this client's role has returned and waits for its
+    /// acknowledgement, so no message of ours is in flight when we close.
+    pub(crate) fn finish(&self, timeout: Duration) -> SatResult<()> {
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            let n = wire::encode(&Message::ClientDone, &mut st.header).expect("fits");
+            st.transport.send(self.server, &st.header[..n], Payload::None)?;
+        }
+        let acked = self.wait(Some(Instant::now() + timeout), |st| st.done_acked.then_some(()))?;
+        if acked.is_none() {
+            return Err(SatError::Timeout(format!(
+                "server {} did not acknowledge the end of this client within {timeout:?}",
+                self.server
+            )));
+        }
+        self.wait(Some(Instant::now() + timeout), |st| {
+            st.transport.sends_drained().ok().filter(|d| *d).map(|_| ())
+        })?;
+        tracing::debug!("client {} terminated", self.rank);
+        Ok(())
+    }
+
+    /// Drives progress until `ready` yields a value or the deadline passes.
+    /// The lock is released between polls so other threads can make calls.
+    fn wait<T>(
+        &self,
+        deadline: Option<Instant>,
+        mut ready: impl FnMut(&mut ClientState) -> Option<T>,
+    ) -> SatResult<Option<T>> {
+        let mut idle = Idle::new(self.policy);
+        loop {
+            {
+                let mut st = self.lock();
+                let got = st.progress(self.server)?;
+                if let Some(v) = ready(&mut st) {
+                    return Ok(Some(v));
+                }
+                if got > 0 {
+                    idle.traffic();
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            idle.idle();
+        }
+    }
+}
+
+impl ClientState {
+    fn progress(&mut self, server: Rank) -> SatResult<usize> {
+        let inbox = &mut self.inbox;
+        let done_acked = &mut self.done_acked;
+        let n = self.transport.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
+            handle(server, inbox, done_acked, m)
+        })?;
+        Ok(n)
+    }
+}
+
+fn handle(server: Rank, inbox: &mut VecDeque<UserMessage>, done_acked: &mut bool, m: Received<'_>) {
+    if m.src != server {
+        tracing::warn!("dropped a message from rank {}: clients only hear from their server {server}", m.src);
+        return;
+    }
+    match wire::decode(m.header) {
+        Ok(Message::Relay { from, tag, .. }) => inbox.push_back(UserMessage {
+            from,
+            tag,
+            data: m.payload.to_vec(),
+        }),
+        Ok(Message::ClientDoneAck) => *done_acked = true,
+        Ok(other) => tracing::warn!("dropped unexpected {} from server {server}", other.kind()),
+        Err(e) => tracing::warn!("dropped a malformed message from server {server}: {e}"),
+    }
+}

@@ -28,6 +28,10 @@ pub enum SatError {
     #[error("invalid use of the SAT API: {0}")]
     Usage(String),
 
+    /// A role function returned an error.
+    #[error("{0}")]
+    Role(String),
+
     /// An operation did not complete in the time it is allowed.
     #[error("timed out: {0}")]
     Timeout(String),

@@ -1,1 +1,190 @@
-//! progress
+//! Progress: how a process waits for messages.
+//!
+//! libfabric's providers progress data only when the application reads its
+//! completion queue, so a waiting process must keep polling. Polling flat out
+//! burns a core (on a micro-server, energy; on the shared 2-core nodes SAT is
+//! tested on, the very core the peer needs). Section 3.1 of the SAT report
+//! answers with *micro-sleep*: a loop of `clock_nanosleep` whose sleep grows
+//! while nothing arrives and shrinks again on traffic. [`Idle`] implements it
+//! with a short spin phase first, because a reply often arrives within a few
+//! microseconds and the shortest real sleep costs tens of them.
+//!
+//! Configuration (environment, read once per process):
+//! - `SAT_PROGRESS=sleep` (default) or `busy` (never sleep: lowest latency,
+//!   one core per process);
+//! - `SAT_SPIN_US` (default 50): how long to poll flat out after the last
+//!   message before sleeping;
+//! - `SAT_SLEEP_MIN_NS` (default 1000) and `SAT_SLEEP_MAX_NS` (default
+//!   1000000): the bounds of the adaptive sleep.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How idle waiting behaves; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdlePolicy {
+    pub busy: bool,
+    pub spin: Duration,
+    pub sleep_min: Duration,
+    pub sleep_max: Duration,
+}
+
+impl Default for IdlePolicy {
+    fn default() -> Self {
+        IdlePolicy {
+            busy: false,
+            spin: Duration::from_micros(50),
+            sleep_min: Duration::from_micros(1),
+            sleep_max: Duration::from_millis(1),
+        }
+    }
+}
+
+impl IdlePolicy {
+    /// The policy from the environment, parsed once; a malformed value is
+    /// reported on the debug stream and replaced by its default.
+    pub fn from_env() -> IdlePolicy {
+        static POLICY: OnceLock<IdlePolicy> = OnceLock::new();
+        *POLICY.get_or_init(|| {
+            let mut p = IdlePolicy::default();
+            match std::env::var("SAT_PROGRESS").as_deref() {
+                Ok("busy") => p.busy = true,
+                Ok("sleep") | Err(_) => {}
+                Ok(other) => tracing::warn!(
+                    "SAT_PROGRESS={other:?} is neither 'sleep' nor 'busy'; using 'sleep'"
+                ),
+            }
+            let num = |name: &str, default: u64| -> u64 {
+                match std::env::var(name) {
+                    Err(_) => default,
+                    Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                        tracing::warn!("{name}={v:?} is not a number; using {default}");
+                        default
+                    }),
+                }
+            };
+            p.spin = Duration::from_micros(num("SAT_SPIN_US", 50));
+            p.sleep_min = Duration::from_nanos(num("SAT_SLEEP_MIN_NS", 1_000).max(1));
+            p.sleep_max = Duration::from_nanos(num("SAT_SLEEP_MAX_NS", 1_000_000));
+            if p.sleep_max < p.sleep_min {
+                p.sleep_max = p.sleep_min;
+            }
+            p
+        })
+    }
+}
+
+/// The adaptive wait of one polling loop: call [`Idle::traffic`] when a poll
+/// delivered something and [`Idle::idle`] when it did not.
+#[derive(Debug)]
+pub struct Idle {
+    policy: IdlePolicy,
+    last_traffic: Instant,
+    sleep: Duration,
+    /// Time spent asleep, for the statistics stream's time decomposition.
+    pub slept: Duration,
+}
+
+impl Idle {
+    pub fn new(policy: IdlePolicy) -> Idle {
+        set_fine_timer_slack();
+        Idle {
+            policy,
+            last_traffic: Instant::now(),
+            sleep: policy.sleep_min,
+            slept: Duration::ZERO,
+        }
+    }
+
+    /// Something arrived: poll flat out again, and start short sleeps over.
+    pub fn traffic(&mut self) {
+        self.last_traffic = Instant::now();
+        self.sleep = self.policy.sleep_min;
+    }
+
+    /// Nothing arrived: spin, yield or sleep, as the policy says.
+    pub fn idle(&mut self) {
+        if self.policy.busy {
+            std::hint::spin_loop();
+            return;
+        }
+        if self.last_traffic.elapsed() < self.policy.spin {
+            // Let a co-scheduled peer run: on an oversubscribed node it is
+            // usually the process we are waiting for.
+            std::thread::yield_now();
+            return;
+        }
+        nanosleep(self.sleep);
+        self.slept += self.sleep;
+        self.sleep = (self.sleep * 2).min(self.policy.sleep_max);
+    }
+
+    /// The sleep the next idle round would take (for tests and statistics).
+    pub fn next_sleep(&self) -> Duration {
+        self.sleep
+    }
+}
+
+/// One relative `clock_nanosleep` on the monotonic clock, resumed if a
+/// signal interrupts it.
+fn nanosleep(d: Duration) {
+    let mut req = libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    };
+    loop {
+        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: both pointers are to live, properly aligned timespec values.
+        let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &req, &mut rem) };
+        if rc == libc::EINTR {
+            req = rem;
+            continue;
+        }
+        break;
+    }
+}
+
+/// Linux rounds every sleep of a normal thread up by its timer slack (50 us
+/// by default), which would turn a 1 us micro-sleep into 50 us. Ask for 1 us.
+fn set_fine_timer_slack() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sleep_grows_while_idle_and_resets_on_traffic() {
+        let policy = IdlePolicy {
+            busy: false,
+            spin: Duration::ZERO,
+            sleep_min: Duration::from_nanos(1_000),
+            sleep_max: Duration::from_nanos(16_000),
+        };
+        let mut idle = Idle::new(policy);
+        let mut seen = vec![idle.next_sleep()];
+        for _ in 0..6 {
+            idle.idle();
+            seen.push(idle.next_sleep());
+        }
+        let us: Vec<u128> = seen.iter().map(|d| d.as_micros()).collect();
+        assert_eq!(us, vec![1, 2, 4, 8, 16, 16, 16]);
+        assert!(idle.slept >= Duration::from_micros(1 + 2 + 4 + 8 + 16 + 16));
+        idle.traffic();
+        assert_eq!(idle.next_sleep(), Duration::from_nanos(1_000));
+    }
+
+    #[test]
+    fn busy_policy_never_sleeps() {
+        let mut idle = Idle::new(IdlePolicy { busy: true, ..IdlePolicy::default() });
+        for _ in 0..1000 {
+            idle.idle();
+        }
+        assert_eq!(idle.slept, Duration::ZERO);
+    }
+}

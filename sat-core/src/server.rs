@@ -1,1 +1,192 @@
-//! server
+//! The S-DSM server loop: carries client messages and runs the termination
+//! protocol of section 3 (client -> its server -> seed -> shutdown of all
+//! servers). Later the coherence directories live here too.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{SatError, SatResult};
+use crate::progress::{Idle, IdlePolicy};
+use crate::topology::Topology;
+use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
+use crate::wire::{self, Message};
+
+/// The seed: rank 0, which decides when the run is over.
+const SEED: Rank = 0;
+
+/// What one server knows while the run goes on.
+struct ServerState<'t> {
+    rank: Rank,
+    topology: &'t Topology,
+    /// Which of this server's clients have finished, by client rank.
+    client_done: Vec<bool>,
+    clients_left: usize,
+    told_seed: bool,
+    /// Seed only: servers that reported all their clients done.
+    server_done: Vec<bool>,
+    servers_left: usize,
+    shutdown_sent: bool,
+    /// Seed only: servers that acknowledged the shutdown.
+    acks_left: usize,
+    /// Non-seed: the seed said shut down.
+    shutdown: bool,
+    header: [u8; MAX_HEADER],
+}
+
+/// Runs the server role until the termination protocol completes.
+pub fn run(topology: &Topology, transport: &mut dyn Transport, policy: IdlePolicy) -> SatResult<()> {
+    let rank = transport.rank();
+    let size = topology.len() as usize;
+    let servers = topology.servers();
+    let mut st = ServerState {
+        rank,
+        topology,
+        client_done: vec![false; size],
+        clients_left: topology.clients_of(rank).len(),
+        told_seed: false,
+        server_done: vec![false; size],
+        servers_left: servers.len(),
+        shutdown_sent: false,
+        acks_left: servers.len() - 1,
+        shutdown: false,
+        header: [0; MAX_HEADER],
+    };
+    tracing::debug!(
+        "server {rank} serves clients {:?}",
+        topology.clients_of(rank)
+    );
+    let mut idle = Idle::new(policy);
+    loop {
+        st.advance_termination(transport)?;
+        if st.finished() {
+            break;
+        }
+        let n = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))?;
+        if n > 0 {
+            idle.traffic();
+        } else {
+            idle.idle();
+        }
+    }
+    // Let the last acknowledgements leave before the endpoint closes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !transport.sends_drained()? {
+        transport.poll(&mut |_, m| {
+            tracing::debug!("server {rank}: message from {} after shutdown ignored", m.src)
+        })?;
+        if Instant::now() > deadline {
+            return Err(SatError::Timeout("the last messages of the server did not leave in 10 s".into()));
+        }
+        idle.idle();
+    }
+    tracing::debug!("server {rank} shut down");
+    Ok(())
+}
+
+impl ServerState<'_> {
+    fn finished(&self) -> bool {
+        if self.rank == SEED {
+            self.shutdown_sent && self.acks_left == 0
+        } else {
+            self.shutdown
+        }
+    }
+
+    fn send(&mut self, out: &mut dyn Sender, dest: Rank, msg: &Message, payload: Payload<'_>) {
+        let n = wire::encode(msg, &mut self.header).expect("server messages fit a header");
+        if let Err(e) = out.send(dest, &self.header[..n], payload) {
+            tracing::warn!("server {}: could not send {} to {dest}: {e}", self.rank, msg.kind());
+        }
+    }
+
+    /// Moves the termination protocol on once local conditions hold.
+    fn advance_termination(&mut self, out: &mut dyn Transport) -> SatResult<()> {
+        if self.clients_left == 0 && !self.told_seed {
+            self.told_seed = true;
+            if self.rank == SEED {
+                self.mark_server_done(SEED);
+            } else {
+                tracing::debug!("server {}: all clients done, telling the seed", self.rank);
+                self.send(out, SEED, &Message::ServerDone, Payload::None);
+            }
+        }
+        if self.rank == SEED && self.servers_left == 0 && !self.shutdown_sent {
+            self.shutdown_sent = true;
+            tracing::debug!("seed: every server is done, shutting the S-DSM down");
+            for s in self.topology.servers() {
+                if s != SEED {
+                    self.send(out, s, &Message::Shutdown, Payload::None);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_server_done(&mut self, server: Rank) {
+        if !std::mem::replace(&mut self.server_done[server as usize], true) {
+            self.servers_left -= 1;
+        }
+    }
+
+    fn is_my_client(&self, rank: Rank) -> bool {
+        !self.topology.is_server(rank) && self.topology.server_of(rank) == self.rank
+    }
+
+    fn handle(&mut self, out: &mut dyn Sender, m: Received<'_>) {
+        let msg = match wire::decode(m.header) {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::warn!("server {}: dropped a malformed message from {}: {e}", self.rank, m.src);
+                return;
+            }
+        };
+        tracing::debug!("Received message {} from {}", msg.kind(), m.src);
+        let src_is_server = self.topology.is_server(m.src);
+        match msg {
+            Message::Relay { from, to, tag } => self.relay(out, m, src_is_server, from, to, tag),
+            Message::ClientDone if self.is_my_client(m.src) => {
+                if !std::mem::replace(&mut self.client_done[m.src as usize], true) {
+                    self.clients_left -= 1;
+                }
+                self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
+            }
+            Message::ServerDone if self.rank == SEED && src_is_server => self.mark_server_done(m.src),
+            Message::Shutdown if m.src == SEED && self.rank != SEED => {
+                self.shutdown = true;
+                self.send(out, SEED, &Message::ShutdownAck, Payload::None);
+            }
+            Message::ShutdownAck if self.rank == SEED && src_is_server && self.shutdown_sent => {
+                self.acks_left = self.acks_left.saturating_sub(1);
+            }
+            other => tracing::warn!(
+                "server {}: dropped {} from {}: not expected here",
+                self.rank,
+                other.kind(),
+                m.src
+            ),
+        }
+    }
+
+    fn relay(&mut self, out: &mut dyn Sender, m: Received<'_>, src_is_server: bool, from: Rank, to: Rank, tag: u32) {
+        let size = self.topology.len();
+        // A client may only speak for itself; servers only forward.
+        let legit = if src_is_server { from < size } else { self.is_my_client(m.src) && from == m.src };
+        if !legit || to >= size || self.topology.is_server(to) {
+            tracing::warn!("server {}: dropped a relay from {} ({from} -> {to}): not a valid route", self.rank, m.src);
+            return;
+        }
+        let msg = Message::Relay { from, to, tag };
+        if self.is_my_client(to) {
+            if self.client_done[to as usize] {
+                tracing::debug!("relay {from} -> {to} dropped: client {to} has finished");
+                return;
+            }
+            self.send(out, to, &msg, Payload::Copy(m.payload));
+        } else if !src_is_server {
+            // Multi-hop: to the server of the destination client.
+            let next = self.topology.server_of(to);
+            self.send(out, next, &msg, Payload::Copy(m.payload));
+        } else {
+            tracing::warn!("server {}: relay for {to} arrived from server {} but {to} is not mine", self.rank, m.src);
+        }
+    }
+}

@@ -1,1 +1,116 @@
-//! wire
+//! The messages servers and clients exchange over the transport, and their
+//! encoding.
+//!
+//! Only the header is encoded (bincode 2, little-endian varints); payload
+//! bytes travel beside it untouched (see [`crate::transport`]). Every decode is
+//! bounds-checked and total: a malformed or hostile header yields a
+//! [`WireError`], which the receiver logs and drops — it never panics.
+
+use bincode::{Decode, Encode};
+
+use crate::transport::{Rank, MAX_HEADER};
+
+/// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
+/// to join processes built with another version.
+pub const WIRE_VERSION: u32 = 1;
+
+/// A message between two processes of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Message {
+    /// A client's point-to-point message to another client, carried by the
+    /// servers (clients never talk to each other directly, Figure 2). The
+    /// payload is the user's bytes.
+    Relay { from: Rank, to: Rank, tag: u32 },
+    /// Client -> its server: the client's role function has returned.
+    ClientDone,
+    /// Server -> the client: your termination is recorded, you may close.
+    ClientDoneAck,
+    /// Server -> seed: every client of this server is done.
+    ServerDone,
+    /// Seed -> every other server: the run is over, shut down.
+    Shutdown,
+    /// Server -> seed: shutdown received, closing.
+    ShutdownAck,
+}
+
+impl Message {
+    /// A short name for the debug stream (Figure 14 prints message types).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Relay { .. } => "relay",
+            Message::ClientDone => "client_done",
+            Message::ClientDoneAck => "client_done_ack",
+            Message::ServerDone => "server_done",
+            Message::Shutdown => "shutdown",
+            Message::ShutdownAck => "shutdown_ack",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("undecodable header: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    #[error("header has {0} trailing bytes")]
+    Trailing(usize),
+    #[error("cannot encode header: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_HEADER>()
+}
+
+/// Encodes `msg` into `buf` (which must hold [`MAX_HEADER`] bytes) and returns
+/// the encoded length. Uses a caller buffer so the send path does not allocate.
+pub fn encode(msg: &Message, buf: &mut [u8; MAX_HEADER]) -> Result<usize, WireError> {
+    Ok(bincode::encode_into_slice(msg, buf, config())?)
+}
+
+/// Decodes a whole header; trailing bytes are an error (they would mean the
+/// sender and receiver disagree on the format).
+pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
+    let (msg, used) = bincode::decode_from_slice(bytes, config())?;
+    if used != bytes.len() {
+        return Err(WireError::Trailing(bytes.len() - used));
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let mut buf = [0u8; MAX_HEADER];
+        for msg in [
+            Message::Relay { from: 3, to: 9, tag: 77 },
+            Message::ClientDone,
+            Message::ClientDoneAck,
+            Message::ServerDone,
+            Message::Shutdown,
+            Message::ShutdownAck,
+        ] {
+            let n = encode(&msg, &mut buf).unwrap();
+            assert_eq!(decode(&buf[..n]).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn hostile_bytes_are_errors_not_panics() {
+        // Every prefix of a valid header, every single byte, and some noise.
+        let mut buf = [0u8; MAX_HEADER];
+        let n = encode(&Message::Relay { from: u32::MAX, to: 1, tag: u32::MAX }, &mut buf).unwrap();
+        for cut in 0..n {
+            assert!(decode(&buf[..cut]).is_err(), "prefix of {cut} bytes decoded");
+        }
+        for b in 0..=255u8 {
+            let _ = decode(&[b]);
+            let _ = decode(&[b, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        }
+        let mut trailing = buf[..n].to_vec();
+        trailing.push(0);
+        assert!(matches!(decode(&trailing), Err(WireError::Trailing(1))));
+    }
+}

@@ -1,0 +1,170 @@
+//! Bootstrap and termination (section 3 of the SAT report).
+//!
+//! Every process of a run calls [`run`] with the table of role functions
+//! (index 0, the server role, has none: SAT runs it). The steps:
+//! 1. find this process's rank and the run's size ([`env::RunEnv`]);
+//! 2. contact the seed (rank 0) over TCP: the seed loads the topology, picks
+//!    the provider, and hands everyone the address table ([`seed`]);
+//! 3. open the libfabric endpoint and enter the global barrier;
+//! 4. run the role: servers serve, clients run their function;
+//! 5. terminate: a client tells its server when its function returned;
+//!    a server whose clients are all done tells the seed; once every server
+//!    is done the seed shuts them down.
+
+pub mod env;
+pub mod seed;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::Client;
+use crate::error::{SatError, SatResult};
+use crate::observe;
+use crate::progress::IdlePolicy;
+use crate::server;
+use crate::topology::Topology;
+use crate::transport::fabric::{FabricEndpoint, FabricOptions};
+use crate::transport::Transport;
+
+pub use env::RunEnv;
+
+/// What a role function may return: any error fails the process (and, under
+/// `satrun`, the run), after the termination protocol has completed.
+pub type RoleResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+type RoleFn = Box<dyn FnOnce(&Client) -> RoleResult + Send>;
+
+/// The table of role functions, indexed by role id (the report's
+/// `_SAT_Roles_t roles[] = {NULL, prod, cons}`).
+#[derive(Default)]
+pub struct Roles {
+    fns: Vec<Option<RoleFn>>,
+}
+
+impl Roles {
+    pub fn new() -> Roles {
+        Roles::default()
+    }
+
+    /// Registers the function of client role `id` (1 and above: role 0 is
+    /// the S-DSM server, which SAT runs itself).
+    pub fn role(mut self, id: u32, f: impl FnOnce(&Client) -> RoleResult + Send + 'static) -> Roles {
+        assert!(id > 0, "role 0 is the S-DSM server: client roles start at 1");
+        let id = id as usize;
+        if self.fns.len() <= id {
+            self.fns.resize_with(id + 1, || None);
+        }
+        self.fns[id] = Some(Box::new(f));
+        self
+    }
+
+    fn take(&mut self, id: u32) -> Option<RoleFn> {
+        self.fns.get_mut(id as usize).and_then(Option::take)
+    }
+}
+
+/// How long the processes of a run wait for each other to start
+/// (`SAT_BOOTSTRAP_TIMEOUT` seconds, default 60).
+fn bootstrap_timeout() -> Duration {
+    let secs = std::env::var("SAT_BOOTSTRAP_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(60);
+    Duration::from_secs(secs)
+}
+
+/// The topology file named by `--topology FILE` (or `--topology=FILE`) among
+/// the program's arguments, or else by `SAT_TOPOLOGY`.
+pub fn topology_path(args: &[String]) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--topology" {
+            return it.next().cloned();
+        }
+        if let Some(p) = a.strip_prefix("--topology=") {
+            return Some(p.to_string());
+        }
+    }
+    std::env::var("SAT_TOPOLOGY").ok().filter(|p| !p.is_empty())
+}
+
+fn load_topology(args: &[String], size: u32) -> SatResult<Topology> {
+    match topology_path(args) {
+        Some(path) => {
+            let t = Topology::from_file(std::path::Path::new(&path))?;
+            tracing::debug!("Topology ({} topologies) loaded from file {path}", t.len());
+            Ok(t)
+        }
+        None => {
+            tracing::debug!("Topology: none given, one server and {} clients", size - 1);
+            Ok(Topology::default_for(size))
+        }
+    }
+}
+
+/// Bootstraps this process into the run, plays its role, and returns once
+/// the termination protocol lets it go. Every process of the run calls it.
+pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
+    observe::init();
+    let args: Vec<String> = args.into_iter().collect();
+    let env = RunEnv::discover()?;
+    observe::set_rank(env.rank);
+    let prog = args
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+        .unwrap_or_default();
+    tracing::debug!(
+        "Bootstrap SAT {} id {} np {} on host {} with pid {} (rank from {})",
+        prog, env.rank, env.size, env.host, env.pid, env.rank_source
+    );
+
+    let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
+    let setup = link.setup(|| load_topology(&args, env.size))?;
+    let topology = Arc::new(setup.topology);
+    let role = topology.role(env.rank);
+    if role != 0 && roles.fns.get(role as usize).is_none_or(|f| f.is_none()) {
+        let reason = format!(
+            "rank {} plays role {role}, but this program registers no function for role {role}",
+            env.rank
+        );
+        link.fail(&reason);
+        return Err(SatError::Usage(reason));
+    }
+
+    let opts = FabricOptions { provider: setup.provider, local_ip: Some(setup.local_ip) };
+    let endpoint = match FabricEndpoint::open(&opts) {
+        Ok(ep) => ep,
+        Err(e) => {
+            link.fail(&e.to_string());
+            return Err(e.into());
+        }
+    };
+    let table = link.exchange_addresses(endpoint.address())?;
+    let transport = match endpoint.connect(env.rank, &table) {
+        Ok(t) => t,
+        Err(e) => {
+            link.fail(&e.to_string());
+            return Err(e.into());
+        }
+    };
+    link.barrier()?;
+    drop(link);
+    tracing::debug!("Starting code (role {role}) over {}", setup.provider);
+
+    let policy = IdlePolicy::from_env();
+    let mut transport: Box<dyn Transport> = Box::new(transport);
+    if role == 0 {
+        return server::run(&topology, transport.as_mut(), policy);
+    }
+    let f = roles.take(role).expect("checked above");
+    let client = Client::new(topology, transport);
+    // The role's own failure must not stop the termination protocol, or
+    // the servers would wait for this client forever.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&client)));
+    client.finish(bootstrap_timeout())?;
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(SatError::Role(format!("role {role} failed: {e}"))),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}

@@ -1,0 +1,496 @@
+//! The seed exchange (section 3 of the SAT report): every process contacts
+//! rank 0 over a plain TCP socket, the seed decides the provider, hands out
+//! the topology and the table of libfabric addresses, and releases everyone
+//! at once (the global barrier before roles start).
+//!
+//! The steps, each a round trip with every rank:
+//! 1. `Hello` (rank, size, host, pid, provider asked for) -> `Setup`
+//!    (provider, topology);
+//! 2. `Address` (this rank's endpoint name) -> `Table` (all names, by rank);
+//! 3. `Ready` (the table is in the address vector) -> `Go`.
+//!
+//! Any failure anywhere ends in `Abort(reason)` sent to every connected rank,
+//! so that all processes stop with the same message instead of waiting for a
+//! peer that will never come.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::time::{Duration, Instant};
+
+use bincode::{Decode, Encode};
+
+use super::env::RunEnv;
+use crate::error::{SatError, SatResult};
+use crate::topology::Topology;
+use crate::transport::{Provider, Rank};
+use crate::wire::WIRE_VERSION;
+
+/// The largest bootstrap frame (topology plus address table).
+const MAX_FRAME: usize = 64 << 20;
+
+#[derive(Debug, Encode, Decode)]
+enum ToSeed {
+    Hello {
+        wire_version: u32,
+        rank: Rank,
+        size: u32,
+        pid: u32,
+        host: String,
+        provider: Option<Provider>,
+    },
+    Address(Vec<u8>),
+    Ready,
+    /// This rank cannot go on (for example its endpoint did not open).
+    Failed(String),
+}
+
+#[derive(Debug, Encode, Decode)]
+enum FromSeed {
+    Setup { provider: Provider, topology: Topology },
+    Table(Vec<Vec<u8>>),
+    Go,
+    Abort(String),
+}
+
+/// What every rank learns in step 1.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub provider: Provider,
+    pub topology: Topology,
+    /// The local address libfabric's tcp provider should bind: the one this
+    /// process uses to reach the seed (so it is on the network the peers share).
+    pub local_ip: IpAddr,
+}
+
+/// This process's link to the seed, for the duration of the bootstrap.
+pub enum SeedLink {
+    Seed(Seed),
+    Peer(Peer),
+}
+
+pub struct Seed {
+    size: u32,
+    /// Connections by rank (index 0, the seed itself, stays empty).
+    conns: Vec<Option<TcpStream>>,
+    hosts: Vec<String>,
+    asked: Vec<Option<Provider>>,
+    local_ip: IpAddr,
+    deadline: Instant,
+}
+
+pub struct Peer {
+    stream: TcpStream,
+    local_ip: IpAddr,
+    deadline: Instant,
+}
+
+fn encode_frame<T: Encode>(msg: &T) -> Vec<u8> {
+    let body = bincode::encode_to_vec(msg, bincode::config::standard())
+        .expect("bootstrap messages always encode");
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+fn send<T: Encode>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+    stream.write_all(&encode_frame(msg))
+}
+
+fn recv<T: Decode<()>>(stream: &mut TcpStream, deadline: Instant, from: &str) -> SatResult<T> {
+    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(left)).ok();
+    let io = |e: std::io::Error| {
+        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+            SatError::Timeout(format!("{from} did not answer during the bootstrap"))
+        } else {
+            SatError::Bootstrap(format!("lost the bootstrap connection with {from}: {e}"))
+        }
+    };
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).map_err(io)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(SatError::Bootstrap(format!(
+            "{from} sent a bootstrap frame of {len} bytes: not a SAT process?"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).map_err(io)?;
+    let (msg, _) = bincode::decode_from_slice(&body, bincode::config::standard()).map_err(|e| {
+        SatError::Bootstrap(format!("{from} sent an undecodable bootstrap message ({e}): is it the same SAT version?"))
+    })?;
+    Ok(msg)
+}
+
+impl SeedLink {
+    /// Step 0: rank 0 opens (or inherits) the seed socket and waits for every
+    /// other rank's `Hello`; the others connect to it and say hello.
+    pub fn connect(env: &RunEnv, timeout: Duration) -> SatResult<SeedLink> {
+        let deadline = Instant::now() + timeout;
+        if env.rank == 0 {
+            Seed::gather(env, deadline).map(SeedLink::Seed)
+        } else {
+            Peer::connect(env, deadline).map(SeedLink::Peer)
+        }
+    }
+
+    /// Step 1. The seed calls `topology` to load the run's topology (so that
+    /// only rank 0 reads the file, as in the report).
+    pub fn setup(&mut self, topology: impl FnOnce() -> SatResult<Topology>) -> SatResult<Setup> {
+        match self {
+            SeedLink::Seed(seed) => seed.setup(topology),
+            SeedLink::Peer(peer) => peer.setup(),
+        }
+    }
+
+    /// Step 2: exchange endpoint names; returns the table indexed by rank.
+    pub fn exchange_addresses(&mut self, mine: &[u8]) -> SatResult<Vec<Vec<u8>>> {
+        match self {
+            SeedLink::Seed(seed) => seed.exchange_addresses(mine),
+            SeedLink::Peer(peer) => {
+                send(&mut peer.stream, &ToSeed::Address(mine.to_vec())).map_err(lost)?;
+                match peer.recv()? {
+                    FromSeed::Table(t) => Ok(t),
+                    other => Err(unexpected(&other)),
+                }
+            }
+        }
+    }
+
+    /// Step 3: the global barrier before roles start.
+    pub fn barrier(&mut self) -> SatResult<()> {
+        match self {
+            SeedLink::Seed(seed) => seed.barrier(),
+            SeedLink::Peer(peer) => {
+                send(&mut peer.stream, &ToSeed::Ready).map_err(lost)?;
+                match peer.recv()? {
+                    FromSeed::Go => Ok(()),
+                    other => Err(unexpected(&other)),
+                }
+            }
+        }
+    }
+
+    /// Reports a local failure so that the whole run stops with its reason.
+    pub fn fail(&mut self, reason: &str) {
+        match self {
+            SeedLink::Seed(seed) => seed.abort(reason),
+            SeedLink::Peer(peer) => {
+                let _ = send(&mut peer.stream, &ToSeed::Failed(reason.to_string()));
+            }
+        }
+    }
+}
+
+fn lost(e: std::io::Error) -> SatError {
+    SatError::Bootstrap(format!("lost the connection to the seed (rank 0): {e}"))
+}
+
+fn unexpected(msg: &FromSeed) -> SatError {
+    match msg {
+        FromSeed::Abort(reason) => SatError::Aborted(reason.clone()),
+        other => SatError::Bootstrap(format!("the seed sent {other:?} out of turn")),
+    }
+}
+
+impl Peer {
+    fn connect(env: &RunEnv, deadline: Instant) -> SatResult<Peer> {
+        let seed = env.seed.as_deref().expect("discover() requires SAT_SEED when size > 1");
+        let addrs: Vec<SocketAddr> = seed
+            .to_socket_addrs()
+            .map_err(|e| SatError::Bootstrap(format!("SAT_SEED={seed:?} is not a reachable host:port: {e}")))?
+            .collect();
+        // The seed may still be starting: retry until the deadline, backing off.
+        let mut pause = Duration::from_millis(5);
+        let stream = loop {
+            let attempt = addrs.iter().find_map(|a| {
+                TcpStream::connect_timeout(a, Duration::from_secs(1)).ok()
+            });
+            if let Some(s) = attempt {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                return Err(SatError::Timeout(format!(
+                    "could not reach the seed (rank 0) at {seed}: is rank 0 running, and SAT_SEED the same for every process?"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
+        };
+        stream.set_nodelay(true).ok();
+        let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(Ipv4Addr::LOCALHOST.into());
+        let mut peer = Peer { stream, local_ip, deadline };
+        let hello = ToSeed::Hello {
+            wire_version: WIRE_VERSION,
+            rank: env.rank,
+            size: env.size,
+            pid: env.pid,
+            host: env.host.clone(),
+            provider: env.provider,
+        };
+        send(&mut peer.stream, &hello).map_err(lost)?;
+        Ok(peer)
+    }
+
+    fn recv(&mut self) -> SatResult<FromSeed> {
+        recv(&mut self.stream, self.deadline, "the seed (rank 0)")
+    }
+
+    fn setup(&mut self) -> SatResult<Setup> {
+        match self.recv()? {
+            FromSeed::Setup { provider, topology } => {
+                Ok(Setup { provider, topology, local_ip: self.local_ip })
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+impl Seed {
+    fn listener(env: &RunEnv) -> SatResult<TcpListener> {
+        if let Some(fd) = env.seed_fd {
+            // SAFETY: satrun hands rank 0 a listening socket at this fd and
+            // nothing else in the process owns it.
+            let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            if listener.local_addr().is_err() {
+                return Err(SatError::Bootstrap(format!(
+                    "SAT_SEED_FD={fd} is not a listening socket"
+                )));
+            }
+            return Ok(listener);
+        }
+        let seed = env.seed.as_deref().unwrap_or("127.0.0.1:0");
+        let addrs: Vec<SocketAddr> = seed
+            .to_socket_addrs()
+            .map_err(|e| SatError::Bootstrap(format!("SAT_SEED={seed:?} is not a host:port: {e}")))?
+            .collect();
+        let port = addrs.first().map(|a| a.port()).unwrap_or(0);
+        // Bind the named address when it is ours, else every interface.
+        addrs
+            .iter()
+            .find_map(|a| TcpListener::bind(a).ok())
+            .or_else(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).ok())
+            .ok_or_else(|| {
+                SatError::Bootstrap(format!(
+                    "rank 0 cannot listen on SAT_SEED={seed}: is the port already in use?"
+                ))
+            })
+    }
+
+    fn gather(env: &RunEnv, deadline: Instant) -> SatResult<Seed> {
+        let size = env.size;
+        let mut seed = Seed {
+            size,
+            conns: (0..size).map(|_| None).collect(),
+            hosts: vec![String::new(); size as usize],
+            asked: vec![None; size as usize],
+            local_ip: Ipv4Addr::LOCALHOST.into(),
+            deadline,
+        };
+        seed.hosts[0] = env.host.clone();
+        seed.asked[0] = env.provider;
+        if size == 1 {
+            return Ok(seed);
+        }
+        let listener = Self::listener(env)?;
+        if let Ok(addr) = listener.local_addr() {
+            if !addr.ip().is_unspecified() {
+                seed.local_ip = addr.ip();
+            }
+        }
+        let mut joined = 1;
+        while joined < size {
+            let Some(mut stream) = accept_before(&listener, deadline)? else {
+                let missing: Vec<String> = (1..size)
+                    .filter(|&r| seed.conns[r as usize].is_none())
+                    .map(|r| r.to_string())
+                    .collect();
+                let reason = format!(
+                    "ranks {} never contacted the seed: were all {size} processes started with the same SAT_SEED?",
+                    missing.join(", ")
+                );
+                seed.abort(&reason);
+                return Err(SatError::Timeout(reason));
+            };
+            stream.set_nodelay(true).ok();
+            if let (Ok(local), true) = (stream.local_addr(), seed.local_ip.is_loopback()) {
+                seed.local_ip = local.ip();
+            }
+            let hello = recv::<ToSeed>(&mut stream, deadline, "a process joining the run");
+            let problem = match hello {
+                Ok(ToSeed::Hello { wire_version, rank, size: their_size, host, provider, .. }) => {
+                    if wire_version != WIRE_VERSION {
+                        Some(format!("rank {rank} runs wire version {wire_version}, the seed {WIRE_VERSION}: rebuild every program against the same SAT"))
+                    } else if their_size != size {
+                        Some(format!("rank {rank} believes the run has {their_size} processes, the seed {size}"))
+                    } else if rank == 0 || rank >= size {
+                        Some(format!("a process claims rank {rank} in a run of {size}"))
+                    } else if seed.conns[rank as usize].is_some() {
+                        Some(format!("two processes claim rank {rank}"))
+                    } else {
+                        seed.hosts[rank as usize] = host;
+                        seed.asked[rank as usize] = provider;
+                        seed.conns[rank as usize] = Some(stream);
+                        joined += 1;
+                        tracing::debug!("Received message type 1 (request_topology) from {rank}");
+                        continue;
+                    }
+                }
+                Ok(other) => Some(format!("a joining process sent {other:?} before its hello")),
+                Err(e) => {
+                    tracing::warn!("ignoring a connection to the seed: {e}");
+                    None
+                }
+            };
+            if let Some(reason) = problem {
+                let _ = send(&mut stream, &FromSeed::Abort(reason.clone()));
+                seed.abort(&reason);
+                return Err(SatError::Bootstrap(reason));
+            }
+        }
+        Ok(seed)
+    }
+
+    /// The provider: the one asked for (all askers must agree); otherwise
+    /// `shm` when every rank is on this host, else `tcp`.
+    fn choose_provider(&self) -> Result<Provider, String> {
+        let mut chosen: Option<(Provider, usize)> = None;
+        for (rank, asked) in self.asked.iter().enumerate() {
+            if let Some(p) = asked {
+                match chosen {
+                    Some((q, r)) if q != *p => {
+                        return Err(format!(
+                            "rank {r} asks for provider {q} and rank {rank} for {p}: set the same SAT_PROVIDER everywhere"
+                        ))
+                    }
+                    _ => chosen = Some((*p, rank)),
+                }
+            }
+        }
+        if let Some((p, _)) = chosen {
+            return Ok(p);
+        }
+        if self.hosts.iter().all(|h| *h == self.hosts[0]) {
+            Ok(Provider::Shm)
+        } else {
+            Ok(Provider::Tcp)
+        }
+    }
+
+    fn setup(&mut self, topology: impl FnOnce() -> SatResult<Topology>) -> SatResult<Setup> {
+        let prepared = topology().and_then(|t| {
+            t.check_size(self.size)?;
+            let provider = self.choose_provider().map_err(SatError::Bootstrap)?;
+            Ok((t, provider))
+        });
+        let (topology, provider) = match prepared {
+            Ok(v) => v,
+            Err(e) => {
+                self.abort(&e.to_string());
+                return Err(e);
+            }
+        };
+        self.broadcast(&FromSeed::Setup { provider, topology: topology.clone() })?;
+        Ok(Setup { provider, topology, local_ip: self.local_ip })
+    }
+
+    fn exchange_addresses(&mut self, mine: &[u8]) -> SatResult<Vec<Vec<u8>>> {
+        let mut table = vec![Vec::new(); self.size as usize];
+        table[0] = mine.to_vec();
+        for rank in 1..self.size {
+            match self.recv_from(rank)? {
+                ToSeed::Address(a) => table[rank as usize] = a,
+                other => return Err(self.unexpected(rank, other)),
+            }
+        }
+        self.broadcast(&FromSeed::Table(table.clone()))?;
+        Ok(table)
+    }
+
+    fn barrier(&mut self) -> SatResult<()> {
+        for rank in 1..self.size {
+            match self.recv_from(rank)? {
+                ToSeed::Ready => {}
+                other => return Err(self.unexpected(rank, other)),
+            }
+        }
+        self.broadcast(&FromSeed::Go)
+    }
+
+    fn recv_from(&mut self, rank: Rank) -> SatResult<ToSeed> {
+        let stream = self.conns[rank as usize].as_mut().expect("every rank joined");
+        match recv(stream, self.deadline, &format!("rank {rank}")) {
+            Ok(msg) => Ok(msg),
+            Err(e) => {
+                self.abort(&e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn unexpected(&mut self, rank: Rank, msg: ToSeed) -> SatError {
+        let reason = match msg {
+            ToSeed::Failed(why) => format!("rank {rank} failed: {why}"),
+            other => format!("rank {rank} sent {other:?} out of turn"),
+        };
+        self.abort(&reason);
+        SatError::Aborted(reason)
+    }
+
+    fn broadcast(&mut self, msg: &FromSeed) -> SatResult<()> {
+        let frame = encode_frame(msg);
+        for rank in 1..self.size {
+            if let Some(stream) = self.conns[rank as usize].as_mut() {
+                if let Err(e) = stream.write_all(&frame) {
+                    let reason = format!("lost the bootstrap connection with rank {rank}: {e}");
+                    self.abort(&reason);
+                    return Err(SatError::Bootstrap(reason));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every connected rank why the run stops, then forgets them.
+    fn abort(&mut self, reason: &str) {
+        let frame = encode_frame(&FromSeed::Abort(reason.to_string()));
+        for stream in self.conns.iter_mut().flatten() {
+            let _ = stream.write_all(&frame);
+        }
+        self.conns.iter_mut().for_each(|c| *c = None);
+    }
+}
+
+/// Accepts one connection, or returns None once `deadline` passes.
+fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<TcpStream>> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the listener's open descriptor.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(SatError::Bootstrap(format!("waiting for ranks to join: {e}")));
+        }
+        if rc == 0 {
+            continue;
+        }
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).ok();
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(SatError::Bootstrap(format!("accepting a joining rank: {e}"))),
+        }
+    }
+}
