@@ -21,7 +21,7 @@ test: setup
 # The transport benchmark: SAT's raw transport against fi_pingpong, same run.
 bench: setup
 	$(CARGO) build --release -j $(JOBS) --bin satrun --bin sat-transport-bench
-	scripts/transport-bench.sh
+	target/release/sat-transport-bench --providers shm,tcp --reps 3
 
 clean:
 	$(CARGO) clean

@@ -17,10 +17,14 @@ struct Options {
     rounds: u64,
     bytes: usize,
     forever: bool,
+    /// `--late RANK:MS`: after the exchange, RANK works for MS milliseconds
+    /// and then sends a message to itself through its server, which proves
+    /// the server outlives the clients that returned earlier.
+    late: Option<(u32, u64)>,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { rounds: 10, bytes: 256, forever: false };
+    let mut o = Options { rounds: 10, bytes: 256, forever: false, late: None };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -32,6 +36,14 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--rounds" => o.rounds = value("--rounds")?,
             "--bytes" => o.bytes = value("--bytes")? as usize,
             "--forever" => o.forever = true,
+            "--late" => {
+                let v = it.next().ok_or("--late takes RANK:MS")?;
+                let (r, ms) = v.split_once(':').ok_or("--late takes RANK:MS")?;
+                o.late = Some((
+                    r.parse().map_err(|_| "--late: bad rank")?,
+                    ms.parse().map_err(|_| "--late: bad milliseconds")?,
+                ));
+            }
             "--topology" => {
                 it.next();
             }
@@ -75,6 +87,17 @@ fn exchange(c: &Client, o: &Options) -> RoleResult {
         round += 1;
     }
     println!("rank {me} exchanged {received} messages with {} clients", peers.len());
+    if let Some((rank, ms)) = o.late {
+        if rank == me {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            c.send(me, 7, b"still served")?;
+            let m = c.recv()?;
+            if m.from != me || m.data != b"still served" {
+                return Err(format!("late message came back wrong: {m:?}").into());
+            }
+            println!("rank {me} was still served after {ms} ms");
+        }
+    }
     Ok(())
 }
 

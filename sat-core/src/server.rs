@@ -78,7 +78,9 @@ pub fn run(topology: &Topology, transport: &mut dyn Transport, policy: IdlePolic
         }
         idle.idle();
     }
-    tracing::debug!("server {rank} shut down");
+    let returned: Vec<Rank> =
+        topology.clients_of(rank).iter().copied().filter(|&c| st.client_done[c as usize]).collect();
+    tracing::debug!("server {rank} shut down after its clients {returned:?} returned");
     Ok(())
 }
 

@@ -23,8 +23,8 @@ use crate::observe;
 use crate::progress::IdlePolicy;
 use crate::server;
 use crate::topology::Topology;
-use crate::transport::fabric::{FabricEndpoint, FabricOptions};
-use crate::transport::Transport;
+use crate::transport::fabric::{FabricEndpoint, FabricOptions, FabricTransport};
+use crate::transport::{Provider, Transport};
 
 pub use env::RunEnv;
 
@@ -102,11 +102,22 @@ fn load_topology(args: &[String], size: u32) -> SatResult<Topology> {
     }
 }
 
-/// Bootstraps this process into the run, plays its role, and returns once
-/// the termination protocol lets it go. Every process of the run calls it.
-pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
+/// A process that has joined its run: every endpoint address is known and
+/// every process has passed the global barrier.
+pub struct Joined {
+    pub env: RunEnv,
+    pub topology: Arc<Topology>,
+    pub provider: Provider,
+    pub transport: FabricTransport,
+}
+
+/// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
+/// pass the global barrier. `roles_known` says whether this program has a
+/// function for a client role, so that a missing role fails the whole run
+/// before anyone starts. [`run`] is the usual entry point; tools that drive
+/// the transport themselves (benchmarks) stop here.
+pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joined> {
     observe::init();
-    let args: Vec<String> = args.into_iter().collect();
     let env = RunEnv::discover()?;
     observe::set_rank(env.rank);
     let prog = args
@@ -119,10 +130,10 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
     );
 
     let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
-    let setup = link.setup(|| load_topology(&args, env.size))?;
+    let setup = link.setup(|| load_topology(args, env.size))?;
     let topology = Arc::new(setup.topology);
     let role = topology.role(env.rank);
-    if role != 0 && roles.fns.get(role as usize).is_none_or(|f| f.is_none()) {
+    if role != 0 && !roles_known(role) {
         let reason = format!(
             "rank {} plays role {role}, but this program registers no function for role {role}",
             env.rank
@@ -148,16 +159,23 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
         }
     };
     link.barrier()?;
-    drop(link);
     tracing::debug!("Starting code (role {role}) over {}", setup.provider);
+    Ok(Joined { env, topology, provider: setup.provider, transport })
+}
 
+/// Bootstraps this process into the run, plays its role, and returns once
+/// the termination protocol lets it go. Every process of the run calls it.
+pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
+    let args: Vec<String> = args.into_iter().collect();
+    let joined = join(&args, |role| roles.fns.get(role as usize).is_some_and(|f| f.is_some()))?;
+    let role = joined.topology.role(joined.env.rank);
     let policy = IdlePolicy::from_env();
-    let mut transport: Box<dyn Transport> = Box::new(transport);
+    let mut transport: Box<dyn Transport> = Box::new(joined.transport);
     if role == 0 {
-        return server::run(&topology, transport.as_mut(), policy);
+        return server::run(&joined.topology, transport.as_mut(), policy);
     }
-    let f = roles.take(role).expect("checked above");
-    let client = Client::new(topology, transport);
+    let f = roles.take(role).expect("join() checked the role has a function");
+    let client = Client::new(joined.topology, transport);
     // The role's own failure must not stop the termination protocol, or
     // the servers would wait for this client forever.
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&client)));

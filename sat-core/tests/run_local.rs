@@ -1,0 +1,208 @@
+//! Whole runs of real processes under `satrun`, over the real shm and tcp
+//! providers: bootstrap, client messages relayed by the servers, termination,
+//! and failure handling.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn figure11_run(provider: &str) {
+    let out = run(Command::new(satrun())
+        .args(["-n", "3", "--topology"])
+        .arg(topology("figure11.xml"))
+        .args(["--provider", provider, "--"])
+        .arg(example("exchange"))
+        .args(["--rounds", "200", "--bytes", "300", "--late", "2:300"])
+        .env("SAT_LOG", "sat_core::server=debug,sat_core::bootstrap=debug"));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "the run failed: {}", text(&out.stderr));
+    for rank in [1, 2] {
+        assert!(
+            stdout.contains(&format!("[{rank}] rank {rank} exchanged 200 messages with 1 clients")),
+            "rank {rank} did not finish its exchange"
+        );
+    }
+    // Rank 2 worked on after rank 1 returned, and its server still served it.
+    assert!(stdout.contains("[2] rank 2 was still served after 300 ms"));
+    // The server stopped only once both of its clients had returned.
+    assert!(stdout.contains("[0] server 0 shut down after its clients [1, 2] returned"), "{stdout}");
+    assert!(stdout.contains(&format!("Starting code (role 0) over {provider}")));
+    for pid in bootstrap_pids(&stdout) {
+        assert!(shm_files_of(pid).is_empty(), "pid {pid} left {:?}", shm_files_of(pid));
+    }
+}
+
+#[test]
+fn figure11_clients_exchange_through_the_server_over_shm() {
+    figure11_run("shm");
+}
+
+#[test]
+fn figure11_clients_exchange_through_the_server_over_tcp() {
+    figure11_run("tcp");
+}
+
+/// Two servers: messages between clients of different servers take two hops.
+#[test]
+fn clients_of_two_servers_exchange_over_both_providers() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "6", "--topology"])
+            .arg(topology("two-servers.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("exchange"))
+            .args(["--rounds", "50", "--bytes", "20000"]));
+        assert!(out.status.success(), "{provider}: the run failed");
+        let stdout = text(&out.stdout);
+        let done = stdout.lines().filter(|l| l.contains("exchanged 150 messages with 3 clients")).count();
+        assert_eq!(done, 4, "{provider}: every client must finish");
+    }
+}
+
+/// The same program under another launcher: ranks from Open MPI's variables,
+/// the seed from SAT_SEED, no satrun involved.
+#[test]
+fn runs_under_mpirun_style_variables() {
+    let port = free_port();
+    let size = 3;
+    let children: Vec<_> = (0..size)
+        .map(|rank| {
+            Command::new(example("exchange"))
+                .args(["--rounds", "20"])
+                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", size.to_string())
+                .env("SAT_SEED", format!("127.0.0.1:{port}"))
+                .env("SAT_PROVIDER", "tcp")
+                .env_remove("SAT_RANK")
+                .env_remove("SAT_SIZE")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "rank {rank}: {}", text(&out.stderr));
+    }
+    assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 20 messages with 1 clients"));
+    assert!(text(&outputs[2].stdout).contains("rank 2 exchanged 20 messages with 1 clients"));
+}
+
+/// A client killed in the middle of a run: satrun names it, stops the rest,
+/// and nothing is left behind (no process, no /dev/shm file).
+#[test]
+fn a_killed_client_ends_the_run_cleanly() {
+    let mut child = Command::new(satrun())
+        .args(["-n", "3", "--topology"])
+        .arg(topology("figure11.xml"))
+        .args(["--provider", "shm", "--"])
+        .arg(example("exchange"))
+        .args(["--forever", "--bytes", "64"])
+        .env("SAT_LOG", "sat_core::bootstrap=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let tx2 = tx.clone();
+    let out_reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx2.send(format!("stderr: {line}"));
+        }
+        all
+    });
+
+    // Wait until both clients run their exchange, then kill rank 2.
+    let mut lines = Vec::new();
+    let mut victim = None;
+    let mut ready = 0;
+    while ready < 2 {
+        let line = rx.recv_timeout(Duration::from_secs(60)).expect("the run never started");
+        if line.contains(" ready, role ") {
+            ready += 1;
+            if line.starts_with("[2] ") {
+                let pid = line.split("pid ").nth(1).unwrap().split_whitespace().next().unwrap();
+                victim = Some(pid.parse::<i32>().unwrap());
+            }
+        }
+        lines.push(line);
+    }
+    let victim = victim.expect("rank 2 printed its pid");
+    // SAFETY-free: kill(2) through the libc crate is a plain syscall.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let killed_at = Instant::now();
+
+    // satrun must notice, stop the others and exit: bounded at 10 s.
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if killed_at.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("satrun did not exit within 10 s of a client's death");
+        }
+        // Drain output meanwhile so no pipe fills up.
+        while let Ok(l) = rx.try_recv() {
+            lines.push(l);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    out_reader.join().unwrap();
+    let stderr = err_reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    let stdout = lines.join("\n");
+    assert!(!status.success(), "satrun must fail when a rank dies");
+    assert!(stderr.contains("rank 2"), "satrun must name the dead rank: {stderr}");
+    let pids = bootstrap_pids(&stdout);
+    assert_eq!(pids.len(), 3, "every rank announced its pid: {stdout}");
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived the run");
+        assert!(shm_files_of(pid).is_empty(), "pid {pid} left {:?} in /dev/shm", shm_files_of(pid));
+    }
+}
+
+#[test]
+fn verbs_without_an_rdma_device_fails_at_once() {
+    let has_rdma = std::path::Path::new("/sys/class/infiniband").read_dir().is_ok_and(|mut d| d.next().is_some());
+    if has_rdma {
+        eprintln!("this machine has an RDMA device: nothing to check");
+        return;
+    }
+    let marker = std::env::temp_dir().join(format!("sat-verbs-marker-{}", std::process::id()));
+    let out = run(Command::new(satrun())
+        .args(["-n", "2", "--provider", "verbs", "--", "sh", "-c"])
+        .arg(format!("touch {}", marker.display())));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("RDMA"), "the error must say an RDMA device is missing");
+    assert!(!marker.exists(), "no process may start");
+}
+
+#[test]
+fn a_program_run_without_a_launcher_says_how_to_start_it() {
+    let out = run(Command::new(example("exchange"))
+        .env_remove("SAT_RANK")
+        .env_remove("OMPI_COMM_WORLD_RANK")
+        .env_remove("PMI_RANK")
+        .env_remove("PMIX_RANK")
+        .env_remove("SLURM_PROCID"));
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("satrun"));
+}
