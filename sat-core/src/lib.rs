@@ -13,11 +13,13 @@
 //! - [`progress`]: the progress engine and its adaptive micro-sleep;
 //! - [`server`]: the S-DSM server loop;
 //! - [`client`]: the client side of a run, as user code sees it;
-//! - [`observe`]: the debug stream.
+//! - [`observe`]: the debug stream;
+//! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
 
 pub mod bootstrap;
 pub mod client;
 pub mod error;
+pub mod launcher;
 pub mod observe;
 pub mod progress;
 pub mod server;

@@ -1,0 +1,866 @@
+//! `satrun`: starts the processes of a run on this host, the way `mpirun`
+//! does in the SAT report (section 3, Figure 12).
+//!
+//! ```text
+//! satrun -n 3 --topology topo.xml -- ./prodcons --input in.bmp
+//! satrun --topology topo.xml -n 1 ./a args : -n 2 ./b args
+//! ```
+//!
+//! Everything that can be checked is checked before the first process
+//! starts: the command line, the topology (parsed, validated and sized
+//! against the number of processes), the provider and the programs. Then
+//! satrun opens the seed socket, hands it to rank 0, starts every rank with
+//! its environment, prefixes every line they print with their rank, and
+//! supervises them: when one fails, the others are stopped, and satrun exits
+//! with the failure's status.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::topology::{Topology, TopologyError};
+use crate::transport::fabric::{check_provider, remove_shm_leftovers};
+use crate::transport::{Provider, TransportError};
+
+mod sys;
+
+/// The help text of `satrun --help`.
+pub const USAGE: &str = "\
+satrun: start the processes of a SAT run on this host
+
+Usage:
+  satrun -n N [--topology FILE] [--provider shm|tcp|verbs] [--] PROG [ARGS...]
+  satrun [--topology FILE] [--provider P] -n N1 PROG1 [ARGS...] : -n N2 PROG2 [ARGS...] ...
+
+Options:
+  -n, -np N          run N processes of PROG; with ':' several programs share one run
+                     and take the ranks in the order they are written
+  --topology FILE    the topology of the run (XML, the SAT report's Figure 11); it is
+                     also found in PROG's own arguments (--topology FILE or
+                     --topology=FILE); without one, rank 0 is the only server and
+                     every other rank a client of it with role 1
+  --provider NAME    the libfabric provider: shm (this host), tcp or verbs;
+                     default: $SAT_PROVIDER, else shm
+  --                 the end of satrun's options: the next argument is PROG
+  -h, --help         print this help
+
+Every line a process prints is prefixed with its rank: \"[2] ...\".
+Exit status: 0 when every process exits with 0; otherwise the status of the
+first process that failed (1 if a signal killed it); 128+N when satrun was
+stopped by signal N; 2 when the run could not start.
+";
+
+/// How long the ranks have to exit after SIGTERM before SIGKILL.
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(3);
+
+/// How long satrun waits for the last output of the ranks once they are all
+/// gone (a descendant of a rank may still hold its pipes open).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(1);
+
+/// A line longer than this is forwarded in pieces.
+const MAX_LINE: usize = 1 << 20;
+
+/// Exit status when the run could not start.
+pub const EXIT_NOT_STARTED: i32 = 2;
+
+/// Why satrun could not start the run; printed as `satrun: <error>`.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The command line is wrong.
+    #[error("{0}\nTry 'satrun --help' for more information.")]
+    Usage(String),
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// `--provider` or `SAT_PROVIDER` names no provider.
+    #[error("{0}")]
+    UnknownProvider(String),
+    #[error(transparent)]
+    Provider(#[from] TransportError),
+    /// A program cannot be started.
+    #[error("cannot run {program} (ranks {first} to {last}): {reason}")]
+    Program {
+        program: String,
+        first: u32,
+        last: u32,
+        reason: String,
+    },
+    /// The operating system refused something satrun needs.
+    #[error("{what}: {error}")]
+    System { what: String, error: io::Error },
+}
+
+/// One program of the command line and how many processes run it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppContext {
+    pub count: u32,
+    pub program: OsString,
+    pub args: Vec<OsString>,
+}
+
+/// The command line of a run, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LaunchArgs {
+    /// In declaration order: the ranks are numbered across them.
+    pub apps: Vec<AppContext>,
+    /// `--topology` given to satrun.
+    pub topology: Option<PathBuf>,
+    /// `--provider` given to satrun.
+    pub provider: Option<String>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    Help,
+    Run(LaunchArgs),
+}
+
+fn usage(message: impl Into<String>) -> LaunchError {
+    LaunchError::Usage(message.into())
+}
+
+/// Parses satrun's arguments (without the program name).
+pub fn parse_args<I>(args: I) -> Result<Invocation, LaunchError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut out = LaunchArgs::default();
+    let mut count: Option<u32> = None;
+    let mut i = 0;
+    // Program contexts: options, then PROG, then its arguments up to ':'.
+    while i < args.len() {
+        let arg = &args[i];
+        let text = arg.to_str().unwrap_or("");
+        let mut value_of = |name: &str| -> Result<OsString, LaunchError> {
+            i += 1;
+            args.get(i)
+                .cloned()
+                .ok_or_else(|| usage(format!("{name} needs a value")))
+        };
+        match text {
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "-n" | "-np" | "--np" => {
+                let value = value_of(text)?;
+                set_count(&mut count, &value)?;
+            }
+            "--topology" => {
+                let value = value_of(text)?;
+                set_once(&mut out.topology, PathBuf::from(value), "--topology")?;
+            }
+            "--provider" => {
+                let value = value_of(text)?;
+                let value = value.to_string_lossy().into_owned();
+                set_once(&mut out.provider, value, "--provider")?;
+            }
+            ":" => {
+                return Err(usage(
+                    "':' must follow a program: -n N PROG [ARGS...] : -n M PROG2 [ARGS...]",
+                ))
+            }
+            "--" => {
+                i += 1;
+                let program = args
+                    .get(i)
+                    .ok_or_else(|| usage("'--' must be followed by the program to run"))?;
+                i = take_program(&args, i, program, &mut count, &mut out)?;
+                continue;
+            }
+            _ => {
+                if let Some(value) = text.strip_prefix("--topology=") {
+                    set_once(&mut out.topology, PathBuf::from(value), "--topology")?;
+                } else if let Some(value) = text.strip_prefix("--provider=") {
+                    set_once(&mut out.provider, value.to_owned(), "--provider")?;
+                } else if let Some(value) = text
+                    .strip_prefix("-n")
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                {
+                    set_count(&mut count, OsStr::new(value))?;
+                } else if arg.as_bytes().starts_with(b"-") {
+                    return Err(usage(format!(
+                        "unknown option '{}'; if it is the program's, write '--' before \
+                         the program",
+                        arg.to_string_lossy()
+                    )));
+                } else {
+                    i = take_program(&args, i, arg, &mut count, &mut out)?;
+                    continue;
+                }
+            }
+        }
+        i += 1;
+    }
+    if out.apps.is_empty() {
+        return Err(usage("no program to run: satrun -n N [--] PROG [ARGS...]"));
+    }
+    if count.is_some() {
+        return Err(usage("-n N must be followed by the program to run"));
+    }
+    Ok(Invocation::Run(out))
+}
+
+/// Takes PROG at `args[at]` and its arguments up to ':'; returns the index
+/// after them.
+fn take_program(
+    args: &[OsString],
+    at: usize,
+    program: &OsString,
+    count: &mut Option<u32>,
+    out: &mut LaunchArgs,
+) -> Result<usize, LaunchError> {
+    let Some(n) = count.take() else {
+        return Err(usage(format!(
+            "how many processes run {}? write -n N before it",
+            program.to_string_lossy()
+        )));
+    };
+    let mut end = at + 1;
+    while end < args.len() && args[end] != ":" {
+        end += 1;
+    }
+    out.apps.push(AppContext {
+        count: n,
+        program: program.clone(),
+        args: args[at + 1..end].to_vec(),
+    });
+    if end < args.len() {
+        // Skip the ':', which must introduce another program.
+        end += 1;
+        if end == args.len() {
+            return Err(usage("nothing after ':'; give -n N PROG [ARGS...]"));
+        }
+    }
+    Ok(end)
+}
+
+fn set_count(count: &mut Option<u32>, value: &OsStr) -> Result<(), LaunchError> {
+    let text = value.to_string_lossy();
+    let n: u32 = text
+        .parse()
+        .map_err(|_| usage(format!("-n takes a number of processes, not '{text}'")))?;
+    if n == 0 {
+        return Err(usage("-n 0 starts no process; give at least 1"));
+    }
+    if count.replace(n).is_some() {
+        return Err(usage("-n is given twice for the same program"));
+    }
+    Ok(())
+}
+
+fn set_once<T: PartialEq>(slot: &mut Option<T>, value: T, name: &str) -> Result<(), LaunchError> {
+    match slot {
+        Some(old) if *old != value => Err(usage(format!("{name} is given twice"))),
+        _ => {
+            *slot = Some(value);
+            Ok(())
+        }
+    }
+}
+
+/// `--topology FILE` or `--topology=FILE` in a program's own arguments (the
+/// report's command lines pass it to the program, which hands it to the seed).
+pub fn topology_in_program_args(args: &[OsString]) -> Option<PathBuf> {
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if arg == "--topology" {
+            return iter.next().map(PathBuf::from);
+        }
+        if let Some(value) = arg.as_bytes().strip_prefix(b"--topology=") {
+            return Some(PathBuf::from(OsStr::from_bytes(value)));
+        }
+    }
+    None
+}
+
+/// One process of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankPlan {
+    pub rank: u32,
+    pub program: OsString,
+    pub args: Vec<OsString>,
+}
+
+/// A run checked and ready to start.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub ranks: Vec<RankPlan>,
+    pub topology: Topology,
+    /// The topology file, absolute, when one was given.
+    pub topology_file: Option<PathBuf>,
+    pub provider: Provider,
+}
+
+impl Plan {
+    pub fn size(&self) -> u32 {
+        self.ranks.len() as u32
+    }
+}
+
+/// Checks everything before a process starts: the topology (read, validated,
+/// sized against the ranks), the provider (`--provider`, else the
+/// `env_provider` value of `SAT_PROVIDER`, else shm) and the programs.
+pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, LaunchError> {
+    let mut ranks = Vec::new();
+    for app in &args.apps {
+        for _ in 0..app.count {
+            let rank = u32::try_from(ranks.len()).map_err(|_| usage("too many processes"))?;
+            ranks.push(RankPlan {
+                rank,
+                program: app.program.clone(),
+                args: app.args.clone(),
+            });
+        }
+    }
+    let size = u32::try_from(ranks.len()).map_err(|_| usage("too many processes"))?;
+
+    let file = find_topology_file(args)?;
+    let topology = match &file {
+        Some(path) => Topology::from_file(path)?,
+        None => Topology::default_for(size),
+    };
+    topology.check_size(size)?;
+    let topology_file = match file {
+        Some(path) => Some(
+            std::fs::canonicalize(&path).map_err(|error| LaunchError::System {
+                what: format!("{}: cannot resolve the path", path.display()),
+                error,
+            })?,
+        ),
+        None => None,
+    };
+
+    let provider = match (&args.provider, env_provider) {
+        (Some(name), _) => Provider::parse(name).map_err(LaunchError::UnknownProvider)?,
+        (None, Some(name)) if !name.is_empty() => Provider::parse(&name.to_string_lossy())
+            .map_err(|e| LaunchError::UnknownProvider(format!("SAT_PROVIDER: {e}")))?,
+        _ => Provider::Shm,
+    };
+    check_provider(provider)?;
+
+    let mut first = 0u32;
+    for app in &args.apps {
+        if let Err(reason) = check_program(&app.program) {
+            return Err(LaunchError::Program {
+                program: app.program.to_string_lossy().into_owned(),
+                first,
+                last: first + app.count - 1,
+                reason,
+            });
+        }
+        first += app.count;
+    }
+
+    Ok(Plan {
+        ranks,
+        topology,
+        topology_file,
+        provider,
+    })
+}
+
+/// satrun's `--topology`, else the first found in the programs' arguments;
+/// two different files are an error.
+fn find_topology_file(args: &LaunchArgs) -> Result<Option<PathBuf>, LaunchError> {
+    let mut found: Option<(PathBuf, String)> = args
+        .topology
+        .clone()
+        .map(|p| (p, "satrun's --topology".to_owned()));
+    for app in &args.apps {
+        let Some(path) = topology_in_program_args(&app.args) else {
+            continue;
+        };
+        let origin = format!("the --topology of {}", app.program.to_string_lossy());
+        match &found {
+            None => found = Some((path, origin)),
+            Some((known, known_origin)) if !same_file(known, &path) => {
+                return Err(usage(format!(
+                    "{known_origin} is {} but {origin} is {}; name one topology",
+                    known.display(),
+                    path.display()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found.map(|(p, _)| p))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// Whether `program` names an executable file, directly or through PATH.
+fn check_program(program: &OsStr) -> Result<(), String> {
+    let executable = |path: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+        if !meta.is_file() {
+            return Err("not a file".into());
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err("not executable (chmod +x)".into());
+        }
+        Ok(())
+    };
+    if program.as_bytes().contains(&b'/') {
+        return executable(Path::new(program));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if std::env::split_paths(&path).any(|dir| executable(&dir.join(program)).is_ok()) {
+        Ok(())
+    } else {
+        Err("command not found in PATH".into())
+    }
+}
+
+/// What the supervisor hears about.
+enum Event {
+    /// A rank's process has exited (not yet reaped).
+    Exited(u32),
+    /// satrun received a signal; `from_terminal` when the ranks got it too.
+    Signal { sig: i32, from_terminal: bool },
+}
+
+/// Counts the output streams still open, so satrun can wait for the last
+/// lines before exiting.
+#[derive(Default)]
+struct OpenStreams {
+    count: Mutex<usize>,
+    closed: Condvar,
+}
+
+impl OpenStreams {
+    fn opened(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    }
+
+    fn close(&self) {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        self.closed.notify_all();
+    }
+
+    fn wait_all_closed(&self, timeout: Duration) {
+        let guard = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.closed.wait_timeout_while(guard, timeout, |n| *n > 0);
+    }
+}
+
+/// Writes `satrun: <message>` to stderr as one line.
+fn notice(message: &str) {
+    let line = format!("satrun: {message}\n");
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(line.as_bytes());
+    let _ = err.flush();
+}
+
+/// Forwards a rank's stream line by line, each prefixed `[rank] `.
+fn forward_lines(rank: u32, stream: impl Read, to_stderr: bool, open: Arc<OpenStreams>) {
+    let prefix = format!("[{rank}] ");
+    let mut reader = BufReader::with_capacity(64 * 1024, stream);
+    let mut line = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        match (&mut reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+        out.clear();
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(&line);
+        if !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        // Write errors (a closed satrun stdout) are ignored: the pipe keeps
+        // being drained so the rank never blocks on a full pipe.
+        if to_stderr {
+            let mut err = io::stderr().lock();
+            let _ = err.write_all(&out);
+            let _ = err.flush();
+        } else {
+            let mut stdout = io::stdout().lock();
+            let _ = stdout.write_all(&out);
+            let _ = stdout.flush();
+        }
+    }
+    open.close();
+}
+
+fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    thread::Builder::new()
+        .name(name)
+        .stack_size(128 * 1024)
+        .spawn(f)
+        .map(|_| ())
+}
+
+/// A rank that has been started.
+struct Running {
+    rank: u32,
+    program: String,
+    pid: u32,
+    /// `None` once reaped.
+    child: Option<Child>,
+}
+
+/// Starts the run and supervises it until every rank is gone; returns
+/// satrun's exit status.
+///
+/// Meant for the satrun process itself: it blocks SIGINT, SIGTERM and SIGHUP
+/// in the calling thread (a dedicated thread receives and forwards them) and
+/// makes the process a child subreaper.
+pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
+    let system = |what: &str| {
+        let what = what.to_owned();
+        move |error| LaunchError::System { what, error }
+    };
+    // Before any thread exists, so every thread inherits the blocked mask
+    // and only the watcher below receives these signals.
+    let signals = sys::block_forwarded_signals().map_err(system("blocking signals"))?;
+    sys::become_subreaper();
+    let (events, inbox) = mpsc::channel::<Event>();
+    {
+        let events = events.clone();
+        spawn_thread("satrun-signals".into(), move || loop {
+            let (sig, from_terminal) = sys::wait_signal(&signals);
+            if events.send(Event::Signal { sig, from_terminal }).is_err() {
+                return;
+            }
+        })
+        .map_err(system("starting the signal thread"))?;
+    }
+
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(system("opening the seed socket on 127.0.0.1"))?;
+    let seed = listener
+        .local_addr()
+        .map_err(system("reading the seed socket address"))?;
+    let mut listener = Some(listener);
+    let parent = sys::my_pid();
+    let open_streams = Arc::new(OpenStreams::default());
+    let mut running: Vec<Running> = Vec::with_capacity(plan.ranks.len());
+    let mut start_failure: Option<i32> = None;
+
+    for rank in &plan.ranks {
+        let mut cmd = Command::new(&rank.program);
+        cmd.args(&rank.args)
+            .env("SAT_RANK", rank.rank.to_string())
+            .env("SAT_SIZE", plan.size().to_string())
+            .env("SAT_SEED", seed.to_string())
+            .env("SAT_PROVIDER", plan.provider.name())
+            .env("SAT_LAUNCHER", "satrun")
+            .env("SAT_OUTPUT_PREFIXED", "1")
+            .env_remove("SAT_SEED_FD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match &plan.topology_file {
+            Some(path) => cmd.env("SAT_TOPOLOGY", path),
+            None => cmd.env_remove("SAT_TOPOLOGY"),
+        };
+        let seed_fd = match (&listener, rank.rank) {
+            (Some(l), 0) => Some(l.as_raw_fd()),
+            _ => None,
+        };
+        if let Some(fd) = seed_fd {
+            cmd.env("SAT_SEED_FD", fd.to_string());
+            // Like mpirun: standard input goes to rank 0 only.
+            cmd.stdin(Stdio::inherit());
+        } else {
+            cmd.stdin(Stdio::null());
+        }
+        // SAFETY: child_setup only makes async-signal-safe calls and
+        // allocates nothing; it captures two plain integers.
+        unsafe {
+            cmd.pre_exec(move || sys::child_setup(parent, seed_fd));
+        }
+        let program = rank.program.to_string_lossy().into_owned();
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                notice(&format!("cannot start rank {} ({program}): {e}", rank.rank));
+                start_failure = Some(match e.kind() {
+                    io::ErrorKind::NotFound => 127,
+                    io::ErrorKind::PermissionDenied => 126,
+                    _ => 1,
+                });
+                break;
+            }
+        };
+        if rank.rank == 0 {
+            // Rank 0 holds the seed socket now; satrun's copy would keep the
+            // port open after rank 0 is gone.
+            listener = None;
+        }
+        let pid = child.id();
+        for (stream, to_stderr) in [
+            (
+                child
+                    .stdout
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+                false,
+            ),
+            (
+                child
+                    .stderr
+                    .take()
+                    .map(|s| Box::new(s) as Box<dyn Read + Send>),
+                true,
+            ),
+        ] {
+            if let Some(stream) = stream {
+                let open = open_streams.clone();
+                open.opened();
+                let r = rank.rank;
+                if let Err(e) = spawn_thread(format!("satrun-out-{r}"), move || {
+                    forward_lines(r, stream, to_stderr, open)
+                }) {
+                    open_streams.close();
+                    notice(&format!("cannot forward the output of rank {r}: {e}"));
+                }
+            }
+        }
+        let events = events.clone();
+        let r = rank.rank;
+        let waiter = spawn_thread(format!("satrun-wait-{r}"), move || {
+            let _ = sys::wait_exited_no_reap(pid);
+            let _ = events.send(Event::Exited(r));
+        });
+        running.push(Running {
+            rank: rank.rank,
+            program,
+            pid,
+            child: Some(child),
+        });
+        if let Err(e) = waiter {
+            notice(&format!("cannot watch rank {r}: {e}"));
+            start_failure = Some(1);
+            break;
+        }
+    }
+    drop(listener);
+    drop(events);
+
+    let code = supervise(&mut running, &inbox, start_failure);
+
+    for r in &running {
+        match remove_shm_leftovers(r.pid) {
+            Ok(0) => {}
+            Ok(n) => notice(&format!(
+                "removed {n} shared-memory files left by rank {} (pid {})",
+                r.rank, r.pid
+            )),
+            Err(e) => notice(&format!(
+                "cannot remove the shared-memory files of rank {} (pid {}): {e}",
+                r.rank, r.pid
+            )),
+        }
+    }
+    open_streams.wait_all_closed(OUTPUT_DRAIN);
+    sys::reap_orphans();
+    Ok(code)
+}
+
+/// Waits for every rank; on the first failure (or a signal to satrun, or a
+/// rank that could not start) stops the others: SIGTERM, then SIGKILL after
+/// [`TERMINATE_GRACE`]. Returns satrun's exit status.
+fn supervise(
+    running: &mut [Running],
+    inbox: &mpsc::Receiver<Event>,
+    start_failure: Option<i32>,
+) -> i32 {
+    let mut live = running.len();
+    let mut code: Option<i32> = start_failure;
+    let mut kill_at: Option<Instant> = None;
+    let mut give_up_at: Option<Instant> = None;
+    if start_failure.is_some() {
+        kill_at = Some(stop_all(running, libc::SIGTERM));
+    }
+    while live > 0 {
+        let deadline = give_up_at.or(kill_at);
+        let event = match deadline {
+            Some(t) => inbox.recv_timeout(t.saturating_duration_since(Instant::now())),
+            None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match event {
+            Ok(Event::Exited(rank)) => {
+                let Some(r) = running.iter_mut().find(|r| r.rank == rank) else {
+                    continue;
+                };
+                let Some(mut child) = r.child.take() else {
+                    continue;
+                };
+                live -= 1;
+                let status = match child.wait() {
+                    Ok(status) => status,
+                    Err(e) => {
+                        notice(&format!("cannot reap rank {rank}: {e}"));
+                        ExitStatus::from_raw(1 << 8)
+                    }
+                };
+                if !status.success() && code.is_none() {
+                    notice(&format!("rank {rank} ({}) {}", r.program, describe(status)));
+                    code = Some(match status.code() {
+                        Some(c) if c != 0 => c,
+                        _ => 1,
+                    });
+                    if live > 0 {
+                        notice(&format!(
+                            "stopping the {live} other running rank{}",
+                            if live == 1 { "" } else { "s" }
+                        ));
+                        kill_at = Some(stop_all(running, libc::SIGTERM));
+                    }
+                }
+            }
+            Ok(Event::Signal { sig, from_terminal }) => {
+                if kill_at.is_some() || give_up_at.is_some() {
+                    // A second signal while stopping: no more grace.
+                    notice(&format!(
+                        "{}: killing every rank now",
+                        sys::signal_name(sig)
+                    ));
+                    stop_all(running, libc::SIGKILL);
+                    kill_at = None;
+                    give_up_at = Some(Instant::now() + TERMINATE_GRACE);
+                    continue;
+                }
+                notice(&format!(
+                    "received {}; stopping the {live} running rank{}",
+                    sys::signal_name(sig),
+                    if live == 1 { "" } else { "s" }
+                ));
+                code.get_or_insert(128 + sig);
+                // From the terminal, the ranks (in satrun's process group)
+                // received the signal too; only their descendants need it.
+                let sig_to_ranks = if from_terminal { 0 } else { sig };
+                kill_at = Some(stop_all_with(running, sig_to_ranks, sig));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if give_up_at.is_some() {
+                    let left: Vec<String> = running
+                        .iter()
+                        .filter(|r| r.child.is_some())
+                        .map(|r| format!("{} (pid {})", r.rank, r.pid))
+                        .collect();
+                    notice(&format!(
+                        "ranks {} did not exit after SIGKILL; giving up on them",
+                        left.join(", ")
+                    ));
+                    break;
+                }
+                notice(&format!(
+                    "{live} rank{} still running {} s after SIGTERM: sending SIGKILL",
+                    if live == 1 { "" } else { "s" },
+                    TERMINATE_GRACE.as_secs()
+                ));
+                stop_all(running, libc::SIGKILL);
+                kill_at = None;
+                give_up_at = Some(Instant::now() + TERMINATE_GRACE);
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    code.unwrap_or(0)
+}
+
+/// Sends `sig` to every rank still running and to its descendants; returns
+/// the moment to escalate to SIGKILL.
+fn stop_all(running: &[Running], sig: i32) -> Instant {
+    stop_all_with(running, sig, sig)
+}
+
+/// Sends `to_ranks` (0: nothing) to the ranks still running and
+/// `to_descendants` to their descendants.
+fn stop_all_with(running: &[Running], to_ranks: i32, to_descendants: i32) -> Instant {
+    let alive: Vec<u32> = running
+        .iter()
+        .filter(|r| r.child.is_some())
+        .map(|r| r.pid)
+        .collect();
+    for pid in sys::descendants(&alive) {
+        let _ = sys::send_signal(pid, to_descendants);
+    }
+    if to_ranks != 0 {
+        for &pid in &alive {
+            if let Err(e) = sys::send_signal(pid, to_ranks) {
+                notice(&format!("cannot signal pid {pid}: {e}"));
+            }
+        }
+    }
+    Instant::now() + TERMINATE_GRACE
+}
+
+/// "exited with status 3", "was killed by signal SIGKILL (9)".
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!(
+            "was killed by signal {} ({sig}){}",
+            sys::signal_name(sig),
+            if status.core_dumped() {
+                ", core dumped"
+            } else {
+                ""
+            }
+        ),
+        _ => format!("ended with {status}"),
+    }
+}
+
+/// The whole of satrun: parse, check, run. Returns the exit status; errors
+/// are printed as `satrun: <error>`.
+pub fn main<I>(args: I) -> i32
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    let outcome = parse_args(args).and_then(|invocation| match invocation {
+        Invocation::Help => {
+            let mut out = io::stdout().lock();
+            let _ = out.write_all(USAGE.as_bytes());
+            let _ = out.flush();
+            Ok(None)
+        }
+        Invocation::Run(args) => {
+            let plan = plan(&args, std::env::var_os("SAT_PROVIDER").as_deref())?;
+            Ok(Some(plan))
+        }
+    });
+    let plan = match outcome {
+        Ok(Some(plan)) => plan,
+        Ok(None) => return 0,
+        Err(e) => {
+            notice(&e.to_string());
+            return EXIT_NOT_STARTED;
+        }
+    };
+    match run(&plan) {
+        Ok(code) => code,
+        Err(e) => {
+            notice(&e.to_string());
+            EXIT_NOT_STARTED
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,587 @@
+//! satrun end to end, with /bin/sh programs as the ranks.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const SATRUN: &str = env!("CARGO_BIN_EXE_satrun");
+
+/// A run must end well before this.
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Output {
+    fn lines(&self) -> BTreeSet<String> {
+        self.stdout.lines().map(str::to_owned).collect()
+    }
+}
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("satrun-cli-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn satrun() -> Command {
+    let mut cmd = Command::new(SATRUN);
+    cmd.env_remove("SAT_PROVIDER")
+        .env_remove("SAT_TOPOLOGY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs satrun to completion (at most [`LIMIT`]), collecting its output.
+fn finish(mut cmd: Command, on_start: impl FnOnce(u32)) -> Output {
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("start satrun");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        out.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    on_start(child.id());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "satrun did not return within {LIMIT:?}; stderr so far: {}",
+                err.join().unwrap()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let elapsed = start.elapsed();
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        elapsed,
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    let mut cmd = satrun();
+    cmd.args(args);
+    finish(cmd, |_| {})
+}
+
+fn topology(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("topologies")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn bad_topology(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/topology")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn set(lines: &[&str]) -> BTreeSet<String> {
+    lines.iter().map(|s| s.to_string()).collect()
+}
+
+/// Waits until `file` holds `n` lines; returns them.
+fn wait_lines(file: &Path, n: usize) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        if lines.len() >= n {
+            return lines;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "{} never got {n} lines",
+            file.display()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn assert_dead(pids: &[String]) {
+    for pid in pids {
+        let pid = pid.trim();
+        assert!(!pid.is_empty());
+        // A process killed at the very end may still be a zombie for the
+        // moment its new parent takes to reap it.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        assert!(
+            matches!(state, None | Some("Z") | Some("X")),
+            "process {pid} outlived satrun: {stat}"
+        );
+    }
+}
+
+#[test]
+fn every_line_is_prefixed_and_every_rank_has_its_environment() {
+    let o = run(&[
+        "-n",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "echo $SAT_RANK $SAT_SIZE $SAT_PROVIDER; \
+         echo $SAT_LAUNCHER $SAT_OUTPUT_PREFIXED ${SAT_TOPOLOGY:-no-topology}; \
+         echo seed ${SAT_SEED%:*}; echo oops $SAT_RANK >&2",
+    ]);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(
+        o.lines(),
+        set(&[
+            "[0] 0 3 shm",
+            "[1] 1 3 shm",
+            "[2] 2 3 shm",
+            "[0] satrun 1 no-topology",
+            "[1] satrun 1 no-topology",
+            "[2] satrun 1 no-topology",
+            "[0] seed 127.0.0.1",
+            "[1] seed 127.0.0.1",
+            "[2] seed 127.0.0.1",
+        ])
+    );
+    let err: BTreeSet<String> = o.stderr.lines().map(str::to_owned).collect();
+    assert_eq!(err, set(&["[0] oops 0", "[1] oops 1", "[2] oops 2"]));
+}
+
+#[test]
+fn only_rank_0_gets_the_listening_seed_socket() {
+    // Rank 0 finds the socket behind SAT_SEED_FD in /proc/net/tcp: state 0A
+    // is LISTEN, and its port is the one of SAT_SEED.
+    let script = r#"
+        if [ -n "$SAT_SEED_FD" ]; then
+            test -e /proc/self/fd/$SAT_SEED_FD && echo fd exists
+            link=$(readlink /proc/self/fd/$SAT_SEED_FD)
+            ino=${link#socket:[}; ino=${ino%]}
+            port=$(printf '%04X' ${SAT_SEED##*:})
+            awk -v ino="$ino" -v port="$port" \
+                '$10 == ino { split($2, a, ":"); print "state", $4, "port", (a[2] == port ? "matches" : "differs") }' \
+                /proc/net/tcp
+        else
+            echo no seed fd
+        fi"#;
+    let o = run(&["-n", "3", "--", "sh", "-c", script]);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(
+        o.lines(),
+        set(&[
+            "[0] fd exists",
+            "[0] state 0A port matches",
+            "[1] no seed fd",
+            "[2] no seed fd",
+        ]),
+        "stderr: {}",
+        o.stderr
+    );
+}
+
+#[test]
+fn a_last_line_without_newline_is_printed() {
+    let o = run(&[
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "printf 'one\\ntwo'; printf 'three' >&2",
+    ]);
+    assert!(o.status.success());
+    assert_eq!(o.stdout, "[0] one\n[0] two\n");
+    assert_eq!(o.stderr, "[0] three\n");
+}
+
+#[test]
+fn lines_of_several_ranks_never_mix() {
+    let line = "x".repeat(300);
+    let script =
+        format!("i=0; while [ $i -lt 300 ]; do echo ${{SAT_RANK}}{line}; i=$((i+1)); done");
+    let o = run(&["-n", "4", "sh", "-c", &script]);
+    assert!(o.status.success(), "{}", o.stderr);
+    let mut per_rank = [0; 4];
+    for l in o.stdout.lines() {
+        let rank: usize = l[1..2].parse().unwrap();
+        assert_eq!(l, format!("[{rank}] {rank}{line}"));
+        per_rank[rank] += 1;
+    }
+    assert_eq!(per_rank, [300; 4]);
+}
+
+#[test]
+fn mpmd_ranks_follow_the_declaration_order() {
+    let o = run(&[
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo a $SAT_RANK $SAT_SIZE",
+        ":",
+        "-n",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo b $SAT_RANK $SAT_SIZE",
+        ":",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo c $SAT_RANK $SAT_SIZE",
+    ]);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(
+        o.lines(),
+        set(&["[0] a 0 4", "[1] b 1 4", "[2] b 2 4", "[3] c 3 4"])
+    );
+}
+
+#[test]
+fn a_failing_rank_sets_the_exit_status_and_stops_the_others() {
+    let dir = Scratch::new("exit-status");
+    let pids = dir.path("pids");
+    let script = format!(
+        "echo $$ >> {pids}; if [ $SAT_RANK = 2 ]; then exit 7; fi; exec sleep 1000",
+        pids = pids.display()
+    );
+    let o = run(&["-n", "3", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(7), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("satrun: rank 2 (sh) exited with status 7"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
+    assert_dead(&wait_lines(&pids, 3));
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_is_reported_and_the_others_are_stopped() {
+    let dir = Scratch::new("kill9");
+    let pids = dir.path("pids");
+    // Rank 1 waits until every rank has written its pid, then kills itself.
+    let script = format!(
+        "echo $$ >> {pids}; \
+         if [ $SAT_RANK = 1 ]; then \
+           while [ $(wc -l < {pids}) -lt 3 ]; do sleep 0.05; done; kill -9 $$; \
+         fi; exec sleep 1000",
+        pids = pids.display()
+    );
+    let o = run(&["-n", "3", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(1), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("satrun: rank 1 (sh) was killed by signal SIGKILL (9)"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
+    assert_dead(&wait_lines(&pids, 3));
+}
+
+#[test]
+fn a_rank_that_ignores_sigterm_gets_sigkill() {
+    let dir = Scratch::new("ignore-term");
+    let pids = dir.path("pids");
+    let script = format!(
+        "echo $$ >> {pids}; \
+         if [ $SAT_RANK = 0 ]; then \
+           while [ $(wc -l < {pids}) -lt 2 ]; do sleep 0.05; done; exit 3; \
+         fi; trap '' TERM; exec sleep 1000",
+        pids = pids.display()
+    );
+    let o = run(&["-n", "2", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
+    assert!(o.stderr.contains("sending SIGKILL"), "{}", o.stderr);
+    assert!(o.elapsed >= Duration::from_secs(3), "{:?}", o.elapsed);
+    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
+    assert_dead(&wait_lines(&pids, 2));
+}
+
+#[test]
+fn the_children_of_a_rank_are_stopped_too() {
+    let dir = Scratch::new("grandchildren");
+    let pids = dir.path("pids");
+    // Rank 1 starts a background sleep that holds its output pipe open.
+    let script = format!(
+        "if [ $SAT_RANK = 1 ]; then sleep 1000 & echo $! >> {pids}; wait; fi; \
+         while [ \"$(cat {pids} 2>/dev/null)\" = '' ]; do sleep 0.05; done; exit 4",
+        pids = pids.display()
+    );
+    let o = run(&["-n", "2", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(4), "{}", o.stderr);
+    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
+    assert_dead(&wait_lines(&pids, 1));
+}
+
+#[test]
+fn sigterm_to_satrun_reaches_every_rank() {
+    let dir = Scratch::new("sigterm");
+    let pids = dir.path("pids");
+    let script = format!("echo $$ >> {}; exec sleep 1000", pids.display());
+    let mut cmd = satrun();
+    cmd.args(["-n", "3", "sh", "-c", &script]);
+    let o = finish(cmd, |satrun_pid| {
+        wait_lines(&pids, 3);
+        let status = Command::new("kill")
+            .args(["-TERM", &satrun_pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", o.stderr);
+    assert!(o.stderr.contains("received SIGTERM"), "{}", o.stderr);
+    assert_dead(&wait_lines(&pids, 3));
+}
+
+#[test]
+fn no_rank_outlives_a_killed_satrun() {
+    let dir = Scratch::new("sigkill-satrun");
+    let pids = dir.path("pids");
+    let script = format!("echo $$ >> {}; exec sleep 1000", pids.display());
+    let mut cmd = satrun();
+    cmd.args(["-n", "3", "sh", "-c", &script]);
+    let o = finish(cmd, |satrun_pid| {
+        wait_lines(&pids, 3);
+        let status = Command::new("kill")
+            .args(["-KILL", &satrun_pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    assert_eq!(o.status.signal(), Some(9));
+    // The ranks die with their parent (PR_SET_PDEATHSIG); give init a moment
+    // to reap them.
+    let pids = wait_lines(&pids, 3);
+    let start = Instant::now();
+    while pids
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{}", p.trim())).exists())
+        && start.elapsed() < Duration::from_secs(5)
+    {
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert_dead(&pids);
+}
+
+/// Runs satrun with ranks that would create `marker`, and checks that it
+/// refused to start: status 2, no marker. Returns stderr.
+fn refused(args_before_program: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = Scratch::new("refused");
+    let marker = dir.path("marker");
+    let script = format!("touch {}", marker.display());
+    let mut cmd = satrun();
+    cmd.args(args_before_program)
+        .args(["--", "sh", "-c", &script]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = finish(cmd, |_| {});
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", o.stderr);
+    assert!(!marker.exists(), "a rank was started: {}", o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(o.stderr.starts_with("satrun: "), "{}", o.stderr);
+    o.stderr
+}
+
+#[test]
+fn a_client_without_server_stops_everything_before_start() {
+    let file = bad_topology("client-without-server.xml");
+    let m = refused(&["-n", "3", "--topology", &file], &[]);
+    assert!(
+        m.contains("<topology id=\"2\">: client names no server in <servers>"),
+        "{m}"
+    );
+    assert!(m.contains("client-without-server.xml"), "{m}");
+}
+
+#[test]
+fn a_duplicate_id_stops_everything_before_start() {
+    let file = bad_topology("duplicate-id.xml");
+    let m = refused(&["-n", "3", "--topology", &file], &[]);
+    assert!(
+        m.contains("<topology id=\"1\">") && m.contains("id 1 is used twice"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_size_mismatch_stops_everything_before_start() {
+    let file = topology("figure11.xml");
+    let m = refused(&["-n", "2", "--topology", &file], &[]);
+    assert!(
+        m.contains("describes 3 processes") && m.contains("has 2"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_topology_in_the_programs_arguments_is_checked_too() {
+    let dir = Scratch::new("topology-in-args");
+    let marker = dir.path("marker");
+    let script = format!("touch {}", marker.display());
+    let arg = format!("--topology={}", bad_topology("duplicate-id.xml"));
+    let o = run(&["-n", "3", "sh", "-c", &script, "sh", &arg]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!marker.exists());
+    assert!(o.stderr.contains("id 1 is used twice"), "{}", o.stderr);
+}
+
+#[test]
+fn the_topology_file_is_passed_as_an_absolute_path() {
+    let file = topology("figure11.xml");
+    let canonical = std::fs::canonicalize(&file).unwrap();
+    let o = run(&[
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        "echo $SAT_TOPOLOGY",
+        "sh",
+        "--topology",
+        &file,
+    ]);
+    assert!(o.status.success(), "{}", o.stderr);
+    let want = canonical.display().to_string();
+    assert_eq!(
+        o.lines(),
+        set(&[
+            &format!("[0] {want}"),
+            &format!("[1] {want}"),
+            &format!("[2] {want}"),
+        ])
+    );
+}
+
+#[test]
+fn an_unknown_provider_is_rejected() {
+    let m = refused(&["--provider", "carrier-pigeon", "-n", "2"], &[]);
+    assert!(m.contains("unknown provider 'carrier-pigeon'"), "{m}");
+    assert!(m.contains("shm, tcp, verbs"), "{m}");
+    let m = refused(&["-n", "2"], &[("SAT_PROVIDER", "smoke-signals")]);
+    assert!(
+        m.contains("SAT_PROVIDER") && m.contains("smoke-signals"),
+        "{m}"
+    );
+}
+
+#[test]
+fn the_provider_comes_from_the_option_then_the_environment() {
+    let mut cmd = satrun();
+    cmd.env("SAT_PROVIDER", "tcp")
+        .args(["-n", "1", "sh", "-c", "echo $SAT_PROVIDER"]);
+    let o = finish(cmd, |_| {});
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(o.stdout, "[0] tcp\n");
+
+    let mut cmd = satrun();
+    cmd.env("SAT_PROVIDER", "tcp").args([
+        "--provider",
+        "shm",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo $SAT_PROVIDER",
+    ]);
+    let o = finish(cmd, |_| {});
+    assert_eq!(o.stdout, "[0] shm\n");
+}
+
+#[test]
+fn verbs_goes_through_the_provider_check() {
+    // Whether verbs runs here depends on the machine: either the check
+    // passes and the ranks see it, or satrun refuses before starting.
+    let o = run(&[
+        "--provider",
+        "verbs",
+        "-n",
+        "1",
+        "sh",
+        "-c",
+        "echo $SAT_PROVIDER",
+    ]);
+    if o.status.success() {
+        assert_eq!(o.stdout, "[0] verbs\n");
+    } else {
+        assert_eq!(o.status.code(), Some(2), "{}", o.stderr);
+        assert!(o.stdout.is_empty());
+        assert!(o.stderr.contains("verbs"), "{}", o.stderr);
+    }
+}
+
+#[test]
+fn help_and_bad_usage() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    assert!(o.stdout.contains("Usage:") && o.stdout.contains("--topology FILE"));
+
+    for args in [
+        &[][..],
+        &["sh"][..],
+        &["-n", "zero", "sh"][..],
+        &["-n", "1", "--frobnicate", "sh"][..],
+        &["-n", "1", "sh", ":"][..],
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(o.stderr.starts_with("satrun: "), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains("satrun --help"), "{}", o.stderr);
+    }
+}
+
+#[test]
+fn a_missing_program_is_reported_before_start() {
+    let o = run(&["-n", "2", "./no/such/program"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stderr.contains("./no/such/program"), "{}", o.stderr);
+}
