@@ -129,6 +129,8 @@ pub enum TransportError {
     UnknownRank { dest: Rank, size: u32 },
     #[error("header of {len} bytes exceeds the {MAX_HEADER}-byte limit")]
     HeaderTooLarge { len: usize },
+    #[error("payload of {len} bytes exceeds the transport's limit; split it")]
+    PayloadTooLarge { len: usize },
     #[error("malformed endpoint address from rank {rank}: {reason}")]
     BadAddress { rank: Rank, reason: String },
     #[error("peer rank {rank} is unreachable: {reason}")]
@@ -142,8 +144,12 @@ pub trait Sender {
     /// Queue one message to `dest`. When this returns, `header` and a
     /// `Payload::Copy` may be reused; a `Payload::Shared` is kept alive by
     /// the transport until the provider no longer needs it.
-    fn send(&mut self, dest: Rank, header: &[u8], payload: Payload<'_>)
-        -> Result<(), TransportError>;
+    fn send(
+        &mut self,
+        dest: Rank,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<(), TransportError>;
 }
 
 /// A reliable, per-pair-ordered message service between the ranks of a run.

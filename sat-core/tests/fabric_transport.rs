@@ -1,0 +1,489 @@
+//! The libfabric transport against the real providers: several endpoints in
+//! this one process, polled in turn by the test thread.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sat_core::transport::fabric::{
+    check_provider, remove_shm_leftovers, shm_files_of, FabricEndpoint, FabricOptions,
+    FabricTransport, EAGER_LIMIT, PREFIX_LEN,
+};
+use sat_core::transport::{Payload, Provider, Rank, Sender, Transport, TransportError};
+
+/// The tests share this process's /dev/shm files and its two cores: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Only a guard against a hang: every loop below ends by synchronisation.
+const HANG_GUARD: Duration = Duration::from_secs(120);
+
+const HEADER_LEN: usize = 16;
+/// The largest payload that still travels in one eager packet with a
+/// HEADER_LEN-byte header.
+const EAGER: usize = EAGER_LIMIT - PREFIX_LEN - HEADER_LEN;
+
+const SIZES: [usize; 10] = [
+    0,
+    1,
+    64,
+    4096,
+    EAGER - 1,
+    EAGER,
+    EAGER + 1,
+    65536,
+    1 << 20,
+    8 << 20,
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Msg {
+    src: Rank,
+    header: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+fn header(id: u32, len: usize) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[0..4].copy_from_slice(&id.to_le_bytes());
+    h[4..12].copy_from_slice(&(len as u64).to_le_bytes());
+    h[12..16].copy_from_slice(b"SATh");
+    h
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+fn open_all(provider: Provider, n: usize) -> Vec<FabricTransport> {
+    let opts = FabricOptions::new(provider);
+    let eps: Vec<FabricEndpoint> = (0..n)
+        .map(|_| FabricEndpoint::open(&opts).expect("open endpoint"))
+        .collect();
+    let table: Vec<Vec<u8>> = eps.iter().map(|e| e.address().to_vec()).collect();
+    eps.into_iter()
+        .enumerate()
+        .map(|(r, e)| e.connect(r as Rank, &table).expect("connect"))
+        .collect()
+}
+
+/// Polls every endpoint in turn until endpoint `i` has received `want[i]`
+/// messages and every send has completed. Endpoints listed in `echo` send
+/// each message straight back to its sender from inside the callback.
+fn pump(ts: &mut [FabricTransport], want: &[usize], echo: &[usize]) -> Vec<Vec<Msg>> {
+    let mut inbox: Vec<Vec<Msg>> = vec![Vec::new(); ts.len()];
+    let start = Instant::now();
+    loop {
+        let mut drained = true;
+        for (i, t) in ts.iter_mut().enumerate() {
+            let replies = echo.contains(&i);
+            let inbox_i = &mut inbox[i];
+            t.poll(&mut |s: &mut dyn Sender, m| {
+                if replies {
+                    let mut h = m.header.to_vec();
+                    h.extend_from_slice(b"-re");
+                    s.send(m.src, &h, Payload::Copy(m.payload)).expect("reply");
+                }
+                inbox_i.push(Msg {
+                    src: m.src,
+                    header: m.header.to_vec(),
+                    payload: m.payload.to_vec(),
+                });
+            })
+            .expect("poll");
+            drained &= t.sends_drained().expect("sends_drained");
+        }
+        let done = inbox.iter().zip(want).all(|(got, &w)| got.len() >= w);
+        if done && drained {
+            for (i, got) in inbox.iter().enumerate() {
+                assert_eq!(got.len(), want[i], "endpoint {i} got extra messages");
+            }
+            return inbox;
+        }
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "stuck: received {:?} of {want:?}",
+            inbox.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Sends every size as Copy then as Shared; returns what the receiver must
+/// see, in order. The list interleaves eager and large messages.
+fn send_sizes(t: &mut FabricTransport, dest: Rank, seed: u32) -> Vec<Msg> {
+    let mut sent = Vec::new();
+    for (k, &len) in SIZES.iter().enumerate() {
+        for shared in [false, true] {
+            let id = seed * 1000 + (k as u32) * 2 + u32::from(shared);
+            let h = header(id, len);
+            let bytes = pattern(id, len);
+            if shared {
+                let arc: Arc<[u8]> = Arc::from(bytes.clone());
+                t.send(dest, &h, Payload::Shared(&arc))
+                    .expect("send shared");
+                // The transport keeps its own reference until completion.
+                drop(arc);
+            } else {
+                t.send(dest, &h, Payload::Copy(&bytes)).expect("send copy");
+            }
+            sent.push(Msg {
+                src: t.rank(),
+                header: h.to_vec(),
+                payload: bytes,
+            });
+        }
+    }
+    sent
+}
+
+fn assert_same(got: &[Msg], want: &[Msg]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.src, w.src, "message {i}: source");
+        assert_eq!(g.header, w.header, "message {i}: header (order or content)");
+        assert!(
+            g.payload == w.payload,
+            "message {i}: payload of {} bytes differs (expected {})",
+            g.payload.len(),
+            w.payload.len()
+        );
+    }
+}
+
+fn sizes_and_order(provider: Provider) {
+    let _g = serial();
+    let mut ts = open_all(provider, 2);
+    // Both directions at once.
+    let to_b = send_sizes(&mut ts[0], 1, 1);
+    let to_a = send_sizes(&mut ts[1], 0, 2);
+    let got = pump(&mut ts, &[to_a.len(), to_b.len()], &[]);
+    assert_same(&got[1], &to_b);
+    assert_same(&got[0], &to_a);
+}
+
+#[test]
+fn sizes_and_order_shm() {
+    sizes_and_order(Provider::Shm);
+}
+
+#[test]
+fn sizes_and_order_tcp() {
+    sizes_and_order(Provider::Tcp);
+}
+
+/// Two senders interleave small messages with large ones to one receiver;
+/// each sender's messages arrive in its order, with the right source.
+fn two_senders_interleaved(provider: Provider) {
+    let _g = serial();
+    let mut ts = open_all(provider, 3);
+    let mut want_from = [Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..6u32 {
+        for src in [0usize, 2] {
+            let lens: [usize; 4] = match round % 3 {
+                0 => [3 << 20, 10, 0, 200_000],
+                1 => [5, EAGER + 1, 7, 1 << 20],
+                _ => [EAGER, 64, 2 << 20, 1],
+            };
+            for (k, len) in lens.into_iter().enumerate() {
+                let id = (src as u32) * 10_000 + round * 10 + k as u32;
+                let h = header(id, len);
+                let bytes = pattern(id, len);
+                ts[src].send(1, &h, Payload::Copy(&bytes)).expect("send");
+                want_from[src].push(Msg {
+                    src: src as Rank,
+                    header: h.to_vec(),
+                    payload: bytes,
+                });
+            }
+        }
+    }
+    let total = want_from[0].len() + want_from[2].len();
+    let got = pump(&mut ts, &[0, total, 0], &[]);
+    for src in [0usize, 2] {
+        let from: Vec<Msg> = got[1]
+            .iter()
+            .filter(|m| m.src == src as Rank)
+            .cloned()
+            .collect();
+        assert_same(&from, &want_from[src]);
+    }
+}
+
+#[test]
+fn two_senders_interleaved_shm() {
+    two_senders_interleaved(Provider::Shm);
+}
+
+#[test]
+fn two_senders_interleaved_tcp() {
+    two_senders_interleaved(Provider::Tcp);
+}
+
+/// A handler answers from inside `poll` through the lent Sender, with the
+/// payload it is still borrowing from the transport.
+fn replies_from_the_callback(provider: Provider) {
+    let _g = serial();
+    let mut ts = open_all(provider, 2);
+    let sent = send_sizes(&mut ts[0], 1, 3);
+    let got = pump(&mut ts, &[sent.len(), sent.len()], &[1]);
+    assert_same(&got[1], &sent);
+    let replies: Vec<Msg> = sent
+        .iter()
+        .map(|m| {
+            let mut h = m.header.clone();
+            h.extend_from_slice(b"-re");
+            Msg {
+                src: 1,
+                header: h,
+                payload: m.payload.clone(),
+            }
+        })
+        .collect();
+    assert_same(&got[0], &replies);
+}
+
+#[test]
+fn replies_from_the_callback_shm() {
+    replies_from_the_callback(Provider::Shm);
+}
+
+#[test]
+fn replies_from_the_callback_tcp() {
+    replies_from_the_callback(Provider::Tcp);
+}
+
+#[test]
+fn bad_destinations_and_headers_are_errors() {
+    let _g = serial();
+    let mut ts = open_all(Provider::Shm, 2);
+    assert!(matches!(
+        ts[0].send(2, b"x", Payload::None),
+        Err(TransportError::UnknownRank { dest: 2, size: 2 })
+    ));
+    let big = vec![0u8; sat_core::transport::MAX_HEADER + 1];
+    assert!(matches!(
+        ts[0].send(1, &big, Payload::None),
+        Err(TransportError::HeaderTooLarge { .. })
+    ));
+}
+
+#[test]
+fn connect_rejects_malformed_addresses() {
+    let _g = serial();
+    for provider in [Provider::Shm, Provider::Tcp] {
+        let opts = FabricOptions::new(provider);
+        let a = FabricEndpoint::open(&opts).unwrap();
+        let good = a.address().to_vec();
+        let table = vec![good, vec![1, 2, 3]];
+        match a.connect(0, &table) {
+            Err(TransportError::BadAddress { rank: 1, reason }) => {
+                assert!(!reason.is_empty());
+            }
+            Err(e) => panic!("{provider}: wrong error {e}"),
+            Ok(_) => panic!("{provider}: a 3-byte address was accepted"),
+        }
+    }
+}
+
+#[test]
+fn verbs_without_a_device_is_unavailable() {
+    let _g = serial();
+    let check = |r: Result<(), TransportError>| match r {
+        Err(TransportError::ProviderUnavailable {
+            provider: Provider::Verbs,
+            reason,
+        }) => assert!(reason.contains("RDMA device"), "unhelpful reason: {reason}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(()) => {}
+    };
+    // Where a device exists both succeed; here there is none.
+    let has_device = std::path::Path::new("/sys/class/infiniband").exists()
+        && std::fs::read_dir("/sys/class/infiniband")
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+    let checked = check_provider(Provider::Verbs);
+    let opened = FabricEndpoint::open(&FabricOptions::new(Provider::Verbs)).map(drop);
+    if !has_device {
+        assert!(checked.is_err() && opened.is_err());
+    }
+    check(checked);
+    check(opened);
+    check_provider(Provider::Shm).expect("shm is available");
+    check_provider(Provider::Tcp).expect("tcp is available");
+}
+
+#[test]
+fn dropping_endpoints_leaves_no_shm_file() {
+    let _g = serial();
+    let pid = std::process::id();
+    let before = shm_files_of(pid).unwrap();
+    {
+        let mut ts = open_all(Provider::Shm, 3);
+        let during = shm_files_of(pid).unwrap();
+        assert_eq!(
+            during.len(),
+            before.len() + 3,
+            "one region per endpoint: {during:?}"
+        );
+        ts[0].send(1, b"h", Payload::Copy(&[1; 100_000])).unwrap();
+        ts[2].send(1, b"h", Payload::Copy(b"x")).unwrap();
+        pump(&mut ts, &[0, 2, 0], &[]);
+    }
+    assert_eq!(shm_files_of(pid).unwrap(), before);
+}
+
+const CHILD_ENV: &str = "SAT_FABRIC_TEST_CHILD";
+
+/// Not a test of its own: the body of the child process the two tests below
+/// start. It opens an shm endpoint, says so, and waits for its stdin to close.
+#[test]
+fn child_holds_shm_endpoint() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let ep = FabricEndpoint::open(&FabricOptions::new(Provider::Shm)).unwrap();
+    let addr = String::from_utf8_lossy(ep.address())
+        .trim_end_matches('\0')
+        .to_string();
+    println!("READY {addr}");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(ep);
+}
+
+/// Starts a child holding an shm endpoint; returns it once its region exists.
+fn spawn_child() -> (std::process::Child, u32) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "child_holds_shm_endpoint",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
+        // libtest prints "test <name> ... " in front of it on the same line.
+        if line.contains("READY ") {
+            break;
+        }
+    }
+    assert!(
+        !shm_files_of(pid).unwrap().is_empty(),
+        "child has no shm region"
+    );
+    (child, pid)
+}
+
+#[test]
+fn remove_shm_leftovers_of_a_killed_child() {
+    let _g = serial();
+    let (mut child, pid) = spawn_child();
+    child.kill().unwrap(); // SIGKILL: no handler runs
+    child.wait().unwrap();
+    let left = shm_files_of(pid).unwrap();
+    assert!(!left.is_empty(), "SIGKILL should leave the region behind");
+    assert_eq!(remove_shm_leftovers(pid).unwrap(), left.len());
+    assert!(shm_files_of(pid).unwrap().is_empty());
+    assert_eq!(remove_shm_leftovers(pid).unwrap(), 0);
+}
+
+#[test]
+fn sigterm_removes_the_shm_region() {
+    use std::os::unix::process::ExitStatusExt;
+    let _g = serial();
+    let (mut child, pid) = spawn_child();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "dies of the signal: {status:?}"
+    );
+    let left = shm_files_of(pid).unwrap();
+    remove_shm_leftovers(pid).unwrap();
+    assert!(left.is_empty(), "SIGTERM left {left:?}");
+}
+
+/// A rank may send to itself (a server that is also the home of a chunk).
+fn send_to_self(provider: Provider) {
+    let _g = serial();
+    let mut ts = open_all(provider, 2);
+    let small = pattern(5, 100);
+    let large = pattern(6, 1 << 20);
+    ts[0].send(0, b"self-small", Payload::Copy(&small)).unwrap();
+    ts[0].send(0, b"self-large", Payload::Copy(&large)).unwrap();
+    let got = pump(&mut ts, &[2, 0], &[]);
+    assert_eq!(got[0][0].header, b"self-small");
+    assert!(got[0][0].payload == small && got[0][0].src == 0);
+    assert_eq!(got[0][1].header, b"self-large");
+    assert!(got[0][1].payload == large && got[0][1].src == 0);
+}
+
+#[test]
+fn send_to_self_shm() {
+    send_to_self(Provider::Shm);
+}
+
+#[test]
+fn send_to_self_tcp() {
+    send_to_self(Provider::Tcp);
+}
+
+/// A burst far larger than the provider's queues, sent before the receiver
+/// polls once: refused sends queue up in order and nothing is lost.
+fn burst_without_polling(provider: Provider) {
+    let _g = serial();
+    let mut ts = open_all(provider, 2);
+    let lens = [8usize, 4096, 9000, EAGER + 1, 70_000];
+    let mut sent = Vec::new();
+    for i in 0..2500u32 {
+        let len = lens[i as usize % lens.len()];
+        let h = header(i, len);
+        let bytes = pattern(i, len);
+        ts[0].send(1, &h, Payload::Copy(&bytes)).expect("send");
+        sent.push(Msg {
+            src: 0,
+            header: h.to_vec(),
+            payload: bytes,
+        });
+    }
+    let got = pump(&mut ts, &[0, sent.len()], &[]);
+    assert_same(&got[1], &sent);
+}
+
+#[test]
+fn burst_without_polling_shm() {
+    burst_without_polling(Provider::Shm);
+}
+
+#[test]
+fn burst_without_polling_tcp() {
+    burst_without_polling(Provider::Tcp);
+}
