@@ -24,7 +24,12 @@ struct Options {
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { rounds: 10, bytes: 256, forever: false, late: None };
+    let mut o = Options {
+        rounds: 10,
+        bytes: 256,
+        forever: false,
+        late: None,
+    };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -53,16 +58,41 @@ fn options(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// The bytes `from` sends `to` in `round`: different for every triple.
+/// The bytes `from` sends `to` in `round`: different for every triple (the
+/// triple itself leads, then bytes that depend on it and on the position).
 fn pattern(from: u32, to: u32, round: u64, len: usize) -> Vec<u8> {
-    let seed = (from as u64) << 40 ^ (to as u64) << 20 ^ round;
-    (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8).collect()
+    let mut id = [0u8; 16];
+    id[..4].copy_from_slice(&from.to_le_bytes());
+    id[4..8].copy_from_slice(&to.to_le_bytes());
+    id[8..].copy_from_slice(&round.to_le_bytes());
+    let mut x = (from as u64) << 48 ^ (to as u64) << 32 ^ round ^ 0x9E37_79B9_7F4A_7C15;
+    (0..len)
+        .map(|i| {
+            if i < id.len() {
+                return id[i];
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 fn exchange(c: &Client, o: &Options) -> RoleResult {
     let me = c.rank();
-    let peers: Vec<u32> = c.topology().clients().into_iter().filter(|&r| r != me).collect();
-    println!("rank {me} pid {} ready, role {}, server {}, peers {peers:?}", std::process::id(), c.role(), c.server());
+    let peers: Vec<u32> = c
+        .topology()
+        .clients()
+        .into_iter()
+        .filter(|&r| r != me)
+        .collect();
+    println!(
+        "rank {me} pid {} ready, role {}, server {}, peers {peers:?}",
+        std::process::id(),
+        c.role(),
+        c.server()
+    );
     let mut next_round: HashMap<u32, u64> = peers.iter().map(|&p| (p, 0)).collect();
     let mut received = 0u64;
     let mut round = 0u64;
@@ -76,7 +106,11 @@ fn exchange(c: &Client, o: &Options) -> RoleResult {
                 .get_mut(&m.from)
                 .ok_or_else(|| format!("message from unexpected rank {}", m.from))?;
             if m.tag as u64 != *expected {
-                return Err(format!("from {}: round {} arrived when {} was due", m.from, m.tag, expected).into());
+                return Err(format!(
+                    "from {}: round {} arrived when {} was due",
+                    m.from, m.tag, expected
+                )
+                .into());
             }
             if m.data != pattern(m.from, me, *expected, o.bytes) {
                 return Err(format!("from {}: round {} carries wrong bytes", m.from, m.tag).into());
@@ -86,7 +120,10 @@ fn exchange(c: &Client, o: &Options) -> RoleResult {
         }
         round += 1;
     }
-    println!("rank {me} exchanged {received} messages with {} clients", peers.len());
+    println!(
+        "rank {me} exchanged {received} messages with {} clients",
+        peers.len()
+    );
     if let Some((rank, ms)) = o.late {
         if rank == me {
             std::thread::sleep(std::time::Duration::from_millis(ms));

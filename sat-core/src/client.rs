@@ -115,10 +115,22 @@ impl Client {
         }
         let mut st = self.lock();
         let st = &mut *st;
-        let n = wire::encode(&Message::Relay { from: self.rank, to, tag }, &mut st.header)
-            .map_err(|e| SatError::Usage(e.to_string()))?;
-        st.transport.send(self.server, &st.header[..n], Payload::Copy(data))?;
-        tracing::trace!("relay to {to} tag {tag} ({} bytes) via server {}", data.len(), self.server);
+        let n = wire::encode(
+            &Message::Relay {
+                from: self.rank,
+                to,
+                tag,
+            },
+            &mut st.header,
+        )
+        .map_err(|e| SatError::Usage(e.to_string()))?;
+        st.transport
+            .send(self.server, &st.header[..n], Payload::Copy(data))?;
+        tracing::trace!(
+            "relay to {to} tag {tag} ({} bytes) via server {}",
+            data.len(),
+            self.server
+        );
         Ok(())
     }
 
@@ -147,9 +159,12 @@ impl Client {
             let mut st = self.lock();
             let st = &mut *st;
             let n = wire::encode(&Message::ClientDone, &mut st.header).expect("fits");
-            st.transport.send(self.server, &st.header[..n], Payload::None)?;
+            st.transport
+                .send(self.server, &st.header[..n], Payload::None)?;
         }
-        let acked = self.wait(Some(Instant::now() + timeout), |st| st.done_acked.then_some(()))?;
+        let acked = self.wait(Some(Instant::now() + timeout), |st| {
+            st.done_acked.then_some(())
+        })?;
         if acked.is_none() {
             return Err(SatError::Timeout(format!(
                 "server {} did not acknowledge the end of this client within {timeout:?}",
@@ -194,16 +209,21 @@ impl ClientState {
     fn progress(&mut self, server: Rank) -> SatResult<usize> {
         let inbox = &mut self.inbox;
         let done_acked = &mut self.done_acked;
-        let n = self.transport.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-            handle(server, inbox, done_acked, m)
-        })?;
+        let n = self
+            .transport
+            .poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
+                handle(server, inbox, done_acked, m)
+            })?;
         Ok(n)
     }
 }
 
 fn handle(server: Rank, inbox: &mut VecDeque<UserMessage>, done_acked: &mut bool, m: Received<'_>) {
     if m.src != server {
-        tracing::warn!("dropped a message from rank {}: clients only hear from their server {server}", m.src);
+        tracing::warn!(
+            "dropped a message from rank {}: clients only hear from their server {server}",
+            m.src
+        );
         return;
     }
     match wire::decode(m.header) {

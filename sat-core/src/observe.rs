@@ -38,7 +38,11 @@ pub fn set_rank(rank: u32) {
 pub fn init() {
     INIT.get_or_init(|| {
         let filter = std::env::var("SAT_LOG").unwrap_or_default();
-        let filter = if filter.trim().is_empty() { "warn".to_string() } else { filter };
+        let filter = if filter.trim().is_empty() {
+            "warn".to_string()
+        } else {
+            filter
+        };
         let filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
             eprintln!("SAT_LOG={filter:?} is not a valid filter ({e}); using 'warn'");
             EnvFilter::new("warn")
@@ -48,7 +52,9 @@ pub fn init() {
             .with_env_filter(filter)
             .with_writer(std::io::stdout)
             .with_ansi(std::io::stdout().is_terminal())
-            .event_format(RankFormat { print_rank: !prefixed })
+            .event_format(RankFormat {
+                print_rank: !prefixed,
+            })
             .try_init();
     });
 }

@@ -133,7 +133,10 @@ fn nanosleep(d: Duration) {
         tv_nsec: d.subsec_nanos() as libc::c_long,
     };
     loop {
-        let mut rem = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut rem = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: both pointers are to live, properly aligned timespec values.
         let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &req, &mut rem) };
         if rc == libc::EINTR {
@@ -181,7 +184,10 @@ mod tests {
 
     #[test]
     fn busy_policy_never_sleeps() {
-        let mut idle = Idle::new(IdlePolicy { busy: true, ..IdlePolicy::default() });
+        let mut idle = Idle::new(IdlePolicy {
+            busy: true,
+            ..IdlePolicy::default()
+        });
         for _ in 0..1000 {
             idle.idle();
         }

@@ -33,7 +33,11 @@ struct ServerState<'t> {
 }
 
 /// Runs the server role until the termination protocol completes.
-pub fn run(topology: &Topology, transport: &mut dyn Transport, policy: IdlePolicy) -> SatResult<()> {
+pub fn run(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+) -> SatResult<()> {
     let rank = transport.rank();
     let size = topology.len() as usize;
     let servers = topology.servers();
@@ -71,15 +75,24 @@ pub fn run(topology: &Topology, transport: &mut dyn Transport, policy: IdlePolic
     let deadline = Instant::now() + Duration::from_secs(10);
     while !transport.sends_drained()? {
         transport.poll(&mut |_, m| {
-            tracing::debug!("server {rank}: message from {} after shutdown ignored", m.src)
+            tracing::debug!(
+                "server {rank}: message from {} after shutdown ignored",
+                m.src
+            )
         })?;
         if Instant::now() > deadline {
-            return Err(SatError::Timeout("the last messages of the server did not leave in 10 s".into()));
+            return Err(SatError::Timeout(
+                "the last messages of the server did not leave in 10 s".into(),
+            ));
         }
         idle.idle();
     }
-    let returned: Vec<Rank> =
-        topology.clients_of(rank).iter().copied().filter(|&c| st.client_done[c as usize]).collect();
+    let returned: Vec<Rank> = topology
+        .clients_of(rank)
+        .iter()
+        .copied()
+        .filter(|&c| st.client_done[c as usize])
+        .collect();
     tracing::debug!("server {rank} shut down after its clients {returned:?} returned");
     Ok(())
 }
@@ -96,7 +109,11 @@ impl ServerState<'_> {
     fn send(&mut self, out: &mut dyn Sender, dest: Rank, msg: &Message, payload: Payload<'_>) {
         let n = wire::encode(msg, &mut self.header).expect("server messages fit a header");
         if let Err(e) = out.send(dest, &self.header[..n], payload) {
-            tracing::warn!("server {}: could not send {} to {dest}: {e}", self.rank, msg.kind());
+            tracing::warn!(
+                "server {}: could not send {} to {dest}: {e}",
+                self.rank,
+                msg.kind()
+            );
         }
     }
 
@@ -137,7 +154,11 @@ impl ServerState<'_> {
         let msg = match wire::decode(m.header) {
             Ok(msg) => msg,
             Err(e) => {
-                tracing::warn!("server {}: dropped a malformed message from {}: {e}", self.rank, m.src);
+                tracing::warn!(
+                    "server {}: dropped a malformed message from {}: {e}",
+                    self.rank,
+                    m.src
+                );
                 return;
             }
         };
@@ -151,7 +172,9 @@ impl ServerState<'_> {
                 }
                 self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
             }
-            Message::ServerDone if self.rank == SEED && src_is_server => self.mark_server_done(m.src),
+            Message::ServerDone if self.rank == SEED && src_is_server => {
+                self.mark_server_done(m.src)
+            }
             Message::Shutdown if m.src == SEED && self.rank != SEED => {
                 self.shutdown = true;
                 self.send(out, SEED, &Message::ShutdownAck, Payload::None);
@@ -168,12 +191,28 @@ impl ServerState<'_> {
         }
     }
 
-    fn relay(&mut self, out: &mut dyn Sender, m: Received<'_>, src_is_server: bool, from: Rank, to: Rank, tag: u32) {
+    fn relay(
+        &mut self,
+        out: &mut dyn Sender,
+        m: Received<'_>,
+        src_is_server: bool,
+        from: Rank,
+        to: Rank,
+        tag: u32,
+    ) {
         let size = self.topology.len();
         // A client may only speak for itself; servers only forward.
-        let legit = if src_is_server { from < size } else { self.is_my_client(m.src) && from == m.src };
+        let legit = if src_is_server {
+            from < size
+        } else {
+            self.is_my_client(m.src) && from == m.src
+        };
         if !legit || to >= size || self.topology.is_server(to) {
-            tracing::warn!("server {}: dropped a relay from {} ({from} -> {to}): not a valid route", self.rank, m.src);
+            tracing::warn!(
+                "server {}: dropped a relay from {} ({from} -> {to}): not a valid route",
+                self.rank,
+                m.src
+            );
             return;
         }
         let msg = Message::Relay { from, to, tag };
@@ -188,7 +227,154 @@ impl ServerState<'_> {
             let next = self.topology.server_of(to);
             self.send(out, next, &msg, Payload::Copy(m.payload));
         } else {
-            tracing::warn!("server {}: relay for {to} arrived from server {} but {to} is not mine", self.rank, m.src);
+            tracing::warn!(
+                "server {}: relay for {to} arrived from server {} but {to} is not mine",
+                self.rank,
+                m.src
+            );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The relay and the termination protocol over the in-process transport:
+    //! one thread per rank, messages delayed and reordered under a seed.
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::client::Client;
+    use crate::transport::mem::{MemNetwork, Schedule};
+
+    const TWO_SERVERS: &str = r#"<?xml version="1.0"?>
+<SAT><topologies>
+  <topology id="0" role="0"><memory capacity="0"/><clients><intlist>2 3</intlist></clients></topology>
+  <topology id="1" role="0"><memory capacity="0"/><clients><intlist>4 5</intlist></clients></topology>
+  <topology id="2" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="3" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="4" role="1"><memory capacity="0"/><servers><intlist>1</intlist></servers></topology>
+  <topology id="5" role="1"><memory capacity="0"/><servers><intlist>1</intlist></servers></topology>
+</topologies></SAT>"#;
+
+    fn run_all(schedule: Schedule, rounds: u32) -> MemNetwork {
+        let topology = Arc::new(Topology::parse(TWO_SERVERS, "two servers").unwrap());
+        let (net, endpoints) = MemNetwork::new(topology.len(), schedule);
+        let policy = IdlePolicy {
+            busy: true,
+            ..IdlePolicy::default()
+        };
+        let mut threads = Vec::new();
+        for mut ep in endpoints {
+            let topology = topology.clone();
+            let rank = ep.rank();
+            threads.push(std::thread::spawn(move || {
+                if topology.is_server(rank) {
+                    run(&topology, &mut ep, policy).unwrap();
+                    return;
+                }
+                let clients = topology.clients();
+                let client = Client::new(topology, Box::new(ep));
+                for round in 0..rounds {
+                    for &to in &clients {
+                        client.send(to, round, &[rank as u8, round as u8]).unwrap();
+                    }
+                    let mut next = vec![0u32; clients.len() + 2];
+                    for _ in 0..clients.len() {
+                        let m = client
+                            .recv_timeout(Duration::from_secs(30))
+                            .unwrap()
+                            .expect("a message");
+                        // Per-sender order survives the two hops.
+                        assert!(m.tag >= next[m.from as usize]);
+                        next[m.from as usize] = m.tag;
+                        assert_eq!(m.data, vec![m.from as u8, m.tag as u8]);
+                    }
+                }
+                client.finish(Duration::from_secs(30)).unwrap();
+            }));
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        net
+    }
+
+    #[test]
+    fn relays_across_servers_and_terminates() {
+        let net = run_all(Schedule::Immediate, 5);
+        // Every client sends to 4 clients per round: 2 of them via the other
+        // server. Relay: 4 clients x 5 rounds x (4 + 2 forwarded + 4 delivered)
+        // messages, plus termination: 4 x 2 (done, ack) + 1 (server done)
+        // + 2 (shutdown, ack).
+        assert_eq!(net.messages_sent(), 4 * 5 * (4 + 2 + 4) + 8 + 1 + 2);
+        assert_eq!(net.in_flight(), 0);
+    }
+
+    #[test]
+    fn terminates_under_random_delays() {
+        for seed in 0..20 {
+            let net = run_all(
+                Schedule::Random {
+                    seed,
+                    max_delay_polls: 5,
+                },
+                3,
+            );
+            assert_eq!(net.in_flight(), 0, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn hostile_messages_are_dropped_and_the_run_goes_on() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut client2 = eps.remove(2);
+        let mut server0 = eps.remove(0);
+        let mut hdr = [0u8; MAX_HEADER];
+        // Garbage, a spoofed relay (client 2 claiming to be 3), a relay to a
+        // server, and a ServerDone from a client.
+        client2.send(0, &[0xff, 0xff, 0xff], Payload::None).unwrap();
+        for msg in [
+            Message::Relay {
+                from: 3,
+                to: 4,
+                tag: 0,
+            },
+            Message::Relay {
+                from: 2,
+                to: 1,
+                tag: 0,
+            },
+            Message::ServerDone,
+            Message::Relay {
+                from: 2,
+                to: 99,
+                tag: 0,
+            },
+        ] {
+            let n = wire::encode(&msg, &mut hdr).unwrap();
+            client2.send(0, &hdr[..n], Payload::None).unwrap();
+        }
+        let mut st = ServerState {
+            rank: 0,
+            topology: &topology,
+            client_done: vec![false; 6],
+            clients_left: 2,
+            told_seed: false,
+            server_done: vec![false; 6],
+            servers_left: 2,
+            shutdown_sent: false,
+            acks_left: 1,
+            shutdown: false,
+            header: [0; MAX_HEADER],
+        };
+        let n = server0
+            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            .unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(st.servers_left, 2, "a client cannot declare a server done");
+        assert_eq!(_net.messages_sent(), 5, "nothing was forwarded");
     }
 }

@@ -85,7 +85,11 @@ mod tests {
     fn round_trips() {
         let mut buf = [0u8; MAX_HEADER];
         for msg in [
-            Message::Relay { from: 3, to: 9, tag: 77 },
+            Message::Relay {
+                from: 3,
+                to: 9,
+                tag: 77,
+            },
             Message::ClientDone,
             Message::ClientDoneAck,
             Message::ServerDone,
@@ -101,9 +105,20 @@ mod tests {
     fn hostile_bytes_are_errors_not_panics() {
         // Every prefix of a valid header, every single byte, and some noise.
         let mut buf = [0u8; MAX_HEADER];
-        let n = encode(&Message::Relay { from: u32::MAX, to: 1, tag: u32::MAX }, &mut buf).unwrap();
+        let n = encode(
+            &Message::Relay {
+                from: u32::MAX,
+                to: 1,
+                tag: u32::MAX,
+            },
+            &mut buf,
+        )
+        .unwrap();
         for cut in 0..n {
-            assert!(decode(&buf[..cut]).is_err(), "prefix of {cut} bytes decoded");
+            assert!(
+                decode(&buf[..cut]).is_err(),
+                "prefix of {cut} bytes decoded"
+            );
         }
         for b in 0..=255u8 {
             let _ = decode(&[b]);

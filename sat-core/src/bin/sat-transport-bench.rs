@@ -36,7 +36,11 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     };
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
-        let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
         match a.as_str() {
             "--providers" => o.providers = val()?.split(',').map(str::to_string).collect(),
             "--sizes" => {
@@ -45,7 +49,11 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .map(|s| s.parse().map_err(|_| format!("bad size {s}")))
                     .collect::<Result<_, _>>()?
             }
-            "--reps" => o.reps = val()?.parse().map_err(|_| "--reps takes a number".to_string())?,
+            "--reps" => {
+                o.reps = val()?
+                    .parse()
+                    .map_err(|_| "--reps takes a number".to_string())?
+            }
             "--worker" => {}
             other => return Err(format!("unknown option {other}")),
         }
@@ -127,14 +135,20 @@ fn wait_one(t: &mut impl Transport, size: usize) -> Result<(), Box<dyn std::erro
 // ---------------------------------------------------------- orchestrator
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(47592)
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(47592)
 }
 
 fn listening(port: u16) -> bool {
     let hex = format!(":{port:04X} ");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
         std::fs::read_to_string(f)
-            .map(|s| s.lines().any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A")))
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.contains(&hex) && l.split_whitespace().nth(3) == Some("0A"))
+            })
             .unwrap_or(false)
     })
 }
@@ -144,10 +158,21 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     let port = free_port();
     let prov = if provider == "tcp" { "tcp" } else { provider };
     let common = |c: &mut Command| {
-        c.args(["-p", prov, "-e", "rdm", "-m", "tagged", "-S", &size.to_string(), "-I", &iterations(size).to_string()])
-            .env("FI_TCP_IFACE", "lo")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null());
+        c.args([
+            "-p",
+            prov,
+            "-e",
+            "rdm",
+            "-m",
+            "tagged",
+            "-S",
+            &size.to_string(),
+            "-I",
+            &iterations(size).to_string(),
+        ])
+        .env("FI_TCP_IFACE", "lo")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
     };
     let mut server = Command::new("fi_pingpong");
     common(&mut server);
@@ -172,7 +197,10 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     let out = out.map_err(|e| format!("fi_pingpong client: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
-    let line = text.lines().nth(1).ok_or_else(|| format!("fi_pingpong printed no result: {text}"))?;
+    let line = text
+        .lines()
+        .nth(1)
+        .ok_or_else(|| format!("fi_pingpong printed no result: {text}"))?;
     let usec: f64 = line
         .split_whitespace()
         .nth(6)
@@ -181,7 +209,12 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     Ok(usec * 2.0)
 }
 
-fn sat_run(satrun: &Path, me: &Path, provider: &str, o: &Options) -> Result<Vec<(usize, f64)>, String> {
+fn sat_run(
+    satrun: &Path,
+    me: &Path,
+    provider: &str,
+    o: &Options,
+) -> Result<Vec<(usize, f64)>, String> {
     let sizes: Vec<String> = o.sizes.iter().map(|s| s.to_string()).collect();
     let out = Command::new(satrun)
         .args(["-n", "2", "--provider", provider, "--"])
@@ -198,7 +231,10 @@ fn sat_run(satrun: &Path, me: &Path, provider: &str, o: &Options) -> Result<Vec<
         ));
     }
     let mut res = Vec::new();
-    for line in BufReader::new(&out.stdout[..]).lines().map_while(Result::ok) {
+    for line in BufReader::new(&out.stdout[..])
+        .lines()
+        .map_while(Result::ok)
+    {
         let f: Vec<&str> = line.split_whitespace().collect();
         if let Some(i) = f.iter().position(|w| *w == "RESULT") {
             if let (Some(size), Some(us)) = (f.get(i + 2), f.get(i + 3)) {
@@ -213,10 +249,19 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let satrun: PathBuf = me.with_file_name("satrun");
     if !satrun.exists() {
-        return Err(format!("{} not found: build it first (cargo build --release --bin satrun)", satrun.display()));
+        return Err(format!(
+            "{} not found: build it first (cargo build --release --bin satrun)",
+            satrun.display()
+        ));
     }
-    println!("Round trip, median of {} runs, microseconds (lower is better)", o.reps);
-    println!("{:<9} {:>9} {:>12} {:>14} {:>16}", "provider", "size", "SAT raw", "fi_pingpong", "SAT/fi_pingpong");
+    println!(
+        "Round trip, median of {} runs, microseconds (lower is better)",
+        o.reps
+    );
+    println!(
+        "{:<9} {:>9} {:>12} {:>14} {:>16}",
+        "provider", "size", "SAT raw", "fi_pingpong", "SAT/fi_pingpong"
+    );
     for provider in &o.providers {
         let mut sat: Vec<Vec<f64>> = vec![Vec::new(); o.sizes.len()];
         let mut fi: Vec<Vec<f64>> = vec![Vec::new(); o.sizes.len()];
@@ -233,7 +278,14 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         for (i, &size) in o.sizes.iter().enumerate() {
             let s = median(&mut sat[i]);
             let f = median(&mut fi[i]);
-            println!("{:<9} {:>9} {:>12.2} {:>14.2} {:>16.2}", provider, human(size), s, f, s / f);
+            println!(
+                "{:<9} {:>9} {:>12.2} {:>14.2} {:>16.2}",
+                provider,
+                human(size),
+                s,
+                f,
+                s / f
+            );
         }
     }
     println!("fi_pingpong: -e rdm -m tagged, mean one-way time per transfer doubled; SAT: median of per-iteration round trips, busy polling.");

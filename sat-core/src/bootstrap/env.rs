@@ -82,7 +82,8 @@ impl RunEnv {
         };
         let provider = match get("SAT_PROVIDER").filter(|s| !s.trim().is_empty()) {
             Some(p) => Some(
-                Provider::parse(&p).map_err(|e| SatError::Bootstrap(format!("SAT_PROVIDER: {e}")))?,
+                Provider::parse(&p)
+                    .map_err(|e| SatError::Bootstrap(format!("SAT_PROVIDER: {e}")))?,
             ),
             None => None,
         };
@@ -100,9 +101,10 @@ impl RunEnv {
 }
 
 fn parse_num(var: &str, value: &str) -> SatResult<u32> {
-    value.trim().parse().map_err(|_| {
-        SatError::Bootstrap(format!("{var}={value:?} is not a non-negative integer"))
-    })
+    value
+        .trim()
+        .parse()
+        .map_err(|_| SatError::Bootstrap(format!("{var}={value:?} is not a non-negative integer")))
 }
 
 /// This host's name, as `gethostname(2)` gives it.
@@ -124,17 +126,31 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> SatResult<RunEnv> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         RunEnv::from_lookup(|k| map.get(k).cloned())
     }
 
     #[test]
     fn launchers_variables_are_understood() {
-        let e = env_of(&[("OMPI_COMM_WORLD_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4"), ("SAT_SEED", "h:1")])
-            .unwrap();
-        assert_eq!((e.rank, e.size, e.rank_source), (2, 4, "OMPI_COMM_WORLD_RANK"));
-        let e = env_of(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "8"), ("SAT_SEED", "h:1")]).unwrap();
+        let e = env_of(&[
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("SAT_SEED", "h:1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (e.rank, e.size, e.rank_source),
+            (2, 4, "OMPI_COMM_WORLD_RANK")
+        );
+        let e = env_of(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "8"),
+            ("SAT_SEED", "h:1"),
+        ])
+        .unwrap();
         assert_eq!((e.rank, e.size), (0, 8));
         let e = env_of(&[("PMI_RANK", "1"), ("PMI_SIZE", "2"), ("SAT_SEED", "h:1")]).unwrap();
         assert_eq!((e.rank, e.size), (1, 2));
@@ -159,16 +175,29 @@ mod tests {
         assert!(msg(env_of(&[])).contains("satrun"));
         assert!(msg(env_of(&[("SAT_RANK", "1")])).contains("SAT_SIZE"));
         assert!(msg(env_of(&[("SAT_RANK", "x"), ("SAT_SIZE", "2")])).contains("SAT_RANK"));
-        assert!(msg(env_of(&[("SAT_RANK", "3"), ("SAT_SIZE", "3"), ("SAT_SEED", "h:1")]))
-            .contains("below the size"));
+        assert!(msg(env_of(&[
+            ("SAT_RANK", "3"),
+            ("SAT_SIZE", "3"),
+            ("SAT_SEED", "h:1")
+        ]))
+        .contains("below the size"));
         assert!(msg(env_of(&[("SAT_RANK", "0"), ("SAT_SIZE", "3")])).contains("SAT_SEED"));
-        assert!(msg(env_of(&[("SAT_RANK", "0"), ("SAT_SIZE", "2"), ("SAT_SEED", "h:1"), ("SAT_PROVIDER", "ib")]))
-            .contains("shm, tcp, verbs"));
+        assert!(msg(env_of(&[
+            ("SAT_RANK", "0"),
+            ("SAT_SIZE", "2"),
+            ("SAT_SEED", "h:1"),
+            ("SAT_PROVIDER", "ib")
+        ]))
+        .contains("shm, tcp, verbs"));
     }
 
     #[test]
     fn the_seed_socket_is_inherited_by_rank_zero_only() {
-        let base = [("SAT_SIZE", "2"), ("SAT_SEED", "127.0.0.1:9"), ("SAT_SEED_FD", "5")];
+        let base = [
+            ("SAT_SIZE", "2"),
+            ("SAT_SEED", "127.0.0.1:9"),
+            ("SAT_SEED_FD", "5"),
+        ];
         let e0 = env_of(&[&base[..], &[("SAT_RANK", "0")]].concat()).unwrap();
         let e1 = env_of(&[&base[..], &[("SAT_RANK", "1")]].concat()).unwrap();
         assert_eq!(e0.seed_fd, Some(5));

@@ -48,8 +48,15 @@ impl Roles {
 
     /// Registers the function of client role `id` (1 and above: role 0 is
     /// the S-DSM server, which SAT runs itself).
-    pub fn role(mut self, id: u32, f: impl FnOnce(&Client) -> RoleResult + Send + 'static) -> Roles {
-        assert!(id > 0, "role 0 is the S-DSM server: client roles start at 1");
+    pub fn role(
+        mut self,
+        id: u32,
+        f: impl FnOnce(&Client) -> RoleResult + Send + 'static,
+    ) -> Roles {
+        assert!(
+            id > 0,
+            "role 0 is the S-DSM server: client roles start at 1"
+        );
         let id = id as usize;
         if self.fns.len() <= id {
             self.fns.resize_with(id + 1, || None);
@@ -126,7 +133,12 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
         .unwrap_or_default();
     tracing::debug!(
         "Bootstrap SAT {} id {} np {} on host {} with pid {} (rank from {})",
-        prog, env.rank, env.size, env.host, env.pid, env.rank_source
+        prog,
+        env.rank,
+        env.size,
+        env.host,
+        env.pid,
+        env.rank_source
     );
 
     let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
@@ -142,7 +154,10 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
         return Err(SatError::Usage(reason));
     }
 
-    let opts = FabricOptions { provider: setup.provider, local_ip: Some(setup.local_ip) };
+    let opts = FabricOptions {
+        provider: setup.provider,
+        local_ip: Some(setup.local_ip),
+    };
     let endpoint = match FabricEndpoint::open(&opts) {
         Ok(ep) => ep,
         Err(e) => {
@@ -160,21 +175,30 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
     };
     link.barrier()?;
     tracing::debug!("Starting code (role {role}) over {}", setup.provider);
-    Ok(Joined { env, topology, provider: setup.provider, transport })
+    Ok(Joined {
+        env,
+        topology,
+        provider: setup.provider,
+        transport,
+    })
 }
 
 /// Bootstraps this process into the run, plays its role, and returns once
 /// the termination protocol lets it go. Every process of the run calls it.
 pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
     let args: Vec<String> = args.into_iter().collect();
-    let joined = join(&args, |role| roles.fns.get(role as usize).is_some_and(|f| f.is_some()))?;
+    let joined = join(&args, |role| {
+        roles.fns.get(role as usize).is_some_and(|f| f.is_some())
+    })?;
     let role = joined.topology.role(joined.env.rank);
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
     if role == 0 {
         return server::run(&joined.topology, transport.as_mut(), policy);
     }
-    let f = roles.take(role).expect("join() checked the role has a function");
+    let f = roles
+        .take(role)
+        .expect("join() checked the role has a function");
     let client = Client::new(joined.topology, transport);
     // The role's own failure must not stop the termination protocol, or
     // the servers would wait for this client forever.

@@ -47,7 +47,10 @@ enum ToSeed {
 
 #[derive(Debug, Encode, Decode)]
 enum FromSeed {
-    Setup { provider: Provider, topology: Topology },
+    Setup {
+        provider: Provider,
+        topology: Topology,
+    },
     Table(Vec<Vec<u8>>),
     Go,
     Abort(String),
@@ -99,10 +102,15 @@ fn send<T: Encode>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
 }
 
 fn recv<T: Decode<()>>(stream: &mut TcpStream, deadline: Instant, from: &str) -> SatResult<T> {
-    let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
     stream.set_read_timeout(Some(left)).ok();
     let io = |e: std::io::Error| {
-        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
             SatError::Timeout(format!("{from} did not answer during the bootstrap"))
         } else {
             SatError::Bootstrap(format!("lost the bootstrap connection with {from}: {e}"))
@@ -119,7 +127,9 @@ fn recv<T: Decode<()>>(stream: &mut TcpStream, deadline: Instant, from: &str) ->
     let mut body = vec![0u8; len];
     stream.read_exact(&mut body).map_err(io)?;
     let (msg, _) = bincode::decode_from_slice(&body, bincode::config::standard()).map_err(|e| {
-        SatError::Bootstrap(format!("{from} sent an undecodable bootstrap message ({e}): is it the same SAT version?"))
+        SatError::Bootstrap(format!(
+            "{from} sent an undecodable bootstrap message ({e}): is it the same SAT version?"
+        ))
     })?;
     Ok(msg)
 }
@@ -197,17 +207,24 @@ fn unexpected(msg: &FromSeed) -> SatError {
 
 impl Peer {
     fn connect(env: &RunEnv, deadline: Instant) -> SatResult<Peer> {
-        let seed = env.seed.as_deref().expect("discover() requires SAT_SEED when size > 1");
+        let seed = env
+            .seed
+            .as_deref()
+            .expect("discover() requires SAT_SEED when size > 1");
         let addrs: Vec<SocketAddr> = seed
             .to_socket_addrs()
-            .map_err(|e| SatError::Bootstrap(format!("SAT_SEED={seed:?} is not a reachable host:port: {e}")))?
+            .map_err(|e| {
+                SatError::Bootstrap(format!(
+                    "SAT_SEED={seed:?} is not a reachable host:port: {e}"
+                ))
+            })?
             .collect();
         // The seed may still be starting: retry until the deadline, backing off.
         let mut pause = Duration::from_millis(5);
         let stream = loop {
-            let attempt = addrs.iter().find_map(|a| {
-                TcpStream::connect_timeout(a, Duration::from_secs(1)).ok()
-            });
+            let attempt = addrs
+                .iter()
+                .find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(1)).ok());
             if let Some(s) = attempt {
                 break s;
             }
@@ -220,8 +237,15 @@ impl Peer {
             pause = (pause * 2).min(Duration::from_millis(200));
         };
         stream.set_nodelay(true).ok();
-        let local_ip = stream.local_addr().map(|a| a.ip()).unwrap_or(Ipv4Addr::LOCALHOST.into());
-        let mut peer = Peer { stream, local_ip, deadline };
+        let local_ip = stream
+            .local_addr()
+            .map(|a| a.ip())
+            .unwrap_or(Ipv4Addr::LOCALHOST.into());
+        let mut peer = Peer {
+            stream,
+            local_ip,
+            deadline,
+        };
         let hello = ToSeed::Hello {
             wire_version: WIRE_VERSION,
             rank: env.rank,
@@ -240,9 +264,11 @@ impl Peer {
 
     fn setup(&mut self) -> SatResult<Setup> {
         match self.recv()? {
-            FromSeed::Setup { provider, topology } => {
-                Ok(Setup { provider, topology, local_ip: self.local_ip })
-            }
+            FromSeed::Setup { provider, topology } => Ok(Setup {
+                provider,
+                topology,
+                local_ip: self.local_ip,
+            }),
             other => Err(unexpected(&other)),
         }
     }
@@ -254,6 +280,10 @@ impl Seed {
             // SAFETY: satrun hands rank 0 a listening socket at this fd and
             // nothing else in the process owns it.
             let listener = unsafe { TcpListener::from_raw_fd(fd) };
+            // satrun cleared close-on-exec so the socket could reach us; a
+            // program this process starts must not inherit the seed.
+            // SAFETY: fcntl on a descriptor this process owns.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
             if listener.local_addr().is_err() {
                 return Err(SatError::Bootstrap(format!(
                     "SAT_SEED_FD={fd} is not a listening socket"
@@ -320,7 +350,14 @@ impl Seed {
             }
             let hello = recv::<ToSeed>(&mut stream, deadline, "a process joining the run");
             let problem = match hello {
-                Ok(ToSeed::Hello { wire_version, rank, size: their_size, host, provider, .. }) => {
+                Ok(ToSeed::Hello {
+                    wire_version,
+                    rank,
+                    size: their_size,
+                    host,
+                    provider,
+                    ..
+                }) => {
                     if wire_version != WIRE_VERSION {
                         Some(format!("rank {rank} runs wire version {wire_version}, the seed {WIRE_VERSION}: rebuild every program against the same SAT"))
                     } else if their_size != size {
@@ -392,8 +429,15 @@ impl Seed {
                 return Err(e);
             }
         };
-        self.broadcast(&FromSeed::Setup { provider, topology: topology.clone() })?;
-        Ok(Setup { provider, topology, local_ip: self.local_ip })
+        self.broadcast(&FromSeed::Setup {
+            provider,
+            topology: topology.clone(),
+        })?;
+        Ok(Setup {
+            provider,
+            topology,
+            local_ip: self.local_ip,
+        })
     }
 
     fn exchange_addresses(&mut self, mine: &[u8]) -> SatResult<Vec<Vec<u8>>> {
@@ -420,7 +464,9 @@ impl Seed {
     }
 
     fn recv_from(&mut self, rank: Rank) -> SatResult<ToSeed> {
-        let stream = self.conns[rank as usize].as_mut().expect("every rank joined");
+        let stream = self.conns[rank as usize]
+            .as_mut()
+            .expect("every rank joined");
         match recv(stream, self.deadline, &format!("rank {rank}")) {
             Ok(msg) => Ok(msg),
             Err(e) => {
@@ -470,7 +516,11 @@ fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<
         if left.is_zero() {
             return Ok(None);
         }
-        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: listener.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ms = left.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: one valid pollfd for the listener's open descriptor.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
@@ -479,7 +529,9 @@ fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(SatError::Bootstrap(format!("waiting for ranks to join: {e}")));
+            return Err(SatError::Bootstrap(format!(
+                "waiting for ranks to join: {e}"
+            )));
         }
         if rc == 0 {
             continue;
@@ -490,7 +542,11 @@ fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<
                 return Ok(Some(s));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(SatError::Bootstrap(format!("accepting a joining rank: {e}"))),
+            Err(e) => {
+                return Err(SatError::Bootstrap(format!(
+                    "accepting a joining rank: {e}"
+                )))
+            }
         }
     }
 }

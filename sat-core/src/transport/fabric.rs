@@ -201,7 +201,7 @@ fn getinfo(
     // because fi_freeinfo frees it: strdup does that.
     unsafe {
         let h = &mut *hints.0;
-        h.caps = fi::FI_MSG | fi::FI_TAGGED;
+        h.caps = fi::FI_MSG | fi::FI_TAGGED | fi::FI_DIRECTED_RECV;
         h.mode = fi::FI_CONTEXT | fi::FI_CONTEXT2;
         (*h.ep_attr).type_ = fi::FI_EP_RDM;
         // No FI_MR_LOCAL: the providers register the buffers they touch.
@@ -917,7 +917,16 @@ impl FabricEndpoint {
             }
         }
 
-        let inject_size = inject_size.min(EAGER_LIMIT);
+        // Inject only where it is synchronous: shm copies an injected packet
+        // into the peer's queue before returning. ofi_rxm (tcp, verbs) keeps
+        // it in a private queue with no completion to say when it left, so
+        // `sends_drained()` could not be truthful and a process that exits
+        // right after its last message could lose it.
+        let inject_size = if provider == Provider::Shm {
+            inject_size.min(EAGER_LIMIT)
+        } else {
+            0
+        };
         let mut core = Core {
             h,
             provider,
@@ -1174,7 +1183,7 @@ impl Core {
                 buf.as_mut_ptr().cast::<c_void>(),
                 l.len,
                 ptr::null_mut(),
-                fi::FI_ADDR_UNSPEC,
+                u64::from(l.src),
                 l.tag,
                 0,
                 l.ctx.as_context(),
@@ -1282,7 +1291,19 @@ impl Core {
             Op::LargeSend(slot) => self.release_large_send(slot),
             Op::LargeRecv(slot) => {
                 let l = &mut self.lrecv[slot as usize];
-                if e.len == l.len {
+                if e.tag != l.tag {
+                    // libfabric 1.17's shm matched exact-tag receives posted
+                    // with FI_ADDR_UNSPEC against other senders' payloads;
+                    // receives are directed now, and a mismatch is never
+                    // delivered as if it were the announced message.
+                    warn!(
+                        want = l.tag,
+                        got = e.tag,
+                        "large receive matched a foreign tag; dropped"
+                    );
+                    l.state = LargeState::Failed;
+                    self.malformed += 1;
+                } else if e.len == l.len {
                     l.state = LargeState::Done;
                 } else {
                     warn!(

@@ -14,21 +14,38 @@ pub fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join("examples").join(name);
-    assert!(path.exists(), "{} is missing: build it with cargo build --examples", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build it with cargo build --examples",
+        path.display()
+    );
     path
 }
 
 pub fn topology(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("topologies")
+        .join(name)
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub fn run(cmd: &mut Command) -> Output {
-    let out = cmd.stdin(Stdio::null()).output().expect("start the command");
-    eprintln!("--- stdout\n{}--- stderr\n{}", text(&out.stdout), text(&out.stderr));
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .expect("start the command");
+    eprintln!(
+        "--- stdout\n{}--- stderr\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     out
 }
 
@@ -52,7 +69,12 @@ pub fn shm_files_of(pid: u32) -> Vec<String> {
 pub fn alive(pid: u32) -> bool {
     // A zombie still has a /proc entry; look at its state too.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
