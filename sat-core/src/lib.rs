@@ -14,6 +14,7 @@
 //! - [`server`]: the S-DSM server loop;
 //! - [`client`]: the client side of a run, as user code sees it;
 //! - [`observe`]: the debug stream;
+//! - [`os`]: the few system calls made outside libfabric;
 //! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
 
 pub mod bootstrap;
@@ -21,6 +22,7 @@ pub mod client;
 pub mod error;
 pub mod launcher;
 pub mod observe;
+pub mod os;
 pub mod progress;
 pub mod server;
 pub mod topology;

@@ -87,7 +87,7 @@ pub struct Idle {
 
 impl Idle {
     pub fn new(policy: IdlePolicy) -> Idle {
-        set_fine_timer_slack();
+        crate::os::set_fine_timer_slack();
         Idle {
             policy,
             last_traffic: Instant::now(),
@@ -114,7 +114,7 @@ impl Idle {
             std::thread::yield_now();
             return;
         }
-        nanosleep(self.sleep);
+        crate::os::nanosleep(self.sleep);
         self.slept += self.sleep;
         self.sleep = (self.sleep * 2).min(self.policy.sleep_max);
     }
@@ -122,38 +122,6 @@ impl Idle {
     /// The sleep the next idle round would take (for tests and statistics).
     pub fn next_sleep(&self) -> Duration {
         self.sleep
-    }
-}
-
-/// One relative `clock_nanosleep` on the monotonic clock, resumed if a
-/// signal interrupts it.
-fn nanosleep(d: Duration) {
-    let mut req = libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    };
-    loop {
-        let mut rem = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: both pointers are to live, properly aligned timespec values.
-        let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &req, &mut rem) };
-        if rc == libc::EINTR {
-            req = rem;
-            continue;
-        }
-        break;
-    }
-}
-
-/// Linux rounds every sleep of a normal thread up by its timer slack (50 us
-/// by default), which would turn a 1 us micro-sleep into 50 us. Ask for 1 us.
-fn set_fine_timer_slack() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1_000 as libc::c_ulong, 0, 0, 0);
     }
 }
 

@@ -97,6 +97,8 @@ fn runs_under_mpirun_style_variables() {
                 .env("OMPI_COMM_WORLD_SIZE", size.to_string())
                 .env("SAT_SEED", format!("127.0.0.1:{port}"))
                 .env("SAT_PROVIDER", "tcp")
+                .env("SAT_LOG", "sat_core::bootstrap=debug")
+                .env_remove("SAT_OUTPUT_PREFIXED")
                 .env_remove("SAT_RANK")
                 .env_remove("SAT_SIZE")
                 .stdin(Stdio::null())
@@ -115,6 +117,20 @@ fn runs_under_mpirun_style_variables() {
     }
     assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 20 messages with 1 clients"));
     assert!(text(&outputs[2].stdout).contains("rank 2 exchanged 20 messages with 1 clients"));
+    // Without satrun's prefix, the debug stream starts each line with the
+    // rank itself, as in the report's Figure 13.
+    for (rank, out) in outputs.iter().enumerate() {
+        let stdout = text(&out.stdout);
+        let boot = format!("{rank} Bootstrap SAT exchange id {rank} np 3 on host ");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&boot)),
+            "rank {rank}: {stdout}"
+        );
+        assert!(stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("{rank} Starting code (role "))));
+    }
+    assert!(text(&outputs[0].stdout).contains("0 Topology: none given, one server and 2 clients"));
 }
 
 /// A client killed in the middle of a run: satrun names it, stops the rest,

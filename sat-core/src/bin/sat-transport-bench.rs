@@ -84,6 +84,7 @@ fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>
     let peer = 1 - me;
     let max = *o.sizes.iter().max().unwrap_or(&0);
     let buf: Arc<[u8]> = vec![0xA5u8; max].into();
+    let mut peer_done = false;
     for &size in &o.sizes {
         let payload: Arc<[u8]> = buf[..size].into();
         let iters = iterations(size);
@@ -93,12 +94,12 @@ fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>
             if me == 0 {
                 let start = Instant::now();
                 t.send(peer, &[0], Payload::Shared(&payload))?;
-                wait_one(t, size)?;
+                wait_reply(t, size, &mut peer_done)?;
                 if i >= warmup {
                     rtts.push(start.elapsed().as_secs_f64() * 1e6);
                 }
             } else {
-                wait_one(t, size)?;
+                wait_reply(t, size, &mut peer_done)?;
                 t.send(peer, &[0], Payload::Shared(&payload))?;
             }
         }
@@ -107,22 +108,35 @@ fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>
         }
     }
     // Close together: neither side may leave while a message is in flight.
+    // The peer's goodbye may arrive in the same poll as its last reply.
     t.send(peer, &[1], Payload::None)?;
-    wait_one(t, 0)?;
+    while !peer_done {
+        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
+    }
     while !t.sends_drained()? {
         t.poll(&mut |_, _| {})?;
     }
     Ok(())
 }
 
-/// Busy-polls until one message arrives (as fi_pingpong does).
-fn wait_one(t: &mut impl Transport, size: usize) -> Result<(), Box<dyn std::error::Error>> {
-    let mut got = 0;
+/// Busy-polls (as fi_pingpong does) until the peer's one message of this
+/// iteration arrives, and checks its size.
+fn wait_reply(
+    t: &mut impl Transport,
+    size: usize,
+    peer_done: &mut bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut got = false;
     let mut wrong = None;
-    while got == 0 {
-        got = t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-            if m.header != [1] && m.payload.len() != size {
-                wrong = Some(m.payload.len());
+    while !got {
+        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
+            if m.header == [1] {
+                *peer_done = true;
+            } else {
+                got = true;
+                if m.payload.len() != size {
+                    wrong = Some(m.payload.len());
+                }
             }
         })?;
     }

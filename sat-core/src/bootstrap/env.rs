@@ -94,7 +94,7 @@ impl RunEnv {
             seed_fd,
             provider,
             rank_source,
-            host: hostname(),
+            host: crate::os::hostname(),
             pid: std::process::id(),
         })
     }
@@ -105,19 +105,6 @@ fn parse_num(var: &str, value: &str) -> SatResult<u32> {
         .trim()
         .parse()
         .map_err(|_| SatError::Bootstrap(format!("{var}={value:?} is not a non-negative integer")))
-}
-
-/// This host's name, as `gethostname(2)` gives it.
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its whole length; gethostname
-    // writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]

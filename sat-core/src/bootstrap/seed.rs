@@ -15,7 +15,6 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
@@ -277,19 +276,9 @@ impl Peer {
 impl Seed {
     fn listener(env: &RunEnv) -> SatResult<TcpListener> {
         if let Some(fd) = env.seed_fd {
-            // SAFETY: satrun hands rank 0 a listening socket at this fd and
-            // nothing else in the process owns it.
-            let listener = unsafe { TcpListener::from_raw_fd(fd) };
-            // satrun cleared close-on-exec so the socket could reach us; a
-            // program this process starts must not inherit the seed.
-            // SAFETY: fcntl on a descriptor this process owns.
-            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            if listener.local_addr().is_err() {
-                return Err(SatError::Bootstrap(format!(
-                    "SAT_SEED_FD={fd} is not a listening socket"
-                )));
-            }
-            return Ok(listener);
+            return crate::os::take_inherited_listener(fd).map_err(|e| {
+                SatError::Bootstrap(format!("SAT_SEED_FD={fd} is not a listening socket: {e}"))
+            });
         }
         let seed = env.seed.as_deref().unwrap_or("127.0.0.1:0");
         let addrs: Vec<SocketAddr> = seed
@@ -516,24 +505,9 @@ fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<
         if left.is_zero() {
             return Ok(None);
         }
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the listener's open descriptor.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms.max(1)) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(SatError::Bootstrap(format!(
-                "waiting for ranks to join: {e}"
-            )));
-        }
-        if rc == 0 {
+        let ready = crate::os::wait_readable(listener, left)
+            .map_err(|e| SatError::Bootstrap(format!("waiting for ranks to join: {e}")))?;
+        if !ready {
             continue;
         }
         match listener.accept() {
