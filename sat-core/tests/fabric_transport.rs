@@ -487,3 +487,34 @@ fn burst_without_polling_shm() {
 fn burst_without_polling_tcp() {
     burst_without_polling(Provider::Tcp);
 }
+
+/// Messages whose header and payload just fit shm's 4096-byte inject size
+/// travel without the prefix (the compact form); around that boundary every
+/// header length and size must arrive intact and in order.
+#[test]
+fn compact_packets_around_the_inject_size() {
+    let _g = serial();
+    for provider in [Provider::Shm, Provider::Tcp] {
+        let mut ts = open_all(provider, 2);
+        let mut sent = Vec::new();
+        let mut id = 0u32;
+        for hlen in [0usize, 1, 16, 200, sat_core::transport::MAX_HEADER] {
+            for total in [4060usize, 4071, 4072, 4073, 4095, 4096, 4097, 4121] {
+                let Some(plen) = total.checked_sub(hlen) else {
+                    continue;
+                };
+                let h: Vec<u8> = pattern(id + 7777, hlen);
+                let bytes = pattern(id, plen);
+                ts[0].send(1, &h, Payload::Copy(&bytes)).expect("send");
+                sent.push(Msg {
+                    src: 0,
+                    header: h,
+                    payload: bytes,
+                });
+                id += 1;
+            }
+        }
+        let got = pump(&mut ts, &[0, sent.len()], &[]);
+        assert_same(&got[1], &sent);
+    }
+}

@@ -77,6 +77,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 // ---------------------------------------------------------------- worker
 
+/// Data messages carry no header (the payload is the message, as in
+/// fi_pingpong); the closing handshake is the one-byte header `[1]`.
 fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let mut joined = join(args, |_| true)?;
     let t = &mut joined.transport;
@@ -93,14 +95,14 @@ fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>
         for i in 0..warmup + iters {
             if me == 0 {
                 let start = Instant::now();
-                t.send(peer, &[0], Payload::Shared(&payload))?;
+                t.send(peer, &[], Payload::Shared(&payload))?;
                 wait_reply(t, size, &mut peer_done)?;
                 if i >= warmup {
                     rtts.push(start.elapsed().as_secs_f64() * 1e6);
                 }
             } else {
                 wait_reply(t, size, &mut peer_done)?;
-                t.send(peer, &[0], Payload::Shared(&payload))?;
+                t.send(peer, &[], Payload::Shared(&payload))?;
             }
         }
         if me == 0 {

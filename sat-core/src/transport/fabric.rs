@@ -103,6 +103,13 @@ const KIND_INLINE: u8 = 1;
 const KIND_ANNOUNCE: u8 = 2;
 
 const LARGE_TAG: u64 = 1 << 63;
+/// Marks a *compact* eager packet: header and payload only, no prefix, the
+/// header length in tag bits 32..43. Used where the packet then fits the
+/// provider's inject size (shm's 4096 bytes): a 4 KiB message stays on
+/// shm's inject path instead of its slower cross-memory-attach path.
+const COMPACT_TAG: u64 = 1 << 62;
+const COMPACT_HLEN_SHIFT: u32 = 32;
+const COMPACT_HLEN_MASK: u64 = 0x7ff;
 const SEQ_MASK: u32 = 0x7fff_ffff;
 /// Pre-posted eager receives match every tag with bit 63 clear.
 const EAGER_IGNORE: u64 = !LARGE_TAG;
@@ -747,9 +754,10 @@ struct LargeRecv {
 /// A message of one sender waiting for delivery, in arrival order.
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    /// Complete in eager receive slot `slot`.
+    /// Complete in eager receive slot `slot` (with no prefix when `compact`).
     Eager {
         slot: u32,
+        compact: bool,
         header_len: u16,
         payload_len: u32,
     },
@@ -1336,10 +1344,27 @@ impl Core {
         let i = slot as usize;
         self.recv_posted[i] = false;
         let src = (tag & 0xffff_ffff) as Rank;
-        let checked = if tag >> 32 != 0 {
+        let compact = tag & COMPACT_TAG != 0;
+        let extra = tag & !COMPACT_TAG & !(COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT);
+        let checked = if extra >> 32 != 0 || (!compact && tag >> 32 != 0) {
             Err("tag has bits above the rank")
         } else if src >= self.size {
             Err("unknown source rank")
+        } else if compact {
+            let header_len = ((tag >> COMPACT_HLEN_SHIFT) & COMPACT_HLEN_MASK) as usize;
+            match self.recv_buf[i].as_deref() {
+                Some(buf) if len > buf.len() => Err("length beyond the receive buffer"),
+                Some(_) if header_len > MAX_HEADER || header_len > len => {
+                    Err("compact header length out of range")
+                }
+                Some(_) => Ok(Prefix {
+                    kind: KIND_INLINE,
+                    header_len,
+                    payload_len: len - header_len,
+                    seq: 0,
+                }),
+                None => Err("length beyond the receive buffer"),
+            }
         } else {
             match self.recv_buf[i].as_deref() {
                 Some(buf) if len <= buf.len() => parse_prefix(&buf[..len]),
@@ -1358,6 +1383,7 @@ impl Core {
         if prefix.kind == KIND_INLINE {
             self.peers[src as usize].pending.push_back(Pending::Eager {
                 slot,
+                compact,
                 header_len: prefix.header_len as u16,
                 payload_len: prefix.payload_len as u32,
             });
@@ -1669,6 +1695,37 @@ impl Core {
         payload_len: usize,
         seq: u32,
     ) -> Result<(), TransportError> {
+        // Compact form: small enough to inject without the prefix.
+        let bare = header.len() + inline.len();
+        if kind == KIND_INLINE
+            && bare <= self.inject_size
+            && PREFIX_LEN + bare > self.inject_size
+            && self.queues[dest as usize].posts.is_empty()
+        {
+            let buf = &mut self.inject_buf[..bare];
+            buf[..header.len()].copy_from_slice(header);
+            buf[header.len()..].copy_from_slice(inline);
+            let tag =
+                u64::from(self.rank) | COMPACT_TAG | ((header.len() as u64) << COMPACT_HLEN_SHIFT);
+            // SAFETY: inject_buf holds `bare` initialised bytes; inject
+            // copies them before returning and reports no completion.
+            let ret = unsafe {
+                fi::sat_fi_tinject(
+                    self.h.ep,
+                    self.inject_buf.as_ptr().cast::<c_void>(),
+                    bare,
+                    u64::from(dest),
+                    tag,
+                )
+            };
+            if ret == 0 {
+                return Ok(());
+            }
+            if ret != -(fi::FI_EAGAIN as isize) {
+                return Err(fabric_error("fi_tinject", ret as i64));
+            }
+            // Refused: the prefixed form goes through the queue instead.
+        }
         let total = PREFIX_LEN + header.len() + inline.len();
         let fill = |buf: &mut [u8]| {
             write_prefix(buf, kind, header.len(), payload_len, seq);
@@ -1811,6 +1868,7 @@ impl FabricTransport {
                 match head {
                     Pending::Eager {
                         slot,
+                        compact,
                         header_len,
                         payload_len,
                     } => {
@@ -1820,10 +1878,11 @@ impl FabricTransport {
                             warn!(slot, "eager buffer missing at delivery; message dropped");
                             continue;
                         };
-                        let h_end = PREFIX_LEN + header_len as usize;
+                        let h_start = if compact { 0 } else { PREFIX_LEN };
+                        let h_end = h_start + header_len as usize;
                         let msg = Received {
                             src,
-                            header: &buf[PREFIX_LEN..h_end],
+                            header: &buf[h_start..h_end],
                             payload: &buf[h_end..h_end + payload_len as usize],
                         };
                         on_message(self, msg);
