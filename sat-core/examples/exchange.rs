@@ -96,6 +96,7 @@ fn exchange(c: &Client, o: &Options) -> RoleResult {
     let mut next_round: HashMap<u32, u64> = peers.iter().map(|&p| (p, 0)).collect();
     let mut received = 0u64;
     let mut round = 0u64;
+    let start = std::time::Instant::now();
     while o.forever || round < o.rounds {
         for &p in &peers {
             c.send(p, round as u32, &pattern(me, p, round, o.bytes))?;
@@ -120,10 +121,19 @@ fn exchange(c: &Client, o: &Options) -> RoleResult {
         }
         round += 1;
     }
+    let elapsed = start.elapsed();
     println!(
         "rank {me} exchanged {received} messages with {} clients",
         peers.len()
     );
+    if round > 0 {
+        println!(
+            "rank {me}: {round} rounds of {} bytes in {:.1} ms ({:.1} us per round, servers relaying every message)",
+            o.bytes,
+            elapsed.as_secs_f64() * 1e3,
+            elapsed.as_secs_f64() * 1e6 / round as f64
+        );
+    }
     if let Some((rank, ms)) = o.late {
         if rank == me {
             std::thread::sleep(std::time::Duration::from_millis(ms));

@@ -702,6 +702,16 @@ impl BufPool {
     }
 }
 
+/// A free slot of `items` from `free`, or a new one made by `make(index)`:
+/// slots are recycled, so the steady state allocates nothing.
+fn take_slot<T>(free: &mut Vec<u32>, items: &mut Vec<T>, make: impl FnOnce(u32) -> T) -> u32 {
+    free.pop().unwrap_or_else(|| {
+        let s = items.len() as u32;
+        items.push(make(s));
+        s
+    })
+}
+
 /// What keeps a large payload alive until its send completes.
 enum Keep {
     Nothing,
@@ -1401,22 +1411,15 @@ impl Core {
             self.repost_eager(slot);
             return;
         };
-        let lslot = match self.lrecv_free.pop() {
-            Some(s) => s,
-            None => {
-                let s = self.lrecv.len() as u32;
-                self.lrecv.push(LargeRecv {
-                    ctx: OpCtx::new(Op::LargeRecv(s)),
-                    state: LargeState::Free,
-                    src: 0,
-                    tag: 0,
-                    len: 0,
-                    header: Vec::with_capacity(MAX_HEADER),
-                    data: None,
-                });
-                s
-            }
-        };
+        let lslot = take_slot(&mut self.lrecv_free, &mut self.lrecv, |s| LargeRecv {
+            ctx: OpCtx::new(Op::LargeRecv(s)),
+            state: LargeState::Free,
+            src: 0,
+            tag: 0,
+            len: 0,
+            header: Vec::with_capacity(MAX_HEADER),
+            data: None,
+        });
         {
             let l = &mut self.lrecv[lslot as usize];
             let buf = self.recv_buf[i].as_deref().expect("checked above");
@@ -1782,20 +1785,13 @@ impl Core {
             }
             Payload::None => Keep::Nothing,
         };
-        let slot = match self.lsend_free.pop() {
-            Some(s) => s,
-            None => {
-                let s = self.lsend.len() as u32;
-                self.lsend.push(LargeSend {
-                    ctx: OpCtx::new(Op::LargeSend(s)),
-                    keep: Keep::Nothing,
-                    dest: 0,
-                    len: 0,
-                    tag: 0,
-                });
-                s
-            }
-        };
+        let slot = take_slot(&mut self.lsend_free, &mut self.lsend, |s| LargeSend {
+            ctx: OpCtx::new(Op::LargeSend(s)),
+            keep: Keep::Nothing,
+            dest: 0,
+            len: 0,
+            tag: 0,
+        });
         let l = &mut self.lsend[slot as usize];
         l.keep = keep;
         l.dest = dest;
