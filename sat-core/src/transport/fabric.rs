@@ -2097,6 +2097,11 @@ mod tests {
             // An unknown source rank, and stray bits above the rank.
             (packet(KIND_INLINE, 0, 0, PREFIX_LEN), 7),
             (packet(KIND_INLINE, 0, 0, PREFIX_LEN), 1 << 40),
+            // Compact packets: a header longer than the packet, a header
+            // over MAX_HEADER, and stray bits beside the header length.
+            (vec![0u8; 10], COMPACT_TAG | (100 << COMPACT_HLEN_SHIFT)),
+            (vec![0u8; 3000], COMPACT_TAG | (2000 << COMPACT_HLEN_SHIFT)),
+            (vec![0u8; 10], COMPACT_TAG | (1 << 50)),
         ];
         if oversize {
             packets.push((vec![0u8; EAGER_LIMIT + 100], 0));
