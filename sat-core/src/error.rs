@@ -1,6 +1,7 @@
 //! The errors of sat-core: one enum, grouped by what broke, each message
 //! saying what went wrong and what to do about it.
 
+use crate::chunk::ChunkError;
 use crate::topology::TopologyError;
 use crate::transport::TransportError;
 
@@ -11,6 +12,10 @@ pub enum SatError {
     /// The topology file is missing, malformed or does not fit the run.
     #[error(transparent)]
     Topology(#[from] TopologyError),
+
+    /// A chunk or chain request is malformed (size, ids, address space).
+    #[error(transparent)]
+    Chunk(#[from] ChunkError),
 
     /// The message layer failed (provider missing, peer lost, libfabric error).
     #[error(transparent)]

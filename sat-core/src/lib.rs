@@ -6,6 +6,7 @@
 //! (`sat-python`) are thin faces over it.
 //!
 //! Modules, one responsibility each:
+//! - [`chunk`]: chunks and the layout of chunk chains in local memory;
 //! - [`transport`]: messages between ranks (libfabric, or in-process for tests);
 //! - [`wire`]: the encoded message headers and their bounds-checked decoding;
 //! - [`topology`]: the XML topology of a run (roles, servers, clients, memory);
@@ -18,6 +19,7 @@
 //! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
 
 pub mod bootstrap;
+pub mod chunk;
 pub mod client;
 pub mod error;
 pub mod launcher;

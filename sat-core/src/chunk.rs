@@ -1,0 +1,261 @@
+//! Chunks and chunk chains (section 2.2 of the SAT report).
+//!
+//! The logical space is every `u64`; a chunk is identified by its address in
+//! it. `MALLOC(baseid, size)` splits `size` bytes into chunks of the default
+//! chunk size at consecutive addresses, the last one only as large as needed
+//! so nothing is wasted; `MALLOC_LST(idlst, sizelst)` takes the addresses from
+//! a list and the sizes round-robin from another. Either way the chunks form a
+//! **chain** whose data is contiguous in local memory, so that pointer
+//! arithmetic runs across chunk boundaries. [`ChainLayout`] is that plan: which
+//! chunk sits at which offset of the chain's local buffer.
+
+use std::collections::HashSet;
+
+/// An address in the S-DSM logical space.
+pub type ChunkId = u64;
+
+/// The chunk size `MALLOC` splits by when the run sets none.
+pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkError {
+    #[error("a chunk of 0 bytes cannot be allocated: give a size of at least 1")]
+    ZeroSize,
+    #[error("the chunk size must be at least 1 byte")]
+    ZeroChunkSize,
+    #[error("the list of chunk ids is empty: give at least one id")]
+    NoIds,
+    #[error("the list of sizes is empty: give at least one size (it is used round-robin)")]
+    NoSizes,
+    #[error(
+        "{count} chunks from id {baseid} run past the end of the logical space (u64::MAX): \
+         choose a lower base id or a larger chunk size"
+    )]
+    IdOverflow { baseid: ChunkId, count: u64 },
+    #[error("chunk {0} appears twice in one chain: a chain holds each chunk once")]
+    DuplicateId(ChunkId),
+}
+
+/// Where each chunk of a chain lives in the chain's contiguous local buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChainLayout {
+    /// (chunk id, size), in chain order.
+    chunks: Vec<(ChunkId, usize)>,
+    /// Offset of each chunk in the local buffer; `offsets[i+1] = offsets[i] + size[i]`.
+    offsets: Vec<usize>,
+    total: usize,
+}
+
+impl ChainLayout {
+    /// The layout of `MALLOC(baseid, size)` with chunks of `chunk_size` bytes.
+    pub fn malloc(
+        baseid: ChunkId,
+        size: usize,
+        chunk_size: usize,
+    ) -> Result<ChainLayout, ChunkError> {
+        if size == 0 {
+            return Err(ChunkError::ZeroSize);
+        }
+        if chunk_size == 0 {
+            return Err(ChunkError::ZeroChunkSize);
+        }
+        let count = size.div_ceil(chunk_size) as u64;
+        if baseid.checked_add(count - 1).is_none() {
+            return Err(ChunkError::IdOverflow { baseid, count });
+        }
+        let chunks = (0..count)
+            .map(|i| {
+                let start = i as usize * chunk_size;
+                (baseid + i, chunk_size.min(size - start))
+            })
+            .collect();
+        Ok(Self::from_chunks(chunks))
+    }
+
+    /// The layout of `MALLOC_LST(ids, sizes)`: chunk `ids[i]` has size
+    /// `sizes[i % sizes.len()]` (the report's round-robin).
+    pub fn malloc_lst(ids: &[ChunkId], sizes: &[usize]) -> Result<ChainLayout, ChunkError> {
+        if ids.is_empty() {
+            return Err(ChunkError::NoIds);
+        }
+        if sizes.is_empty() {
+            return Err(ChunkError::NoSizes);
+        }
+        if sizes.contains(&0) {
+            return Err(ChunkError::ZeroSize);
+        }
+        let mut seen = HashSet::with_capacity(ids.len());
+        for &id in ids {
+            if !seen.insert(id) {
+                return Err(ChunkError::DuplicateId(id));
+            }
+        }
+        let chunks = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| (id, sizes[i % sizes.len()]))
+            .collect();
+        Ok(Self::from_chunks(chunks))
+    }
+
+    fn from_chunks(chunks: Vec<(ChunkId, usize)>) -> ChainLayout {
+        let mut offsets = Vec::with_capacity(chunks.len());
+        let mut total = 0usize;
+        for &(_, size) in &chunks {
+            offsets.push(total);
+            total += size;
+        }
+        ChainLayout {
+            chunks,
+            offsets,
+            total,
+        }
+    }
+
+    /// (chunk id, size) in chain order.
+    pub fn chunks(&self) -> &[(ChunkId, usize)] {
+        &self.chunks
+    }
+
+    /// The number of chunks in the chain.
+    pub fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// The size of the chain's contiguous local buffer.
+    pub fn total_size(&self) -> usize {
+        self.total
+    }
+
+    /// The byte range of the `i`-th chunk in the local buffer.
+    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
+        let start = self.offsets[i];
+        start..start + self.chunks[i].1
+    }
+
+    /// The position of chunk `id` in the chain, if it belongs to it.
+    pub fn position(&self, id: ChunkId) -> Option<usize> {
+        self.chunks.iter().position(|&(c, _)| c == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malloc_splits_and_the_last_chunk_wastes_nothing() {
+        let l = ChainLayout::malloc(1000, 10_000, 4096).unwrap();
+        assert_eq!(l.chunks(), &[(1000, 4096), (1001, 4096), (1002, 1808)]);
+        assert_eq!(l.total_size(), 10_000);
+        assert_eq!(l.range(2), 8192..10_000);
+        // An exact multiple has no short last chunk.
+        let l = ChainLayout::malloc(0, 8192, 4096).unwrap();
+        assert_eq!(l.chunks(), &[(0, 4096), (1, 4096)]);
+        // Smaller than a chunk: one chunk of exactly that size.
+        assert_eq!(
+            ChainLayout::malloc(42, 256, DEFAULT_CHUNK_SIZE)
+                .unwrap()
+                .chunks(),
+            &[(42, 256)]
+        );
+    }
+
+    #[test]
+    fn chains_are_contiguous_for_every_split() {
+        for size in [
+            1usize,
+            2,
+            63,
+            64,
+            65,
+            4095,
+            4096,
+            4097,
+            1 << 20,
+            (64 << 20) + 3,
+        ] {
+            for chunk in [1usize, 7, 64, 4096, 65536] {
+                if size / chunk > 100_000 {
+                    continue;
+                }
+                let l = ChainLayout::malloc(7, size, chunk).unwrap();
+                assert_eq!(l.total_size(), size);
+                let mut next = 0;
+                for i in 0..l.len() {
+                    let r = l.range(i);
+                    assert_eq!(
+                        r.start,
+                        next,
+                        "chunk {i} must follow chunk {} directly",
+                        i.wrapping_sub(1)
+                    );
+                    assert!(r.len() <= chunk && !r.is_empty());
+                    assert_eq!(l.chunks()[i].0, 7 + i as u64);
+                    next = r.end;
+                }
+                assert_eq!(next, size);
+            }
+        }
+    }
+
+    #[test]
+    fn a_64_mib_malloc_is_one_contiguous_chain() {
+        let l = ChainLayout::malloc(1 << 40, 64 << 20, DEFAULT_CHUNK_SIZE).unwrap();
+        assert_eq!(l.len(), 1024);
+        assert_eq!(l.total_size(), 64 << 20);
+        assert_eq!(l.range(1023).end, 64 << 20);
+    }
+
+    #[test]
+    fn malloc_lst_takes_sizes_round_robin() {
+        // Figure 4: ids {16, 81, 56878}, sizes {24, 91, 54}.
+        let l = ChainLayout::malloc_lst(&[16, 81, 56878], &[24, 91, 54]).unwrap();
+        assert_eq!(l.chunks(), &[(16, 24), (81, 91), (56878, 54)]);
+        assert_eq!(l.position(81), Some(1));
+        assert_eq!(l.range(1), 24..115);
+        let l = ChainLayout::malloc_lst(&[1, 2, 3, 4, 5], &[10, 20]).unwrap();
+        assert_eq!(l.chunks(), &[(1, 10), (2, 20), (3, 10), (4, 20), (5, 10)]);
+        assert_eq!(l.position(99), None);
+    }
+
+    #[test]
+    fn misuse_is_a_clear_error() {
+        assert_eq!(ChainLayout::malloc(0, 0, 4096), Err(ChunkError::ZeroSize));
+        assert_eq!(
+            ChainLayout::malloc(0, 10, 0),
+            Err(ChunkError::ZeroChunkSize)
+        );
+        assert_eq!(
+            ChainLayout::malloc(u64::MAX, 8193, 4096),
+            Err(ChunkError::IdOverflow {
+                baseid: u64::MAX,
+                count: 3
+            })
+        );
+        assert!(
+            ChainLayout::malloc(u64::MAX, 4096, 4096).is_ok(),
+            "the last address is usable"
+        );
+        assert_eq!(ChainLayout::malloc_lst(&[], &[1]), Err(ChunkError::NoIds));
+        assert_eq!(ChainLayout::malloc_lst(&[1], &[]), Err(ChunkError::NoSizes));
+        assert_eq!(
+            ChainLayout::malloc_lst(&[1, 2], &[5, 0]),
+            Err(ChunkError::ZeroSize)
+        );
+        assert_eq!(
+            ChainLayout::malloc_lst(&[3, 4, 3], &[5]),
+            Err(ChunkError::DuplicateId(3))
+        );
+        let msg = ChunkError::IdOverflow {
+            baseid: 5,
+            count: 9,
+        }
+        .to_string();
+        assert!(msg.contains("base id"), "{msg}");
+    }
+}
