@@ -11,6 +11,7 @@
 //! - [`wire`]: the encoded message headers and their bounds-checked decoding;
 //! - [`topology`]: the XML topology of a run (roles, servers, clients, memory);
 //! - [`bootstrap`]: rank discovery, the seed exchange, roles, termination;
+//! - [`protocol`]: coherence protocols as pure state machines (home-based MESI);
 //! - [`progress`]: the progress engine and its adaptive micro-sleep;
 //! - [`server`]: the S-DSM server loop;
 //! - [`client`]: the client side of a run, as user code sees it;
@@ -26,6 +27,7 @@ pub mod launcher;
 pub mod observe;
 pub mod os;
 pub mod progress;
+pub mod protocol;
 pub mod server;
 pub mod topology;
 pub mod transport;

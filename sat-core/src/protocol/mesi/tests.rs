@@ -1,0 +1,376 @@
+//! The protocol under every message ordering a seeded scheduler produces:
+//! clients and one home exchange messages through per-pair FIFO queues, and
+//! after every step the invariants of PROTOCOL-NOTES are checked.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::*;
+
+/// A tiny deterministic generator (splitmix64), so a failing seed replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A queue of messages in flight on one pair, with their data.
+type Queue<M> = VecDeque<(M, Option<Arc<[u8]>>)>;
+
+struct Sim {
+    home: Home,
+    clients: Vec<Cache>,
+    to_home: Vec<Queue<ToHome>>,
+    to_client: Vec<Queue<ToClient>>,
+    messages: u64,
+    /// The newest version any client has released (sent), and its value.
+    released: (Version, u64),
+    increments: u64,
+}
+
+fn value(data: &[u8]) -> u64 {
+    u64::from_le_bytes(data[..8].try_into().unwrap())
+}
+
+impl Sim {
+    fn new(clients: usize) -> Sim {
+        Sim {
+            home: Home::new(16),
+            clients: (0..clients).map(|_| Cache::new(16)).collect(),
+            to_home: vec![VecDeque::new(); clients],
+            to_client: vec![VecDeque::new(); clients],
+            messages: 0,
+            released: (0, 0),
+            increments: 0,
+        }
+    }
+
+    /// Client ranks are 1..=n; index c is rank c + 1.
+    fn acquire(&mut self, c: usize, access: Access) -> Acquire {
+        let step = self.clients[c].acquire(access).expect("a legal acquire");
+        if let Acquire::Request(req) = step {
+            self.to_home[c].push_back((req, None));
+            self.messages += 1;
+        } else {
+            self.check_read_open(c);
+        }
+        step
+    }
+
+    fn release(&mut self, c: usize) {
+        let writing = self.clients[c].writing;
+        if writing {
+            // A READWRITE increments the counter it read.
+            let v = value(self.clients[c].data()) + 1;
+            self.clients[c].data_mut()[..8].copy_from_slice(&v.to_le_bytes());
+        }
+        let sent = self.clients[c].release().expect("a legal release");
+        if let Some((msg, data)) = sent {
+            let data: Option<Arc<[u8]>> = data.map(Into::into);
+            if let ToHome::Release { version } = msg {
+                assert!(version > self.released.0, "versions only grow");
+                self.released = (version, value(data.as_deref().unwrap()));
+                self.increments += 1;
+            }
+            self.to_home[c].push_back((msg, data));
+            self.messages += 1;
+        }
+    }
+
+    fn deliver_to_home(&mut self, c: usize) {
+        let (msg, data) = self.to_home[c].pop_front().unwrap();
+        let mut out = Vec::new();
+        let before = self.home.version();
+        self.home
+            .on_message(c as Rank + 1, msg, data.as_deref(), &mut out)
+            .expect("legal traffic");
+        assert!(
+            self.home.version() >= before,
+            "the home's version only grows"
+        );
+        for o in out {
+            self.to_client[o.to as usize - 1].push_back((o.msg, o.data));
+            self.messages += 1;
+        }
+    }
+
+    fn deliver_to_client(&mut self, c: usize) {
+        let (msg, data) = self.to_client[c].pop_front().unwrap();
+        let was_waiting = self.clients[c].waiting();
+        if let Some(reply) = self.clients[c]
+            .on_message(msg, data.as_deref())
+            .expect("legal traffic")
+        {
+            self.to_home[c].push_back((reply, None));
+            self.messages += 1;
+        }
+        if was_waiting
+            && !self.clients[c].waiting()
+            && self.clients[c].read_scopes > 0
+            && !self.clients[c].writing
+        {
+            self.check_read_open(c);
+        }
+    }
+
+    /// A read scope just opened at `c`: it must see the newest release.
+    fn check_read_open(&self, c: usize) {
+        let cache = &self.clients[c];
+        assert_eq!(
+            cache.version().unwrap_or(0),
+            self.released.0,
+            "client {} reads version {:?} after version {} was released",
+            c + 1,
+            cache.version(),
+            self.released.0
+        );
+        assert_eq!(value(cache.data()), self.released.1);
+    }
+
+    fn check(&self) {
+        let writers = self.clients.iter().filter(|c| c.writing).count();
+        let readers = self.clients.iter().filter(|c| c.read_scopes > 0).count();
+        assert!(writers <= 1, "{writers} clients write at once");
+        assert!(
+            writers == 0 || readers == 0,
+            "a read scope is open during a write scope"
+        );
+    }
+
+    fn quiet(&self) -> bool {
+        self.to_home.iter().all(VecDeque::is_empty) && self.to_client.iter().all(VecDeque::is_empty)
+    }
+
+    /// One random step: deliver some queued message, or let an idle client
+    /// open or close a scope.
+    fn step(&mut self, rng: &mut Rng, new_ops: bool) {
+        let n = self.clients.len();
+        let queues: Vec<(bool, usize)> = (0..n)
+            .flat_map(|c| [(true, c), (false, c)])
+            .filter(|&(home, c)| {
+                if home {
+                    !self.to_home[c].is_empty()
+                } else {
+                    !self.to_client[c].is_empty()
+                }
+            })
+            .collect();
+        let act = new_ops && (queues.is_empty() || rng.below(3) == 0);
+        if act {
+            let c = rng.below(n as u64) as usize;
+            let cache = &self.clients[c];
+            if cache.waiting() {
+            } else if cache.in_scope() {
+                self.release(c);
+            } else {
+                let access = if rng.below(2) == 0 {
+                    Access::Read
+                } else {
+                    Access::ReadWrite
+                };
+                self.acquire(c, access);
+            }
+        } else if !queues.is_empty() {
+            let (home, c) = queues[rng.below(queues.len() as u64) as usize];
+            if home {
+                self.deliver_to_home(c);
+            } else {
+                self.deliver_to_client(c);
+            }
+        } else {
+            // Draining: close every open scope so waiting requests can go on.
+            for c in 0..n {
+                if self.clients[c].in_scope() && !self.clients[c].waiting() {
+                    self.release(c);
+                }
+            }
+        }
+        self.check();
+    }
+}
+
+#[test]
+fn message_counts_of_each_path() {
+    let mut sim = Sim::new(4);
+    let drain = |sim: &mut Sim| {
+        while !sim.quiet() {
+            for c in 0..4 {
+                while !sim.to_home[c].is_empty() {
+                    sim.deliver_to_home(c);
+                }
+            }
+            for c in 0..4 {
+                while !sim.to_client[c].is_empty() {
+                    sim.deliver_to_client(c);
+                }
+            }
+        }
+    };
+    // Read miss: request and grant.
+    sim.messages = 0;
+    sim.acquire(0, Access::Read);
+    drain(&mut sim);
+    assert_eq!(sim.messages, 2);
+    sim.release(0);
+    // Read hit: nothing.
+    sim.messages = 0;
+    assert_eq!(sim.acquire(0, Access::Read), Acquire::Hit);
+    sim.release(0);
+    assert_eq!(sim.messages, 0);
+    // Clients 2 and 3 share it too: 3 sharers.
+    for c in [1, 2] {
+        sim.acquire(c, Access::Read);
+        drain(&mut sim);
+        sim.release(c);
+    }
+    // Write by client 4 with 3 other sharers: 2 + 2 * 3.
+    sim.messages = 0;
+    sim.acquire(3, Access::ReadWrite);
+    drain(&mut sim);
+    assert_eq!(sim.messages, 2 + 2 * 3);
+    // Release of the write scope: 1.
+    sim.messages = 0;
+    sim.release(3);
+    drain(&mut sim);
+    assert_eq!(sim.messages, 1);
+    // Write miss with 1 sharer (the last writer keeps a shared copy).
+    sim.messages = 0;
+    sim.acquire(0, Access::ReadWrite);
+    drain(&mut sim);
+    assert_eq!(sim.messages, 2 + 2);
+    sim.release(0);
+    drain(&mut sim);
+    assert_eq!(sim.home.version(), 2);
+    assert_eq!(value(sim.home.data()), 2);
+}
+
+#[test]
+fn a_writer_waits_for_readers_in_scope() {
+    let mut sim = Sim::new(2);
+    sim.acquire(0, Access::Read);
+    sim.deliver_to_home(0);
+    sim.deliver_to_client(0);
+    assert!(sim.clients[0].read_scopes > 0);
+    sim.acquire(1, Access::ReadWrite);
+    sim.deliver_to_home(1); // the home invalidates client 1's copy
+    sim.deliver_to_client(0); // inside a read scope: no acknowledgement yet
+    assert!(sim.to_home[0].is_empty());
+    assert!(
+        sim.home.owner().is_none(),
+        "no grant while a reader is in scope"
+    );
+    sim.release(0); // the acknowledgement leaves with the release
+    sim.deliver_to_home(0);
+    sim.deliver_to_client(1);
+    assert!(sim.clients[1].writing);
+}
+
+#[test]
+fn random_orderings_keep_every_invariant() {
+    for seed in 0..3000u64 {
+        let mut rng = Rng(seed);
+        let clients = 2 + (seed % 4) as usize;
+        let mut sim = Sim::new(clients);
+        for _ in 0..200 {
+            sim.step(&mut rng, true);
+        }
+        // No new operations: everything must drain (no deadlock, no lost
+        // request), with every scope closed.
+        let mut steps = 0;
+        while !sim.quiet() || sim.clients.iter().any(|c| c.in_scope() || c.waiting()) {
+            sim.step(&mut rng, false);
+            steps += 1;
+            assert!(steps < 100_000, "seed {seed}: no progress");
+        }
+        assert!(sim.home.owner().is_none());
+        // No lost update: every READWRITE incremented the counter once.
+        assert_eq!(value(sim.home.data()), sim.increments, "seed {seed}");
+        assert_eq!(sim.home.version(), sim.increments, "seed {seed}");
+    }
+}
+
+#[test]
+fn misuse_and_hostile_messages_are_errors() {
+    let mut c = Cache::new(8);
+    assert_eq!(c.release().unwrap_err(), ScopeError::NotAcquired);
+    assert!(matches!(c.acquire(Access::Write), Ok(Acquire::Request(_))));
+    assert_eq!(c.acquire(Access::Read).unwrap_err(), ScopeError::Waiting);
+    assert_eq!(
+        c.on_message(
+            ToClient::ReadGrant {
+                version: 0,
+                with_data: true
+            },
+            Some(&[0; 8])
+        )
+        .unwrap_err(),
+        ProtocolViolation::StrayGrant
+    );
+    assert_eq!(
+        c.on_message(
+            ToClient::WriteGrant {
+                version: 3,
+                with_data: true
+            },
+            Some(&[0; 3])
+        )
+        .unwrap_err(),
+        ProtocolViolation::WrongSize { got: 3, want: 8 }
+    );
+    c.on_message(
+        ToClient::WriteGrant {
+            version: 3,
+            with_data: false,
+        },
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        c.acquire(Access::Read).unwrap_err(),
+        ScopeError::AlreadyAcquired
+    );
+
+    let mut h = Home::new(8);
+    let mut out = Vec::new();
+    assert_eq!(
+        h.on_message(5, ToHome::Release { version: 1 }, Some(&[0; 8]), &mut out)
+            .unwrap_err(),
+        ProtocolViolation::ReleaseWithoutOwnership { from: 5 }
+    );
+    assert_eq!(
+        h.on_message(5, ToHome::InvalAck, None, &mut out)
+            .unwrap_err(),
+        ProtocolViolation::StrayAck
+    );
+    h.on_message(
+        5,
+        ToHome::WriteReq {
+            have: None,
+            need_data: false,
+        },
+        None,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(h.owner(), Some(5));
+    assert_eq!(
+        h.on_message(5, ToHome::Release { version: 9 }, Some(&[0; 8]), &mut out)
+            .unwrap_err(),
+        ProtocolViolation::WrongVersion { got: 9, want: 1 }
+    );
+    assert_eq!(
+        h.on_message(5, ToHome::Release { version: 1 }, Some(&[0; 2]), &mut out)
+            .unwrap_err(),
+        ProtocolViolation::WrongSize { got: 2, want: 8 }
+    );
+    assert_eq!(h.version(), 0, "nothing was applied");
+}
