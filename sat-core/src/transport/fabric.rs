@@ -69,7 +69,7 @@ use super::{Payload, Provider, Rank, Received, Sender, Transport, TransportError
 /// goes through the provider's segmentation or CMA path either way. A larger
 /// limit would make every pre-posted receive buffer larger; a smaller one
 /// would send 4-16 KiB messages (a page of the DSM plus its header) as two
-/// messages. [`RECV_SLOTS`] buffers of this size are 1 MiB per endpoint.
+/// messages. `RECV_SLOTS` (64) buffers of this size are 1 MiB per endpoint.
 pub const EAGER_LIMIT: usize = 16 * 1024;
 
 /// The bytes in front of the header of every eager packet.
