@@ -5,7 +5,7 @@
 //! further. Waiting inside a call drives the process's progress engine, so a
 //! client never needs a thread of its own to make progress.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
-use crate::wire::{self, Message};
+use crate::wire::{self, AllocOutcome, Message};
 
 /// A point-to-point message from another client, relayed by the servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,8 +36,7 @@ pub struct Client {
 
 struct ClientState {
     transport: Box<dyn Transport>,
-    inbox: VecDeque<UserMessage>,
-    done_acked: bool,
+    mail: Mailbox,
     header: [u8; MAX_HEADER],
 }
 
@@ -52,8 +51,7 @@ impl Client {
             policy: IdlePolicy::from_env(),
             state: Mutex::new(ClientState {
                 transport,
-                inbox: VecDeque::new(),
-                done_acked: false,
+                mail: Mailbox::default(),
                 header: [0; MAX_HEADER],
             }),
         }
@@ -136,20 +134,90 @@ impl Client {
 
     /// Waits for the next message sent to this client.
     pub fn recv(&self) -> SatResult<UserMessage> {
-        self.wait(None, |st| st.inbox.pop_front())?
+        self.wait(None, |st| st.mail.inbox.pop_front())?
             .ok_or_else(|| SatError::Timeout("no deadline was given".into()))
     }
 
     /// Waits at most `timeout` for the next message.
     pub fn recv_timeout(&self, timeout: Duration) -> SatResult<Option<UserMessage>> {
-        self.wait(Some(Instant::now() + timeout), |st| st.inbox.pop_front())
+        self.wait(Some(Instant::now() + timeout), |st| {
+            st.mail.inbox.pop_front()
+        })
     }
 
     /// The next message if one has arrived, without waiting.
     pub fn try_recv(&self) -> SatResult<Option<UserMessage>> {
         let mut st = self.lock();
-        st.progress(self.server)?;
-        Ok(st.inbox.pop_front())
+        st.progress(self.rank, self.server)?;
+        Ok(st.mail.inbox.pop_front())
+    }
+
+    /// MALLOC: allocates `chunk` with `size` bytes in the S-DSM, or joins it
+    /// when it already exists with that size. Another size is an error.
+    pub fn malloc(&self, chunk: u64, size: usize) -> SatResult<()> {
+        if size == 0 {
+            return Err(crate::chunk::ChunkError::ZeroSize.into());
+        }
+        let msg = Message::Malloc {
+            chunk,
+            size: size as u64,
+            client: self.rank,
+        };
+        match self.allocation(chunk, &msg, None)? {
+            AllocOutcome::Size(_) => Ok(()),
+            AllocOutcome::SizeMismatch { existing } => Err(SatError::Usage(format!(
+                "MALLOC of chunk {chunk} with {size} bytes: it already exists with {existing} bytes; \
+                 allocate it with the same size, or LOOKUP it"
+            ))),
+            AllocOutcome::NotAllocated => Err(SatError::Usage(format!(
+                "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
+            ))),
+        }
+    }
+
+    /// LOOKUP: the size of `chunk`, once any process has allocated it. It
+    /// waits at most `timeout` for that (see [`crate::directory`] for why),
+    /// then fails with [`SatError::Timeout`].
+    pub fn lookup(&self, chunk: u64, timeout: Duration) -> SatResult<usize> {
+        let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let msg = Message::Lookup {
+            chunk,
+            client: self.rank,
+            wait_ms,
+        };
+        // The home answers within `timeout`; allow for the way back.
+        let bound = timeout + Duration::from_secs(30);
+        match self.allocation(chunk, &msg, Some(bound))? {
+            AllocOutcome::Size(size) => Ok(size as usize),
+            AllocOutcome::NotAllocated => Err(SatError::Timeout(format!(
+                "LOOKUP of chunk {chunk}: no process allocated it within {timeout:?}"
+            ))),
+            AllocOutcome::SizeMismatch { .. } => Err(SatError::Usage(format!(
+                "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
+            ))),
+        }
+    }
+
+    /// Sends an allocation request and waits for the home's answer.
+    fn allocation(
+        &self,
+        chunk: u64,
+        msg: &Message,
+        bound: Option<Duration>,
+    ) -> SatResult<AllocOutcome> {
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            let n =
+                wire::encode(msg, &mut st.header).map_err(|e| SatError::Usage(e.to_string()))?;
+            st.transport
+                .send(self.server, &st.header[..n], Payload::None)?;
+        }
+        let deadline = bound.map(|b| Instant::now() + b);
+        let got = self.wait(deadline, |st| {
+            st.mail.alloc.get_mut(&chunk).and_then(VecDeque::pop_front)
+        })?;
+        got.ok_or_else(|| SatError::Timeout(format!("the home of chunk {chunk} did not answer")))
     }
 
     /// Tells the server this client's role has returned and waits for its
@@ -163,7 +231,7 @@ impl Client {
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
         let acked = self.wait(Some(Instant::now() + timeout), |st| {
-            st.done_acked.then_some(())
+            st.mail.done_acked.then_some(())
         })?;
         if acked.is_none() {
             return Err(SatError::Timeout(format!(
@@ -189,7 +257,7 @@ impl Client {
         loop {
             {
                 let mut st = self.lock();
-                let got = st.progress(self.server)?;
+                let got = st.progress(self.rank, self.server)?;
                 if let Some(v) = ready(&mut st) {
                     return Ok(Some(v));
                 }
@@ -205,20 +273,26 @@ impl Client {
     }
 }
 
+/// What has arrived for this client and not been taken yet.
+#[derive(Default)]
+struct Mailbox {
+    inbox: VecDeque<UserMessage>,
+    done_acked: bool,
+    /// Answers to MALLOC and LOOKUP, by chunk, in arrival order.
+    alloc: HashMap<u64, VecDeque<AllocOutcome>>,
+}
+
 impl ClientState {
-    fn progress(&mut self, server: Rank) -> SatResult<usize> {
-        let inbox = &mut self.inbox;
-        let done_acked = &mut self.done_acked;
+    fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
+        let mail = &mut self.mail;
         let n = self
             .transport
-            .poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-                handle(server, inbox, done_acked, m)
-            })?;
+            .poll(&mut |_: &mut dyn Sender, m: Received<'_>| handle(me, server, mail, m))?;
         Ok(n)
     }
 }
 
-fn handle(server: Rank, inbox: &mut VecDeque<UserMessage>, done_acked: &mut bool, m: Received<'_>) {
+fn handle(me: Rank, server: Rank, mail: &mut Mailbox, m: Received<'_>) {
     if m.src != server {
         tracing::warn!(
             "dropped a message from rank {}: clients only hear from their server {server}",
@@ -227,12 +301,17 @@ fn handle(server: Rank, inbox: &mut VecDeque<UserMessage>, done_acked: &mut bool
         return;
     }
     match wire::decode(m.header) {
-        Ok(Message::Relay { from, tag, .. }) => inbox.push_back(UserMessage {
+        Ok(Message::Relay { from, tag, .. }) => mail.inbox.push_back(UserMessage {
             from,
             tag,
             data: m.payload.to_vec(),
         }),
-        Ok(Message::ClientDoneAck) => *done_acked = true,
+        Ok(Message::ClientDoneAck) => mail.done_acked = true,
+        Ok(Message::AllocReply {
+            chunk,
+            client,
+            outcome,
+        }) if client == me => mail.alloc.entry(chunk).or_default().push_back(outcome),
         Ok(other) => tracing::warn!("dropped unexpected {} from server {server}", other.kind()),
         Err(e) => tracing::warn!("dropped a malformed message from server {server}: {e}"),
     }

@@ -14,6 +14,7 @@
 //! - [`protocol`]: coherence protocols as pure state machines (home-based MESI);
 //! - [`progress`]: the progress engine and its adaptive micro-sleep;
 //! - [`server`]: the S-DSM server loop;
+//! - [`directory`]: a home's allocation directory (sizes, waiting LOOKUPs);
 //! - [`client`]: the client side of a run, as user code sees it;
 //! - [`observe`]: the debug stream;
 //! - [`os`]: the few system calls made outside libfabric;
@@ -22,6 +23,7 @@
 pub mod bootstrap;
 pub mod chunk;
 pub mod client;
+pub mod directory;
 pub mod error;
 pub mod launcher;
 pub mod observe;

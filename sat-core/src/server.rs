@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
-use crate::wire::{self, Message};
+use crate::wire::{self, AllocOutcome, Message};
 
 /// The seed: rank 0, which decides when the run is over.
 const SEED: Rank = 0;
@@ -29,6 +30,10 @@ struct ServerState<'t> {
     acks_left: usize,
     /// Non-seed: the seed said shut down.
     shutdown: bool,
+    /// The servers in rank order: the home of chunk c is `servers[c % len]`.
+    servers: Vec<Rank>,
+    /// Allocations of the chunks this server is the home of.
+    alloc: AllocDirectory,
     header: [u8; MAX_HEADER],
 }
 
@@ -52,6 +57,8 @@ pub fn run(
         shutdown_sent: false,
         acks_left: servers.len() - 1,
         shutdown: false,
+        servers,
+        alloc: AllocDirectory::default(),
         header: [0; MAX_HEADER],
     };
     tracing::debug!(
@@ -65,6 +72,9 @@ pub fn run(
             break;
         }
         let n = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))?;
+        if st.alloc.has_parked() {
+            st.expire_lookups(transport);
+        }
         if n > 0 {
             idle.traffic();
         } else {
@@ -166,6 +176,12 @@ impl ServerState<'_> {
         let src_is_server = self.topology.is_server(m.src);
         match msg {
             Message::Relay { from, to, tag } => self.relay(out, m, src_is_server, from, to, tag),
+            Message::Malloc { chunk, client, .. } | Message::Lookup { chunk, client, .. } => {
+                self.allocation(out, m.src, src_is_server, chunk, client, &msg)
+            }
+            Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
+                self.send(out, client, &msg, Payload::None)
+            }
             Message::ClientDone if self.is_my_client(m.src) => {
                 if !std::mem::replace(&mut self.client_done[m.src as usize], true) {
                     self.clients_left -= 1;
@@ -188,6 +204,105 @@ impl ServerState<'_> {
                 other.kind(),
                 m.src
             ),
+        }
+    }
+
+    /// The home server of `chunk` (section 2.3: a modulo on the server list).
+    fn home_of(&self, chunk: u64) -> Rank {
+        self.servers[(chunk % self.servers.len() as u64) as usize]
+    }
+
+    /// Sends `msg` to client `client`: directly when it is ours, else through
+    /// its server (Figure 14's multi-hop path, backwards).
+    fn send_to_client(&mut self, out: &mut dyn Sender, client: Rank, msg: &Message) {
+        let hop = if self.is_my_client(client) {
+            client
+        } else {
+            self.topology.server_of(client)
+        };
+        self.send(out, hop, msg, Payload::None);
+    }
+
+    /// MALLOC and LOOKUP: served at the chunk's home, forwarded there first.
+    fn allocation(
+        &mut self,
+        out: &mut dyn Sender,
+        src: Rank,
+        src_is_server: bool,
+        chunk: u64,
+        client: Rank,
+        msg: &Message,
+    ) {
+        let legit = if src_is_server {
+            client < self.topology.len() && !self.topology.is_server(client)
+        } else {
+            self.is_my_client(src) && client == src
+        };
+        if !legit {
+            tracing::warn!(
+                "server {}: dropped a {} from {src} for client {client}",
+                self.rank,
+                msg.kind()
+            );
+            return;
+        }
+        let home = self.home_of(chunk);
+        if home != self.rank {
+            if src_is_server {
+                tracing::warn!(
+                    "server {}: {} for chunk {chunk} forwarded here, but its home is {home}",
+                    self.rank,
+                    msg.kind()
+                );
+            } else {
+                tracing::debug!("[{}] forward chunk {chunk} to home {home}", msg.kind());
+                self.send(out, home, msg, Payload::None);
+            }
+            return;
+        }
+        match *msg {
+            Message::Malloc { size, .. } => {
+                let (outcome, woken) = self.alloc.malloc(chunk, size);
+                tracing::debug!("malloc baseid {chunk} size {size} for {client}: {outcome:?}");
+                self.answer(out, chunk, client, outcome);
+                for (waiter, outcome) in woken {
+                    self.answer(out, chunk, waiter, outcome);
+                }
+            }
+            Message::Lookup { wait_ms, .. } => {
+                let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
+                match self.alloc.lookup(chunk, client, deadline) {
+                    Some(outcome) => {
+                        tracing::debug!("lookup chunk {chunk} for {client}: {outcome:?}");
+                        self.answer(out, chunk, client, outcome);
+                    }
+                    None => tracing::debug!(
+                        "lookup chunk {chunk} for {client} parked until it is allocated"
+                    ),
+                }
+            }
+            _ => unreachable!("only allocation messages come here"),
+        }
+    }
+
+    /// Sends the home's answer about `chunk` to `client`.
+    fn answer(&mut self, out: &mut dyn Sender, chunk: u64, client: Rank, outcome: AllocOutcome) {
+        self.send_to_client(
+            out,
+            client,
+            &Message::AllocReply {
+                chunk,
+                client,
+                outcome,
+            },
+        );
+    }
+
+    /// Answers the LOOKUPs whose time ran out.
+    fn expire_lookups(&mut self, out: &mut dyn Sender) {
+        for (chunk, client) in self.alloc.expire(Instant::now()) {
+            tracing::debug!("lookup chunk {chunk} for {client}: nobody allocated it in time");
+            self.answer(out, chunk, client, AllocOutcome::NotAllocated);
         }
     }
 
@@ -353,6 +468,17 @@ mod tests {
                 to: 99,
                 tag: 0,
             },
+            // Allocation requests in another client's name.
+            Message::Malloc {
+                chunk: 0,
+                size: 8,
+                client: 3,
+            },
+            Message::Lookup {
+                chunk: 0,
+                client: 4,
+                wait_ms: 0,
+            },
         ] {
             let n = wire::encode(&msg, &mut hdr).unwrap();
             client2.send(0, &hdr[..n], Payload::None).unwrap();
@@ -368,13 +494,16 @@ mod tests {
             shutdown_sent: false,
             acks_left: 1,
             shutdown: false,
+            servers: vec![0, 1],
+            alloc: AllocDirectory::default(),
             header: [0; MAX_HEADER],
         };
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
             .unwrap();
-        assert_eq!(n, 5);
+        assert_eq!(n, 7);
         assert_eq!(st.servers_left, 2, "a client cannot declare a server done");
-        assert_eq!(_net.messages_sent(), 5, "nothing was forwarded");
+        assert_eq!(_net.messages_sent(), 7, "nothing was forwarded or answered");
+        assert!(!st.alloc.has_parked() && st.alloc.size_of(0).is_none());
     }
 }

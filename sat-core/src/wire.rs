@@ -31,6 +31,33 @@ pub enum Message {
     Shutdown,
     /// Server -> seed: shutdown received, closing.
     ShutdownAck,
+    /// MALLOC of `chunk` with `size` bytes on behalf of `client`; travels to
+    /// the chunk's home (through the client's server).
+    Malloc { chunk: u64, size: u64, client: Rank },
+    /// LOOKUP of `chunk` for `client`, which waits at most `wait_ms` for a
+    /// MALLOC of it anywhere.
+    Lookup {
+        chunk: u64,
+        client: Rank,
+        wait_ms: u32,
+    },
+    /// The home's answer to a Malloc or a Lookup, routed back to `client`.
+    AllocReply {
+        chunk: u64,
+        client: Rank,
+        outcome: AllocOutcome,
+    },
+}
+
+/// What the home says about an allocation request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub enum AllocOutcome {
+    /// The chunk exists with this size.
+    Size(u64),
+    /// A MALLOC asked for another size than the chunk already has.
+    SizeMismatch { existing: u64 },
+    /// A LOOKUP waited its whole time and nobody allocated the chunk.
+    NotAllocated,
 }
 
 impl Message {
@@ -43,6 +70,9 @@ impl Message {
             Message::ServerDone => "server_done",
             Message::Shutdown => "shutdown",
             Message::ShutdownAck => "shutdown_ack",
+            Message::Malloc { .. } => "malloc",
+            Message::Lookup { .. } => "lookup",
+            Message::AllocReply { .. } => "alloc_reply",
         }
     }
 }
@@ -95,6 +125,26 @@ mod tests {
             Message::ServerDone,
             Message::Shutdown,
             Message::ShutdownAck,
+            Message::Malloc {
+                chunk: u64::MAX,
+                size: 1 << 40,
+                client: 3,
+            },
+            Message::Lookup {
+                chunk: 42,
+                client: 1,
+                wait_ms: 500,
+            },
+            Message::AllocReply {
+                chunk: 7,
+                client: 2,
+                outcome: AllocOutcome::SizeMismatch { existing: 9 },
+            },
+            Message::AllocReply {
+                chunk: 7,
+                client: 2,
+                outcome: AllocOutcome::NotAllocated,
+            },
         ] {
             let n = encode(&msg, &mut buf).unwrap();
             assert_eq!(decode(&buf[..n]).unwrap(), msg);
