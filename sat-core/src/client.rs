@@ -11,9 +11,17 @@ use std::time::{Duration, Instant};
 
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
+use crate::protocol::mesi::{self, Acquire, Cache};
+use crate::protocol::Access;
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
-use crate::wire::{self, AllocOutcome, Message};
+use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
+
+fn unknown(chunk: u64) -> SatError {
+    SatError::Usage(format!(
+        "chunk {chunk} is unknown to this process: MALLOC or LOOKUP it first"
+    ))
+}
 
 /// A point-to-point message from another client, relayed by the servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +45,8 @@ pub struct Client {
 struct ClientState {
     transport: Box<dyn Transport>,
     mail: Mailbox,
+    /// This process's copies of the chunks it allocated or looked up.
+    caches: HashMap<u64, Cache>,
     header: [u8; MAX_HEADER],
 }
 
@@ -52,6 +62,7 @@ impl Client {
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),
+                caches: HashMap::new(),
                 header: [0; MAX_HEADER],
             }),
         }
@@ -164,7 +175,10 @@ impl Client {
             client: self.rank,
         };
         match self.allocation(chunk, &msg, None)? {
-            AllocOutcome::Size(_) => Ok(()),
+            AllocOutcome::Size(_) => {
+                self.lock().caches.entry(chunk).or_insert_with(|| Cache::new(size));
+                Ok(())
+            }
             AllocOutcome::SizeMismatch { existing } => Err(SatError::Usage(format!(
                 "MALLOC of chunk {chunk} with {size} bytes: it already exists with {existing} bytes; \
                  allocate it with the same size, or LOOKUP it"
@@ -188,7 +202,13 @@ impl Client {
         // The home answers within `timeout`; allow for the way back.
         let bound = timeout + Duration::from_secs(30);
         match self.allocation(chunk, &msg, Some(bound))? {
-            AllocOutcome::Size(size) => Ok(size as usize),
+            AllocOutcome::Size(size) => {
+                self.lock()
+                    .caches
+                    .entry(chunk)
+                    .or_insert_with(|| Cache::new(size as usize));
+                Ok(size as usize)
+            }
             AllocOutcome::NotAllocated => Err(SatError::Timeout(format!(
                 "LOOKUP of chunk {chunk}: no process allocated it within {timeout:?}"
             ))),
@@ -196,6 +216,86 @@ impl Client {
                 "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
             ))),
         }
+    }
+
+    /// READ, WRITE or READWRITE: opens a scope on `chunk` (allocated or
+    /// looked up by this process), waiting for the home when the local copy
+    /// does not allow it. Close it with [`Client::release`].
+    pub fn acquire(&self, chunk: u64, access: Access) -> SatResult<()> {
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
+            let req = match cache
+                .acquire(access)
+                .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?
+            {
+                Acquire::Hit => return Ok(()),
+                Acquire::Request(req) => req,
+            };
+            tracing::debug!(
+                "[Home-Based MESI] {access:?} chunk {chunk} local state {:?}",
+                cache.state()
+            );
+            let msg = Message::Coherence {
+                chunk,
+                client: self.rank,
+                op: req.into(),
+            };
+            let n = wire::encode(&msg, &mut st.header).expect("fits");
+            st.transport
+                .send(self.server, &st.header[..n], Payload::None)?;
+        }
+        self.wait(None, |st| {
+            st.caches.get(&chunk).filter(|c| !c.waiting()).map(|_| ())
+        })?;
+        Ok(())
+    }
+
+    /// RELEASE: closes the scope on `chunk`; after a write, the new version
+    /// goes home (one message); after a read, local changes are dropped.
+    pub fn release(&self, chunk: u64) -> SatResult<()> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
+        let sent = cache
+            .release()
+            .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        if let Some((op, data)) = sent {
+            let msg = Message::Coherence {
+                chunk,
+                client: self.rank,
+                op: op.into(),
+            };
+            let n = wire::encode(&msg, &mut st.header).expect("fits");
+            let payload = data.map_or(Payload::None, Payload::Copy);
+            st.transport.send(self.server, &st.header[..n], payload)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the data of `chunk`, inside an open scope.
+    pub fn with_data<R>(&self, chunk: u64, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
+        let st = self.lock();
+        let cache = st.caches.get(&chunk).ok_or_else(|| unknown(chunk))?;
+        if !cache.in_scope() {
+            return Err(SatError::Usage(format!(
+                "chunk {chunk} is read outside a scope: call READ, WRITE or READWRITE first"
+            )));
+        }
+        Ok(f(cache.data()))
+    }
+
+    /// Runs `f` on the data of `chunk`, inside an open write scope.
+    pub fn with_data_mut<R>(&self, chunk: u64, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
+        let mut st = self.lock();
+        let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
+        if !cache.writing() {
+            return Err(SatError::Usage(format!(
+                "chunk {chunk} is written outside a write scope: call WRITE or READWRITE first"
+            )));
+        }
+        Ok(f(cache.data_mut()))
     }
 
     /// Sends an allocation request and waits for the home's answer.
@@ -285,10 +385,52 @@ struct Mailbox {
 impl ClientState {
     fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
         let mail = &mut self.mail;
+        let caches = &mut self.caches;
         let n = self
             .transport
-            .poll(&mut |_: &mut dyn Sender, m: Received<'_>| handle(me, server, mail, m))?;
+            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
+                if let Ok(Message::Coherence { chunk, client, op }) = wire::decode(m.header) {
+                    if m.src == server && client == me {
+                        coherence(me, server, caches, out, chunk, op, m.payload);
+                        return;
+                    }
+                }
+                handle(me, server, mail, m)
+            })?;
         Ok(n)
+    }
+}
+
+/// A coherence message from the home about one of our chunks.
+fn coherence(
+    me: Rank,
+    server: Rank,
+    caches: &mut HashMap<u64, Cache>,
+    out: &mut dyn Sender,
+    chunk: u64,
+    op: CoherenceOp,
+    payload: &[u8],
+) {
+    let (Some(cache), Some(msg)) = (caches.get_mut(&chunk), mesi::to_client(op)) else {
+        tracing::warn!("dropped a coherence message for chunk {chunk}, unknown here");
+        return;
+    };
+    let data = (!payload.is_empty()).then_some(payload);
+    match cache.on_message(msg, data) {
+        Ok(Some(reply)) => {
+            let mut header = [0u8; MAX_HEADER];
+            let answer = Message::Coherence {
+                chunk,
+                client: me,
+                op: reply.into(),
+            };
+            let n = wire::encode(&answer, &mut header).expect("fits");
+            if let Err(e) = out.send(server, &header[..n], Payload::None) {
+                tracing::warn!("chunk {chunk}: could not answer the home: {e}");
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("chunk {chunk}: {e}; message dropped"),
     }
 }
 

@@ -4,12 +4,15 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::HashMap;
+
 use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
+use crate::protocol::mesi::{self, Home, Out, ToClient};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
-use crate::wire::{self, AllocOutcome, Message};
+use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
 /// The seed: rank 0, which decides when the run is over.
 const SEED: Rank = 0;
@@ -34,6 +37,10 @@ struct ServerState<'t> {
     servers: Vec<Rank>,
     /// Allocations of the chunks this server is the home of.
     alloc: AllocDirectory,
+    /// The coherence state and data of the chunks this server is home of.
+    homes: HashMap<u64, Home>,
+    /// Reused for the home's outgoing messages.
+    home_out: Vec<Out<ToClient>>,
     header: [u8; MAX_HEADER],
 }
 
@@ -59,6 +66,8 @@ pub fn run(
         shutdown: false,
         servers,
         alloc: AllocDirectory::default(),
+        homes: HashMap::new(),
+        home_out: Vec::new(),
         header: [0; MAX_HEADER],
     };
     tracing::debug!(
@@ -179,6 +188,9 @@ impl ServerState<'_> {
             Message::Malloc { chunk, client, .. } | Message::Lookup { chunk, client, .. } => {
                 self.allocation(out, m.src, src_is_server, chunk, client, &msg)
             }
+            Message::Coherence { chunk, client, op } => {
+                self.coherence(out, m, src_is_server, chunk, client, op)
+            }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send(out, client, &msg, Payload::None)
             }
@@ -262,6 +274,9 @@ impl ServerState<'_> {
         }
         match *msg {
             Message::Malloc { size, .. } => {
+                if self.alloc.size_of(chunk).is_none() {
+                    self.homes.insert(chunk, Home::new(size as usize));
+                }
                 let (outcome, woken) = self.alloc.malloc(chunk, size);
                 tracing::debug!("malloc baseid {chunk} size {size} for {client}: {outcome:?}");
                 self.answer(out, chunk, client, outcome);
@@ -296,6 +311,96 @@ impl ServerState<'_> {
                 outcome,
             },
         );
+    }
+
+    /// A coherence message: a client's goes to the home of its chunk (through
+    /// the client's server), the home's answers go back the same way.
+    fn coherence(
+        &mut self,
+        out: &mut dyn Sender,
+        m: Received<'_>,
+        src_is_server: bool,
+        chunk: u64,
+        client: Rank,
+        op: CoherenceOp,
+    ) {
+        let msg = Message::Coherence { chunk, client, op };
+        let for_home = mesi::to_home(op).is_some();
+        let legit = if src_is_server {
+            client < self.topology.len() && !self.topology.is_server(client)
+        } else {
+            self.is_my_client(m.src) && client == m.src && for_home
+        };
+        if !legit {
+            tracing::warn!(
+                "server {}: dropped a coherence message from {} for client {client}",
+                self.rank,
+                m.src
+            );
+            return;
+        }
+        if !for_home {
+            // The home's answer, on its way to one of our clients.
+            if self.is_my_client(client) {
+                self.send(out, client, &msg, Payload::Copy(m.payload));
+            } else {
+                tracing::warn!(
+                    "server {}: coherence answer for client {client}, not ours",
+                    self.rank
+                );
+            }
+            return;
+        }
+        let home = self.home_of(chunk);
+        if home != self.rank {
+            if src_is_server {
+                tracing::warn!(
+                    "server {}: chunk {chunk} request forwarded here, but its home is {home}",
+                    self.rank
+                );
+            } else {
+                tracing::debug!("[Home-Based MESI] client req {op:?} for chunk {chunk} from {client}: to home {home}");
+                self.send(out, home, &msg, Payload::Copy(m.payload));
+            }
+            return;
+        }
+        let Some(entry) = self.homes.get_mut(&chunk) else {
+            tracing::warn!(
+                "server {}: coherence request for chunk {chunk}, which nobody allocated",
+                self.rank
+            );
+            return;
+        };
+        let to_home = mesi::to_home(op).expect("checked for_home");
+        let data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
+            .then_some(m.payload);
+        let mut outs = std::mem::take(&mut self.home_out);
+        match entry.on_message(client, to_home, data, &mut outs) {
+            Ok(()) => tracing::debug!(
+                "[Home-Based MESI] chunk {chunk} {op:?} from {client}: version {} owner {:?}",
+                entry.version(),
+                entry.owner()
+            ),
+            Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
+        }
+        for o in outs.drain(..) {
+            let answer = Message::Coherence {
+                chunk,
+                client: o.to,
+                op: o.msg.into(),
+            };
+            let hop = if self.is_my_client(o.to) {
+                o.to
+            } else {
+                self.topology.server_of(o.to)
+            };
+            let payload = match &o.data {
+                Some(d) => Payload::Shared(d),
+                None => Payload::None,
+            };
+            self.send(out, hop, &answer, payload);
+        }
+        self.home_out = outs;
     }
 
     /// Answers the LOOKUPs whose time ran out.
@@ -496,6 +601,8 @@ mod tests {
             shutdown: false,
             servers: vec![0, 1],
             alloc: AllocDirectory::default(),
+            homes: HashMap::new(),
+            home_out: Vec::new(),
             header: [0; MAX_HEADER],
         };
         let n = server0

@@ -47,6 +47,25 @@ pub enum Message {
         client: Rank,
         outcome: AllocOutcome,
     },
+    /// A coherence message about `chunk` between `client` and the chunk's
+    /// home, either way; chunk data, when it carries some, is the payload.
+    Coherence {
+        chunk: u64,
+        client: Rank,
+        op: CoherenceOp,
+    },
+}
+
+/// The home-based MESI messages ([`crate::protocol::mesi`]) on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub enum CoherenceOp {
+    ReadReq { have: Option<u64> },
+    WriteReq { have: Option<u64>, need_data: bool },
+    Release { version: u64 },
+    InvalAck,
+    ReadGrant { version: u64, with_data: bool },
+    WriteGrant { version: u64, with_data: bool },
+    Inval,
 }
 
 /// What the home says about an allocation request.
@@ -73,6 +92,7 @@ impl Message {
             Message::Malloc { .. } => "malloc",
             Message::Lookup { .. } => "lookup",
             Message::AllocReply { .. } => "alloc_reply",
+            Message::Coherence { .. } => "consistency",
         }
     }
 }

@@ -93,6 +93,58 @@ pub enum ScopeError {
     Waiting,
 }
 
+// ------------------------------------------------------ wire conversions
+
+use crate::wire::CoherenceOp;
+
+impl From<ToHome> for CoherenceOp {
+    fn from(m: ToHome) -> CoherenceOp {
+        match m {
+            ToHome::ReadReq { have } => CoherenceOp::ReadReq { have },
+            ToHome::WriteReq { have, need_data } => CoherenceOp::WriteReq { have, need_data },
+            ToHome::Release { version } => CoherenceOp::Release { version },
+            ToHome::InvalAck => CoherenceOp::InvalAck,
+        }
+    }
+}
+
+impl From<ToClient> for CoherenceOp {
+    fn from(m: ToClient) -> CoherenceOp {
+        match m {
+            ToClient::ReadGrant { version, with_data } => {
+                CoherenceOp::ReadGrant { version, with_data }
+            }
+            ToClient::WriteGrant { version, with_data } => {
+                CoherenceOp::WriteGrant { version, with_data }
+            }
+            ToClient::Inval => CoherenceOp::Inval,
+        }
+    }
+}
+
+/// The message as the home reads it, if it is one for the home.
+pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
+    Some(match op {
+        CoherenceOp::ReadReq { have } => ToHome::ReadReq { have },
+        CoherenceOp::WriteReq { have, need_data } => ToHome::WriteReq { have, need_data },
+        CoherenceOp::Release { version } => ToHome::Release { version },
+        CoherenceOp::InvalAck => ToHome::InvalAck,
+        _ => return None,
+    })
+}
+
+/// The message as a client reads it, if it is one for a client.
+pub fn to_client(op: CoherenceOp) -> Option<ToClient> {
+    Some(match op {
+        CoherenceOp::ReadGrant { version, with_data } => ToClient::ReadGrant { version, with_data },
+        CoherenceOp::WriteGrant { version, with_data } => {
+            ToClient::WriteGrant { version, with_data }
+        }
+        CoherenceOp::Inval => ToClient::Inval,
+        _ => return None,
+    })
+}
+
 // ------------------------------------------------------------------ home
 
 #[derive(Debug, Clone, Copy)]
@@ -322,6 +374,11 @@ impl Cache {
     /// The data of an open write scope.
     pub fn data_mut(&mut self) -> &mut [u8] {
         &mut self.data
+    }
+
+    /// Whether a write scope is open.
+    pub fn writing(&self) -> bool {
+        self.writing
     }
 
     pub fn in_scope(&self) -> bool {

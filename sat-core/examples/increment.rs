@@ -1,0 +1,78 @@
+//! Every client does K READWRITE-increment-RELEASE on shared counters; at the
+//! end every client reads them and checks they hold exactly clients x K.
+//!
+//! ```text
+//! satrun -n 6 --topology sat-core/topologies/two-servers.xml -- target/release/examples/increment --k 200
+//! ```
+//! Chunk 7 lives on server 1 and chunk 8 on server 0 (home = id mod 2).
+
+use std::time::Duration;
+
+use sat_core::bootstrap::{run, RoleResult, Roles};
+use sat_core::client::Client;
+use sat_core::protocol::Access;
+
+const COUNTERS: [u64; 2] = [7, 8];
+
+fn counter(c: &Client, chunk: u64) -> Result<u64, sat_core::SatError> {
+    c.with_data(chunk, |d| u64::from_le_bytes(d[..8].try_into().unwrap()))
+}
+
+fn increment(c: &Client, k: u64) -> RoleResult {
+    let me = c.rank();
+    let clients = c.topology().clients();
+    for chunk in COUNTERS {
+        c.malloc(chunk, 8)?;
+    }
+    let start = std::time::Instant::now();
+    for _ in 0..k {
+        for chunk in COUNTERS {
+            c.acquire(chunk, Access::ReadWrite)?;
+            let v = counter(c, chunk)? + 1;
+            c.with_data_mut(chunk, |d| d[..8].copy_from_slice(&v.to_le_bytes()))?;
+            c.release(chunk)?;
+        }
+    }
+    let per = start.elapsed() / (k as u32 * COUNTERS.len() as u32).max(1);
+    // Everyone has released every increment before anyone checks.
+    for &other in clients.iter().filter(|&&r| r != me) {
+        c.send(other, 0, b"done")?;
+    }
+    for _ in 1..clients.len() {
+        c.recv_timeout(Duration::from_secs(120))?
+            .ok_or("a client never finished")?;
+    }
+    for chunk in COUNTERS {
+        c.acquire(chunk, Access::Read)?;
+        let v = counter(c, chunk)?;
+        c.release(chunk)?;
+        let want = clients.len() as u64 * k;
+        if v != want {
+            return Err(format!("chunk {chunk} holds {v}, expected {want}").into());
+        }
+        println!(
+            "rank {me}: chunk {chunk} = {v} = {} clients x {k}",
+            clients.len()
+        );
+    }
+    println!("rank {me}: {:.1} us per increment", per.as_secs_f64() * 1e6);
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let k = args
+        .iter()
+        .position(|a| a == "--k")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100u64);
+    let mut roles = Roles::new();
+    for role in 1..=8 {
+        roles = roles.role(role, move |c| increment(c, k));
+    }
+    if let Err(e) = run(roles, args) {
+        eprintln!("increment: {e}");
+        std::process::exit(1);
+    }
+}
