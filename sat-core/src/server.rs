@@ -584,6 +584,26 @@ mod tests {
                 client: 4,
                 wait_ms: 0,
             },
+            // A coherence request in another's name, one for a chunk nobody
+            // allocated, and a home's answer sent by a client.
+            Message::Coherence {
+                chunk: 0,
+                client: 3,
+                op: CoherenceOp::ReadReq { have: None },
+            },
+            Message::Coherence {
+                chunk: 0,
+                client: 2,
+                op: CoherenceOp::WriteReq {
+                    have: None,
+                    need_data: true,
+                },
+            },
+            Message::Coherence {
+                chunk: 0,
+                client: 2,
+                op: CoherenceOp::Inval,
+            },
         ] {
             let n = wire::encode(&msg, &mut hdr).unwrap();
             client2.send(0, &hdr[..n], Payload::None).unwrap();
@@ -608,9 +628,14 @@ mod tests {
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
             .unwrap();
-        assert_eq!(n, 7);
+        assert_eq!(n, 10);
         assert_eq!(st.servers_left, 2, "a client cannot declare a server done");
-        assert_eq!(_net.messages_sent(), 7, "nothing was forwarded or answered");
+        assert_eq!(
+            _net.messages_sent(),
+            10,
+            "nothing was forwarded or answered"
+        );
+        assert!(st.homes.is_empty());
         assert!(!st.alloc.has_parked() && st.alloc.size_of(0).is_none());
     }
 }
