@@ -56,6 +56,40 @@ fn increment(c: &Client, k: u64) -> RoleResult {
         );
     }
     println!("rank {me}: {:.1} us per increment", per.as_secs_f64() * 1e6);
+
+    // PUT by the first client, GET by the others, and the misuse errors.
+    const BLOB: u64 = 9;
+    let blob: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    c.malloc(BLOB, blob.len())?;
+    if me == clients[0] {
+        c.put(BLOB, &blob)?;
+        for &other in &clients[1..] {
+            c.send(other, 1, b"put")?;
+        }
+    } else {
+        c.recv_timeout(Duration::from_secs(120))?
+            .ok_or("the PUT never came")?;
+        let mut got = vec![0u8; blob.len()];
+        c.get(BLOB, &mut got)?;
+        if got != blob {
+            return Err("GET returned other bytes than the PUT".into());
+        }
+        println!(
+            "rank {me}: GET of chunk {BLOB} returned the {} bytes of the PUT",
+            got.len()
+        );
+    }
+    let errors = [
+        c.release(BLOB).map_err(|e| e.to_string()),
+        c.put(BLOB, &blob[..10]).map_err(|e| e.to_string()),
+        c.acquire(12345, Access::Read).map_err(|e| e.to_string()),
+    ];
+    for e in errors {
+        println!(
+            "rank {me}: misuse: {}",
+            e.err().ok_or("misuse was accepted")?
+        );
+    }
     Ok(())
 }
 

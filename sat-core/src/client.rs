@@ -274,6 +274,38 @@ impl Client {
         Ok(())
     }
 
+    /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
+    pub fn put(&self, chunk: u64, data: &[u8]) -> SatResult<()> {
+        self.check_size(chunk, data.len(), "PUT")?;
+        self.acquire(chunk, Access::Write)?;
+        self.with_data_mut(chunk, |d| d.copy_from_slice(data))?;
+        self.release(chunk)
+    }
+
+    /// GET: READ, copy `chunk` into `data`, RELEASE (Figure 6).
+    pub fn get(&self, chunk: u64, data: &mut [u8]) -> SatResult<()> {
+        self.check_size(chunk, data.len(), "GET")?;
+        self.acquire(chunk, Access::Read)?;
+        self.with_data(chunk, |d| data.copy_from_slice(d))?;
+        self.release(chunk)
+    }
+
+    fn check_size(&self, chunk: u64, len: usize, call: &str) -> SatResult<()> {
+        let st = self.lock();
+        let size = st
+            .caches
+            .get(&chunk)
+            .ok_or_else(|| unknown(chunk))?
+            .data()
+            .len();
+        if size != len {
+            return Err(SatError::Usage(format!(
+                "{call} of chunk {chunk} with a buffer of {len} bytes: the chunk has {size}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs `f` on the data of `chunk`, inside an open scope.
     pub fn with_data<R>(&self, chunk: u64, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
         let st = self.lock();

@@ -27,6 +27,24 @@ fn four_clients_two_servers_lose_no_increment() {
                 );
                 assert!(stdout.contains(&line), "{provider}: missing {line:?}");
             }
+            // Misuse is an error with a message, never a hang or a crash.
+            for msg in [
+                "RELEASE without a matching READ, WRITE or READWRITE",
+                "PUT of chunk 9 with a buffer of 10 bytes: the chunk has 10000",
+                "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
+            ] {
+                assert!(
+                    stdout.contains(&format!("[{rank}] rank {rank}: misuse: "))
+                        && stdout.contains(msg),
+                    "{msg}"
+                );
+            }
         }
+        // One client PUT a chunk; the three others GET the same bytes.
+        let gets = stdout
+            .lines()
+            .filter(|l| l.contains("GET of chunk 9 returned the 10000 bytes of the PUT"))
+            .count();
+        assert_eq!(gets, 3, "{provider}");
     }
 }
