@@ -90,6 +90,26 @@ fn increment(c: &Client, k: u64) -> RoleResult {
             e.err().ok_or("misuse was accepted")?
         );
     }
+
+    // The others leave holding shared copies (the last one even inside an
+    // open read scope); the first client then writes both chunks: the homes
+    // must not wait for acknowledgements from clients that have left.
+    if me == clients[0] {
+        for _ in 1..clients.len() {
+            c.recv_timeout(Duration::from_secs(120))?
+                .ok_or("a client never said goodbye")?;
+        }
+        for chunk in [BLOB, COUNTERS[1]] {
+            c.acquire(chunk, Access::ReadWrite)?;
+            c.release(chunk)?;
+        }
+        println!("rank {me}: wrote after the other clients left");
+    } else {
+        if me == *clients.last().unwrap() {
+            c.acquire(COUNTERS[1], Access::Read)?;
+        }
+        c.send(clients[0], 2, b"bye")?;
+    }
     Ok(())
 }
 

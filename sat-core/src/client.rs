@@ -358,6 +358,26 @@ impl Client {
         {
             let mut st = self.lock();
             let st = &mut *st;
+            // A scope left open would block every other process forever.
+            for (&chunk, cache) in st.caches.iter_mut() {
+                if cache.in_scope() {
+                    tracing::warn!(
+                        "chunk {chunk} was still acquired when the role returned: released"
+                    );
+                }
+                while cache.in_scope() {
+                    if let Ok(Some((op, data))) = cache.release() {
+                        let msg = Message::Coherence {
+                            chunk,
+                            client: self.rank,
+                            op: op.into(),
+                        };
+                        let n = wire::encode(&msg, &mut st.header).expect("fits");
+                        let payload = data.map_or(Payload::None, Payload::Copy);
+                        st.transport.send(self.server, &st.header[..n], payload)?;
+                    }
+                }
+            }
             let n = wire::encode(&Message::ClientDone, &mut st.header).expect("fits");
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;

@@ -199,6 +199,18 @@ impl ServerState<'_> {
                     self.clients_left -= 1;
                 }
                 self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
+                // Every home must stop counting on this client. The message
+                // follows, on each path, everything the client sent before.
+                let left = Message::ClientLeft { client: m.src };
+                for s in self.servers.clone() {
+                    if s != self.rank {
+                        self.send(out, s, &left, Payload::None);
+                    }
+                }
+                self.client_left(out, m.src);
+            }
+            Message::ClientLeft { client } if src_is_server && client < self.topology.len() => {
+                self.client_left(out, client)
             }
             Message::ServerDone if self.rank == SEED && src_is_server => {
                 self.mark_server_done(m.src)
@@ -227,12 +239,28 @@ impl ServerState<'_> {
     /// Sends `msg` to client `client`: directly when it is ours, else through
     /// its server (Figure 14's multi-hop path, backwards).
     fn send_to_client(&mut self, out: &mut dyn Sender, client: Rank, msg: &Message) {
+        self.send_to_client_with(out, client, msg, Payload::None)
+    }
+
+    /// As [`Self::send_to_client`], with a payload. A client of ours that has
+    /// left gets nothing: its endpoint may be closed.
+    fn send_to_client_with(
+        &mut self,
+        out: &mut dyn Sender,
+        client: Rank,
+        msg: &Message,
+        payload: Payload<'_>,
+    ) {
+        if self.is_my_client(client) && self.client_done[client as usize] {
+            tracing::debug!("{} for client {client} dropped: it has left", msg.kind());
+            return;
+        }
         let hop = if self.is_my_client(client) {
             client
         } else {
             self.topology.server_of(client)
         };
-        self.send(out, hop, msg, Payload::None);
+        self.send(out, hop, msg, payload);
     }
 
     /// MALLOC and LOOKUP: served at the chunk's home, forwarded there first.
@@ -342,7 +370,7 @@ impl ServerState<'_> {
         if !for_home {
             // The home's answer, on its way to one of our clients.
             if self.is_my_client(client) {
-                self.send(out, client, &msg, Payload::Copy(m.payload));
+                self.send_to_client_with(out, client, &msg, Payload::Copy(m.payload));
             } else {
                 tracing::warn!(
                     "server {}: coherence answer for client {client}, not ours",
@@ -383,24 +411,43 @@ impl ServerState<'_> {
             ),
             Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
         }
+        self.send_home_answers(out, chunk, &mut outs);
+        self.home_out = outs;
+    }
+
+    /// A client has left: every home of this server forgets it.
+    fn client_left(&mut self, out: &mut dyn Sender, client: Rank) {
+        let chunks: Vec<u64> = self.homes.keys().copied().collect();
+        let mut outs = std::mem::take(&mut self.home_out);
+        for chunk in chunks {
+            self.homes
+                .get_mut(&chunk)
+                .expect("listed")
+                .client_left(client, &mut outs);
+            self.send_home_answers(out, chunk, &mut outs);
+        }
+        self.home_out = outs;
+    }
+
+    /// Sends what a home produced for `chunk`, each to its client's server.
+    fn send_home_answers(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        outs: &mut Vec<Out<ToClient>>,
+    ) {
         for o in outs.drain(..) {
             let answer = Message::Coherence {
                 chunk,
                 client: o.to,
                 op: o.msg.into(),
             };
-            let hop = if self.is_my_client(o.to) {
-                o.to
-            } else {
-                self.topology.server_of(o.to)
-            };
             let payload = match &o.data {
                 Some(d) => Payload::Shared(d),
                 None => Payload::None,
             };
-            self.send(out, hop, &answer, payload);
+            self.send_to_client_with(out, o.to, &answer, payload);
         }
-        self.home_out = outs;
     }
 
     /// Answers the LOOKUPs whose time ran out.

@@ -54,6 +54,9 @@ pub enum Message {
         client: Rank,
         op: CoherenceOp,
     },
+    /// Server -> every other server: `client`'s role has returned; homes
+    /// forget its copies and stop waiting for its acknowledgements.
+    ClientLeft { client: Rank },
 }
 
 /// The home-based MESI messages ([`crate::protocol::mesi`]) on the wire.
@@ -93,6 +96,7 @@ impl Message {
             Message::Lookup { .. } => "lookup",
             Message::AllocReply { .. } => "alloc_reply",
             Message::Coherence { .. } => "consistency",
+            Message::ClientLeft { .. } => "client_left",
         }
     }
 }

@@ -46,5 +46,11 @@ fn four_clients_two_servers_lose_no_increment() {
             .filter(|l| l.contains("GET of chunk 9 returned the 10000 bytes of the PUT"))
             .count();
         assert_eq!(gets, 3, "{provider}");
+        assert!(
+            stdout.contains("[2] rank 2: wrote after the other clients left"),
+            "{provider}"
+        );
+        assert!(stdout
+            .contains("[5] WARN: chunk 8 was still acquired when the role returned: released"));
     }
 }

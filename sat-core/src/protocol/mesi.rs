@@ -147,12 +147,13 @@ pub fn to_client(op: CoherenceOp) -> Option<ToClient> {
 
 // ------------------------------------------------------------------ home
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Granting {
     to: Rank,
     have: Option<Version>,
     need_data: bool,
-    acks_left: usize,
+    /// The clients whose invalidation acknowledgement is still due.
+    owed: BTreeSet<Rank>,
 }
 
 /// The home's directory entry and data for one chunk.
@@ -191,6 +192,30 @@ impl Home {
         self.owner
     }
 
+    /// Client `client` has left the run (its role returned; it released its
+    /// scopes before): forget its copy and its waiting requests, and stop
+    /// waiting for an acknowledgement it can no longer send.
+    pub fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
+        self.copyset.remove(&client);
+        self.pending.retain(|&(c, _)| c != client);
+        if self.owner == Some(client) {
+            // Its release, sent before it left, would have cleared this.
+            self.owner = None;
+        }
+        if let Some(g) = self.granting.as_mut() {
+            if g.to == client {
+                self.granting = None;
+            } else {
+                g.owed.remove(&client);
+                if g.owed.is_empty() {
+                    let g = self.granting.take().expect("checked");
+                    self.grant_write(g, out);
+                }
+            }
+        }
+        self.serve_pending(out);
+    }
+
     fn busy(&self) -> bool {
         self.owner.is_some() || self.granting.is_some()
     }
@@ -209,11 +234,10 @@ impl Home {
             }
             ToHome::InvalAck => {
                 let g = self.granting.as_mut().ok_or(ProtocolViolation::StrayAck)?;
-                if g.acks_left == 0 {
+                if !g.owed.remove(&from) {
                     return Err(ProtocolViolation::StrayAck);
                 }
-                g.acks_left -= 1;
-                if g.acks_left == 0 {
+                if g.owed.is_empty() {
                     let g = self.granting.take().expect("checked");
                     self.grant_write(g, out);
                 }
@@ -284,7 +308,7 @@ impl Home {
                         to: from,
                         have,
                         need_data,
-                        acks_left: others.len(),
+                        owed: others.iter().copied().collect(),
                     };
                     if others.is_empty() {
                         self.grant_write(g, out);

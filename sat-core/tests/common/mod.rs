@@ -36,11 +36,29 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Runs a command to its end, at most `RUN_BOUND`: a run that hangs fails
+/// the test (and is killed) instead of stalling the whole suite.
 pub fn run(cmd: &mut Command) -> Output {
-    let out = cmd
+    const RUN_BOUND: std::time::Duration = std::time::Duration::from_secs(180);
+    let child = cmd
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("start the command");
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(RUN_BOUND) {
+        Ok(out) => out.expect("wait for the command"),
+        Err(_) => {
+            // SAFETY: kill(2) with a pid and a signal number touches no memory.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the run did not finish within {RUN_BOUND:?}: a hang");
+        }
+    };
     eprintln!(
         "--- stdout\n{}--- stderr\n{}",
         text(&out.stdout),
