@@ -262,14 +262,8 @@ impl Client {
             .release()
             .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
         if let Some((op, data)) = sent {
-            let msg = Message::Coherence {
-                chunk,
-                client: self.rank,
-                op: op.into(),
-            };
-            let n = wire::encode(&msg, &mut st.header).expect("fits");
-            let payload = data.map_or(Payload::None, Payload::Copy);
-            st.transport.send(self.server, &st.header[..n], payload)?;
+            let to = (self.rank, self.server);
+            send_to_home(st.transport.as_mut(), &mut st.header, to, chunk, op, data)?;
         }
         Ok(())
     }
@@ -367,14 +361,8 @@ impl Client {
                 }
                 while cache.in_scope() {
                     if let Ok(Some((op, data))) = cache.release() {
-                        let msg = Message::Coherence {
-                            chunk,
-                            client: self.rank,
-                            op: op.into(),
-                        };
-                        let n = wire::encode(&msg, &mut st.header).expect("fits");
-                        let payload = data.map_or(Payload::None, Payload::Copy);
-                        st.transport.send(self.server, &st.header[..n], payload)?;
+                        let to = (self.rank, self.server);
+                        send_to_home(st.transport.as_mut(), &mut st.header, to, chunk, op, data)?;
                     }
                 }
             }
@@ -451,6 +439,27 @@ impl ClientState {
             })?;
         Ok(n)
     }
+}
+
+/// Sends a coherence message about `chunk` from client `to.0` through its
+/// server `to.1` to the chunk's home, with the chunk data after a write.
+fn send_to_home(
+    transport: &mut dyn Transport,
+    header: &mut [u8; MAX_HEADER],
+    to: (Rank, Rank),
+    chunk: u64,
+    op: mesi::ToHome,
+    data: Option<&[u8]>,
+) -> SatResult<()> {
+    let msg = Message::Coherence {
+        chunk,
+        client: to.0,
+        op: op.into(),
+    };
+    let n = wire::encode(&msg, header).expect("coherence headers fit");
+    let payload = data.map_or(Payload::None, Payload::Copy);
+    transport.send(to.1, &header[..n], payload)?;
+    Ok(())
 }
 
 /// A coherence message from the home about one of our chunks.

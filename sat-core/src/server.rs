@@ -573,9 +573,9 @@ mod tests {
         let net = run_all(Schedule::Immediate, 5);
         // Every client sends to 4 clients per round: 2 of them via the other
         // server. Relay: 4 clients x 5 rounds x (4 + 2 forwarded + 4 delivered)
-        // messages, plus termination: 4 x 2 (done, ack) + 1 (server done)
-        // + 2 (shutdown, ack).
-        assert_eq!(net.messages_sent(), 4 * 5 * (4 + 2 + 4) + 8 + 1 + 2);
+        // messages, plus termination: 4 x 2 (done, ack), 4 x 1 (the client
+        // left, told to the other server), 1 (server done), 2 (shutdown, ack).
+        assert_eq!(net.messages_sent(), 4 * 5 * (4 + 2 + 4) + 8 + 4 + 1 + 2);
         assert_eq!(net.in_flight(), 0);
     }
 
