@@ -18,21 +18,31 @@ fn counter(c: &Client, chunk: u64) -> Result<u64, sat_core::SatError> {
     c.with_data(chunk, |d| u64::from_le_bytes(d[..8].try_into().unwrap()))
 }
 
-fn increment(c: &Client, k: u64) -> RoleResult {
+/// `threads` threads of this client each do `k` increments of each counter.
+fn increment(c: &Client, k: u64, threads: u64) -> RoleResult {
     let me = c.rank();
     let clients = c.topology().clients();
     for chunk in COUNTERS {
         c.malloc(chunk, 8)?;
     }
     let start = std::time::Instant::now();
-    for _ in 0..k {
-        for chunk in COUNTERS {
-            c.acquire(chunk, Access::ReadWrite)?;
-            let v = counter(c, chunk)? + 1;
-            c.with_data_mut(chunk, |d| d[..8].copy_from_slice(&v.to_le_bytes()))?;
-            c.release(chunk)?;
+    let work = || -> Result<(), sat_core::SatError> {
+        for _ in 0..k {
+            for chunk in COUNTERS {
+                c.acquire(chunk, Access::ReadWrite)?;
+                let v = counter(c, chunk)? + 1;
+                c.with_data_mut(chunk, |d| d[..8].copy_from_slice(&v.to_le_bytes()))?;
+                c.release(chunk)?;
+            }
         }
-    }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().expect("no panic"))
+    })?;
     let per = start.elapsed() / (k as u32 * COUNTERS.len() as u32).max(1);
     // Everyone has released every increment before anyone checks.
     for &other in clients.iter().filter(|&&r| r != me) {
@@ -46,12 +56,12 @@ fn increment(c: &Client, k: u64) -> RoleResult {
         c.acquire(chunk, Access::Read)?;
         let v = counter(c, chunk)?;
         c.release(chunk)?;
-        let want = clients.len() as u64 * k;
+        let want = clients.len() as u64 * threads * k;
         if v != want {
             return Err(format!("chunk {chunk} holds {v}, expected {want}").into());
         }
         println!(
-            "rank {me}: chunk {chunk} = {v} = {} clients x {k}",
+            "rank {me}: chunk {chunk} = {v} = {} clients x {threads} threads x {k}",
             clients.len()
         );
     }
@@ -84,7 +94,10 @@ fn increment(c: &Client, k: u64) -> RoleResult {
         c.put(BLOB, &blob[..10]).map_err(|e| e.to_string()),
         c.acquire(12345, Access::Read).map_err(|e| e.to_string()),
     ];
-    for e in errors {
+    c.acquire(BLOB, Access::ReadWrite)?;
+    let twice = c.acquire(BLOB, Access::Read).map_err(|e| e.to_string());
+    c.release(BLOB)?;
+    for e in errors.into_iter().chain([twice]) {
         println!(
             "rank {me}: misuse: {}",
             e.err().ok_or("misuse was accepted")?
@@ -115,15 +128,17 @@ fn increment(c: &Client, k: u64) -> RoleResult {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let k = args
-        .iter()
-        .position(|a| a == "--k")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100u64);
+    let number = |name: &str, default: u64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (k, threads) = (number("--k", 100), number("--threads", 1));
     let mut roles = Roles::new();
     for role in 1..=8 {
-        roles = roles.role(role, move |c| increment(c, k));
+        roles = roles.role(role, move |c| increment(c, k, threads));
     }
     if let Err(e) = run(roles, args) {
         eprintln!("increment: {e}");

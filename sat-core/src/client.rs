@@ -47,6 +47,9 @@ struct ClientState {
     mail: Mailbox,
     /// This process's copies of the chunks it allocated or looked up.
     caches: HashMap<u64, Cache>,
+    /// The threads inside a scope (or waiting for one) of each chunk: a
+    /// thread waits for another's scope, and is told of its own misuse.
+    holders: HashMap<u64, Vec<std::thread::ThreadId>>,
     header: [u8; MAX_HEADER],
 }
 
@@ -63,6 +66,7 @@ impl Client {
                 transport,
                 mail: Mailbox::default(),
                 caches: HashMap::new(),
+                holders: HashMap::new(),
                 header: [0; MAX_HEADER],
             }),
         }
@@ -222,14 +226,30 @@ impl Client {
     /// looked up by this process), waiting for the home when the local copy
     /// does not allow it. Close it with [`Client::release`].
     pub fn acquire(&self, chunk: u64, access: Access) -> SatResult<()> {
-        {
-            let mut st = self.lock();
-            let st = &mut *st;
+        let me = std::thread::current().id();
+        loop {
+            let mut guard = self.lock();
+            let st = &mut *guard;
             let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
-            let req = match cache
+            let holders = st.holders.entry(chunk).or_default();
+            // Another thread's scope (or request) on this chunk: wait for it
+            // to end, as a lock would. This thread's own is misuse, reported.
+            let busy =
+                cache.writing() || cache.waiting() || (access.exclusive() && cache.in_scope());
+            if busy && !holders.is_empty() && !holders.contains(&me) {
+                drop(guard);
+                self.wait(None, |st| {
+                    let c = st.caches.get(&chunk)?;
+                    let busy = c.writing() || c.waiting() || (access.exclusive() && c.in_scope());
+                    (!busy).then_some(())
+                })?;
+                continue;
+            }
+            let step = cache
                 .acquire(access)
-                .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?
-            {
+                .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+            holders.push(me);
+            let req = match step {
                 Acquire::Hit => return Ok(()),
                 Acquire::Request(req) => req,
             };
@@ -245,6 +265,7 @@ impl Client {
             let n = wire::encode(&msg, &mut st.header).expect("fits");
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
+            break;
         }
         self.wait(None, |st| {
             st.caches.get(&chunk).filter(|c| !c.waiting()).map(|_| ())
@@ -261,6 +282,13 @@ impl Client {
         let sent = cache
             .release()
             .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        if let Some(holders) = st.holders.get_mut(&chunk) {
+            let me = std::thread::current().id();
+            let i = holders.iter().position(|&t| t == me).unwrap_or(0);
+            if i < holders.len() {
+                holders.swap_remove(i);
+            }
+        }
         if let Some((op, data)) = sent {
             let to = (self.rank, self.server);
             send_to_home(st.transport.as_mut(), &mut st.header, to, chunk, op, data)?;

@@ -8,7 +8,7 @@ use std::process::Command;
 use common::*;
 
 #[test]
-fn four_clients_two_servers_lose_no_increment() {
+fn four_clients_of_two_threads_on_two_servers_lose_no_increment() {
     for provider in ["shm", "tcp"] {
         let k = 60;
         let out = run(Command::new(satrun())
@@ -16,14 +16,15 @@ fn four_clients_two_servers_lose_no_increment() {
             .arg(topology("two-servers.xml"))
             .args(["--provider", provider, "--"])
             .arg(example("increment"))
-            .args(["--k", &k.to_string()]));
+            .args(["--k", &k.to_string(), "--threads", "2"]));
         assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
         let stdout = text(&out.stdout);
         for rank in 2..=5 {
             for chunk in [7, 8] {
+                // Two threads per client take turns on the chunk's scope.
                 let line = format!(
-                    "[{rank}] rank {rank}: chunk {chunk} = {} = 4 clients x {k}",
-                    4 * k
+                    "[{rank}] rank {rank}: chunk {chunk} = {} = 4 clients x 2 threads x {k}",
+                    8 * k
                 );
                 assert!(stdout.contains(&line), "{provider}: missing {line:?}");
             }
@@ -31,7 +32,8 @@ fn four_clients_two_servers_lose_no_increment() {
             for msg in [
                 "RELEASE without a matching READ, WRITE or READWRITE",
                 "PUT of chunk 9 with a buffer of 10 bytes: the chunk has 10000",
-                "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
+                                "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
+                "chunk 9: the chunk is already acquired for writing in this process: release it first",
             ] {
                 assert!(
                     stdout.contains(&format!("[{rank}] rank {rank}: misuse: "))
