@@ -106,6 +106,31 @@ impl Client {
         &self.topology
     }
 
+    /// Progress while no call drives the endpoint: answers invalidations
+    /// and takes in messages while user code computes between SAT calls.
+    /// Runs until `stop` is set; a call in progress (holding the lock) is
+    /// never waited for: this loop only takes the lock when it is free.
+    pub(crate) fn background_progress(&self, stop: &std::sync::atomic::AtomicBool) {
+        let mut idle = Idle::new(IdlePolicy {
+            busy: false,
+            ..self.policy
+        });
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            let got = match self.state.try_lock() {
+                Ok(mut st) => st.progress(self.rank, self.server).unwrap_or_else(|e| {
+                    tracing::warn!("background progress: {e}");
+                    0
+                }),
+                Err(_) => 0,
+            };
+            if got > 0 {
+                idle.traffic();
+            } else {
+                idle.idle();
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, ClientState> {
         // A panic in another thread's call leaves nothing half-updated that a
         // later call could trip on: every update is a single push or flag.

@@ -354,6 +354,15 @@ impl ServerState<'_> {
     ) {
         let msg = Message::Coherence { chunk, client, op };
         let for_home = mesi::to_home(op).is_some();
+        if !src_is_server && self.is_my_client(m.src) && self.client_done[m.src as usize] {
+            // An acknowledgement sent while the client was leaving: the homes
+            // have already stopped waiting for it (ClientLeft).
+            tracing::debug!(
+                "{op:?} for chunk {chunk} from {} after it left: dropped",
+                m.src
+            );
+            return;
+        }
         let legit = if src_is_server {
             client < self.topology.len() && !self.topology.is_server(client)
         } else {

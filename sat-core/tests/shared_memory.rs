@@ -56,3 +56,26 @@ fn four_clients_of_two_threads_on_two_servers_lose_no_increment() {
             .contains("[5] WARN: chunk 8 was still acquired when the role returned: released"));
     }
 }
+
+/// A client computing between SAT calls still answers invalidations, so a
+/// writer is not held up until the reader's next call.
+#[test]
+fn a_computing_reader_does_not_hold_up_a_writer() {
+    for provider in ["shm", "tcp"] {
+        let marker =
+            std::env::temp_dir().join(format!("sat-compute-{}-{provider}", std::process::id()));
+        let _ = std::fs::remove_file(&marker);
+        let out = run(Command::new(satrun())
+            .args(["-n", "3", "--topology"])
+            .arg(topology("figure11.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("compute"))
+            .arg("--marker")
+            .arg(&marker));
+        let _ = std::fs::remove_file(&marker);
+        assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("[2] writer: wrote while the reader computed"));
+        assert!(stdout.contains("[1] reader: the writer finished while I computed"));
+    }
+}

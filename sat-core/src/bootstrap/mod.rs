@@ -200,10 +200,17 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
         .take(role)
         .expect("join() checked the role has a function");
     let client = Client::new(joined.topology, transport);
-    // The role's own failure must not stop the termination protocol, or
-    // the servers would wait for this client forever.
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&client)));
-    client.finish(bootstrap_timeout())?;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (outcome, finished) = std::thread::scope(|s| {
+        s.spawn(|| client.background_progress(&stop));
+        // The role's own failure must not stop the termination protocol, or
+        // the servers would wait for this client forever.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&client)));
+        let finished = client.finish(bootstrap_timeout());
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        (outcome, finished)
+    });
+    finished?;
     match outcome {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(SatError::Role(format!("role {role} failed: {e}"))),
