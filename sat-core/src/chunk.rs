@@ -17,12 +17,18 @@ pub type ChunkId = u64;
 /// The chunk size `MALLOC` splits by when the run sets none.
 pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
 
+/// The largest single chunk: a home keeps each chunk in one buffer, and a
+/// size beyond memory must be refused, not attempted.
+pub const MAX_CHUNK_SIZE: usize = 1 << 30;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChunkError {
     #[error("a chunk of 0 bytes cannot be allocated: give a size of at least 1")]
     ZeroSize,
     #[error("the chunk size must be at least 1 byte")]
     ZeroChunkSize,
+    #[error("a chunk of {size} bytes is over the {MAX_CHUNK_SIZE}-byte limit: MALLOC a chain of smaller chunks")]
+    TooLarge { size: usize },
     #[error("the list of chunk ids is empty: give at least one id")]
     NoIds,
     #[error("the list of sizes is empty: give at least one size (it is used round-robin)")]

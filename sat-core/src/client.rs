@@ -198,6 +198,9 @@ impl Client {
         if size == 0 {
             return Err(crate::chunk::ChunkError::ZeroSize.into());
         }
+        if size > crate::chunk::MAX_CHUNK_SIZE {
+            return Err(crate::chunk::ChunkError::TooLarge { size }.into());
+        }
         let msg = Message::Malloc {
             chunk,
             size: size as u64,

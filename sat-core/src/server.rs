@@ -302,6 +302,10 @@ impl ServerState<'_> {
         }
         match *msg {
             Message::Malloc { size, .. } => {
+                if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
+                    tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
+                    return;
+                }
                 if self.alloc.size_of(chunk).is_none() {
                     self.homes.insert(chunk, Home::new(size as usize));
                 }
