@@ -18,7 +18,23 @@ const CHUNK: u64 = 5;
 fn reader(c: &Client, marker: &Path) -> RoleResult {
     c.malloc(CHUNK, 64)?;
     let mut copy = [0u8; 64];
+    let before = c.messages_sent();
     c.get(CHUNK, &mut copy)?;
+    println!(
+        "reader: a read miss sent {} message(s)",
+        c.messages_sent() - before
+    );
+    // The copy is valid and nobody writes yet: 1,000 read scopes are hits.
+    let before = c.messages_sent();
+    for _ in 0..1000 {
+        c.acquire(CHUNK, Access::Read)?;
+        c.with_data(CHUNK, |d| copy.copy_from_slice(d))?;
+        c.release(CHUNK)?;
+    }
+    println!(
+        "reader: 1000 read hits sent {} message(s)",
+        c.messages_sent() - before
+    );
     c.send(2, 0, b"I hold a copy")?;
     // "Compute": no SAT call until the writer says, out of band, that its
     // write scope opened and closed.

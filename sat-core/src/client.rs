@@ -356,6 +356,12 @@ impl Client {
         Ok(())
     }
 
+    /// The messages this process has sent so far (its own requests and
+    /// acknowledgements; the servers' answers are not counted here).
+    pub fn messages_sent(&self) -> u64 {
+        self.lock().transport.messages_sent()
+    }
+
     /// Runs `f` on the data of `chunk`, inside an open scope.
     pub fn with_data<R>(&self, chunk: u64, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
         let st = self.lock();

@@ -78,5 +78,15 @@ fn a_computing_reader_does_not_hold_up_a_writer() {
         let stdout = text(&out.stdout);
         assert!(stdout.contains("[2] writer: wrote while the reader computed"));
         assert!(stdout.contains("[1] reader: the writer finished while I computed"));
+        // Counted by the transport: a read miss costs the reader one request
+        // (the grant is the home's), a read hit nothing at all.
+        assert!(
+            stdout.contains("[1] reader: a read miss sent 1 message(s)"),
+            "{provider}"
+        );
+        assert!(
+            stdout.contains("[1] reader: 1000 read hits sent 0 message(s)"),
+            "{provider}"
+        );
     }
 }

@@ -831,6 +831,8 @@ struct Core {
     queued_dests: Vec<Rank>,
 
     next_seq: u32,
+    /// Messages accepted by `send`, for [`Transport::messages_sent`].
+    messages_sent: u64,
     outstanding: usize,
     malformed: u64,
     deferred: Option<TransportError>,
@@ -977,6 +979,7 @@ impl FabricEndpoint {
             queues: Vec::new(),
             queued_dests: Vec::new(),
             next_seq: 0,
+            messages_sent: 0,
             outstanding: 0,
             malformed: 0,
             deferred: None,
@@ -1934,13 +1937,19 @@ impl Sender for FabricTransport {
         header: &[u8],
         payload: Payload<'_>,
     ) -> Result<(), TransportError> {
-        self.core.send(dest, header, payload)
+        self.core.send(dest, header, payload)?;
+        self.core.messages_sent += 1;
+        Ok(())
     }
 }
 
 impl Transport for FabricTransport {
     fn rank(&self) -> Rank {
         self.core.rank
+    }
+
+    fn messages_sent(&self) -> u64 {
+        self.core.messages_sent
     }
 
     fn size(&self) -> u32 {

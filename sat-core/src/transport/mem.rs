@@ -62,6 +62,8 @@ pub struct MemTransport {
     rank: Rank,
     size: u32,
     shared: Arc<Mutex<Net>>,
+    /// Messages this endpoint sent.
+    sent: u64,
 }
 
 /// A message waiting in the network.
@@ -201,6 +203,7 @@ impl MemNetwork {
                 rank,
                 size,
                 shared: Arc::clone(&shared),
+                sent: 0,
             })
             .collect();
         (MemNetwork { shared }, endpoints)
@@ -295,11 +298,17 @@ impl Sender for MemTransport {
         header: &[u8],
         payload: Payload<'_>,
     ) -> Result<(), TransportError> {
-        lock(&self.shared).enqueue(self.rank, dest, header, payload)
+        lock(&self.shared).enqueue(self.rank, dest, header, payload)?;
+        self.sent += 1;
+        Ok(())
     }
 }
 
 impl Transport for MemTransport {
+    fn messages_sent(&self) -> u64 {
+        self.sent
+    }
+
     fn rank(&self) -> Rank {
         self.rank
     }

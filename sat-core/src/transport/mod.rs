@@ -174,6 +174,10 @@ pub trait Transport: Sender + Send {
         on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
     ) -> Result<usize, TransportError>;
 
+    /// The messages this endpoint has sent so far (those `send` accepted):
+    /// what the tests count to check a protocol path's message budget.
+    fn messages_sent(&self) -> u64;
+
     /// Whether every send queued so far has left this process's buffers
     /// (checked before shutdown so that closing early loses no message).
     fn sends_drained(&mut self) -> Result<bool, TransportError>;
