@@ -34,7 +34,7 @@ fn allocator(c: &Client) -> RoleResult {
         for _ in 0..2 {
             c.recv()?;
         }
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(1000));
         c.malloc(LOOKUP_FIRST, 4096)?;
         println!("rank 2: malloc {LOOKUP_FIRST} after the lookups");
         c.malloc(MALLOC_FIRST, 512)?;
