@@ -146,6 +146,18 @@ fn wait_lines(file: &Path, n: usize) -> Vec<String> {
     }
 }
 
+/// The run failed with `code`, satrun said `says` (when given), it ended
+/// within the 10 s the launcher promises, and the `n` processes whose pids
+/// are listed in `pids` are all gone.
+fn assert_failed_and_stopped(o: &Output, code: i32, says: Option<&str>, pids: &Path, n: usize) {
+    assert_eq!(o.status.code(), Some(code), "{}", o.stderr);
+    if let Some(says) = says {
+        assert!(o.stderr.contains(says), "{}", o.stderr);
+    }
+    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
+    assert_dead(&wait_lines(pids, n));
+}
+
 fn assert_dead(pids: &[String]) {
     for pid in pids {
         let pid = pid.trim();
@@ -293,15 +305,8 @@ fn a_failing_rank_sets_the_exit_status_and_stops_the_others() {
         pids = pids.display()
     );
     let o = run(&["-n", "3", "--", "sh", "-c", &script]);
-    assert_eq!(o.status.code(), Some(7), "{}", o.stderr);
-    assert!(
-        o.stderr
-            .contains("satrun: rank 2 (sh) exited with status 7"),
-        "{}",
-        o.stderr
-    );
-    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
-    assert_dead(&wait_lines(&pids, 3));
+    let says = "satrun: rank 2 (sh) exited with status 7";
+    assert_failed_and_stopped(&o, 7, Some(says), &pids, 3);
 }
 
 #[test]
@@ -317,15 +322,8 @@ fn a_rank_killed_by_a_signal_is_reported_and_the_others_are_stopped() {
         pids = pids.display()
     );
     let o = run(&["-n", "3", "--", "sh", "-c", &script]);
-    assert_eq!(o.status.code(), Some(1), "{}", o.stderr);
-    assert!(
-        o.stderr
-            .contains("satrun: rank 1 (sh) was killed by signal SIGKILL (9)"),
-        "{}",
-        o.stderr
-    );
-    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
-    assert_dead(&wait_lines(&pids, 3));
+    let says = "satrun: rank 1 (sh) was killed by signal SIGKILL (9)";
+    assert_failed_and_stopped(&o, 1, Some(says), &pids, 3);
 }
 
 #[test]
@@ -340,11 +338,8 @@ fn a_rank_that_ignores_sigterm_gets_sigkill() {
         pids = pids.display()
     );
     let o = run(&["-n", "2", "sh", "-c", &script]);
-    assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
-    assert!(o.stderr.contains("sending SIGKILL"), "{}", o.stderr);
     assert!(o.elapsed >= Duration::from_secs(3), "{:?}", o.elapsed);
-    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
-    assert_dead(&wait_lines(&pids, 2));
+    assert_failed_and_stopped(&o, 3, Some("sending SIGKILL"), &pids, 2);
 }
 
 #[test]
@@ -358,9 +353,7 @@ fn the_children_of_a_rank_are_stopped_too() {
         pids = pids.display()
     );
     let o = run(&["-n", "2", "sh", "-c", &script]);
-    assert_eq!(o.status.code(), Some(4), "{}", o.stderr);
-    assert!(o.elapsed < Duration::from_secs(10), "{:?}", o.elapsed);
-    assert_dead(&wait_lines(&pids, 1));
+    assert_failed_and_stopped(&o, 4, None, &pids, 1);
 }
 
 #[test]
