@@ -300,8 +300,13 @@ fn mpmd_ranks_follow_the_declaration_order() {
 fn a_failing_rank_sets_the_exit_status_and_stops_the_others() {
     let dir = Scratch::new("exit-status");
     let pids = dir.path("pids");
+    // Rank 2 waits until every rank has written its pid: exiting at once
+    // would let satrun stop the others before they wrote theirs.
     let script = format!(
-        "echo $$ >> {pids}; if [ $SAT_RANK = 2 ]; then exit 7; fi; exec sleep 1000",
+        "echo $$ >> {pids}; \
+         if [ $SAT_RANK = 2 ]; then \
+           while [ $(wc -l < {pids}) -lt 3 ]; do sleep 0.05; done; exit 7; \
+         fi; exec sleep 1000",
         pids = pids.display()
     );
     let o = run(&["-n", "3", "--", "sh", "-c", &script]);
