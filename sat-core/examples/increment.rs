@@ -93,7 +93,10 @@ fn increment(c: &Client, k: u64, threads: u64) -> RoleResult {
         c.release(BLOB).map_err(|e| e.to_string()),
         c.put(BLOB, &blob[..10]).map_err(|e| e.to_string()),
         c.acquire(12345, Access::Read).map_err(|e| e.to_string()),
-        c.malloc(77, 1 << 40).map_err(|e| e.to_string()),
+        c.malloc(77, 1 << 50).map(|_| ()).map_err(|e| e.to_string()),
+        c.malloc_lst(Default::default(), &[78], &[1 << 31])
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
     ];
     c.acquire(BLOB, Access::ReadWrite)?;
     let twice = c.acquire(BLOB, Access::Read).map_err(|e| e.to_string());

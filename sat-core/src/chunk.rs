@@ -40,6 +40,21 @@ pub enum ChunkError {
     IdOverflow { baseid: ChunkId, count: u64 },
     #[error("chunk {0} appears twice in one chain: a chain holds each chunk once")]
     DuplicateId(ChunkId),
+    #[error(
+        "a chain of {size} bytes cannot be held in this machine's {memory} bytes of memory: \
+         allocate less, or several chains used one after the other"
+    )]
+    ChainTooLarge { size: u64, memory: u64 },
+}
+
+/// Refuses a chain whose local copy could never fit in memory (the local
+/// data of a chain is one contiguous buffer, and failing to allocate it
+/// would end the process).
+pub fn check_chain_size(size: u64) -> Result<(), ChunkError> {
+    match crate::os::physical_memory() {
+        Some(memory) if size > memory => Err(ChunkError::ChainTooLarge { size, memory }),
+        _ => Ok(()),
+    }
 }
 
 /// Where each chunk of a chain lives in the chain's contiguous local buffer.

@@ -6,13 +6,16 @@
 //! client never needs a thread of its own to make progress.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::chunk::{ChainLayout, ChunkError, ChunkId, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE};
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
-use crate::protocol::mesi::{self, Acquire, Cache};
-use crate::protocol::Access;
+use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
+use crate::store::Store;
+pub use crate::store::{Chain, LocalMemory};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
@@ -21,6 +24,78 @@ fn unknown(chunk: u64) -> SatError {
     SatError::Usage(format!(
         "chunk {chunk} is unknown to this process: MALLOC or LOOKUP it first"
     ))
+}
+
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Read => "READ",
+        Access::Write => "WRITE",
+        Access::ReadWrite => "READWRITE",
+    }
+}
+
+/// The chunk size to split MALLOCs by: `SAT_CHUNK_SIZE` in bytes, if set
+/// and valid, else the default.
+fn chunk_size_from_env() -> usize {
+    match std::env::var("SAT_CHUNK_SIZE") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_CHUNK_SIZE).contains(&n) => n,
+            _ => {
+                tracing::warn!(
+                    "SAT_CHUNK_SIZE={v} is not a size from 1 to {MAX_CHUNK_SIZE} bytes: \
+                     using {DEFAULT_CHUNK_SIZE}"
+                );
+                DEFAULT_CHUNK_SIZE
+            }
+        },
+        Err(_) => DEFAULT_CHUNK_SIZE,
+    }
+}
+
+/// How much chunk data a process holds in local memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// Chunks whose data is in memory (SAT-allocated regions).
+    pub chunks: u64,
+    pub bytes: u64,
+    /// Regions dropped so far to stay within the memory capacity.
+    pub evictions: u64,
+}
+
+/// An open scope on a chain; released when dropped (an error at that point
+/// is logged: call [`Scope::release`] to see it).
+pub struct Scope<'c> {
+    client: &'c Client,
+    chain: Chain,
+    open: bool,
+}
+
+impl Scope<'_> {
+    /// Runs `f` on the chain's contiguous data.
+    pub fn data<R>(&self, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
+        self.client.with_chain(&self.chain, f)
+    }
+
+    /// Runs `f` on the chain's contiguous data, in a write scope.
+    pub fn data_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
+        self.client.with_chain_mut(&self.chain, f)
+    }
+
+    /// Releases the scope now.
+    pub fn release(mut self) -> SatResult<()> {
+        self.open = false;
+        self.client.release_chain(&self.chain)
+    }
+}
+
+impl Drop for Scope<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            if let Err(e) = self.client.release_chain(&self.chain) {
+                tracing::warn!("releasing a scope on drop: {e}");
+            }
+        }
+    }
 }
 
 /// A point-to-point message from another client, relayed by the servers.
@@ -39,34 +114,33 @@ pub struct Client {
     role: u32,
     topology: Arc<Topology>,
     policy: IdlePolicy,
+    chunk_size: AtomicUsize,
     state: Mutex<ClientState>,
 }
 
 struct ClientState {
     transport: Box<dyn Transport>,
     mail: Mailbox,
-    /// This process's copies of the chunks it allocated or looked up.
-    caches: HashMap<u64, Cache>,
-    /// The threads inside a scope (or waiting for one) of each chunk: a
-    /// thread waits for another's scope, and is told of its own misuse.
-    holders: HashMap<u64, Vec<std::thread::ThreadId>>,
+    /// The chunks this process allocated or looked up, and their data.
+    store: Store,
     header: [u8; MAX_HEADER],
 }
 
 impl Client {
     pub(crate) fn new(topology: Arc<Topology>, transport: Box<dyn Transport>) -> Client {
         let rank = transport.rank();
+        let capacity = topology.entry(rank).memory;
         Client {
             rank,
             server: topology.server_of(rank),
             role: topology.role(rank),
             topology,
             policy: IdlePolicy::from_env(),
+            chunk_size: AtomicUsize::new(chunk_size_from_env()),
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),
-                caches: HashMap::new(),
-                holders: HashMap::new(),
+                store: Store::new(capacity),
                 header: [0; MAX_HEADER],
             }),
         }
@@ -192,98 +266,279 @@ impl Client {
         Ok(st.mail.inbox.pop_front())
     }
 
-    /// MALLOC: allocates `chunk` with `size` bytes in the S-DSM, or joins it
-    /// when it already exists with that size. Another size is an error.
-    pub fn malloc(&self, chunk: u64, size: usize) -> SatResult<()> {
-        if size == 0 {
-            return Err(crate::chunk::ChunkError::ZeroSize.into());
-        }
-        if size > crate::chunk::MAX_CHUNK_SIZE {
-            return Err(crate::chunk::ChunkError::TooLarge { size }.into());
-        }
-        let msg = Message::Malloc {
-            chunk,
-            size: size as u64,
-            client: self.rank,
-        };
-        match self.allocation(chunk, &msg, None)? {
-            AllocOutcome::Size(_) => {
-                self.lock().caches.entry(chunk).or_insert_with(|| Cache::new(size));
-                Ok(())
-            }
-            AllocOutcome::SizeMismatch { existing } => Err(SatError::Usage(format!(
-                "MALLOC of chunk {chunk} with {size} bytes: it already exists with {existing} bytes; \
-                 allocate it with the same size, or LOOKUP it"
-            ))),
-            AllocOutcome::NotAllocated => Err(SatError::Usage(format!(
-                "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
-            ))),
-        }
+    /// The chunk size MALLOC splits by: `SAT_CHUNK_SIZE` (bytes) when set,
+    /// else [`DEFAULT_CHUNK_SIZE`].
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size.load(Ordering::Relaxed)
     }
 
-    /// LOOKUP: the size of `chunk`, once any process has allocated it. It
+    /// Sets the chunk size of later MALLOCs in this process. Every process
+    /// allocating a chain must use the same size, or their chunks differ.
+    pub fn set_chunk_size(&self, size: usize) -> SatResult<()> {
+        if size == 0 || size > MAX_CHUNK_SIZE {
+            return Err(ChunkError::TooLarge { size }.into());
+        }
+        self.chunk_size.store(size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// MALLOC: allocates `size` bytes from chunk `base` on as a chain of
+    /// chunks of [`Client::chunk_size`] (the last one only as large as
+    /// needed), with the default protocol (home-based MESI). A chain that
+    /// exists with the same chunks and sizes is joined; allocating it again
+    /// in this process returns the same chain.
+    pub fn malloc(&self, base: ChunkId, size: usize) -> SatResult<Chain> {
+        self.malloc_with(ProtocolId::default(), base, size)
+    }
+
+    /// MALLOC with a chosen protocol for every chunk of the chain.
+    pub fn malloc_with(
+        &self,
+        protocol: ProtocolId,
+        base: ChunkId,
+        size: usize,
+    ) -> SatResult<Chain> {
+        crate::chunk::check_chain_size(size as u64)?;
+        let layout = ChainLayout::malloc(base, size, self.chunk_size())?;
+        self.allocate_chain(protocol, layout, None)
+    }
+
+    /// MALLOC_LST: chunk `ids[i]` gets `sizes[i % sizes.len()]` bytes, all in
+    /// one chain, contiguous locally in the order of `ids`.
+    pub fn malloc_lst(
+        &self,
+        protocol: ProtocolId,
+        ids: &[ChunkId],
+        sizes: &[usize],
+    ) -> SatResult<Chain> {
+        let layout = ChainLayout::malloc_lst(ids, sizes)?;
+        self.allocate_chain(protocol, layout, None)
+    }
+
+    /// MAP: MALLOC of `memory.len()` bytes from chunk `base` whose local
+    /// data is `memory` itself, used in place with no copy (Figure 6). The
+    /// bytes already in `memory` become the chain's data only through a
+    /// write scope (PUT); a read scope (GET) fills `memory` from the homes.
+    /// SAT keeps the memory for the rest of the run and never evicts it.
+    pub fn map(
+        &self,
+        protocol: ProtocolId,
+        base: ChunkId,
+        memory: Box<dyn LocalMemory>,
+    ) -> SatResult<Chain> {
+        let layout = ChainLayout::malloc(base, memory.bytes().len(), self.chunk_size())?;
+        self.allocate_chain(protocol, layout, Some(memory))
+    }
+
+    /// LOOKUP of one chunk: its size, once any process has allocated it. It
     /// waits at most `timeout` for that (see [`crate::directory`] for why),
     /// then fails with [`SatError::Timeout`].
-    pub fn lookup(&self, chunk: u64, timeout: Duration) -> SatResult<usize> {
-        let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let msg = Message::Lookup {
-            chunk,
-            client: self.rank,
-            wait_ms,
-        };
-        // The home answers within `timeout`; allow for the way back.
-        let bound = timeout + Duration::from_secs(30);
-        match self.allocation(chunk, &msg, Some(bound))? {
-            AllocOutcome::Size(size) => {
-                self.lock()
-                    .caches
-                    .entry(chunk)
-                    .or_insert_with(|| Cache::new(size as usize));
-                Ok(size as usize)
-            }
-            AllocOutcome::NotAllocated => Err(SatError::Timeout(format!(
-                "LOOKUP of chunk {chunk}: no process allocated it within {timeout:?}"
-            ))),
-            AllocOutcome::SizeMismatch { .. } => Err(SatError::Usage(format!(
-                "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
-            ))),
+    pub fn lookup(&self, chunk: ChunkId, timeout: Duration) -> SatResult<usize> {
+        let chain = self.lookup_lst(&[chunk], timeout)?;
+        Ok(chain.size())
+    }
+
+    /// LOOKUP(baseid, nbchunks): the chain of chunks `base` to
+    /// `base + nbchunks - 1`, with sizes and protocols from their homes,
+    /// waiting at most `timeout` for each to be allocated.
+    pub fn lookup_chain(
+        &self,
+        base: ChunkId,
+        nbchunks: u64,
+        timeout: Duration,
+    ) -> SatResult<Chain> {
+        if nbchunks == 0 {
+            return Err(ChunkError::NoIds.into());
         }
+        let last = base
+            .checked_add(nbchunks - 1)
+            .ok_or(ChunkError::IdOverflow {
+                baseid: base,
+                count: nbchunks,
+            })?;
+        let ids: Vec<ChunkId> = (base..=last).collect();
+        self.lookup_lst(&ids, timeout)
+    }
+
+    /// LOOKUP_LST: the chain of chunks `ids`, in that order.
+    pub fn lookup_lst(&self, ids: &[ChunkId], timeout: Duration) -> SatResult<Chain> {
+        // Validates the ids (none, duplicates) before asking anyone.
+        ChainLayout::malloc_lst(ids, &[1])?;
+        let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let requests = ids
+            .iter()
+            .map(|&chunk| Message::Lookup {
+                chunk,
+                client: self.rank,
+                wait_ms,
+            })
+            .collect::<Vec<_>>();
+        // The homes answer within `timeout`; allow for the way back.
+        let outcomes = self.allocation(&requests, Some(timeout + Duration::from_secs(30)))?;
+        let mut sizes = Vec::with_capacity(ids.len());
+        let mut protocols = Vec::with_capacity(ids.len());
+        for (&chunk, outcome) in ids.iter().zip(outcomes) {
+            match outcome {
+                AllocOutcome::Allocated { size, protocol } => {
+                    sizes.push(size as usize);
+                    protocols.push(protocol);
+                }
+                AllocOutcome::NotAllocated => {
+                    return Err(SatError::Timeout(format!(
+                        "LOOKUP of chunk {chunk}: no process allocated it within {timeout:?}; \
+                         MALLOC it somewhere, or LOOKUP with a longer wait"
+                    )))
+                }
+                AllocOutcome::Mismatch { .. } => {
+                    return Err(SatError::Usage(format!(
+                        "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
+                    )))
+                }
+            }
+        }
+        let layout = ChainLayout::malloc_lst(ids, &sizes)?;
+        Ok(self.lock().store.add_chain(layout, &protocols, None))
+    }
+
+    /// Asks the homes for every chunk of `layout` with `protocol` and adds
+    /// the chain to the local store.
+    fn allocate_chain(
+        &self,
+        protocol: ProtocolId,
+        layout: ChainLayout,
+        memory: Option<Box<dyn LocalMemory>>,
+    ) -> SatResult<Chain> {
+        if let Some(&(_, size)) = layout.chunks().iter().find(|&&(_, s)| s > MAX_CHUNK_SIZE) {
+            return Err(ChunkError::TooLarge { size }.into());
+        }
+        crate::chunk::check_chain_size(layout.total_size() as u64)?;
+        if memory.is_none() {
+            if let Some(chain) = self.lock().store.existing(&layout) {
+                return Ok(chain);
+            }
+        }
+        let requests = layout
+            .chunks()
+            .iter()
+            .map(|&(chunk, size)| Message::Malloc {
+                chunk,
+                size: size as u64,
+                client: self.rank,
+                protocol,
+            })
+            .collect::<Vec<_>>();
+        let outcomes = self.allocation(&requests, None)?;
+        for (&(chunk, size), outcome) in layout.chunks().iter().zip(outcomes) {
+            match outcome {
+                AllocOutcome::Allocated { .. } => {}
+                AllocOutcome::Mismatch {
+                    size: existing,
+                    protocol: has,
+                } => {
+                    return Err(SatError::Usage(format!(
+                        "MALLOC of chunk {chunk} with {size} bytes [{}]: it already exists with \
+                         {existing} bytes [{}]; allocate it with the same size and protocol, \
+                         or LOOKUP it",
+                        protocol.name(),
+                        has.name()
+                    )))
+                }
+                AllocOutcome::NotAllocated => {
+                    return Err(SatError::Usage(format!(
+                        "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
+                    )))
+                }
+            }
+        }
+        let protocols = vec![protocol; layout.len()];
+        Ok(self.lock().store.add_chain(layout, &protocols, memory))
     }
 
     /// READ, WRITE or READWRITE: opens a scope on `chunk` (allocated or
     /// looked up by this process), waiting for the home when the local copy
-    /// does not allow it. Close it with [`Client::release`].
-    pub fn acquire(&self, chunk: u64, access: Access) -> SatResult<()> {
+    /// does not allow it. Close it with [`Client::release`]. When the chunk
+    /// is in several local chains, this scope uses its first instance.
+    pub fn acquire(&self, chunk: ChunkId, access: Access) -> SatResult<()> {
+        self.acquire_at(chunk, None, access)
+    }
+
+    /// Opens a scope on every chunk of `chain` through the chain's own
+    /// contiguous data. Chunks are acquired one by one in ascending id
+    /// order, so that two processes acquiring overlapping chains cannot
+    /// each hold what the other waits for. On error, what was acquired is
+    /// released.
+    pub fn acquire_chain(&self, chain: &Chain, access: Access) -> SatResult<()> {
+        let mut ids: Vec<ChunkId> = chain.ids().collect();
+        ids.sort_unstable();
+        for (i, &id) in ids.iter().enumerate() {
+            if let Err(e) = self.acquire_at(id, Some(chain), access) {
+                for &done in &ids[..i] {
+                    let _ = self.release(done);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases every chunk of `chain`; reports the first error.
+    pub fn release_chain(&self, chain: &Chain) -> SatResult<()> {
+        let mut first = None;
+        for id in chain.ids() {
+            if let Err(e) = self.release(id) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
         let me = std::thread::current().id();
         loop {
             let mut guard = self.lock();
             let st = &mut *guard;
-            let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
-            let holders = st.holders.entry(chunk).or_default();
+            let place = st
+                .store
+                .place_index(chunk, chain)
+                .ok_or_else(|| match chain {
+                    None => unknown(chunk),
+                    Some(ch) => SatError::Usage(format!(
+                        "chunk {chunk} is not in the chain that starts at chunk {}",
+                        ch.first()
+                    )),
+                })?;
+            let c = st.store.get_mut(chunk).expect("placed");
             // Another thread's scope (or request) on this chunk: wait for it
             // to end, as a lock would. This thread's own is misuse, reported.
-            let busy =
-                cache.writing() || cache.waiting() || (access.exclusive() && cache.in_scope());
-            if busy && !holders.is_empty() && !holders.contains(&me) {
+            let busy = |s: &dyn ClientSide| {
+                s.writing() || s.waiting() || (access.exclusive() && s.in_scope())
+            };
+            if busy(c.side.as_ref()) && !c.holders.is_empty() && !c.holders.contains(&me) {
                 drop(guard);
                 self.wait(None, |st| {
-                    let c = st.caches.get(&chunk)?;
-                    let busy = c.writing() || c.waiting() || (access.exclusive() && c.in_scope());
-                    (!busy).then_some(())
+                    let c = st.store.get(chunk)?;
+                    (!busy(c.side.as_ref())).then_some(())
                 })?;
                 continue;
             }
-            let step = cache
+            st.store.prepare(chunk, place);
+            let c = st.store.get_mut(chunk).expect("placed");
+            let step = c
+                .side
                 .acquire(access)
                 .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
-            holders.push(me);
+            c.holders.push(me);
+            let protocol = c.protocol;
+            st.store.set_scope_place(chunk, place);
             let req = match step {
                 Acquire::Hit => return Ok(()),
                 Acquire::Request(req) => req,
             };
             tracing::debug!(
-                "[Home-Based MESI] {access:?} chunk {chunk} local state {:?}",
-                cache.state()
+                "[{}] {} chunk {chunk}: miss, local state {:?}, asking the home",
+                protocol.name(),
+                access_name(access),
+                st.store.get(chunk).expect("placed").side.state()
             );
             let msg = Message::Coherence {
                 chunk,
@@ -296,36 +551,25 @@ impl Client {
             break;
         }
         self.wait(None, |st| {
-            st.caches.get(&chunk).filter(|c| !c.waiting()).map(|_| ())
+            st.store
+                .get(chunk)
+                .filter(|c| !c.side.waiting())
+                .map(|_| ())
         })?;
         Ok(())
     }
 
     /// RELEASE: closes the scope on `chunk`; after a write, the new version
     /// goes home (one message); after a read, local changes are dropped.
-    pub fn release(&self, chunk: u64) -> SatResult<()> {
+    pub fn release(&self, chunk: ChunkId) -> SatResult<()> {
         let mut st = self.lock();
         let st = &mut *st;
-        let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
-        let sent = cache
-            .release()
-            .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
-        if let Some(holders) = st.holders.get_mut(&chunk) {
-            let me = std::thread::current().id();
-            let i = holders.iter().position(|&t| t == me).unwrap_or(0);
-            if i < holders.len() {
-                holders.swap_remove(i);
-            }
-        }
-        if let Some((op, data)) = sent {
-            let to = (self.rank, self.server);
-            send_to_home(st.transport.as_mut(), &mut st.header, to, chunk, op, data)?;
-        }
-        Ok(())
+        let to = (self.rank, self.server);
+        st.release(to, chunk)
     }
 
     /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
-    pub fn put(&self, chunk: u64, data: &[u8]) -> SatResult<()> {
+    pub fn put(&self, chunk: ChunkId, data: &[u8]) -> SatResult<()> {
         self.check_size(chunk, data.len(), "PUT")?;
         self.acquire(chunk, Access::Write)?;
         self.with_data_mut(chunk, |d| d.copy_from_slice(data))?;
@@ -333,21 +577,54 @@ impl Client {
     }
 
     /// GET: READ, copy `chunk` into `data`, RELEASE (Figure 6).
-    pub fn get(&self, chunk: u64, data: &mut [u8]) -> SatResult<()> {
+    pub fn get(&self, chunk: ChunkId, data: &mut [u8]) -> SatResult<()> {
         self.check_size(chunk, data.len(), "GET")?;
         self.acquire(chunk, Access::Read)?;
         self.with_data(chunk, |d| data.copy_from_slice(d))?;
         self.release(chunk)
     }
 
-    fn check_size(&self, chunk: u64, len: usize, call: &str) -> SatResult<()> {
+    /// PUT on a chain: an empty write scope over the whole chain, so a MAP'd
+    /// chain's memory, written in place, becomes the new version.
+    pub fn put_chain(&self, chain: &Chain) -> SatResult<()> {
+        self.acquire_chain(chain, Access::Write)?;
+        self.release_chain(chain)
+    }
+
+    /// GET on a chain: an empty read scope over the whole chain, so a MAP'd
+    /// chain's memory holds the chain's current data afterwards.
+    pub fn get_chain(&self, chain: &Chain) -> SatResult<()> {
+        self.acquire_chain(chain, Access::Read)?;
+        self.release_chain(chain)
+    }
+
+    /// READ on a chain, as a scope guard that releases when dropped.
+    pub fn read(&self, chain: &Chain) -> SatResult<Scope<'_>> {
+        self.scope(chain, Access::Read)
+    }
+
+    /// WRITE on a chain (the data may be stale), as a scope guard.
+    pub fn write(&self, chain: &Chain) -> SatResult<Scope<'_>> {
+        self.scope(chain, Access::Write)
+    }
+
+    /// READWRITE on a chain (the data is up to date), as a scope guard.
+    pub fn readwrite(&self, chain: &Chain) -> SatResult<Scope<'_>> {
+        self.scope(chain, Access::ReadWrite)
+    }
+
+    fn scope(&self, chain: &Chain, access: Access) -> SatResult<Scope<'_>> {
+        self.acquire_chain(chain, access)?;
+        Ok(Scope {
+            client: self,
+            chain: chain.clone(),
+            open: true,
+        })
+    }
+
+    fn check_size(&self, chunk: ChunkId, len: usize, call: &str) -> SatResult<()> {
         let st = self.lock();
-        let size = st
-            .caches
-            .get(&chunk)
-            .ok_or_else(|| unknown(chunk))?
-            .data()
-            .len();
+        let size = st.store.get(chunk).ok_or_else(|| unknown(chunk))?.size;
         if size != len {
             return Err(SatError::Usage(format!(
                 "{call} of chunk {chunk} with a buffer of {len} bytes: the chunk has {size}"
@@ -362,50 +639,121 @@ impl Client {
         self.lock().transport.messages_sent()
     }
 
+    /// How much chunk data this process holds in memory (the regions SAT
+    /// allocated; MAP'd memory is the caller's and not counted).
+    pub fn footprint(&self) -> Footprint {
+        let (chunks, bytes, evictions) = self.lock().store.footprint();
+        Footprint {
+            chunks,
+            bytes,
+            evictions,
+        }
+    }
+
     /// Runs `f` on the data of `chunk`, inside an open scope.
-    pub fn with_data<R>(&self, chunk: u64, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
+    pub fn with_data<R>(&self, chunk: ChunkId, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
         let st = self.lock();
-        let cache = st.caches.get(&chunk).ok_or_else(|| unknown(chunk))?;
-        if !cache.in_scope() {
+        let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
+        if !c.side.in_scope() {
             return Err(SatError::Usage(format!(
                 "chunk {chunk} is read outside a scope: call READ, WRITE or READWRITE first"
             )));
         }
-        Ok(f(cache.data()))
+        let bytes = st
+            .store
+            .scope_bytes(chunk)
+            .expect("a chunk in scope is resident");
+        Ok(f(bytes))
     }
 
     /// Runs `f` on the data of `chunk`, inside an open write scope.
-    pub fn with_data_mut<R>(&self, chunk: u64, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
+    pub fn with_data_mut<R>(&self, chunk: ChunkId, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
         let mut st = self.lock();
-        let cache = st.caches.get_mut(&chunk).ok_or_else(|| unknown(chunk))?;
-        if !cache.writing() {
+        let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
+        if !c.side.writing() {
             return Err(SatError::Usage(format!(
                 "chunk {chunk} is written outside a write scope: call WRITE or READWRITE first"
             )));
         }
-        Ok(f(cache.data_mut()))
+        let place = st.store.scope_place(chunk).expect("known");
+        let bytes = st
+            .store
+            .bytes_mut(chunk, place)
+            .expect("a chunk in scope is resident");
+        Ok(f(bytes))
     }
 
-    /// Sends an allocation request and waits for the home's answer.
+    /// Runs `f` on the contiguous data of `chain`, every chunk of which must
+    /// be inside a scope (see [`Client::acquire_chain`]).
+    pub fn with_chain<R>(&self, chain: &Chain, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
+        let st = self.lock();
+        for id in chain.ids() {
+            if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
+                return Err(SatError::Usage(format!(
+                    "chunk {id} of the chain is read outside a scope: acquire the chain first"
+                )));
+            }
+        }
+        let bytes = st
+            .store
+            .chain_bytes(chain)
+            .expect("a chain in scope is resident");
+        Ok(f(bytes))
+    }
+
+    /// Runs `f` on the contiguous data of `chain`, every chunk of which must
+    /// be inside a write scope opened through this chain.
+    pub fn with_chain_mut<R>(&self, chain: &Chain, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
+        let mut st = self.lock();
+        for id in chain.ids() {
+            let through_chain = st.store.place_index(id, Some(chain)) == st.store.scope_place(id);
+            if !st.store.get(id).is_some_and(|c| c.side.writing()) || !through_chain {
+                return Err(SatError::Usage(format!(
+                    "chunk {id} of the chain is written outside a write scope on this chain: \
+                     acquire the chain with WRITE or READWRITE first"
+                )));
+            }
+        }
+        let bytes = st
+            .store
+            .chain_bytes_mut(chain)
+            .expect("a chain in scope is resident");
+        Ok(f(bytes))
+    }
+
+    /// Sends allocation requests (all at once, so a long chain costs one
+    /// round trip of waiting) and waits for every answer, in request order.
     fn allocation(
         &self,
-        chunk: u64,
-        msg: &Message,
+        requests: &[Message],
         bound: Option<Duration>,
-    ) -> SatResult<AllocOutcome> {
+    ) -> SatResult<Vec<AllocOutcome>> {
+        let chunk_of = |m: &Message| match *m {
+            Message::Malloc { chunk, .. } | Message::Lookup { chunk, .. } => chunk,
+            _ => unreachable!("only allocation requests"),
+        };
         {
             let mut st = self.lock();
             let st = &mut *st;
-            let n =
-                wire::encode(msg, &mut st.header).map_err(|e| SatError::Usage(e.to_string()))?;
-            st.transport
-                .send(self.server, &st.header[..n], Payload::None)?;
+            for msg in requests {
+                let n = wire::encode(msg, &mut st.header)
+                    .map_err(|e| SatError::Usage(e.to_string()))?;
+                st.transport
+                    .send(self.server, &st.header[..n], Payload::None)?;
+            }
         }
         let deadline = bound.map(|b| Instant::now() + b);
-        let got = self.wait(deadline, |st| {
-            st.mail.alloc.get_mut(&chunk).and_then(VecDeque::pop_front)
-        })?;
-        got.ok_or_else(|| SatError::Timeout(format!("the home of chunk {chunk} did not answer")))
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for msg in requests {
+            let chunk = chunk_of(msg);
+            let got = self.wait(deadline, |st| {
+                st.mail.alloc.get_mut(&chunk).and_then(VecDeque::pop_front)
+            })?;
+            outcomes.push(got.ok_or_else(|| {
+                SatError::Timeout(format!("the home of chunk {chunk} did not answer"))
+            })?);
+        }
+        Ok(outcomes)
     }
 
     /// Tells the server this client's role has returned and waits for its
@@ -415,17 +763,16 @@ impl Client {
             let mut st = self.lock();
             let st = &mut *st;
             // A scope left open would block every other process forever.
-            for (&chunk, cache) in st.caches.iter_mut() {
-                if cache.in_scope() {
+            for chunk in st.store.chunk_ids() {
+                let in_scope =
+                    |st: &ClientState| st.store.get(chunk).is_some_and(|c| c.side.in_scope());
+                if in_scope(st) {
                     tracing::warn!(
                         "chunk {chunk} was still acquired when the role returned: released"
                     );
                 }
-                while cache.in_scope() {
-                    if let Ok(Some((op, data))) = cache.release() {
-                        let to = (self.rank, self.server);
-                        send_to_home(st.transport.as_mut(), &mut st.header, to, chunk, op, data)?;
-                    }
+                while in_scope(st) {
+                    st.release((self.rank, self.server), chunk)?;
                 }
             }
             let n = wire::encode(&Message::ClientDone, &mut st.header).expect("fits");
@@ -487,19 +834,62 @@ struct Mailbox {
 impl ClientState {
     fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
         let mail = &mut self.mail;
-        let caches = &mut self.caches;
+        let store = &mut self.store;
         let n = self
             .transport
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
                 if let Ok(Message::Coherence { chunk, client, op }) = wire::decode(m.header) {
                     if m.src == server && client == me {
-                        coherence(me, server, caches, out, chunk, op, m.payload);
+                        coherence(me, server, store, out, chunk, op, m.payload);
                         return;
                     }
                 }
                 handle(me, server, mail, m)
             })?;
         Ok(n)
+    }
+
+    /// Closes one scope of `chunk`: after a write, its bytes become every
+    /// local instance's and travel home as the new version.
+    fn release(&mut self, to: (Rank, Rank), chunk: ChunkId) -> SatResult<()> {
+        let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
+        let was_writing = c.side.writing();
+        let sent = c
+            .side
+            .release()
+            .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        let me = std::thread::current().id();
+        if let Some(i) = c.holders.iter().position(|&t| t == me) {
+            c.holders.swap_remove(i);
+        } else if !c.holders.is_empty() {
+            // A scope opened by another thread and closed by this one.
+            c.holders.swap_remove(0);
+        }
+        let protocol = c.protocol;
+        tracing::debug!(
+            "[{}] release chunk {chunk} version {:?} local state {:?}",
+            protocol.name(),
+            c.side.version(),
+            c.side.state()
+        );
+        let Some(op) = sent else {
+            return Ok(());
+        };
+        let place = self.store.scope_place(chunk).expect("known");
+        let data = if was_writing && matches!(op, ToHome::Release { .. }) {
+            self.store.spread(chunk, place);
+            self.store.bytes(chunk, place)
+        } else {
+            None
+        };
+        send_to_home(
+            self.transport.as_mut(),
+            &mut self.header,
+            to,
+            chunk,
+            op,
+            data,
+        )
     }
 }
 
@@ -528,18 +918,29 @@ fn send_to_home(
 fn coherence(
     me: Rank,
     server: Rank,
-    caches: &mut HashMap<u64, Cache>,
+    store: &mut Store,
     out: &mut dyn Sender,
     chunk: u64,
     op: CoherenceOp,
     payload: &[u8],
 ) {
-    let (Some(cache), Some(msg)) = (caches.get_mut(&chunk), mesi::to_client(op)) else {
+    let (Some(c), Some(msg)) = (store.get_mut(chunk), mesi::to_client(op)) else {
         tracing::warn!("dropped a coherence message for chunk {chunk}, unknown here");
         return;
     };
     let data = (!payload.is_empty()).then_some(payload);
-    match cache.on_message(msg, data) {
+    let reaction = c.side.on_message(msg, data);
+    if let Ok(r) = &reaction {
+        tracing::debug!(
+            "[{}] chunk {chunk}: {op:?} from the home, local state {:?}",
+            c.protocol.name(),
+            c.side.state()
+        );
+        if r.take_data {
+            store.take_data(chunk, payload);
+        }
+    }
+    match reaction.map(|r| r.reply) {
         Ok(Some(reply)) => {
             let mut header = [0u8; MAX_HEADER];
             let answer = Message::Coherence {

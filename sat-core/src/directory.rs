@@ -12,42 +12,53 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::protocol::ProtocolId;
 use crate::transport::Rank;
 use crate::wire::AllocOutcome;
 
 #[derive(Debug, Default)]
 pub struct AllocDirectory {
-    sizes: HashMap<u64, u64>,
+    /// Size and protocol of every chunk allocated here.
+    chunks: HashMap<u64, (u64, ProtocolId)>,
     parked: HashMap<u64, Vec<(Rank, Instant)>>,
 }
 
 impl AllocDirectory {
     /// Records a MALLOC; returns the answer for `client` and the parked
     /// LOOKUPs it satisfies.
-    pub fn malloc(&mut self, chunk: u64, size: u64) -> (AllocOutcome, Vec<(Rank, AllocOutcome)>) {
-        if let Some(&existing) = self.sizes.get(&chunk) {
-            let outcome = if existing == size {
-                AllocOutcome::Size(size)
+    pub fn malloc(
+        &mut self,
+        chunk: u64,
+        size: u64,
+        protocol: ProtocolId,
+    ) -> (AllocOutcome, Vec<(Rank, AllocOutcome)>) {
+        if let Some(&(existing, has)) = self.chunks.get(&chunk) {
+            let outcome = if (existing, has) == (size, protocol) {
+                AllocOutcome::Allocated { size, protocol }
             } else {
-                AllocOutcome::SizeMismatch { existing }
+                AllocOutcome::Mismatch {
+                    size: existing,
+                    protocol: has,
+                }
             };
             return (outcome, Vec::new());
         }
-        self.sizes.insert(chunk, size);
+        self.chunks.insert(chunk, (size, protocol));
+        let done = AllocOutcome::Allocated { size, protocol };
         let woken = self
             .parked
             .remove(&chunk)
             .unwrap_or_default()
             .into_iter()
-            .map(|(client, _)| (client, AllocOutcome::Size(size)))
+            .map(|(client, _)| (client, done))
             .collect();
-        (AllocOutcome::Size(size), woken)
+        (done, woken)
     }
 
     /// A LOOKUP: the answer now, or None when it is parked until `deadline`.
     pub fn lookup(&mut self, chunk: u64, client: Rank, deadline: Instant) -> Option<AllocOutcome> {
-        if let Some(&size) = self.sizes.get(&chunk) {
-            return Some(AllocOutcome::Size(size));
+        if let Some(&(size, protocol)) = self.chunks.get(&chunk) {
+            return Some(AllocOutcome::Allocated { size, protocol });
         }
         self.parked
             .entry(chunk)
@@ -78,7 +89,7 @@ impl AllocDirectory {
     }
 
     pub fn size_of(&self, chunk: u64) -> Option<u64> {
-        self.sizes.get(&chunk).copied()
+        self.chunks.get(&chunk).map(|&(size, _)| size)
     }
 }
 
@@ -87,30 +98,47 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const MESI: ProtocolId = ProtocolId::HomeMesi;
+
+    fn allocated(size: u64) -> AllocOutcome {
+        AllocOutcome::Allocated {
+            size,
+            protocol: MESI,
+        }
+    }
+
     #[test]
     fn lookup_before_and_after_malloc() {
         let mut d = AllocDirectory::default();
         let later = Instant::now() + Duration::from_secs(60);
         assert_eq!(d.lookup(42, 3, later), None, "parked");
         assert_eq!(d.lookup(42, 4, later), None, "parked");
-        let (mine, woken) = d.malloc(42, 256);
-        assert_eq!(mine, AllocOutcome::Size(256));
-        assert_eq!(
-            woken,
-            vec![(3, AllocOutcome::Size(256)), (4, AllocOutcome::Size(256))]
-        );
+        let (mine, woken) = d.malloc(42, 256, MESI);
+        assert_eq!(mine, allocated(256));
+        assert_eq!(woken, vec![(3, allocated(256)), (4, allocated(256))]);
         assert!(!d.has_parked());
-        assert_eq!(d.lookup(42, 5, later), Some(AllocOutcome::Size(256)));
+        assert_eq!(d.lookup(42, 5, later), Some(allocated(256)));
     }
 
     #[test]
     fn malloc_joins_the_same_size_and_refuses_another() {
         let mut d = AllocDirectory::default();
-        assert_eq!(d.malloc(7, 100).0, AllocOutcome::Size(100));
-        assert_eq!(d.malloc(7, 100).0, AllocOutcome::Size(100));
+        assert_eq!(d.malloc(7, 100, MESI).0, allocated(100));
+        assert_eq!(d.malloc(7, 100, MESI).0, allocated(100));
         assert_eq!(
-            d.malloc(7, 50).0,
-            AllocOutcome::SizeMismatch { existing: 100 }
+            d.malloc(7, 50, MESI).0,
+            AllocOutcome::Mismatch {
+                size: 100,
+                protocol: MESI
+            }
+        );
+        assert_eq!(
+            d.malloc(7, 100, ProtocolId::HomeOnly).0,
+            AllocOutcome::Mismatch {
+                size: 100,
+                protocol: MESI
+            },
+            "a chunk keeps the protocol it was created with"
         );
         assert_eq!(d.size_of(7), Some(100));
     }
@@ -124,6 +152,6 @@ mod tests {
         assert_eq!(d.expire(now), Vec::<(u64, Rank)>::new());
         assert_eq!(d.expire(now + Duration::from_millis(20)), vec![(1, 3)]);
         assert!(d.has_parked());
-        assert_eq!(d.malloc(1, 8).1, vec![(4, AllocOutcome::Size(8))]);
+        assert_eq!(d.malloc(1, 8, MESI).1, vec![(4, allocated(8))]);
     }
 }

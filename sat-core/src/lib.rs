@@ -11,10 +11,12 @@
 //! - [`wire`]: the encoded message headers and their bounds-checked decoding;
 //! - [`topology`]: the XML topology of a run (roles, servers, clients, memory);
 //! - [`bootstrap`]: rank discovery, the seed exchange, roles, termination;
-//! - [`protocol`]: coherence protocols as pure state machines (home-based MESI);
+//! - [`protocol`]: coherence protocols as pure state machines (home-based
+//!   MESI, home-only), chosen per chunk;
 //! - [`progress`]: the progress engine and its adaptive micro-sleep;
 //! - [`server`]: the S-DSM server loop;
 //! - [`directory`]: a home's allocation directory (sizes, waiting LOOKUPs);
+//! - [`store`]: a client's local chunk data: chains, instances, LRU eviction;
 //! - [`client`]: the client side of a run, as user code sees it;
 //! - [`observe`]: the debug stream;
 //! - [`os`]: the few system calls made outside libfabric;
@@ -31,6 +33,7 @@ pub mod os;
 pub mod progress;
 pub mod protocol;
 pub mod server;
+pub mod store;
 pub mod topology;
 pub mod transport;
 pub mod wire;

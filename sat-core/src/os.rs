@@ -91,3 +91,15 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: Duration) -> std::io::Result<bo
         }
     }
 }
+
+/// The machine's physical memory in bytes, if the system says.
+pub fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
+}

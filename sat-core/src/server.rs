@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
-use crate::protocol::mesi::{self, Home, Out, ToClient};
+use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
@@ -38,10 +38,37 @@ struct ServerState<'t> {
     /// Allocations of the chunks this server is the home of.
     alloc: AllocDirectory,
     /// The coherence state and data of the chunks this server is home of.
-    homes: HashMap<u64, Home>,
+    homes: HashMap<u64, HomeEntry>,
     /// Reused for the home's outgoing messages.
     home_out: Vec<Out<ToClient>>,
     header: [u8; MAX_HEADER],
+}
+
+/// A chunk this server is the home of: its protocol and that protocol's
+/// directory entry and data.
+struct HomeEntry {
+    protocol: ProtocolId,
+    side: Box<dyn HomeSide>,
+}
+
+/// The name of a coherence message in the debug stream, as Figure 14 has
+/// it: `client_req_*` from a client, `server_req_*` forwarded by a server.
+fn request_name(op: CoherenceOp, forwarded: bool) -> String {
+    let what = match op {
+        CoherenceOp::ReadReq { .. } => "read",
+        CoherenceOp::WriteReq {
+            need_data: true, ..
+        } => "readwrite",
+        CoherenceOp::WriteReq { .. } => "write",
+        CoherenceOp::Release { .. } => "release",
+        CoherenceOp::ReadRelease => "read_release",
+        CoherenceOp::InvalAck => "inval_ack",
+        CoherenceOp::ReadGrant { .. } => "read_grant",
+        CoherenceOp::WriteGrant { .. } => "write_grant",
+        CoherenceOp::Inval => "inval",
+    };
+    let who = if forwarded { "server" } else { "client" };
+    format!("{who}_req_{what}")
 }
 
 /// Runs the server role until the termination protocol completes.
@@ -301,16 +328,20 @@ impl ServerState<'_> {
             return;
         }
         match *msg {
-            Message::Malloc { size, .. } => {
+            Message::Malloc { size, protocol, .. } => {
                 if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
                     tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
                     return;
                 }
                 if self.alloc.size_of(chunk).is_none() {
-                    self.homes.insert(chunk, Home::new(size as usize));
+                    let side = protocol.consistency().new_home(size as usize);
+                    self.homes.insert(chunk, HomeEntry { protocol, side });
                 }
-                let (outcome, woken) = self.alloc.malloc(chunk, size);
-                tracing::debug!("malloc baseid {chunk} size {size} for {client}: {outcome:?}");
+                let (outcome, woken) = self.alloc.malloc(chunk, size, protocol);
+                tracing::debug!(
+                    "malloc baseid {chunk} size {size} [{}] for {client}: {outcome:?}",
+                    protocol.name()
+                );
                 self.answer(out, chunk, client, outcome);
                 for (waiter, outcome) in woken {
                     self.answer(out, chunk, waiter, outcome);
@@ -400,7 +431,10 @@ impl ServerState<'_> {
                     self.rank
                 );
             } else {
-                tracing::debug!("[Home-Based MESI] client req {op:?} for chunk {chunk} from {client}: to home {home}");
+                tracing::debug!(
+                    "Server switch request ({}) from {client}: chunk {chunk} to home {home}",
+                    request_name(op, false)
+                );
                 self.send(out, home, &msg, Payload::Copy(m.payload));
             }
             return;
@@ -416,11 +450,15 @@ impl ServerState<'_> {
         let data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
             .then_some(m.payload);
         let mut outs = std::mem::take(&mut self.home_out);
-        match entry.on_message(client, to_home, data, &mut outs) {
+        match entry.side.on_message(client, to_home, data, &mut outs) {
             Ok(()) => tracing::debug!(
-                "[Home-Based MESI] chunk {chunk} {op:?} from {client}: version {} owner {:?}",
-                entry.version(),
-                entry.owner()
+                "[{}] Server switch request ({}) from {}: chunk {chunk} client {client} \
+                 version {} owner {:?}",
+                entry.protocol.name(),
+                request_name(op, src_is_server),
+                m.src,
+                entry.side.version(),
+                entry.side.owner()
             ),
             Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
         }
@@ -436,6 +474,7 @@ impl ServerState<'_> {
             self.homes
                 .get_mut(&chunk)
                 .expect("listed")
+                .side
                 .client_left(client, &mut outs);
             self.send_home_answers(out, chunk, &mut outs);
         }
@@ -638,6 +677,7 @@ mod tests {
                 chunk: 0,
                 size: 8,
                 client: 3,
+                protocol: ProtocolId::HomeMesi,
             },
             Message::Lookup {
                 chunk: 0,

@@ -8,11 +8,12 @@
 
 use bincode::{Decode, Encode};
 
+use crate::protocol::ProtocolId;
 use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -31,9 +32,14 @@ pub enum Message {
     Shutdown,
     /// Server -> seed: shutdown received, closing.
     ShutdownAck,
-    /// MALLOC of `chunk` with `size` bytes on behalf of `client`; travels to
-    /// the chunk's home (through the client's server).
-    Malloc { chunk: u64, size: u64, client: Rank },
+    /// MALLOC of `chunk` with `size` bytes and `protocol` on behalf of
+    /// `client`; travels to the chunk's home (through the client's server).
+    Malloc {
+        chunk: u64,
+        size: u64,
+        client: Rank,
+        protocol: ProtocolId,
+    },
     /// LOOKUP of `chunk` for `client`, which waits at most `wait_ms` for a
     /// MALLOC of it anywhere.
     Lookup {
@@ -59,13 +65,14 @@ pub enum Message {
     ClientLeft { client: Rank },
 }
 
-/// The home-based MESI messages ([`crate::protocol::mesi`]) on the wire.
+/// The coherence messages of every protocol ([`crate::protocol`]) on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum CoherenceOp {
     ReadReq { have: Option<u64> },
     WriteReq { have: Option<u64>, need_data: bool },
     Release { version: u64 },
     InvalAck,
+    ReadRelease,
     ReadGrant { version: u64, with_data: bool },
     WriteGrant { version: u64, with_data: bool },
     Inval,
@@ -74,10 +81,11 @@ pub enum CoherenceOp {
 /// What the home says about an allocation request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum AllocOutcome {
-    /// The chunk exists with this size.
-    Size(u64),
-    /// A MALLOC asked for another size than the chunk already has.
-    SizeMismatch { existing: u64 },
+    /// The chunk exists with this size and protocol.
+    Allocated { size: u64, protocol: ProtocolId },
+    /// A MALLOC asked for another size or protocol than the chunk has: this
+    /// is what it has.
+    Mismatch { size: u64, protocol: ProtocolId },
     /// A LOOKUP waited its whole time and nobody allocated the chunk.
     NotAllocated,
 }
@@ -153,6 +161,7 @@ mod tests {
                 chunk: u64::MAX,
                 size: 1 << 40,
                 client: 3,
+                protocol: ProtocolId::HomeOnly,
             },
             Message::Lookup {
                 chunk: 42,
@@ -162,7 +171,10 @@ mod tests {
             Message::AllocReply {
                 chunk: 7,
                 client: 2,
-                outcome: AllocOutcome::SizeMismatch { existing: 9 },
+                outcome: AllocOutcome::Mismatch {
+                    size: 9,
+                    protocol: ProtocolId::HomeOnly,
+                },
             },
             Message::AllocReply {
                 chunk: 7,

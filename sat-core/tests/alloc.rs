@@ -40,7 +40,9 @@ fn malloc_and_lookup_in_both_orders_over_shm_and_tcp() {
             )));
             // Chunk 101 (home: server 1): the MALLOC came first.
             assert!(
-                has(&format!("[1] lookup chunk 101 for {looker}: Size(512)")),
+                has(&format!(
+                    "[1] lookup chunk 101 for {looker}: Allocated {{ size: 512, protocol: HomeMesi }}"
+                )),
                 "{provider}"
             );
             assert!(has(&format!(
@@ -49,9 +51,11 @@ fn malloc_and_lookup_in_both_orders_over_shm_and_tcp() {
         }
         // Client 2 reaches server 1 through server 0, and back.
         assert!(has("[0] [malloc] forward chunk 101 to home 1"));
-        assert!(has("[1] malloc baseid 101 size 512 for 2: Size(512)"));
         assert!(has(
-            "[4] rank 4: MALLOC of chunk 101 with 1024 bytes: it already exists with 512 bytes"
+            "[1] malloc baseid 101 size 512 [Home-Based MESI] for 2: Allocated { size: 512, protocol: HomeMesi }"
+        ));
+        assert!(has(
+            "[4] rank 4: MALLOC of chunk 101 with 1024 bytes [Home-Based MESI]: it already exists with 512 bytes [Home-Based MESI]"
         ));
         assert!(has(
             "[2] rank 2: malloc 101 again with the same size joins it"

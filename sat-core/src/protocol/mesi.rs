@@ -23,8 +23,23 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::Access;
+use super::{Access, ClientSide, Consistency, HomeSide, LastRelease, ProtocolId, Reaction};
 use crate::transport::Rank;
+
+/// The home-based MESI protocol's handlers.
+pub struct HomeBasedMesi;
+
+impl Consistency for HomeBasedMesi {
+    fn id(&self) -> ProtocolId {
+        ProtocolId::HomeMesi
+    }
+    fn new_home(&self, size: usize) -> Box<dyn HomeSide> {
+        Box::new(Home::new(size))
+    }
+    fn new_client(&self, size: usize) -> Box<dyn ClientSide> {
+        Box::new(Cache::new(size))
+    }
+}
 
 /// A release counter: version 0 is the chunk's initial (zeroed) data.
 pub type Version = u64;
@@ -44,6 +59,9 @@ pub enum ToHome {
     Release { version: Version },
     /// An invalidation has been applied (after the client's read scopes).
     InvalAck,
+    /// End of a read scope, for protocols whose home counts readers
+    /// ([`super::home_only`]); MESI reads end silently.
+    ReadRelease,
 }
 
 /// Home -> client.
@@ -78,6 +96,10 @@ pub enum ProtocolViolation {
     StrayGrant,
     #[error("a grant without the data the client lacks")]
     MissingData,
+    #[error("a message this protocol does not use: {0}")]
+    Foreign(&'static str),
+    #[error("end of a read scope from client {from}, which holds none")]
+    StrayReadRelease { from: Rank },
 }
 
 /// Misuse of the client API.
@@ -104,6 +126,7 @@ impl From<ToHome> for CoherenceOp {
             ToHome::WriteReq { have, need_data } => CoherenceOp::WriteReq { have, need_data },
             ToHome::Release { version } => CoherenceOp::Release { version },
             ToHome::InvalAck => CoherenceOp::InvalAck,
+            ToHome::ReadRelease => CoherenceOp::ReadRelease,
         }
     }
 }
@@ -129,6 +152,7 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::WriteReq { have, need_data } => ToHome::WriteReq { have, need_data },
         CoherenceOp::Release { version } => ToHome::Release { version },
         CoherenceOp::InvalAck => ToHome::InvalAck,
+        CoherenceOp::ReadRelease => ToHome::ReadRelease,
         _ => return None,
     })
 }
@@ -159,8 +183,7 @@ struct Granting {
 /// The home's directory entry and data for one chunk.
 #[derive(Debug)]
 pub struct Home {
-    version: Version,
-    data: Arc<[u8]>,
+    last: LastRelease,
     owner: Option<Rank>,
     copyset: BTreeSet<Rank>,
     pending: VecDeque<(Rank, ToHome)>,
@@ -171,8 +194,7 @@ impl Home {
     /// A new chunk of `size` zero bytes at version 0.
     pub fn new(size: usize) -> Home {
         Home {
-            version: 0,
-            data: vec![0u8; size].into(),
+            last: LastRelease::new(size),
             owner: None,
             copyset: BTreeSet::new(),
             pending: VecDeque::new(),
@@ -180,22 +202,28 @@ impl Home {
         }
     }
 
-    pub fn version(&self) -> Version {
-        self.version
+    fn busy(&self) -> bool {
+        self.owner.is_some() || self.granting.is_some()
+    }
+}
+
+impl HomeSide for Home {
+    fn version(&self) -> Version {
+        self.last.version
     }
 
-    pub fn data(&self) -> &Arc<[u8]> {
-        &self.data
+    fn data(&self) -> &Arc<[u8]> {
+        &self.last.data
     }
 
-    pub fn owner(&self) -> Option<Rank> {
+    fn owner(&self) -> Option<Rank> {
         self.owner
     }
 
     /// Client `client` has left the run (its role returned; it released its
     /// scopes before): forget its copy and its waiting requests, and stop
     /// waiting for an acknowledgement it can no longer send.
-    pub fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
+    fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
         self.copyset.remove(&client);
         self.pending.retain(|&(c, _)| c != client);
         if self.owner == Some(client) {
@@ -216,12 +244,8 @@ impl Home {
         self.serve_pending(out);
     }
 
-    fn busy(&self) -> bool {
-        self.owner.is_some() || self.granting.is_some()
-    }
-
     /// Handles one message from client `from`; appends what to send to `out`.
-    pub fn on_message(
+    fn on_message(
         &mut self,
         from: Rank,
         msg: ToHome,
@@ -242,25 +266,9 @@ impl Home {
                     self.grant_write(g, out);
                 }
             }
+            ToHome::ReadRelease => return Err(ProtocolViolation::Foreign("read_release")),
             ToHome::Release { version } => {
-                if self.owner != Some(from) {
-                    return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
-                }
-                if version != self.version + 1 {
-                    return Err(ProtocolViolation::WrongVersion {
-                        got: version,
-                        want: self.version + 1,
-                    });
-                }
-                let bytes = data.unwrap_or(&[]);
-                if bytes.len() != self.data.len() {
-                    return Err(ProtocolViolation::WrongSize {
-                        got: bytes.len(),
-                        want: self.data.len(),
-                    });
-                }
-                self.version = version;
-                self.data = bytes.into();
+                self.last.apply(self.owner, from, version, data)?;
                 self.owner = None;
                 self.copyset.insert(from);
             }
@@ -268,7 +276,9 @@ impl Home {
         self.serve_pending(out);
         Ok(())
     }
+}
 
+impl Home {
     /// Serves waiting requests in arrival order while nothing holds them up
     /// (FIFO: a writer is never overtaken by later readers).
     fn serve_pending(&mut self, out: &mut Vec<Out<ToClient>>) {
@@ -279,14 +289,14 @@ impl Home {
             match msg {
                 ToHome::ReadReq { have } => {
                     self.copyset.insert(from);
-                    let with_data = have != Some(self.version);
+                    let with_data = have != Some(self.last.version);
                     out.push(Out {
                         to: from,
                         msg: ToClient::ReadGrant {
-                            version: self.version,
+                            version: self.last.version,
                             with_data,
                         },
-                        data: with_data.then(|| self.data.clone()),
+                        data: with_data.then(|| self.last.data.clone()),
                     });
                 }
                 ToHome::WriteReq { have, need_data } => {
@@ -323,14 +333,14 @@ impl Home {
 
     fn grant_write(&mut self, g: Granting, out: &mut Vec<Out<ToClient>>) {
         self.owner = Some(g.to);
-        let with_data = g.need_data && g.have != Some(self.version);
+        let with_data = g.need_data && g.have != Some(self.last.version);
         out.push(Out {
             to: g.to,
             msg: ToClient::WriteGrant {
-                version: self.version,
+                version: self.last.version,
                 with_data,
             },
-            data: with_data.then(|| self.data.clone()),
+            data: with_data.then(|| self.last.data.clone()),
         });
     }
 }
@@ -354,16 +364,14 @@ pub enum Acquire {
     Request(ToHome),
 }
 
-/// What a release sends home: the message, and the new data after a write.
-pub type Released<'a> = (ToHome, Option<&'a [u8]>);
-
-/// A client's copy of one chunk and its scopes.
+/// A client's view of one chunk and its scopes (the bytes live in the
+/// client's local store).
 #[derive(Debug)]
 pub struct Cache {
+    size: usize,
     state: State,
-    /// The version of `data`, if the client holds any (valid or not).
+    /// The version of the bytes held locally, if any (valid or not).
     version: Option<Version>,
-    data: Vec<u8>,
     read_scopes: u32,
     writing: bool,
     waiting: Option<Access>,
@@ -373,9 +381,9 @@ pub struct Cache {
 impl Cache {
     pub fn new(size: usize) -> Cache {
         Cache {
+            size,
             state: State::Invalid,
             version: None,
-            data: vec![0u8; size],
             read_scopes: 0,
             writing: false,
             waiting: None,
@@ -383,38 +391,58 @@ impl Cache {
         }
     }
 
-    pub fn state(&self) -> State {
+    pub fn read_scopes(&self) -> u32 {
+        self.read_scopes
+    }
+}
+
+/// Checks the bytes of a grant that carries data; without data, the local
+/// bytes must already be that version.
+pub(crate) fn check_grant_data(
+    size: usize,
+    held: Option<Version>,
+    version: Version,
+    with_data: bool,
+    data: Option<&[u8]>,
+) -> Result<bool, ProtocolViolation> {
+    if with_data {
+        let bytes = data.ok_or(ProtocolViolation::MissingData)?;
+        if bytes.len() != size {
+            return Err(ProtocolViolation::WrongSize {
+                got: bytes.len(),
+                want: size,
+            });
+        }
+        Ok(true)
+    } else if held != Some(version) {
+        Err(ProtocolViolation::MissingData)
+    } else {
+        Ok(false)
+    }
+}
+
+impl ClientSide for Cache {
+    fn state(&self) -> State {
         self.state
     }
 
-    pub fn version(&self) -> Option<Version> {
+    fn version(&self) -> Option<Version> {
         self.version
     }
 
-    pub fn data(&self) -> &[u8] {
-        &self.data
-    }
-
-    /// The data of an open write scope.
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        &mut self.data
-    }
-
-    /// Whether a write scope is open.
-    pub fn writing(&self) -> bool {
+    fn writing(&self) -> bool {
         self.writing
     }
 
-    pub fn in_scope(&self) -> bool {
+    fn in_scope(&self) -> bool {
         self.read_scopes > 0 || self.writing
     }
 
-    pub fn waiting(&self) -> bool {
+    fn waiting(&self) -> bool {
         self.waiting.is_some()
     }
 
-    /// Opens a scope, or says what to ask the home for.
-    pub fn acquire(&mut self, access: Access) -> Result<Acquire, ScopeError> {
+    fn acquire(&mut self, access: Access) -> Result<Acquire, ScopeError> {
         if self.waiting.is_some() {
             return Err(ScopeError::Waiting);
         }
@@ -440,86 +468,70 @@ impl Cache {
         Ok(Acquire::Request(ToHome::ReadReq { have: self.version }))
     }
 
-    /// Handles a message from the home; returns what to send back, if anything.
-    pub fn on_message(
+    fn on_message(
         &mut self,
         msg: ToClient,
         data: Option<&[u8]>,
-    ) -> Result<Option<ToHome>, ProtocolViolation> {
+    ) -> Result<Reaction, ProtocolViolation> {
         match msg {
             ToClient::Inval => {
                 if self.read_scopes > 0 {
                     self.inval_owed = true;
-                    return Ok(None);
+                    return Ok(Reaction::default());
                 }
                 if self.state == State::Shared {
                     self.state = State::Invalid;
                 }
-                Ok(Some(ToHome::InvalAck))
+                Ok(Reaction {
+                    reply: Some(ToHome::InvalAck),
+                    take_data: false,
+                })
             }
             ToClient::ReadGrant { version, with_data } => {
                 if self.waiting != Some(Access::Read) {
                     return Err(ProtocolViolation::StrayGrant);
                 }
-                self.take_data(version, with_data, data)?;
+                let take_data =
+                    check_grant_data(self.size, self.version, version, with_data, data)?;
+                self.version = Some(version);
                 self.waiting = None;
                 self.state = State::Shared;
                 self.read_scopes += 1;
-                Ok(None)
+                Ok(Reaction {
+                    reply: None,
+                    take_data,
+                })
             }
             ToClient::WriteGrant { version, with_data } => {
                 let Some(access) = self.waiting.filter(|a| a.exclusive()) else {
                     return Err(ProtocolViolation::StrayGrant);
                 };
-                if access == Access::ReadWrite {
-                    self.take_data(version, with_data, data)?;
+                // WRITE may see stale data (Figure 5): only the version the
+                // release builds on matters, and bytes are taken if sent.
+                let take_data = if access == Access::ReadWrite || with_data {
+                    check_grant_data(self.size, self.version, version, with_data, data)?
                 } else {
-                    // WRITE: the data may be stale (Figure 5); only the
-                    // version the release builds on matters.
-                    if with_data {
-                        self.take_data(version, true, data)?;
-                    }
-                    self.version = Some(version);
-                }
+                    false
+                };
+                self.version = Some(version);
                 self.waiting = None;
                 self.state = State::Modified;
                 self.writing = true;
-                Ok(None)
+                Ok(Reaction {
+                    reply: None,
+                    take_data,
+                })
             }
         }
     }
 
-    fn take_data(
-        &mut self,
-        version: Version,
-        with_data: bool,
-        data: Option<&[u8]>,
-    ) -> Result<(), ProtocolViolation> {
-        if with_data {
-            let bytes = data.ok_or(ProtocolViolation::MissingData)?;
-            if bytes.len() != self.data.len() {
-                return Err(ProtocolViolation::WrongSize {
-                    got: bytes.len(),
-                    want: self.data.len(),
-                });
-            }
-            self.data.copy_from_slice(bytes);
-        } else if self.version != Some(version) {
-            return Err(ProtocolViolation::MissingData);
-        }
-        self.version = Some(version);
-        Ok(())
-    }
-
-    /// Closes a scope; returns what to send home (the new version after a
-    /// write scope, a deferred acknowledgement after the last read scope).
-    pub fn release(&mut self) -> Result<Option<Released<'_>>, ScopeError> {
+    fn release(&mut self) -> Result<Option<ToHome>, ScopeError> {
         if self.writing {
             self.writing = false;
             let version = self.version.map_or(1, |v| v + 1);
             self.version = Some(version);
             self.state = State::Shared;
-            return Ok(Some((ToHome::Release { version }, Some(&self.data))));
+            return Ok(Some(ToHome::Release { version }));
         }
         if self.read_scopes == 0 {
             return Err(ScopeError::NotAcquired);
@@ -528,9 +540,20 @@ impl Cache {
         if self.read_scopes == 0 && self.inval_owed {
             self.inval_owed = false;
             self.state = State::Invalid;
-            return Ok(Some((ToHome::InvalAck, None)));
+            return Ok(Some(ToHome::InvalAck));
         }
         Ok(None)
+    }
+
+    fn evict(&mut self) -> bool {
+        if self.in_scope() || self.waiting.is_some() || self.state == State::Modified {
+            return false;
+        }
+        // A Shared copy goes silently: the home still counts us in the
+        // copyset and its invalidation is answered at once (PROTOCOL-NOTES).
+        self.state = State::Invalid;
+        self.version = None;
+        true
     }
 }
 

@@ -1,15 +1,31 @@
 //! Coherence protocols, as pure state machines.
 //!
-//! A protocol (the DSM-PM2 idea) is a set of handlers with a client side and
-//! a home side. Handlers never touch the network: they take an event and
-//! return what to send, so that the property tests can drive every message
-//! ordering deterministically, and the server and client loops only route.
+//! A protocol (the DSM-PM2 idea) is a set of handlers with a client side
+//! ([`ClientSide`]) and a home side ([`HomeSide`]). Handlers never touch the
+//! network nor the chunk bytes a client holds: they take an event and return
+//! what to send and whether the bytes that came with a message must be kept.
+//! That way the property tests drive every message ordering
+//! deterministically, and the server and client loops only route.
 //!
-//! Built so far: [`mesi`], the home-based MESI protocol of section 2.3, for
-//! one chunk. Wiring it into the server and client loops, the allocation
-//! messages and a second protocol come next (see docs/DESIGN.md).
+//! Protocols are chosen per chunk at allocation ([`ProtocolId`] travels with
+//! MALLOC and comes back with every allocation answer):
+//! - [`mesi`]: home-based MESI, the default (section 2.3). Clients keep valid
+//!   copies between scopes; a read hit costs no message.
+//! - [`home_only`]: the home serializes every scope and clients keep no valid
+//!   copy between scopes. Simpler and cheaper for data written by many and
+//!   read once (no invalidations), dearer for data read often.
 
+pub mod home_only;
 pub mod mesi;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use bincode::{Decode, Encode};
+
+use crate::transport::Rank;
+
+pub use mesi::{Acquire, Out, ProtocolViolation, ScopeError, State, ToClient, ToHome, Version};
 
 /// How a scope opens a chunk (Figures 5 and 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,5 +41,153 @@ pub enum Access {
 impl Access {
     pub fn exclusive(self) -> bool {
         !matches!(self, Access::Read)
+    }
+}
+
+/// The protocols a chunk can be allocated with (the report's
+/// `Consistency_t`, whose constructor for the default is `newHomeBaseMESI`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Encode, Decode)]
+pub enum ProtocolId {
+    /// Home-based MESI: [`mesi`].
+    #[default]
+    HomeMesi,
+    /// Every scope at the home, no client caching: [`home_only`].
+    HomeOnly,
+}
+
+impl ProtocolId {
+    /// The name the debug stream uses (Figure 14 writes "Home-Based MESI").
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtocolId::HomeMesi => "Home-Based MESI",
+            ProtocolId::HomeOnly => "Home-Only",
+        }
+    }
+
+    /// The protocol's handlers.
+    pub fn consistency(self) -> &'static dyn Consistency {
+        match self {
+            ProtocolId::HomeMesi => &mesi::HomeBasedMesi,
+            ProtocolId::HomeOnly => &home_only::HomeOnly,
+        }
+    }
+}
+
+/// A protocol: how to make its two sides for a chunk of `size` bytes.
+pub trait Consistency: Sync {
+    fn id(&self) -> ProtocolId;
+    /// The home's directory entry, holding version 0 (zeroed data).
+    fn new_home(&self, size: usize) -> Box<dyn HomeSide>;
+    /// A client's view of a chunk it has no copy of yet.
+    fn new_client(&self, size: usize) -> Box<dyn ClientSide>;
+}
+
+/// The home side of one chunk: directory entry and the released data.
+pub trait HomeSide: Send + Debug {
+    /// Handles one message from client `from`; appends what to send to
+    /// `out`. A violation leaves the state unchanged; the caller drops the
+    /// message and logs it.
+    fn on_message(
+        &mut self,
+        from: Rank,
+        msg: ToHome,
+        data: Option<&[u8]>,
+        out: &mut Vec<Out<ToClient>>,
+    ) -> Result<(), ProtocolViolation>;
+    /// Client `client` has left the run: forget it and stop waiting for it.
+    fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>);
+    /// The last released version (0: never written).
+    fn version(&self) -> Version;
+    /// The data of that version.
+    fn data(&self) -> &Arc<[u8]>;
+    /// The client inside a write scope, if any.
+    fn owner(&self) -> Option<Rank>;
+}
+
+/// What a client does with a message from the home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reaction {
+    /// The answer to send home, if any.
+    pub reply: Option<ToHome>,
+    /// The bytes that came with the message are the chunk's new content:
+    /// copy them into every local instance of the chunk.
+    pub take_data: bool,
+}
+
+/// The client side of one chunk: its coherence state and scopes. The bytes
+/// live in the client's local store; a release that sends a new version
+/// ([`ToHome::Release`]) takes them from there.
+pub trait ClientSide: Send + Debug {
+    /// Opens a scope, or says what to ask the home for.
+    fn acquire(&mut self, access: Access) -> Result<Acquire, ScopeError>;
+    /// Handles a message from the home; `data` is the bytes that came with
+    /// it (checked against the chunk's size when they are taken).
+    fn on_message(
+        &mut self,
+        msg: ToClient,
+        data: Option<&[u8]>,
+    ) -> Result<Reaction, ProtocolViolation>;
+    /// Closes a scope; returns what to send home, if anything.
+    fn release(&mut self) -> Result<Option<ToHome>, ScopeError>;
+    /// Drops the local copy (to make room): allowed only outside scopes and
+    /// requests, and only when the home holds the data (true of every copy
+    /// not inside a write scope, as releases write back). Returns whether
+    /// the copy was dropped; the next acquire then fetches the data.
+    fn evict(&mut self) -> bool;
+    fn state(&self) -> State;
+    /// The version of the bytes held locally, valid or not.
+    fn version(&self) -> Option<Version>;
+    fn in_scope(&self) -> bool;
+    /// Whether a write scope is open.
+    fn writing(&self) -> bool;
+    /// Whether an acquire waits for the home.
+    fn waiting(&self) -> bool;
+}
+
+/// The last released version a home keeps, and the checks every write-back
+/// must pass before it replaces it.
+#[derive(Debug)]
+pub(crate) struct LastRelease {
+    pub version: Version,
+    pub data: Arc<[u8]>,
+}
+
+impl LastRelease {
+    /// Version 0: `size` zero bytes.
+    pub fn new(size: usize) -> LastRelease {
+        LastRelease {
+            version: 0,
+            data: vec![0u8; size].into(),
+        }
+    }
+
+    /// Applies client `from`'s release of `version`, if `from` is the
+    /// `owner`, the version is the next one and the size is right.
+    pub fn apply(
+        &mut self,
+        owner: Option<Rank>,
+        from: Rank,
+        version: Version,
+        data: Option<&[u8]>,
+    ) -> Result<(), ProtocolViolation> {
+        if owner != Some(from) {
+            return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
+        }
+        if version != self.version + 1 {
+            return Err(ProtocolViolation::WrongVersion {
+                got: version,
+                want: self.version + 1,
+            });
+        }
+        let bytes = data.unwrap_or(&[]);
+        if bytes.len() != self.data.len() {
+            return Err(ProtocolViolation::WrongSize {
+                got: bytes.len(),
+                want: self.data.len(),
+            });
+        }
+        self.version = version;
+        self.data = bytes.into();
+        Ok(())
     }
 }

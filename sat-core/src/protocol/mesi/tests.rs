@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::*;
+use crate::protocol::{ClientSide, HomeSide};
 
 /// A tiny deterministic generator (splitmix64), so a failing seed replays.
 struct Rng(u64);
@@ -29,6 +30,8 @@ type Queue<M> = VecDeque<(M, Option<Arc<[u8]>>)>;
 struct Sim {
     home: Home,
     clients: Vec<Cache>,
+    /// The bytes each client holds (the client's local store).
+    data: Vec<Vec<u8>>,
     to_home: Vec<Queue<ToHome>>,
     to_client: Vec<Queue<ToClient>>,
     messages: u64,
@@ -46,6 +49,7 @@ impl Sim {
         Sim {
             home: Home::new(16),
             clients: (0..clients).map(|_| Cache::new(16)).collect(),
+            data: vec![vec![0; 16]; clients],
             to_home: vec![VecDeque::new(); clients],
             to_client: vec![VecDeque::new(); clients],
             messages: 0,
@@ -70,12 +74,13 @@ impl Sim {
         let writing = self.clients[c].writing;
         if writing {
             // A READWRITE increments the counter it read.
-            let v = value(self.clients[c].data()) + 1;
-            self.clients[c].data_mut()[..8].copy_from_slice(&v.to_le_bytes());
+            let v = value(&self.data[c]) + 1;
+            self.data[c][..8].copy_from_slice(&v.to_le_bytes());
         }
         let sent = self.clients[c].release().expect("a legal release");
-        if let Some((msg, data)) = sent {
-            let data: Option<Arc<[u8]>> = data.map(Into::into);
+        if let Some(msg) = sent {
+            let data: Option<Arc<[u8]>> =
+                matches!(msg, ToHome::Release { .. }).then(|| self.data[c].as_slice().into());
             if let ToHome::Release { version } = msg {
                 assert!(version > self.released.0, "versions only grow");
                 self.released = (version, value(data.as_deref().unwrap()));
@@ -106,10 +111,13 @@ impl Sim {
     fn deliver_to_client(&mut self, c: usize) {
         let (msg, data) = self.to_client[c].pop_front().unwrap();
         let was_waiting = self.clients[c].waiting();
-        if let Some(reply) = self.clients[c]
+        let r = self.clients[c]
             .on_message(msg, data.as_deref())
-            .expect("legal traffic")
-        {
+            .expect("legal traffic");
+        if r.take_data {
+            self.data[c].copy_from_slice(data.as_deref().unwrap());
+        }
+        if let Some(reply) = r.reply {
             self.to_home[c].push_back((reply, None));
             self.messages += 1;
         }
@@ -133,7 +141,7 @@ impl Sim {
             cache.version(),
             self.released.0
         );
-        assert_eq!(value(cache.data()), self.released.1);
+        assert_eq!(value(&self.data[c]), self.released.1);
     }
 
     fn check(&self) {

@@ -1,0 +1,451 @@
+//! A client's local store: where the bytes of its chunks live (section 2.2).
+//!
+//! Chunk bytes live in **regions**: one contiguous piece of memory per chunk
+//! chain, holding its chunks back to back so that pointer arithmetic runs
+//! across chunk boundaries. A single-chunk MALLOC is a chain of one. A MAP'd
+//! chain's region is the caller's memory, used in place.
+//!
+//! A chunk may sit in several chains of one process, so it may have several
+//! **places** (region and byte range). They are kept identical: data coming
+//! from the home is copied into every resident place, and the bytes of a
+//! write scope are copied from the place it was opened through into the
+//! others at release. The protocol state ([`ClientSide`]) is one per chunk.
+//!
+//! **Capacity** (the topology's `<memory capacity>`, Figure 15c): when the
+//! regions SAT allocated hold more chunks or bytes than allowed, the least
+//! recently used region whose chunks are all outside scopes and requests is
+//! dropped, and its chunks' copies are invalidated. No data is lost by that:
+//! outside a write scope the home holds the last released version, and the
+//! next acquire fetches it. Regions of MAP'd memory are the caller's, so they
+//! are never dropped nor counted. A region that cannot be dropped (every
+//! candidate is in use) lets the store exceed its capacity rather than block.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::thread::ThreadId;
+
+use crate::chunk::{ChainLayout, ChunkId};
+use crate::protocol::{ClientSide, ProtocolId};
+use crate::topology::MemoryCapacity;
+
+/// Memory that chunk data can live in: SAT's own buffers, or the caller's
+/// memory given to MAP. A face (such as the C ABI) may implement it over
+/// memory it owns; the store only reads and writes through these slices.
+pub trait LocalMemory: Send {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl LocalMemory for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl LocalMemory for Box<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+type RegionId = u64;
+
+/// A chunk chain as this process holds it: its layout and its region of
+/// local memory. Cheap to clone; it is a handle, the data stays in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    region: RegionId,
+    layout: Arc<ChainLayout>,
+}
+
+impl Chain {
+    /// The chunk ids in chain order.
+    pub fn ids(&self) -> impl Iterator<Item = ChunkId> + '_ {
+        self.layout.chunks().iter().map(|&(id, _)| id)
+    }
+
+    /// The first chunk of the chain (the report's `baseid`).
+    pub fn first(&self) -> ChunkId {
+        self.layout.chunks()[0].0
+    }
+
+    /// The number of chunks.
+    pub fn len(&self) -> usize {
+        self.layout.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layout.is_empty()
+    }
+
+    /// The size of the chain's data in bytes.
+    pub fn size(&self) -> usize {
+        self.layout.total_size()
+    }
+
+    /// Which chunk sits where in the chain's contiguous data.
+    pub fn layout(&self) -> &ChainLayout {
+        &self.layout
+    }
+}
+
+/// One local instance of a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Place {
+    region: RegionId,
+    range: Range<usize>,
+}
+
+/// What the process knows of one chunk.
+pub(crate) struct LocalChunk {
+    pub size: usize,
+    pub protocol: ProtocolId,
+    pub side: Box<dyn ClientSide>,
+    /// Its instances; the first is the one plain chunk calls use.
+    places: Vec<Place>,
+    /// The instance the open write scope was acquired through: its bytes
+    /// are the new version at release.
+    scope_place: usize,
+    /// The threads inside a scope (or waiting for one) of this chunk: a
+    /// thread waits for another's scope, and is told of its own misuse.
+    pub holders: Vec<ThreadId>,
+}
+
+struct Region {
+    layout: Arc<ChainLayout>,
+    /// None once evicted; allocated again (zeroed) when next used.
+    mem: Option<Box<dyn LocalMemory>>,
+    /// The caller's memory (MAP): never evicted, not counted.
+    mapped: bool,
+    last_use: u64,
+}
+
+pub(crate) struct Store {
+    chunks: HashMap<ChunkId, LocalChunk>,
+    regions: HashMap<RegionId, Region>,
+    /// The region of each chain allocated here, so allocating the same
+    /// chain again returns it.
+    by_layout: HashMap<Arc<ChainLayout>, RegionId>,
+    next_region: RegionId,
+    capacity: MemoryCapacity,
+    clock: u64,
+    /// What SAT-allocated resident regions hold.
+    resident_chunks: u64,
+    resident_bytes: u64,
+    evictions: u64,
+}
+
+impl Store {
+    pub fn new(capacity: MemoryCapacity) -> Store {
+        Store {
+            chunks: HashMap::new(),
+            regions: HashMap::new(),
+            by_layout: HashMap::new(),
+            next_region: 0,
+            capacity,
+            clock: 0,
+            resident_chunks: 0,
+            resident_bytes: 0,
+            evictions: 0,
+        }
+    }
+
+    pub fn get(&self, chunk: ChunkId) -> Option<&LocalChunk> {
+        self.chunks.get(&chunk)
+    }
+
+    pub fn get_mut(&mut self, chunk: ChunkId) -> Option<&mut LocalChunk> {
+        self.chunks.get_mut(&chunk)
+    }
+
+    pub fn chunk_ids(&self) -> Vec<ChunkId> {
+        self.chunks.keys().copied().collect()
+    }
+
+    /// The chain allocated with exactly `layout`, if any.
+    pub fn existing(&self, layout: &ChainLayout) -> Option<Chain> {
+        let &region = self.by_layout.get(layout)?;
+        Some(Chain {
+            region,
+            layout: self.regions[&region].layout.clone(),
+        })
+    }
+
+    /// Adds a chain whose chunks' sizes and protocols the homes confirmed.
+    /// `memory` is the caller's (MAP) or None for SAT's own zeroed buffer.
+    /// The same layout without memory returns the chain already there.
+    pub fn add_chain(
+        &mut self,
+        layout: ChainLayout,
+        protocols: &[ProtocolId],
+        memory: Option<Box<dyn LocalMemory>>,
+    ) -> Chain {
+        if memory.is_none() {
+            if let Some(chain) = self.existing(&layout) {
+                return chain;
+            }
+        }
+        let layout = Arc::new(layout);
+        let region = self.next_region;
+        self.next_region += 1;
+        for (i, &(id, size)) in layout.chunks().iter().enumerate() {
+            let chunk = self.chunks.entry(id).or_insert_with(|| LocalChunk {
+                size,
+                protocol: protocols[i],
+                side: protocols[i].consistency().new_client(size),
+                places: Vec::new(),
+                scope_place: 0,
+                holders: Vec::new(),
+            });
+            chunk.places.push(Place {
+                region,
+                range: layout.range(i),
+            });
+        }
+        let mapped = memory.is_some();
+        if !mapped {
+            self.by_layout.insert(layout.clone(), region);
+        }
+        self.regions.insert(
+            region,
+            Region {
+                layout: layout.clone(),
+                mem: None,
+                mapped,
+                last_use: 0,
+            },
+        );
+        match memory {
+            Some(mem) => {
+                self.regions.get_mut(&region).expect("added").mem = Some(mem);
+                // The caller's bytes are not a version of the chunks: the
+                // first acquire fetches what the homes hold.
+                self.invalidate_chunks_of(region);
+            }
+            None => self.make_resident(region),
+        }
+        Chain { region, layout }
+    }
+
+    /// The place of `chunk` in `chain`, or its first place for None.
+    pub fn place_index(&self, chunk: ChunkId, chain: Option<&Chain>) -> Option<usize> {
+        let c = self.chunks.get(&chunk)?;
+        match chain {
+            None => (!c.places.is_empty()).then_some(0),
+            Some(chain) => c.places.iter().position(|p| p.region == chain.region),
+        }
+    }
+
+    /// Gets the instance `place` of `chunk` ready for a scope: its region in
+    /// memory (evicting others if needed) and marked as just used.
+    pub fn prepare(&mut self, chunk: ChunkId, place: usize) {
+        let region = self.chunks[&chunk].places[place].region;
+        self.make_resident(region);
+        self.clock += 1;
+        self.regions.get_mut(&region).expect("known").last_use = self.clock;
+    }
+
+    /// Records the instance a write scope opened through.
+    pub fn set_scope_place(&mut self, chunk: ChunkId, place: usize) {
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            c.scope_place = place;
+        }
+    }
+
+    /// The bytes of `chunk` at instance `place` (None if not resident).
+    pub fn bytes(&self, chunk: ChunkId, place: usize) -> Option<&[u8]> {
+        let p = self.chunks.get(&chunk)?.places.get(place)?;
+        let mem = self.regions.get(&p.region)?.mem.as_ref()?;
+        Some(&mem.bytes()[p.range.clone()])
+    }
+
+    pub fn bytes_mut(&mut self, chunk: ChunkId, place: usize) -> Option<&mut [u8]> {
+        let p = self.chunks.get(&chunk)?.places.get(place)?;
+        let mem = self.regions.get_mut(&p.region)?.mem.as_mut()?;
+        Some(&mut mem.bytes_mut()[p.range.clone()])
+    }
+
+    /// The bytes of the open write scope of `chunk`.
+    pub fn scope_bytes(&self, chunk: ChunkId) -> Option<&[u8]> {
+        self.bytes(chunk, self.chunks.get(&chunk)?.scope_place)
+    }
+
+    pub fn scope_place(&self, chunk: ChunkId) -> Option<usize> {
+        Some(self.chunks.get(&chunk)?.scope_place)
+    }
+
+    /// The whole contiguous data of a chain (None if not resident).
+    pub fn chain_bytes(&self, chain: &Chain) -> Option<&[u8]> {
+        Some(self.regions.get(&chain.region)?.mem.as_ref()?.bytes())
+    }
+
+    pub fn chain_bytes_mut(&mut self, chain: &Chain) -> Option<&mut [u8]> {
+        Some(
+            self.regions
+                .get_mut(&chain.region)?
+                .mem
+                .as_mut()?
+                .bytes_mut(),
+        )
+    }
+
+    /// Bytes from the home: the chunk's new content in every resident place.
+    pub fn take_data(&mut self, chunk: ChunkId, data: &[u8]) {
+        let Some(c) = self.chunks.get(&chunk) else {
+            return;
+        };
+        for p in &c.places {
+            if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
+                mem.bytes_mut()[p.range.clone()].copy_from_slice(data);
+            }
+        }
+    }
+
+    /// Copies instance `from` of `chunk` into its other resident instances
+    /// (after a write scope, so every local instance shows the new version).
+    pub fn spread(&mut self, chunk: ChunkId, from: usize) {
+        let Some(c) = self.chunks.get(&chunk) else {
+            return;
+        };
+        if c.places.len() < 2 {
+            return;
+        }
+        let src = c.places[from].clone();
+        let Some(bytes) = self
+            .regions
+            .get(&src.region)
+            .and_then(|r| r.mem.as_ref())
+            .map(|m| m.bytes()[src.range.clone()].to_vec())
+        else {
+            return;
+        };
+        for (i, p) in c.places.iter().enumerate() {
+            if i == from {
+                continue;
+            }
+            if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
+                mem.bytes_mut()[p.range.clone()].copy_from_slice(&bytes);
+            }
+        }
+    }
+
+    /// Chunks whose data is in memory, and how many regions were evicted.
+    pub fn footprint(&self) -> (u64, u64, u64) {
+        (self.resident_chunks, self.resident_bytes, self.evictions)
+    }
+
+    fn over_capacity(&self) -> bool {
+        match self.capacity {
+            MemoryCapacity::Unlimited => false,
+            MemoryCapacity::Chunks(n) => self.resident_chunks > n,
+            MemoryCapacity::Bytes(n) => self.resident_bytes > n,
+        }
+    }
+
+    /// Brings `region` into memory (zeroed, then filled from other local
+    /// instances where they hold valid bytes), then evicts least recently
+    /// used regions while over capacity.
+    fn make_resident(&mut self, region: RegionId) {
+        let r = self.regions.get_mut(&region).expect("known region");
+        if r.mem.is_some() {
+            return;
+        }
+        r.mem = Some(Box::new(vec![0u8; r.layout.total_size()]));
+        let layout = r.layout.clone();
+        self.resident_chunks += layout.len() as u64;
+        self.resident_bytes += layout.total_size() as u64;
+        for (i, &(id, _)) in layout.chunks().iter().enumerate() {
+            let c = &self.chunks[&id];
+            if c.side.version().is_none() {
+                continue;
+            }
+            // Keep the invariant "a held version is in every resident
+            // place": copy it from another instance, or forget it.
+            let from = c
+                .places
+                .iter()
+                .position(|p| p.region != region && self.is_resident(p.region));
+            match from {
+                Some(from) => {
+                    let src = c.places[from].clone();
+                    let bytes = self.regions[&src.region]
+                        .mem
+                        .as_ref()
+                        .expect("resident")
+                        .bytes()[src.range]
+                        .to_vec();
+                    let mem = self.regions.get_mut(&region).and_then(|r| r.mem.as_mut());
+                    mem.expect("just made").bytes_mut()[layout.range(i)].copy_from_slice(&bytes);
+                }
+                None => {
+                    self.chunks.get_mut(&id).expect("known").side.evict();
+                }
+            }
+        }
+        self.clock += 1;
+        self.regions.get_mut(&region).expect("known").last_use = self.clock;
+        self.evict_while_over(region);
+    }
+
+    fn is_resident(&self, region: RegionId) -> bool {
+        self.regions.get(&region).is_some_and(|r| r.mem.is_some())
+    }
+
+    /// Invalidates the local copies of the chunks of `region`.
+    fn invalidate_chunks_of(&mut self, region: RegionId) {
+        let layout = self.regions[&region].layout.clone();
+        for &(id, _) in layout.chunks() {
+            if let Some(c) = self.chunks.get_mut(&id) {
+                c.side.evict();
+            }
+        }
+    }
+
+    /// Whether every chunk of `region` is outside scopes and requests.
+    fn idle(&self, region: RegionId) -> bool {
+        self.regions[&region].layout.chunks().iter().all(|(id, _)| {
+            let s = &self.chunks[id].side;
+            !s.in_scope() && !s.waiting()
+        })
+    }
+
+    fn evict_while_over(&mut self, keep: RegionId) {
+        while self.over_capacity() {
+            let victim = self
+                .regions
+                .iter()
+                .filter(|(&id, r)| id != keep && !r.mapped && r.mem.is_some())
+                .filter(|(&id, _)| self.idle(id))
+                .min_by_key(|(_, r)| r.last_use)
+                .map(|(&id, _)| id);
+            let Some(victim) = victim else {
+                tracing::debug!(
+                    "memory capacity {:?} exceeded: every other region is in use",
+                    self.capacity
+                );
+                return;
+            };
+            self.invalidate_chunks_of(victim);
+            let r = self.regions.get_mut(&victim).expect("found");
+            r.mem = None;
+            self.resident_chunks -= r.layout.len() as u64;
+            self.resident_bytes -= r.layout.total_size() as u64;
+            self.evictions += 1;
+            tracing::debug!(
+                "evicted the local data of chunk {} ({} chunks, LRU)",
+                r.layout.chunks()[0].0,
+                r.layout.len()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! The local store alone: instances kept identical, LRU eviction within the
+//! capacity, MAP'd memory used in place.
+
+use super::*;
+use crate::protocol::{Access, Acquire, ToClient};
+
+fn single(id: ChunkId, size: usize) -> ChainLayout {
+    ChainLayout::malloc_lst(&[id], &[size]).unwrap()
+}
+
+const MESI: ProtocolId = ProtocolId::HomeMesi;
+
+/// Makes `chunk` hold version 1 with `bytes`, as a read grant would.
+fn fill(store: &mut Store, chunk: ChunkId, bytes: &[u8]) {
+    let c = store.get_mut(chunk).unwrap();
+    assert_eq!(
+        c.side.acquire(Access::Read).unwrap(),
+        Acquire::Request(crate::protocol::ToHome::ReadReq { have: None })
+    );
+    let r = c
+        .side
+        .on_message(
+            ToClient::ReadGrant {
+                version: 1,
+                with_data: true,
+            },
+            Some(bytes),
+        )
+        .unwrap();
+    assert!(r.take_data);
+    store.take_data(chunk, bytes);
+    store.get_mut(chunk).unwrap().side.release().unwrap();
+}
+
+#[test]
+fn the_same_layout_returns_the_same_chain() {
+    let mut s = Store::new(MemoryCapacity::Unlimited);
+    let a = s.add_chain(ChainLayout::malloc(10, 100, 40).unwrap(), &[MESI; 3], None);
+    let b = s.add_chain(ChainLayout::malloc(10, 100, 40).unwrap(), &[MESI; 3], None);
+    assert_eq!(a, b);
+    assert_eq!(s.footprint().0, 3);
+}
+
+#[test]
+fn data_from_the_home_reaches_every_instance() {
+    let mut s = Store::new(MemoryCapacity::Unlimited);
+    let chain = s.add_chain(ChainLayout::malloc(10, 8, 4).unwrap(), &[MESI; 2], None);
+    s.add_chain(single(11, 4), &[MESI], None);
+    fill(&mut s, 11, &[1, 2, 3, 4]);
+    assert_eq!(s.chain_bytes(&chain).unwrap(), &[0, 0, 0, 0, 1, 2, 3, 4]);
+    let solo = s.place_index(11, None).unwrap();
+    let in_chain = s.place_index(11, Some(&chain)).unwrap();
+    assert_eq!(solo, in_chain, "the first instance is the chain's");
+    let other = 1 - in_chain;
+    assert_eq!(s.bytes(11, other).unwrap(), &[1, 2, 3, 4]);
+    // A write through the chain spreads to the single instance.
+    s.bytes_mut(11, in_chain)
+        .unwrap()
+        .copy_from_slice(&[9, 9, 9, 9]);
+    s.spread(11, in_chain);
+    assert_eq!(s.bytes(11, other).unwrap(), &[9; 4]);
+}
+
+#[test]
+fn a_new_instance_starts_with_the_valid_bytes_of_another() {
+    let mut s = Store::new(MemoryCapacity::Unlimited);
+    s.add_chain(single(11, 4), &[MESI], None);
+    fill(&mut s, 11, &[5; 4]);
+    let chain = s.add_chain(ChainLayout::malloc(10, 8, 4).unwrap(), &[MESI; 2], None);
+    assert_eq!(s.chain_bytes(&chain).unwrap(), &[0, 0, 0, 0, 5, 5, 5, 5]);
+}
+
+#[test]
+fn the_least_recently_used_idle_region_is_evicted() {
+    let mut s = Store::new(MemoryCapacity::Chunks(2));
+    s.add_chain(single(1, 4), &[MESI], None);
+    s.add_chain(single(2, 4), &[MESI], None);
+    fill(&mut s, 1, &[1; 4]);
+    fill(&mut s, 2, &[2; 4]);
+    s.prepare(1, 0); // 1 is now more recent than 2
+    s.add_chain(single(3, 4), &[MESI], None);
+    assert_eq!(s.footprint(), (2, 8, 1));
+    assert!(s.bytes(2, 0).is_none(), "2 was the least recently used");
+    assert_eq!(
+        s.get(2).unwrap().side.version(),
+        None,
+        "its copy is invalid"
+    );
+    assert_eq!(s.bytes(1, 0).unwrap(), &[1; 4]);
+    // Using 2 again brings it back zeroed and invalid (the home has it),
+    // and evicts the least recently used of the others.
+    s.prepare(2, 0);
+    assert_eq!(s.bytes(2, 0).unwrap(), &[0; 4]);
+    assert!(s.bytes(1, 0).is_none());
+    assert_eq!(s.footprint(), (2, 8, 2));
+}
+
+#[test]
+fn a_region_in_scope_is_never_evicted() {
+    let mut s = Store::new(MemoryCapacity::Chunks(1));
+    s.add_chain(single(1, 4), &[MESI], None);
+    fill(&mut s, 1, &[1; 4]);
+    assert_eq!(
+        s.get_mut(1).unwrap().side.acquire(Access::Read).unwrap(),
+        Acquire::Hit
+    );
+    s.add_chain(single(2, 4), &[MESI], None);
+    assert_eq!(s.bytes(1, 0).unwrap(), &[1; 4], "in scope: kept");
+    assert_eq!(s.footprint().0, 2, "over capacity rather than blocked");
+}
+
+#[test]
+fn mapped_memory_is_used_in_place_and_never_evicted() {
+    let mut s = Store::new(MemoryCapacity::Chunks(1));
+    let mine: Box<dyn LocalMemory> = Box::new(vec![7u8; 8]);
+    let addr = mine.bytes().as_ptr() as usize;
+    let chain = s.add_chain(
+        ChainLayout::malloc(1, 8, 4).unwrap(),
+        &[MESI; 2],
+        Some(mine),
+    );
+    assert_eq!(s.chain_bytes(&chain).unwrap().as_ptr() as usize, addr);
+    assert_eq!(
+        s.chain_bytes(&chain).unwrap(),
+        &[7; 8],
+        "the caller's bytes stay"
+    );
+    s.add_chain(single(5, 4), &[MESI], None);
+    s.add_chain(single(6, 4), &[MESI], None);
+    assert_eq!(s.chain_bytes(&chain).unwrap().as_ptr() as usize, addr);
+    assert_eq!(s.footprint().0, 1, "MAP'd memory is not counted");
+}
