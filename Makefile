@@ -22,6 +22,7 @@ test: setup
 bench: setup
 	$(CARGO) build --release -j $(JOBS) --bin satrun --bin sat-transport-bench
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
+	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
 
 clean:
 	$(CARGO) clean

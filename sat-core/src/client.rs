@@ -522,6 +522,11 @@ impl Client {
                 continue;
             }
             st.store.prepare(chunk, place);
+            // Take in what has arrived first: an invalidation waiting in the
+            // queue turns a would-be hit into a miss that fetches the newer
+            // version, and a process spinning on read hits still answers
+            // the home (its background progress finds the lock taken).
+            st.progress(self.rank, self.server)?;
             let c = st.store.get_mut(chunk).expect("placed");
             let step = c
                 .side

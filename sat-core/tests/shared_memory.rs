@@ -59,6 +59,65 @@ fn four_clients_of_two_threads_on_two_servers_lose_no_increment() {
     }
 }
 
+/// Runs the increment example on the two-server topology with `args`.
+fn increment(provider: &str, args: &[&str]) -> String {
+    let out = run(Command::new(satrun())
+        .args(["-n", "6", "--topology"])
+        .arg(topology("two-servers.xml"))
+        .args(["--provider", provider, "--"])
+        .arg(example("increment"))
+        .args(args));
+    assert!(
+        out.status.success(),
+        "{provider} {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// The same holds for a chain of three chunks acquired as a whole (homes on
+/// both servers, one counter straddling a chunk boundary), in SAT's memory
+/// and in memory the clients MAP (and whose address the scopes check).
+#[test]
+fn chains_and_mapped_memory_lose_no_increment() {
+    for provider in ["shm", "tcp"] {
+        for (on, what) in [("chain", "chain"), ("map", "MAP'd chain")] {
+            let stdout = increment(provider, &["--k", "40", "--threads", "2", "--on", on]);
+            for rank in 2..=5 {
+                let line = format!(
+                    "[{rank}] rank {rank}: {what} of 3 chunks: every counter = 320 = 4 clients x 2 threads x 40"
+                );
+                assert!(
+                    stdout.contains(&line),
+                    "{provider}: missing {line:?} in {stdout}"
+                );
+            }
+        }
+    }
+}
+
+/// Protocols are chosen per chunk: the counters under home-only, the PUT/GET
+/// chunk under home-based MESI, in one run; both stay exact.
+#[test]
+fn home_only_and_mesi_chunks_in_one_run() {
+    for provider in ["shm", "tcp"] {
+        let stdout = increment(provider, &["--k", "30", "--protocol", "home-only"]);
+        for rank in 2..=5 {
+            for chunk in [7, 8] {
+                let line = format!(
+                    "[{rank}] rank {rank}: chunk {chunk} = 120 = 4 clients x 1 threads x 30"
+                );
+                assert!(stdout.contains(&line), "{provider}: missing {line:?}");
+            }
+        }
+        let gets = stdout
+            .lines()
+            .filter(|l| l.contains("GET of chunk 9 returned the 10000 bytes of the PUT"))
+            .count();
+        assert_eq!(gets, 3, "{provider}");
+    }
+}
+
 /// A client computing between SAT calls still answers invalidations, so a
 /// writer is not held up until the reader's next call.
 #[test]

@@ -1,0 +1,802 @@
+//! The coherence protocol benchmark: what a read hit, a read miss, a write
+//! miss and a write-to-read hand-off cost over real processes, in time and in
+//! messages, next to the raw transport round trip of the same size.
+//!
+//! ```text
+//! sat-protocol-bench [--providers shm,tcp] [--iters 2000]
+//! ```
+//! Without `SAT_RANK` in its environment the program orchestrates: for each
+//! provider it starts `satrun -n 2` on itself (`--worker raw`: a ping-pong
+//! over the bare transport, as sat-transport-bench does) and then
+//! `satrun -n 5 --topology topologies/bench-4-clients.xml` on itself
+//! (`--worker protocol`: one server, home of every chunk, and four clients
+//! that run the operations through `Client`). It prints one table: per
+//! operation the median latency, the messages the clients sent per operation,
+//! the messages the protocol needs per operation, the raw round trip and the
+//! ratio of the two times.
+//!
+//! The clients order their phases with relayed user messages
+//! (`Client::send`/`recv`), never with sleeps; those messages are left out of
+//! the counts. `--iters` is the number of measured operations for 64-byte
+//! and 4 KiB chunks; 1 MiB chunks get a tenth of it. Every figure is a median.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sat_core::bootstrap::{join, run, RoleResult, Roles};
+use sat_core::client::{Client, UserMessage};
+use sat_core::protocol::Access;
+use sat_core::transport::{Payload, Received, Sender, Transport};
+use sat_core::{Rank, SatError, SatResult};
+
+/// The chunk size of the read and write rows: one cache line, so that the
+/// time is the protocol's and not the copy's.
+const SMALL: usize = 64;
+const KIB4: usize = 4096;
+const MIB: usize = 1 << 20;
+
+/// One line of the table. `key` names it between the worker and the
+/// orchestrator; `protocol` is the number of messages home-based MESI needs
+/// per operation with the home on the clients' own server (the doc comment
+/// of `protocol/mesi.rs`: read hit 0, read miss 2, write with s other
+/// sharers 2 + 2s, release of a write scope 1; a home on another server adds
+/// one message per direction per forwarding hop, and there is none here).
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    size: usize,
+    protocol: u32,
+}
+
+const ROWS: [Row; 6] = [
+    Row {
+        key: "read-hit",
+        label: "read hit",
+        size: SMALL,
+        protocol: 0,
+    },
+    Row {
+        key: "read-miss",
+        label: "read miss",
+        size: SMALL,
+        protocol: 2,
+    },
+    // The writer's acquire (2 + 2s) and its release (1).
+    Row {
+        key: "write-1",
+        label: "write miss, 1 sharer",
+        size: SMALL,
+        protocol: 2 + 2 + 1,
+    },
+    Row {
+        key: "write-3",
+        label: "write miss, 3 sharers",
+        size: SMALL,
+        protocol: 2 + 2 * 3 + 1,
+    },
+    // A hand-off: the writer's acquire with the reader as the one sharer
+    // (2 + 2), its release (1), the reader's miss (2).
+    Row {
+        key: "handoff-4k",
+        label: "write-release -> read",
+        size: KIB4,
+        protocol: 4 + 1 + 2,
+    },
+    Row {
+        key: "handoff-1m",
+        label: "write-release -> read",
+        size: MIB,
+        protocol: 4 + 1 + 2,
+    },
+];
+
+struct Options {
+    providers: Vec<String>,
+    iters: usize,
+    /// `raw` or `protocol` in a worker process.
+    worker: Option<String>,
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        providers: vec!["shm".into(), "tcp".into()],
+        iters: 2000,
+        worker: None,
+    };
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--providers" => o.providers = val()?.split(',').map(str::to_string).collect(),
+            "--iters" => {
+                o.iters = val()?
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .ok_or("--iters takes a positive number")?
+            }
+            "--worker" => o.worker = Some(val()?),
+            // satrun finds the topology in the program's arguments too.
+            "--topology" => {
+                val()?;
+            }
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(o)
+}
+
+/// Measured operations for a chunk of `size` bytes: a 1 MiB operation costs
+/// about a hundred small ones, so it gets a tenth of the iterations.
+fn iterations(iters: usize, size: usize) -> usize {
+    if size > 64 * 1024 {
+        (iters / 10).max(5)
+    } else {
+        iters
+    }
+}
+
+/// Unmeasured operations run first: connections, buffers and caches settle.
+fn warmup(n: usize) -> usize {
+    (n / 10).max(1)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn micros(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e6
+}
+
+// ------------------------------------------------------- protocol worker
+
+/// The one place a chunk is allocated: a MALLOC_LST of one chunk, so that
+/// the chunk has exactly `size` bytes whatever chain MALLOC would split a
+/// large size into.
+fn alloc_one(c: &Client, id: u64, size: usize) -> SatResult<()> {
+    c.malloc_lst(sat_core::protocol::ProtocolId::HomeMesi, &[id], &[size])
+        .map(|_| ())
+}
+
+/// Relayed coordination between the clients: a stash for messages that
+/// arrive before they are waited for (messages from different senders
+/// interleave), and a count of the relays sent, which `protocol_sent` leaves
+/// out so that only coherence messages are counted.
+struct Coord<'a> {
+    c: &'a Client,
+    stash: Vec<UserMessage>,
+    relays: u64,
+}
+
+/// Steps of a phase, in the low bits of a relay's tag (the phase is above).
+const READY: u32 = 1;
+const DONE: u32 = 2;
+const WROTE: u32 = 3;
+const READ: u32 = 4;
+const ARRIVE: u32 = 5;
+const GO: u32 = 6;
+
+fn tag(phase: u32, step: u32) -> u32 {
+    phase << 4 | step
+}
+
+impl<'a> Coord<'a> {
+    fn send(&mut self, to: Rank, tag: u32, data: &[u8]) -> SatResult<()> {
+        self.c.send(to, tag, data)?;
+        self.relays += 1;
+        Ok(())
+    }
+
+    /// Waits for the message `tag` from `from`; others are kept for later.
+    fn expect(&mut self, from: Rank, tag: u32) -> SatResult<Vec<u8>> {
+        if let Some(i) = self
+            .stash
+            .iter()
+            .position(|m| m.from == from && m.tag == tag)
+        {
+            return Ok(self.stash.remove(i).data);
+        }
+        loop {
+            let m = self.c.recv()?;
+            if m.from == from && m.tag == tag {
+                return Ok(m.data);
+            }
+            self.stash.push(m);
+        }
+    }
+
+    /// Drives this client's progress once from the calling thread.
+    fn progress(&mut self) -> SatResult<()> {
+        if let Some(m) = self.c.try_recv()? {
+            self.stash.push(m);
+        }
+        Ok(())
+    }
+
+    /// Coherence messages this client has sent so far.
+    fn protocol_sent(&self) -> u64 {
+        self.c.messages_sent() - self.relays
+    }
+
+    /// Ends a phase: every client hands the leader its message count for
+    /// the phase; the leader returns their sum once all have arrived.
+    fn barrier(&mut self, clients: &[Rank], phase: u32, count: u64) -> SatResult<u64> {
+        let leader = clients[0];
+        if self.c.rank() != leader {
+            self.send(leader, tag(phase, ARRIVE), &count.to_le_bytes())?;
+            self.expect(leader, tag(phase, GO))?;
+            return Ok(0);
+        }
+        let mut sum = count;
+        for &r in &clients[1..] {
+            let d = self.expect(r, tag(phase, ARRIVE))?;
+            sum += u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short count"))?);
+        }
+        for &r in &clients[1..] {
+            self.send(r, tag(phase, GO), &[])?;
+        }
+        Ok(sum)
+    }
+}
+
+fn bad(what: &str) -> SatError {
+    SatError::Usage(format!("protocol bench: {what}"))
+}
+
+/// The counter the operations write: the first 8 bytes of a chunk, repeated
+/// in its last 8 so that a reader sees that the whole chunk travelled.
+fn counter(d: &[u8]) -> SatResult<u64> {
+    let lo = u64::from_le_bytes(d[..8].try_into().unwrap());
+    let hi = u64::from_le_bytes(d[d.len() - 8..].try_into().unwrap());
+    if lo != hi {
+        return Err(bad(&format!(
+            "torn chunk: {lo} at its start, {hi} at its end"
+        )));
+    }
+    Ok(lo)
+}
+
+fn set_counter(d: &mut [u8], v: u64) {
+    let n = d.len();
+    d[..8].copy_from_slice(&v.to_le_bytes());
+    d[n - 8..].copy_from_slice(&v.to_le_bytes());
+}
+
+/// READWRITE, counter + 1, RELEASE; returns the new value.
+fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+    c.acquire(chunk, Access::ReadWrite)?;
+    let v = c.with_data_mut(chunk, |d| {
+        let v = counter(d)? + 1;
+        set_counter(d, v);
+        Ok::<_, SatError>(v)
+    })??;
+    c.release(chunk)?;
+    Ok(v)
+}
+
+/// READ, counter, RELEASE.
+fn read_counter(c: &Client, chunk: u64) -> SatResult<u64> {
+    c.acquire(chunk, Access::Read)?;
+    let v = c.with_data(chunk, counter);
+    c.release(chunk)?;
+    v?
+}
+
+/// Spins on read scopes until the counter of `chunk` reaches `want`. A read
+/// hit makes no progress of its own (it sends and polls nothing), so each
+/// turn first drives this client's endpoint: otherwise the invalidation that
+/// ends the spin would wait for the background progress thread, whose
+/// micro-sleep has grown while the spin kept its lock busy.
+fn wait_for_value(co: &mut Coord, chunk: u64, want: u64) -> SatResult<()> {
+    loop {
+        co.progress()?;
+        let v = read_counter(co.c, chunk)?;
+        if v == want {
+            return Ok(());
+        }
+        if v > want {
+            return Err(bad(&format!(
+                "chunk {chunk}: saw {v} while waiting for {want}"
+            )));
+        }
+        // On an oversubscribed node the writer may need this core.
+        std::thread::yield_now();
+    }
+}
+
+/// One phase's result, as the leader measured it.
+struct Measured {
+    times: Vec<f64>,
+    /// Operations the counts are divided by.
+    ops: usize,
+}
+
+/// The role of every client: the phases in order, each closed by a barrier
+/// that brings the counts to the leader (the first client), which prints.
+fn bench_client(c: &Client, iters: usize) -> RoleResult {
+    let clients = c.topology().clients();
+    if clients.len() < 4 {
+        return Err(format!(
+            "the protocol bench needs 4 clients (topology bench-4-clients.xml), the run has {}",
+            clients.len()
+        )
+        .into());
+    }
+    let me = c.rank();
+    let leader = clients[0];
+    let mut co = Coord {
+        c,
+        stash: Vec::new(),
+        relays: 0,
+    };
+    for (i, row) in ROWS.iter().enumerate() {
+        let phase = i as u32 + 1;
+        let chunk = 100 + phase as u64;
+        let n = iterations(iters, row.size);
+        let (measured, count) = match row.key {
+            "read-hit" => read_hit(&mut co, &clients, chunk, n)?,
+            "read-miss" => read_miss(&mut co, &clients, phase, chunk, n)?,
+            "write-1" => write_miss(&mut co, &clients, phase, chunk, n, 1)?,
+            "write-3" => write_miss(&mut co, &clients, phase, chunk, n, 3)?,
+            _ => hand_off(&mut co, &clients, chunk, row.size, n)?,
+        };
+        let total = co.barrier(&clients, phase, count)?;
+        if me == leader {
+            let mut m = measured.ok_or("the leader measured nothing")?;
+            println!(
+                "RESULT {} {} {:.3} {:.3}",
+                row.key,
+                row.size,
+                median(&mut m.times),
+                total as f64 / m.ops as f64
+            );
+        }
+    }
+    Ok(())
+}
+
+type PhaseOut = (Option<Measured>, u64);
+
+/// Acquire READ + release on a valid local copy: the leader alone.
+fn read_hit(co: &mut Coord, clients: &[Rank], chunk: u64, n: usize) -> SatResult<PhaseOut> {
+    if co.c.rank() != clients[0] {
+        return Ok((None, 0));
+    }
+    let c = co.c;
+    alloc_one(c, chunk, SMALL)?;
+    read_counter(c, chunk)?; // the first read misses: the copy is valid after it
+    let mut times = Vec::with_capacity(n);
+    let mut sent = 0;
+    for i in 0..warmup(n) + n {
+        let m0 = co.protocol_sent();
+        let t0 = Instant::now();
+        c.acquire(chunk, Access::Read)?;
+        c.release(chunk)?;
+        let us = micros(t0);
+        if i >= warmup(n) {
+            times.push(us);
+            sent += co.protocol_sent() - m0;
+        }
+    }
+    Ok((Some(Measured { times, ops: n }), sent))
+}
+
+/// The second client writes (which invalidates the leader's copy) and says
+/// so; the leader's next read misses. Only the reader acts while it is
+/// timed (the writer keeps a valid copy, which a read does not invalidate),
+/// so its sends are all the clients' sends.
+fn read_miss(
+    co: &mut Coord,
+    clients: &[Rank],
+    phase: u32,
+    chunk: u64,
+    n: usize,
+) -> SatResult<PhaseOut> {
+    let (reader, writer) = (clients[0], clients[1]);
+    let c = co.c;
+    let me = c.rank();
+    if me != reader && me != writer {
+        return Ok((None, 0));
+    }
+    alloc_one(c, chunk, SMALL)?;
+    let mut times = Vec::with_capacity(n);
+    let mut sent = 0;
+    for i in 0..warmup(n) + n {
+        if me == writer {
+            let v = increment(c, chunk)?;
+            co.send(reader, tag(phase, WROTE), &v.to_le_bytes())?;
+            co.expect(reader, tag(phase, READ))?;
+            continue;
+        }
+        let d = co.expect(writer, tag(phase, WROTE))?;
+        let want = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short value"))?);
+        let m0 = co.protocol_sent();
+        let t0 = Instant::now();
+        let v = read_counter(c, chunk)?;
+        let us = micros(t0);
+        if v != want {
+            return Err(bad(&format!("read miss saw {v}, the writer wrote {want}")));
+        }
+        if i >= warmup(n) {
+            times.push(us);
+            sent += co.protocol_sent() - m0;
+        }
+        co.send(writer, tag(phase, READ), &[])?;
+    }
+    Ok(((me == reader).then_some(Measured { times, ops: n }), sent))
+}
+
+/// `s` clients take a shared copy (a read miss each, untimed), then the
+/// leader's READWRITE + RELEASE is timed. A sharer counts what it sends
+/// between saying it is ready and hearing the write is done: its
+/// acknowledgement of the invalidation.
+fn write_miss(
+    co: &mut Coord,
+    clients: &[Rank],
+    phase: u32,
+    chunk: u64,
+    n: usize,
+    s: usize,
+) -> SatResult<PhaseOut> {
+    let writer = clients[0];
+    let sharers = &clients[1..=s];
+    let c = co.c;
+    let me = c.rank();
+    if me != writer && !sharers.contains(&me) {
+        return Ok((None, 0));
+    }
+    alloc_one(c, chunk, SMALL)?;
+    let mut times = Vec::with_capacity(n);
+    let mut sent = 0;
+    for i in 0..warmup(n) + n {
+        if me != writer {
+            read_counter(c, chunk)?;
+            let m0 = co.protocol_sent();
+            co.send(writer, tag(phase, READY), &[])?;
+            co.expect(writer, tag(phase, DONE))?;
+            if i >= warmup(n) {
+                sent += co.protocol_sent() - m0;
+            }
+            continue;
+        }
+        for &r in sharers {
+            co.expect(r, tag(phase, READY))?;
+        }
+        let m0 = co.protocol_sent();
+        let t0 = Instant::now();
+        increment(c, chunk)?;
+        let us = micros(t0);
+        if i >= warmup(n) {
+            times.push(us);
+            sent += co.protocol_sent() - m0;
+        }
+        for &r in sharers {
+            co.send(r, tag(phase, DONE), &[])?;
+        }
+    }
+    Ok(((me == writer).then_some(Measured { times, ops: n }), sent))
+}
+
+/// Two clients take turns: READWRITE, counter + 1, RELEASE, then read until
+/// the other's next value shows. The leader times a round (its write, the
+/// hand-off, the other's write, the hand-off back); half a round is one
+/// hand-off. Both count their sends over the measured rounds.
+fn hand_off(
+    co: &mut Coord,
+    clients: &[Rank],
+    chunk: u64,
+    size: usize,
+    n: usize,
+) -> SatResult<PhaseOut> {
+    let (a, b) = (clients[0], clients[1]);
+    let c = co.c;
+    let me = c.rank();
+    if me != a && me != b {
+        return Ok((None, 0));
+    }
+    alloc_one(c, chunk, size)?;
+    let mut times = Vec::with_capacity(n);
+    let mut m0 = 0;
+    for k in 0..(warmup(n) + n) as u64 {
+        if k == warmup(n) as u64 {
+            m0 = co.protocol_sent();
+        }
+        if me == b {
+            wait_for_value(co, chunk, 2 * k + 1)?;
+            increment(c, chunk)?;
+            continue;
+        }
+        let t0 = Instant::now();
+        let v = increment(c, chunk)?;
+        if v != 2 * k + 1 {
+            return Err(bad(&format!("hand-off wrote {v}, expected {}", 2 * k + 1)));
+        }
+        wait_for_value(co, chunk, 2 * k + 2)?;
+        let us = micros(t0);
+        if k >= warmup(n) as u64 {
+            times.push(us / 2.0);
+        }
+    }
+    let sent = co.protocol_sent() - m0;
+    Ok(((me == a).then_some(Measured { times, ops: 2 * n }), sent))
+}
+
+fn protocol_worker(args: &[String], o: &Options) -> Result<(), String> {
+    let iters = o.iters;
+    let roles = Roles::new().role(1, move |c| bench_client(c, iters));
+    run(roles, args.iter().cloned()).map_err(|e| e.to_string())
+}
+
+// ------------------------------------------------------------ raw worker
+
+/// The bare transport between two ranks, as sat-transport-bench measures
+/// it: the payload is the message, the closing handshake the header `[1]`,
+/// busy polling. Rank 0 prints `RAW size median`.
+fn raw_worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    let mut joined = join(args, |_| true)?;
+    let t = &mut joined.transport;
+    let me = t.rank();
+    let peer = 1 - me;
+    let buf: Arc<[u8]> = vec![0xA5u8; MIB].into();
+    let mut peer_done = false;
+    for size in [SMALL, KIB4, MIB] {
+        let payload: Arc<[u8]> = buf[..size].into();
+        let n = iterations(o.iters, size);
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..warmup(n) + n {
+            if me == 0 {
+                let start = Instant::now();
+                t.send(peer, &[], Payload::Shared(&payload))?;
+                wait_reply(t, size, &mut peer_done)?;
+                if i >= warmup(n) {
+                    rtts.push(micros(start));
+                }
+            } else {
+                wait_reply(t, size, &mut peer_done)?;
+                t.send(peer, &[], Payload::Shared(&payload))?;
+            }
+        }
+        if me == 0 {
+            println!("RAW {size} {:.3}", median(&mut rtts));
+        }
+    }
+    // Close together: neither side may leave while a message is in flight.
+    t.send(peer, &[1], Payload::None)?;
+    while !peer_done {
+        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
+    }
+    while !t.sends_drained()? {
+        t.poll(&mut |_, _| {})?;
+    }
+    Ok(())
+}
+
+/// Polls until the peer's one message of this iteration arrives, and checks
+/// its size.
+fn wait_reply(
+    t: &mut impl Transport,
+    size: usize,
+    peer_done: &mut bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut got = false;
+    let mut wrong = None;
+    while !got {
+        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
+            if m.header == [1] {
+                *peer_done = true;
+            } else {
+                got = true;
+                if m.payload.len() != size {
+                    wrong = Some(m.payload.len());
+                }
+            }
+        })?;
+    }
+    match wrong {
+        Some(len) => Err(format!("expected {size} bytes, got {len}").into()),
+        None => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------- orchestrator
+
+/// Runs `satrun` on this program and returns the words after `marker` on
+/// each line that has it (satrun prefixes lines with the rank).
+fn sat_run(
+    satrun: &Path,
+    launch: &[String],
+    me: &Path,
+    worker: &[String],
+    marker: &str,
+) -> Result<Vec<Vec<String>>, String> {
+    let out = Command::new(satrun)
+        .args(launch)
+        .arg("--")
+        .arg(me)
+        .args(worker)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", satrun.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the worker run ({}) failed: {}{}",
+            worker.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(BufReader::new(&out.stdout[..])
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| {
+            let f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            let i = f.iter().position(|w| w == marker)?;
+            Some(f[i + 1..].to_vec())
+        })
+        .collect())
+}
+
+fn orchestrate(o: &Options) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let satrun: PathBuf = me.with_file_name("satrun");
+    if !satrun.exists() {
+        return Err(format!(
+            "{} not found: build it first (cargo build --release --bin satrun)",
+            satrun.display()
+        ));
+    }
+    let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/bench-4-clients.xml");
+    if !topology.exists() {
+        return Err(format!("{} not found", topology.display()));
+    }
+    let iters = o.iters.to_string();
+    println!(
+        "Coherence operations over one server and four clients, median microseconds \
+         ({} operations, {} for 1 MiB)",
+        o.iters,
+        iterations(o.iters, MIB)
+    );
+    println!(
+        "{:<9} {:<22} {:>7} {:>10} {:>13} {:>13} {:>10} {:>8}",
+        "provider",
+        "operation",
+        "size",
+        "median us",
+        "client sends",
+        "protocol msgs",
+        "raw RTT us",
+        "SAT/raw"
+    );
+    for provider in &o.providers {
+        let raw: Vec<(usize, f64)> = sat_run(
+            &satrun,
+            &[
+                "-n".into(),
+                "2".into(),
+                "--provider".into(),
+                provider.clone(),
+            ],
+            &me,
+            &[
+                "--worker".into(),
+                "raw".into(),
+                "--iters".into(),
+                iters.clone(),
+            ],
+            "RAW",
+        )?
+        .iter()
+        .filter_map(|f| Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?)))
+        .collect();
+        let results = sat_run(
+            &satrun,
+            &[
+                "-n".into(),
+                "5".into(),
+                "--topology".into(),
+                topology.display().to_string(),
+                "--provider".into(),
+                provider.clone(),
+            ],
+            &me,
+            &[
+                "--worker".into(),
+                "protocol".into(),
+                "--iters".into(),
+                iters.clone(),
+            ],
+            "RESULT",
+        )?;
+        for row in &ROWS {
+            let r = results
+                .iter()
+                .find(|f| f.first().map(String::as_str) == Some(row.key))
+                .ok_or_else(|| format!("{provider}: the worker printed no {} result", row.key))?;
+            let num =
+                |i: usize| -> f64 { r.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN) };
+            let (us, sends) = (num(2), num(3));
+            let rtt = raw
+                .iter()
+                .find(|&&(s, _)| s == row.size)
+                .map_or(f64::NAN, |&(_, us)| us);
+            println!(
+                "{:<9} {:<22} {:>7} {:>10.2} {:>13.2} {:>13} {:>10.2} {:>8.2}",
+                provider,
+                row.label,
+                human(row.size),
+                us,
+                sends,
+                row.protocol,
+                rtt,
+                us / rtt
+            );
+        }
+    }
+    println!(
+        "client sends: messages sent per operation by the clients involved (Client::messages_sent), \
+         relayed coordination left out;\n  the server's grants and invalidations are not visible \
+         to clients and are not in this column."
+    );
+    println!(
+        "protocol msgs: what home-based MESI needs per operation, server included (protocol/mesi.rs): \
+         read hit 0, read miss 2,\n  write with s sharers 2+2s, release after a write 1; the home \
+         is the clients' own server, so no forwarding hop is added."
+    );
+    println!(
+        "write miss: the writer's READWRITE + RELEASE while s other clients hold shared copies. \
+         write-release -> read: two clients\n  take turns to READWRITE-increment-RELEASE and read \
+         until the other's value shows; half a round is one hand-off."
+    );
+    println!(
+        "raw RTT: SAT's bare transport between two processes, same provider and size, busy \
+         polling, in a run just before;\n  SAT/raw = median / raw RTT. The clients use the \
+         default progress (SAT_PROGRESS=sleep: spin 50 us, then micro-sleep)."
+    );
+    Ok(())
+}
+
+fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let o = match parse_options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sat-protocol-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let result = if std::env::var_os("SAT_RANK").is_some() {
+        match o.worker.as_deref() {
+            Some("raw") => raw_worker(&args, &o).map_err(|e| e.to_string()),
+            Some("protocol") => protocol_worker(&args, &o),
+            other => Err(format!(
+                "a worker needs --worker raw or --worker protocol, not {other:?}"
+            )),
+        }
+    } else {
+        orchestrate(&o)
+    };
+    if let Err(e) = result {
+        eprintln!("sat-protocol-bench: {e}");
+        std::process::exit(1);
+    }
+}
