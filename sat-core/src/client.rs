@@ -20,6 +20,9 @@ use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
+/// Allocation requests in flight at once for one chain.
+const ALLOC_WINDOW: usize = 32;
+
 fn unknown(chunk: u64) -> SatError {
     SatError::Usage(format!(
         "chunk {chunk} is unknown to this process: MALLOC or LOOKUP it first"
@@ -726,8 +729,10 @@ impl Client {
         Ok(f(bytes))
     }
 
-    /// Sends allocation requests (all at once, so a long chain costs one
-    /// round trip of waiting) and waits for every answer, in request order.
+    /// Sends allocation requests and waits for every answer, in request
+    /// order. Up to [`ALLOC_WINDOW`] requests are in flight at once, so a
+    /// long chain costs a few round trips, not one per chunk, without
+    /// flooding the servers' receive queues.
     fn allocation(
         &self,
         requests: &[Message],
@@ -737,20 +742,23 @@ impl Client {
             Message::Malloc { chunk, .. } | Message::Lookup { chunk, .. } => chunk,
             _ => unreachable!("only allocation requests"),
         };
-        {
-            let mut st = self.lock();
-            let st = &mut *st;
-            for msg in requests {
-                let n = wire::encode(msg, &mut st.header)
-                    .map_err(|e| SatError::Usage(e.to_string()))?;
-                st.transport
-                    .send(self.server, &st.header[..n], Payload::None)?;
-            }
-        }
         let deadline = bound.map(|b| Instant::now() + b);
         let mut outcomes = Vec::with_capacity(requests.len());
-        for msg in requests {
-            let chunk = chunk_of(msg);
+        let mut sent = 0;
+        while outcomes.len() < requests.len() {
+            let window = (outcomes.len() + ALLOC_WINDOW).min(requests.len());
+            if sent < window {
+                let mut st = self.lock();
+                let st = &mut *st;
+                for msg in &requests[sent..window] {
+                    let n = wire::encode(msg, &mut st.header)
+                        .map_err(|e| SatError::Usage(e.to_string()))?;
+                    st.transport
+                        .send(self.server, &st.header[..n], Payload::None)?;
+                }
+                sent = window;
+            }
+            let chunk = chunk_of(&requests[outcomes.len()]);
             let got = self.wait(deadline, |st| {
                 st.mail.alloc.get_mut(&chunk).and_then(VecDeque::pop_front)
             })?;

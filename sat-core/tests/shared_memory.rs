@@ -150,3 +150,61 @@ fn a_computing_reader_does_not_hold_up_a_writer() {
         );
     }
 }
+
+/// A 64 MiB MALLOC is one chain of 1,024 chunks whose data is contiguous:
+/// written in one pass by one process, checked word by word and chunk
+/// address by chunk address by another that LOOKUPs it; a chunk in two
+/// local chains stays the same in both.
+#[test]
+fn a_64_mib_chain_is_contiguous_and_its_instances_consistent() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "3", "--topology"])
+            .arg(topology("figure11.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("chains")));
+        assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        for line in [
+            "[1] writer: MALLOC of 67108864 bytes made a chain of 1024 chunks of 65536 bytes",
+            "[1] writer: 1024 chunks, each at its offset of one contiguous buffer",
+            "[2] reader: LOOKUP found 67108864 bytes in 1024 contiguous chunks, every word right",
+            "[2] reader: a write through one local chain shows in the other, with no message",
+            "[1] writer: sees the reader's write of chunks 1 and 2",
+        ] {
+            assert!(
+                stdout.contains(line),
+                "{provider}: missing {line:?} in {stdout}"
+            );
+        }
+    }
+}
+
+/// Clients with room for 4 chunks write 40: their data is evicted (LRU),
+/// and every value read back at the end is right.
+#[test]
+fn eviction_under_a_small_capacity_loses_nothing() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "6", "--topology"])
+            .arg(topology("small-memory.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("capacity"))
+            .args(["--chunks", "40", "--rounds", "4"]));
+        assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        for rank in 2..=5 {
+            let line = format!("[{rank}] rank {rank}: all 40 chunks = 16 = 4 clients x 4 rounds");
+            assert!(stdout.contains(&line), "{provider}: missing {line:?}");
+            let footprint = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("[{rank}] rank {rank}: footprint ")))
+                .unwrap_or_else(|| panic!("{provider}: no footprint line for {rank}"));
+            let words: Vec<&str> = footprint.split_whitespace().collect();
+            let chunks: u64 = words[4].parse().unwrap();
+            let evictions: u64 = words[8].parse().unwrap();
+            assert!(chunks <= 4, "{provider}: {footprint}");
+            assert!(evictions >= 36, "{provider}: {footprint}");
+        }
+    }
+}

@@ -191,3 +191,6 @@ impl LastRelease {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
