@@ -208,3 +208,31 @@ fn eviction_under_a_small_capacity_loses_nothing() {
         }
     }
 }
+
+/// The debug stream follows a request as Figure 14 does: the client's miss,
+/// its server switching it to the home on the other server, the home's
+/// decision, and the release coming back the same way.
+#[test]
+fn the_debug_stream_shows_requests_hop_to_their_home() {
+    let out = run(Command::new(satrun())
+        .args(["-n", "6", "--topology"])
+        .arg(topology("two-servers.xml"))
+        .args(["--provider", "shm", "--"])
+        .arg(example("increment"))
+        .args(["--k", "1"])
+        .env("SAT_LOG", "sat_core=debug"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let log = text(&out.stdout) + &text(&out.stderr);
+    assert!(!log.contains('\0'), "the debug stream is text");
+    // Chunk 7's home is server 1; clients 2 and 3 are attached to server 0.
+    for line in [
+        "[2] [Home-Based MESI] READWRITE chunk 7: miss, local state Invalid, asking the home",
+        "[0] Server switch request (client_req_readwrite) from 2: chunk 7 to home 1",
+        "[1] [Home-Based MESI] Server switch request (server_req_readwrite) from 0: chunk 7 client 2",
+        "[0] Server switch request (client_req_release) from 2: chunk 7 to home 1",
+        "[1] [Home-Based MESI] Server switch request (server_req_release) from 0: chunk 7 client 2",
+        "[2] [Home-Based MESI] release chunk 7 version Some(",
+    ] {
+        assert!(log.contains(line), "missing {line:?}");
+    }
+}

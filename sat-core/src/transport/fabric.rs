@@ -990,7 +990,8 @@ impl FabricEndpoint {
         debug!(
             provider = %provider,
             inject_size,
-            address = %String::from_utf8_lossy(&core.address),
+            // shm names are NUL-terminated strings; tcp's are binary.
+            address = %String::from_utf8_lossy(&core.address).trim_end_matches('\0').escape_debug(),
             "opened a libfabric endpoint"
         );
         Ok(FabricEndpoint { core })
