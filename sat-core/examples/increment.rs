@@ -229,6 +229,17 @@ fn increment_on_chain(
             .into());
         }
     }
+    if let Some(addr) = mapped_at {
+        // The memory comes back with the counters in it: it was used in place.
+        let memory = c.unmap(&chain)?;
+        let bytes = memory.bytes();
+        if bytes.as_ptr() as usize != addr
+            || CHAIN_COUNTERS.iter().any(|&at| read_u64(bytes, at) != want)
+        {
+            return Err("the memory given back by UNMAP is not the chain's".into());
+        }
+        println!("rank {me}: UNMAP gave back the same memory, holding every counter");
+    }
     let what = if on == On::Map {
         "MAP'd chain"
     } else {

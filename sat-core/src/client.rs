@@ -333,6 +333,18 @@ impl Client {
         self.allocate_chain(protocol, layout, Some(memory))
     }
 
+    /// Gives back the memory of a MAP'd chain, which this process then no
+    /// longer holds (its chunks stay in the S-DSM). Refused while a chunk of
+    /// the chain is inside a scope.
+    pub fn unmap(&self, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
+        self.lock().store.unmap(chain).map_err(|e| {
+            SatError::Usage(format!(
+                "UNMAP of the chain at chunk {}: {e}",
+                chain.first()
+            ))
+        })
+    }
+
     /// LOOKUP of one chunk: its size, once any process has allocated it. It
     /// waits at most `timeout` for that (see [`crate::directory`] for why),
     /// then fails with [`SatError::Timeout`].

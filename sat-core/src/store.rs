@@ -336,6 +336,32 @@ impl Store {
         }
     }
 
+    /// Takes a MAP'd chain's memory back: the chain's places are removed
+    /// (its chunks stay known through their other chains, if any). Refused
+    /// while a chunk of the chain is in a scope or a request.
+    pub fn unmap(&mut self, chain: &Chain) -> Result<Box<dyn LocalMemory>, String> {
+        let Some(r) = self.regions.get(&chain.region) else {
+            return Err("this chain is not (or no longer) in this process".into());
+        };
+        if !r.mapped {
+            return Err(
+                "this chain was allocated by SAT, not MAP'd: there is no memory to give back"
+                    .into(),
+            );
+        }
+        if !self.idle(chain.region) {
+            return Err("a chunk of this chain is inside a scope: release it first".into());
+        }
+        let r = self.regions.remove(&chain.region).expect("checked");
+        for &(id, _) in r.layout.chunks() {
+            if let Some(c) = self.chunks.get_mut(&id) {
+                c.places.retain(|p| p.region != chain.region);
+                c.scope_place = 0;
+            }
+        }
+        Ok(r.mem.expect("MAP'd memory is always resident"))
+    }
+
     /// Chunks whose data is in memory, and how many regions were evicted.
     pub fn footprint(&self) -> (u64, u64, u64) {
         (self.resident_chunks, self.resident_bytes, self.evictions)

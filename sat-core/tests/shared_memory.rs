@@ -91,6 +91,12 @@ fn chains_and_mapped_memory_lose_no_increment() {
                     stdout.contains(&line),
                     "{provider}: missing {line:?} in {stdout}"
                 );
+                if on == "map" {
+                    let line = format!(
+                        "[{rank}] rank {rank}: UNMAP gave back the same memory, holding every counter"
+                    );
+                    assert!(stdout.contains(&line), "{provider}: missing {line:?}");
+                }
             }
         }
     }

@@ -130,3 +130,49 @@ fn mapped_memory_is_used_in_place_and_never_evicted() {
     assert_eq!(s.chain_bytes(&chain).unwrap().as_ptr() as usize, addr);
     assert_eq!(s.footprint().0, 1, "MAP'd memory is not counted");
 }
+
+#[test]
+fn unmap_gives_the_memory_back_and_forgets_the_places() {
+    let mut s = Store::new(MemoryCapacity::Unlimited);
+    let mine: Box<dyn LocalMemory> = Box::new(vec![3u8; 8]);
+    let addr = mine.bytes().as_ptr() as usize;
+    let mapped = s.add_chain(
+        ChainLayout::malloc(1, 8, 4).unwrap(),
+        &[MESI; 2],
+        Some(mine),
+    );
+    let own = s.add_chain(single(2, 4), &[MESI], None);
+    assert!(
+        s.unmap(&own).is_err(),
+        "SAT's own memory is not the caller's"
+    );
+    assert_eq!(
+        s.get_mut(1).unwrap().side.acquire(Access::Write).unwrap(),
+        Acquire::Request(crate::protocol::ToHome::WriteReq {
+            have: None,
+            need_data: false
+        })
+    );
+    assert!(s.unmap(&mapped).is_err(), "a chunk waits for the home");
+    let c = s.get_mut(1).unwrap();
+    c.side
+        .on_message(
+            ToClient::WriteGrant {
+                version: 0,
+                with_data: false,
+            },
+            None,
+        )
+        .unwrap();
+    c.side.release().unwrap();
+    let back = s.unmap(&mapped).unwrap();
+    assert_eq!(back.bytes().as_ptr() as usize, addr);
+    assert_eq!(back.bytes(), &[3; 8]);
+    assert_eq!(s.place_index(1, None), None, "chunk 1 has no instance left");
+    assert_eq!(
+        s.place_index(2, None),
+        Some(0),
+        "chunk 2 is in the other chain"
+    );
+    assert!(s.unmap(&mapped).is_err(), "only once");
+}
