@@ -637,14 +637,19 @@ impl Sim {
         }
     }
 
-    /// The end state, once everything has drained: no owner, and no lost
-    /// update: each home holds the newest release, its version counts the
+    /// The end state, once everything has drained: no owner, no request
+    /// that reached a home left ungranted, and no lost update: each home holds the newest release, its version counts the
     /// write scopes and its counter the READWRITE scopes.
     fn check_final(&self) {
         assert!(self.quiet());
         for (k, ch) in self.chunks.iter().enumerate() {
             let home = &ch.home;
             assert_eq!(home.owner(), None, "chunk {k}: an owner is left");
+            assert!(
+                ch.arrived.is_empty(),
+                "chunk {k}: requests never granted: {:?}",
+                ch.arrived
+            );
             assert_eq!(home.version(), ch.writes, "chunk {k}: version");
             assert_eq!(value(home.data()), ch.increments, "chunk {k}: lost update");
             assert_eq!(&home.data()[..], &ch.newest_bytes[..], "chunk {k}: data");
