@@ -16,6 +16,10 @@ use crate::progress::{Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
 use crate::store::Store;
 pub use crate::store::{Chain, LocalMemory};
+pub use events::{Event, HandlerResult};
+
+mod events;
+mod sync;
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
@@ -119,6 +123,11 @@ pub struct Client {
     policy: IdlePolicy,
     chunk_size: AtomicUsize,
     state: Mutex<ClientState>,
+    /// The subscription handlers, apart from the state: a handler runs
+    /// without any lock held, and may call the whole API.
+    handlers: Mutex<events::Handlers>,
+    /// The thread that runs the role function: the one that runs handlers.
+    role_thread: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 struct ClientState {
@@ -140,6 +149,8 @@ impl Client {
             topology,
             policy: IdlePolicy::from_env(),
             chunk_size: AtomicUsize::new(chunk_size_from_env()),
+            handlers: Mutex::new(events::Handlers::default()),
+            role_thread: std::sync::OnceLock::new(),
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),
@@ -800,7 +811,12 @@ impl Client {
                     st.release((self.rank, self.server), chunk)?;
                 }
             }
-            let n = wire::encode(&Message::ClientDone, &mut st.header).expect("fits");
+            let (published, received) = st.mail.events.counters();
+            let done = Message::ClientDone {
+                published,
+                received,
+            };
+            let n = wire::encode(&done, &mut st.header).expect("fits");
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
@@ -829,7 +845,7 @@ impl Client {
     ) -> SatResult<Option<T>> {
         let mut idle = Idle::new(self.policy);
         loop {
-            {
+            let events_pending = {
                 let mut st = self.lock();
                 let got = st.progress(self.rank, self.server)?;
                 if let Some(v) = ready(&mut st) {
@@ -838,6 +854,14 @@ impl Client {
                 if got > 0 {
                     idle.traffic();
                 }
+                st.mail.events.pending()
+            };
+            // Events that arrive while the role waits in a blocking call
+            // run their handlers now (section 2.5), on the role's thread.
+            if events_pending && self.may_run_handlers() {
+                self.run_pending_handlers()?;
+                idle.traffic();
+                continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -854,6 +878,12 @@ struct Mailbox {
     done_acked: bool,
     /// Answers to MALLOC and LOOKUP, by chunk, in arrival order.
     alloc: HashMap<u64, VecDeque<AllocOutcome>>,
+    /// Answers of synchronization objects ([`sync`]).
+    sync: sync::Answers,
+    /// Subscriptions and their pending events ([`events`]).
+    events: events::Queue,
+    /// The run said there is nothing left to wait for.
+    stop: bool,
 }
 
 impl ClientState {
@@ -869,7 +899,7 @@ impl ClientState {
                         return;
                     }
                 }
-                handle(me, server, mail, m)
+                handle(me, server, mail, out, m)
             })?;
         Ok(n)
     }
@@ -901,6 +931,9 @@ impl ClientState {
             return Ok(());
         };
         let place = self.store.scope_place(chunk).expect("known");
+        if matches!(op, ToHome::Release { .. }) {
+            self.mail.events.count_published();
+        }
         let data = if was_writing && matches!(op, ToHome::Release { .. }) {
             self.store.spread(chunk, place);
             self.store.bytes(chunk, place)
@@ -983,7 +1016,7 @@ fn coherence(
     }
 }
 
-fn handle(me: Rank, server: Rank, mail: &mut Mailbox, m: Received<'_>) {
+fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: Received<'_>) {
     if m.src != server {
         tracing::warn!(
             "dropped a message from rank {}: clients only hear from their server {server}",
@@ -1003,6 +1036,34 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, m: Received<'_>) {
             client,
             outcome,
         }) if client == me => mail.alloc.entry(chunk).or_default().push_back(outcome),
+        Ok(Message::Sync { client, op }) if client == me => {
+            mail.sync.on_answer(op, &mut mail.events)
+        }
+        Ok(Message::Subscribed { chunk, client }) if client == me => mail.events.subscribed(chunk),
+        Ok(Message::Notify {
+            chunk,
+            client,
+            version,
+            with_data,
+        }) if client == me => {
+            let data = with_data.then(|| m.payload.into());
+            mail.events.notified(chunk, version, data);
+        }
+        Ok(Message::Probe { wave }) => {
+            let (busy, sent, received) = mail.events.probe();
+            let reply = Message::ProbeReply {
+                wave,
+                busy,
+                sent,
+                received,
+            };
+            let mut header = [0u8; MAX_HEADER];
+            let n = wire::encode(&reply, &mut header).expect("fits");
+            if let Err(e) = out.send(server, &header[..n], Payload::None) {
+                tracing::warn!("could not answer the probe of wave {wave}: {e}");
+            }
+        }
+        Ok(Message::Stop) => mail.stop = true,
         Ok(other) => tracing::warn!("dropped unexpected {} from server {server}", other.kind()),
         Err(e) => tracing::warn!("dropped a malformed message from server {server}: {e}"),
     }

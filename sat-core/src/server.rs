@@ -10,6 +10,8 @@ use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
+use crate::quiescence::{Accounts, Waves};
+use crate::sync::Coordinator;
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
@@ -42,13 +44,23 @@ struct ServerState<'t> {
     /// Reused for the home's outgoing messages.
     home_out: Vec<Out<ToClient>>,
     header: [u8; MAX_HEADER],
+    /// The synchronization objects this server coordinates.
+    coordinator: Coordinator,
+    /// This server's part of the quiescence detection.
+    accounts: Accounts,
+    /// Seed only: the waves of the quiescence detection.
+    waves: Option<Waves>,
+    told_quiet: bool,
 }
 
-/// A chunk this server is the home of: its protocol and that protocol's
-/// directory entry and data.
+mod events;
+
+/// A chunk this server is the home of: its protocol, that protocol's
+/// directory entry and data, and its subscribers (with or without data).
 struct HomeEntry {
     protocol: ProtocolId,
     side: Box<dyn HomeSide>,
+    subscribers: std::collections::BTreeMap<Rank, bool>,
 }
 
 /// The name of a coherence message in the debug stream, as Figure 14 has
@@ -69,6 +81,18 @@ fn request_name(op: CoherenceOp, forwarded: bool) -> String {
     };
     let who = if forwarded { "server" } else { "client" };
     format!("{who}_req_{what}")
+}
+
+/// Whether `msg` is a notification (counted by the quiescence detection).
+fn is_notification(msg: &Message) -> bool {
+    matches!(
+        msg,
+        Message::Notify { .. }
+            | Message::Sync {
+                op: crate::wire::SyncOp::Signal { .. },
+                ..
+            }
+    )
 }
 
 /// Runs the server role until the termination protocol completes.
@@ -96,6 +120,10 @@ pub fn run(
         homes: HashMap::new(),
         home_out: Vec::new(),
         header: [0; MAX_HEADER],
+        coordinator: Coordinator::default(),
+        accounts: Accounts::new(topology.clients_of(rank)),
+        waves: (rank == SEED).then(|| Waves::new(topology.servers().len())),
+        told_quiet: false,
     };
     tracing::debug!(
         "server {rank} serves clients {:?}",
@@ -165,6 +193,7 @@ impl ServerState<'_> {
 
     /// Moves the termination protocol on once local conditions hold.
     fn advance_termination(&mut self, out: &mut dyn Transport) -> SatResult<()> {
+        self.advance_quiescence(out);
         if self.clients_left == 0 && !self.told_seed {
             self.told_seed = true;
             if self.rank == SEED {
@@ -187,6 +216,10 @@ impl ServerState<'_> {
     }
 
     fn mark_server_done(&mut self, server: Rank) {
+        let i = self.servers.iter().position(|&s| s == server);
+        if let (Some(w), Some(i)) = (self.waves.as_mut(), i) {
+            w.server_done(i);
+        }
         if !std::mem::replace(&mut self.server_done[server as usize], true) {
             self.servers_left -= 1;
         }
@@ -221,10 +254,15 @@ impl ServerState<'_> {
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send(out, client, &msg, Payload::None)
             }
-            Message::ClientDone if self.is_my_client(m.src) => {
+            Message::ClientDone {
+                published,
+                received,
+            } if self.is_my_client(m.src) => {
                 if !std::mem::replace(&mut self.client_done[m.src as usize], true) {
                     self.clients_left -= 1;
                 }
+                self.accounts.client_done(m.src, published, received);
+                self.report_wave_if_complete(out);
                 self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
                 // Every home must stop counting on this client. The message
                 // follows, on each path, everything the client sent before.
@@ -242,6 +280,27 @@ impl ServerState<'_> {
             Message::ServerDone if self.rank == SEED && src_is_server => {
                 self.mark_server_done(m.src)
             }
+            Message::Sync { client, op } => self.sync(out, m.src, src_is_server, client, op),
+            Message::Subscribe { chunk, client, .. } | Message::Unsubscribe { chunk, client } => {
+                self.subscription(out, m.src, src_is_server, chunk, client, &msg)
+            }
+            Message::Subscribed { client, .. } | Message::Notify { client, .. }
+                if src_is_server && self.is_my_client(client) =>
+            {
+                self.send_to_client_with(out, client, &msg, Payload::Copy(m.payload))
+            }
+            Message::ClientIdle if self.is_my_client(m.src) => self.accounts.client_waiting(m.src),
+            Message::ProbeReply {
+                wave,
+                busy,
+                sent,
+                received,
+            } => self.probe_reply(out, m.src, src_is_server, wave, busy, sent, received),
+            Message::Probe { wave } if m.src == SEED && self.rank != SEED => {
+                self.start_wave(out, wave)
+            }
+            Message::ServerQuiet if self.rank == SEED && src_is_server => self.server_quiet(m.src),
+            Message::Stop if m.src == SEED && self.rank != SEED => self.stop_waiting_clients(out),
             Message::Shutdown if m.src == SEED && self.rank != SEED => {
                 self.shutdown = true;
                 self.send(out, SEED, &Message::ShutdownAck, Payload::None);
@@ -280,6 +339,9 @@ impl ServerState<'_> {
     ) {
         if self.is_my_client(client) && self.client_done[client as usize] {
             tracing::debug!("{} for client {client} dropped: it has left", msg.kind());
+            if is_notification(msg) {
+                self.accounts.count_dropped();
+            }
             return;
         }
         let hop = if self.is_my_client(client) {
@@ -335,7 +397,14 @@ impl ServerState<'_> {
                 }
                 if self.alloc.size_of(chunk).is_none() {
                     let side = protocol.consistency().new_home(size as usize);
-                    self.homes.insert(chunk, HomeEntry { protocol, side });
+                    self.homes.insert(
+                        chunk,
+                        HomeEntry {
+                            protocol,
+                            side,
+                            subscribers: Default::default(),
+                        },
+                    );
                 }
                 let (outcome, woken) = self.alloc.malloc(chunk, size, protocol);
                 tracing::debug!(
@@ -450,6 +519,7 @@ impl ServerState<'_> {
         let data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
             .then_some(m.payload);
         let mut outs = std::mem::take(&mut self.home_out);
+        let before = entry.side.version();
         match entry.side.on_message(client, to_home, data, &mut outs) {
             Ok(()) => tracing::debug!(
                 "[{}] Server switch request ({}) from {}: chunk {chunk} client {client} \
@@ -462,20 +532,24 @@ impl ServerState<'_> {
             ),
             Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
         }
+        let released = entry.side.version() > before;
         self.send_home_answers(out, chunk, &mut outs);
         self.home_out = outs;
+        if released {
+            self.accounts.count_applied();
+            self.notify_subscribers(out, chunk);
+        }
     }
 
     /// A client has left: every home of this server forgets it.
     fn client_left(&mut self, out: &mut dyn Sender, client: Rank) {
+        self.coordinator.client_left(client);
         let chunks: Vec<u64> = self.homes.keys().copied().collect();
         let mut outs = std::mem::take(&mut self.home_out);
         for chunk in chunks {
-            self.homes
-                .get_mut(&chunk)
-                .expect("listed")
-                .side
-                .client_left(client, &mut outs);
+            let entry = self.homes.get_mut(&chunk).expect("listed");
+            entry.subscribers.remove(&client);
+            entry.side.client_left(client, &mut outs);
             self.send_home_answers(out, chunk, &mut outs);
         }
         self.home_out = outs;
@@ -724,6 +798,10 @@ mod tests {
             homes: HashMap::new(),
             home_out: Vec::new(),
             header: [0; MAX_HEADER],
+            coordinator: Coordinator::default(),
+            accounts: Accounts::new(&[2, 3]),
+            waves: Some(Waves::new(2)),
+            told_quiet: false,
         };
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))

@@ -13,7 +13,7 @@ use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -22,8 +22,30 @@ pub enum Message {
     /// servers (clients never talk to each other directly, Figure 2). The
     /// payload is the user's bytes.
     Relay { from: Rank, to: Rank, tag: u32 },
-    /// Client -> its server: the client's role function has returned.
-    ClientDone,
+    /// Client -> its server: the client is done (its role returned and it
+    /// has no subscription left, or the run is over). Its counters of
+    /// publications sent and notifications received close its account in
+    /// the quiescence detection ([`crate::quiescence`]).
+    ClientDone { published: u64, received: u64 },
+    /// Client -> its server: the role returned, and the client now waits
+    /// for notifications of its subscriptions (section 2.5's client loop).
+    ClientIdle,
+    /// Seed -> servers -> waiting clients: report your counters (wave `wave`
+    /// of the quiescence detection).
+    Probe { wave: u64 },
+    /// The answer to a probe, and the sum a server sends the seed.
+    ProbeReply {
+        wave: u64,
+        busy: bool,
+        sent: u64,
+        received: u64,
+    },
+    /// Seed -> servers -> waiting clients: nothing can notify you any more;
+    /// end.
+    Stop,
+    /// Server -> seed: every client of mine waits or is done (waves of the
+    /// quiescence detection may start).
+    ServerQuiet,
     /// Server -> the client: your termination is recorded, you may close.
     ClientDoneAck,
     /// Server -> seed: every client of this server is done.
@@ -63,6 +85,82 @@ pub enum Message {
     /// Server -> every other server: `client`'s role has returned; homes
     /// forget its copies and stop waiting for its acknowledgements.
     ClientLeft { client: Rank },
+    /// A synchronization request of `client` to the object's coordinator,
+    /// or the coordinator's answer ([`crate::sync`]).
+    Sync { client: Rank, op: SyncOp },
+    /// Client -> the chunk's home: notify me of every write release, with
+    /// the new data when `with_data`.
+    Subscribe {
+        chunk: u64,
+        client: Rank,
+        with_data: bool,
+    },
+    /// Home -> client: the subscription is recorded; every release applied
+    /// from now on notifies.
+    Subscribed { chunk: u64, client: Rank },
+    /// Client -> the chunk's home: stop notifying me.
+    Unsubscribe { chunk: u64, client: Rank },
+    /// Home -> subscriber: `chunk` has a new version, applied at the home
+    /// before this left; the payload is its data when subscribed with data.
+    Notify {
+        chunk: u64,
+        client: Rank,
+        version: u64,
+        with_data: bool,
+    },
+}
+
+/// Synchronization operations: requests from a client, answers from the
+/// coordinator. Ids of rendezvous, barriers and signals are separate spaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub enum SyncOp {
+    /// rendezvous(id): answer once the generation is past `seen`.
+    Sleep {
+        id: u32,
+        seen: u64,
+    },
+    /// wakeup(id).
+    Wakeup {
+        id: u32,
+    },
+    /// The rendezvous `id` is at `generation`: the sleeper may go.
+    Awake {
+        id: u32,
+        generation: u64,
+    },
+    /// barrier(id, count).
+    Barrier {
+        id: u32,
+        count: u32,
+    },
+    /// The round of barrier `id` is complete.
+    BarrierDone {
+        id: u32,
+    },
+    /// The arrival was refused: the round in progress has `count` (0: a
+    /// count of 0 was asked).
+    BarrierRefused {
+        id: u32,
+        count: u32,
+    },
+    SignalSubscribe {
+        id: u32,
+    },
+    /// The signal subscription is recorded.
+    SignalSubscribed {
+        id: u32,
+    },
+    SignalUnsubscribe {
+        id: u32,
+    },
+    /// Raise signal `id`: notify its subscribers.
+    Raise {
+        id: u32,
+    },
+    /// Signal `id` was raised.
+    Signal {
+        id: u32,
+    },
 }
 
 /// The coherence messages of every protocol ([`crate::protocol`]) on the wire.
@@ -95,7 +193,17 @@ impl Message {
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Relay { .. } => "relay",
-            Message::ClientDone => "client_done",
+            Message::ClientDone { .. } => "client_done",
+            Message::ClientIdle => "client_idle",
+            Message::Probe { .. } => "probe",
+            Message::ProbeReply { .. } => "probe_reply",
+            Message::Stop => "stop",
+            Message::ServerQuiet => "server_quiet",
+            Message::Sync { .. } => "sync",
+            Message::Subscribe { .. } => "subscribe",
+            Message::Subscribed { .. } => "subscribed",
+            Message::Unsubscribe { .. } => "unsubscribe",
+            Message::Notify { .. } => "notify",
             Message::ClientDoneAck => "client_done_ack",
             Message::ServerDone => "server_done",
             Message::Shutdown => "shutdown",
@@ -152,7 +260,43 @@ mod tests {
                 to: 9,
                 tag: 77,
             },
-            Message::ClientDone,
+            Message::ClientDone {
+                published: 7,
+                received: u64::MAX,
+            },
+            Message::ClientIdle,
+            Message::Probe { wave: 3 },
+            Message::ProbeReply {
+                wave: 3,
+                busy: true,
+                sent: 10,
+                received: 9,
+            },
+            Message::Stop,
+            Message::ServerQuiet,
+            Message::Sync {
+                client: 4,
+                op: SyncOp::Barrier { id: 1, count: 8 },
+            },
+            Message::Subscribe {
+                chunk: 12,
+                client: 3,
+                with_data: true,
+            },
+            Message::Subscribed {
+                chunk: 12,
+                client: 3,
+            },
+            Message::Unsubscribe {
+                chunk: 12,
+                client: 3,
+            },
+            Message::Notify {
+                chunk: 12,
+                client: 3,
+                version: 99,
+                with_data: false,
+            },
             Message::ClientDoneAck,
             Message::ServerDone,
             Message::Shutdown,

@@ -205,7 +205,15 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
         s.spawn(|| client.background_progress(&stop));
         // The role's own failure must not stop the termination protocol, or
         // the servers would wait for this client forever.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&client)));
+        // After the role function, the client loop runs the handlers of
+        // its subscriptions (section 2.5) until none is left or the run is
+        // quiescent.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            client.enter_role();
+            f(&client)?;
+            client.serve_subscriptions()?;
+            RoleResult::Ok(())
+        }));
         let finished = client.finish(bootstrap_timeout());
         stop.store(true, std::sync::atomic::Ordering::Release);
         (outcome, finished)

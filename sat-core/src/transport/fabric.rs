@@ -87,6 +87,12 @@ const RECV_SLOTS: usize = 64;
 /// demand; past this many, a send reaps completions before allocating.
 const SEND_SLOTS_SOFT: usize = 64;
 
+/// Large sends in flight to one destination at once; later ones wait in its
+/// queue. Their announces have gone ahead, so each large payload finds its
+/// receive already posted: an unbounded burst of unexpected large messages
+/// (a 64 MiB chain released as 1,024 chunks) stalled the shm provider.
+const LARGE_WINDOW: u32 = 4;
+
 /// Large buffers (both directions) kept for reuse once their transfer is done.
 const LARGE_POOL_KEEP: usize = 8;
 
@@ -829,6 +835,8 @@ struct Core {
     backlog: VecDeque<Repost>,
     queues: Vec<SendQueue>,
     queued_dests: Vec<Rank>,
+    /// Large sends posted and not completed, per destination.
+    large_in_flight: Vec<u32>,
 
     next_seq: u32,
     /// Messages accepted by `send`, for [`Transport::messages_sent`].
@@ -978,6 +986,7 @@ impl FabricEndpoint {
             backlog: VecDeque::with_capacity(RECV_SLOTS),
             queues: Vec::new(),
             queued_dests: Vec::new(),
+            large_in_flight: Vec::new(),
             next_seq: 0,
             messages_sent: 0,
             outstanding: 0,
@@ -1073,6 +1082,7 @@ impl FabricEndpoint {
             .collect();
         self.core.dirty = Vec::with_capacity(size as usize);
         self.core.queues = (0..size).map(|_| SendQueue::default()).collect();
+        self.core.large_in_flight = vec![0; size as usize];
         self.core.queued_dests = Vec::with_capacity(size as usize);
         self.core.dirty_work = Vec::with_capacity(size as usize);
         debug!(rank = my_rank, size, "connected the libfabric endpoint");
@@ -1310,7 +1320,10 @@ impl Core {
                 self.send_free.push(slot);
                 self.outstanding -= 1;
             }
-            Op::LargeSend(slot) => self.release_large_send(slot),
+            Op::LargeSend(slot) => {
+                self.large_done(slot);
+                self.release_large_send(slot)
+            }
             Op::LargeRecv(slot) => {
                 let l = &mut self.lrecv[slot as usize];
                 if e.tag != l.tag {
@@ -1343,6 +1356,26 @@ impl Core {
             #[cfg(test)]
             Op::Untracked => self.outstanding -= 1,
         }
+    }
+
+    /// A posted large send has completed (or failed): room in the window.
+    fn large_done(&mut self, slot: u32) {
+        let dest = self.lsend[slot as usize].dest as usize;
+        self.large_in_flight[dest] = self.large_in_flight[dest].saturating_sub(1);
+    }
+
+    /// Whether `post` must wait for room in its destination's large window.
+    fn window_full(&self, dest: Rank, post: Post) -> bool {
+        matches!(post, Post::Large { .. }) && self.large_in_flight[dest as usize] >= LARGE_WINDOW
+    }
+
+    /// Posts `post` now; counts a large send into its window.
+    fn post_now(&mut self, dest: Rank, post: Post) -> isize {
+        let ret = self.try_post(post);
+        if ret == 0 && matches!(post, Post::Large { .. }) {
+            self.large_in_flight[dest as usize] += 1;
+        }
+        ret
     }
 
     fn release_large_send(&mut self, slot: u32) {
@@ -1522,6 +1555,7 @@ impl Core {
             }
             Some(Op::LargeSend(slot)) => {
                 let dest = self.lsend[slot as usize].dest;
+                self.large_done(slot);
                 self.release_large_send(slot);
                 self.defer(TransportError::PeerLost {
                     rank: dest,
@@ -1603,13 +1637,22 @@ impl Core {
             self.queues[dest as usize].posts.push_back(post);
             return Ok(());
         }
+        if self.window_full(dest, post) {
+            self.queues[dest as usize].posts.push_back(post);
+            self.queued_dests.push(dest);
+            return Ok(());
+        }
         let eagain = -(fi::FI_EAGAIN as isize);
-        let mut ret = self.try_post(post);
+        let mut ret = self.post_now(dest, post);
         if ret == eagain {
             // Reap completions (which may free provider queue space) and
             // try once more before queueing.
             self.progress()?;
-            ret = self.try_post(post);
+            ret = if self.window_full(dest, post) {
+                eagain
+            } else {
+                self.post_now(dest, post)
+            };
         }
         if ret == 0 {
             return Ok(());
@@ -1643,7 +1686,12 @@ impl Core {
     fn flush_dest(&mut self, dest: Rank) {
         let d = dest as usize;
         while let Some(&post) = self.queues[d].posts.front() {
-            let ret = self.try_post(post);
+            if self.window_full(dest, post) {
+                // Not refused: waiting for a completion to the same peer.
+                self.queues[d].stalled_since = None;
+                return;
+            }
+            let ret = self.post_now(dest, post);
             if ret == 0 {
                 self.queues[d].posts.pop_front();
                 self.queues[d].stalled_since = None;

@@ -1,0 +1,280 @@
+//! The server's part in synchronization, publish-subscribe and the
+//! quiescence detection: routing to coordinators and homes, notifying
+//! subscribers, and the waves that end a run whose clients only wait.
+
+use std::time::Instant;
+
+use super::{ServerState, SEED};
+use crate::quiescence::{Report, WaveStart};
+use crate::sync::Coordinator;
+use crate::transport::{Payload, Rank, Sender};
+use crate::wire::{Message, SyncOp};
+
+impl ServerState<'_> {
+    /// The coordinator of synchronization object `id` (rendezvous, barrier
+    /// or signal): a modulo on the server list, as for chunk homes.
+    fn coordinator_of(&self, id: u32) -> Rank {
+        self.servers[id as usize % self.servers.len()]
+    }
+
+    /// A synchronization request goes to its coordinator; an answer goes
+    /// back to its client.
+    pub(super) fn sync(
+        &mut self,
+        out: &mut dyn Sender,
+        src: Rank,
+        src_is_server: bool,
+        client: Rank,
+        op: SyncOp,
+    ) {
+        let request = Coordinator::request_id(&op);
+        let legit = if src_is_server {
+            client < self.topology.len() && !self.topology.is_server(client)
+        } else {
+            self.is_my_client(src) && client == src && request.is_some()
+        };
+        if !legit {
+            tracing::warn!(
+                "server {}: dropped a sync message from {src} for {client}",
+                self.rank
+            );
+            return;
+        }
+        let msg = Message::Sync { client, op };
+        let Some(id) = request else {
+            // The coordinator's answer, for one of our clients.
+            if self.is_my_client(client) {
+                self.send_to_client(out, client, &msg);
+            }
+            return;
+        };
+        let coordinator = self.coordinator_of(id);
+        if coordinator != self.rank {
+            if src_is_server {
+                tracing::warn!(
+                    "server {}: {op:?} forwarded here, but its coordinator is {coordinator}",
+                    self.rank
+                );
+            } else {
+                self.send(out, coordinator, &msg, Payload::None);
+            }
+            return;
+        }
+        tracing::debug!("[sync] {op:?} from {client}");
+        if matches!(op, SyncOp::Raise { .. }) {
+            self.accounts.count_applied();
+        }
+        let mut answers = Vec::new();
+        if let Err(e) = self.coordinator.on_request(client, op, &mut answers) {
+            tracing::warn!("server {}: {e}; dropped", self.rank);
+        }
+        for (to, op) in answers {
+            if matches!(op, SyncOp::Signal { .. }) {
+                self.accounts.count_notified();
+            }
+            self.send_to_client(out, to, &Message::Sync { client: to, op });
+        }
+    }
+
+    /// SUBSCRIBE and UNSUBSCRIBE: recorded at the chunk's home.
+    pub(super) fn subscription(
+        &mut self,
+        out: &mut dyn Sender,
+        src: Rank,
+        src_is_server: bool,
+        chunk: u64,
+        client: Rank,
+        msg: &Message,
+    ) {
+        let legit = if src_is_server {
+            client < self.topology.len() && !self.topology.is_server(client)
+        } else {
+            self.is_my_client(src) && client == src
+        };
+        if !legit {
+            tracing::warn!("server {}: dropped a {} from {src}", self.rank, msg.kind());
+            return;
+        }
+        let home = self.home_of(chunk);
+        if home != self.rank {
+            if !src_is_server {
+                self.send(out, home, msg, Payload::None);
+            }
+            return;
+        }
+        let Some(entry) = self.homes.get_mut(&chunk) else {
+            tracing::warn!(
+                "server {}: {} of chunk {chunk}, which nobody allocated: dropped",
+                self.rank,
+                msg.kind()
+            );
+            return;
+        };
+        match *msg {
+            Message::Subscribe { with_data, .. } => {
+                entry.subscribers.insert(client, with_data);
+                tracing::debug!("chunk {chunk}: client {client} subscribed (data: {with_data})");
+                self.send_to_client(out, client, &Message::Subscribed { chunk, client });
+            }
+            _ => {
+                entry.subscribers.remove(&client);
+                tracing::debug!("chunk {chunk}: client {client} unsubscribed");
+            }
+        }
+    }
+
+    /// A release of `chunk` was applied here: tell every subscriber, after
+    /// the fact, so that a handler's READ sees at least this version.
+    pub(super) fn notify_subscribers(&mut self, out: &mut dyn Sender, chunk: u64) {
+        let Some(entry) = self.homes.get(&chunk) else {
+            return;
+        };
+        if entry.subscribers.is_empty() {
+            return;
+        }
+        let version = entry.side.version();
+        let data = entry.side.data().clone();
+        let subscribers: Vec<(Rank, bool)> =
+            entry.subscribers.iter().map(|(&c, &d)| (c, d)).collect();
+        for (client, with_data) in subscribers {
+            self.accounts.count_notified();
+            let msg = Message::Notify {
+                chunk,
+                client,
+                version,
+                with_data,
+            };
+            let payload = if with_data {
+                Payload::Shared(&data)
+            } else {
+                Payload::None
+            };
+            self.send_to_client_with(out, client, &msg, payload);
+        }
+    }
+
+    /// Reports this server's state to the seed once no client of it runs
+    /// its role any more; the seed sends waves once every server has.
+    pub(super) fn advance_quiescence(&mut self, out: &mut dyn Sender) {
+        if !self.told_quiet && self.accounts.quiet() {
+            self.told_quiet = true;
+            if self.rank == SEED {
+                self.server_quiet(SEED);
+            } else {
+                self.send(out, SEED, &Message::ServerQuiet, Payload::None);
+            }
+        }
+        let due = self.waves.as_mut().and_then(|w| w.due(Instant::now()));
+        if let Some(wave) = due {
+            tracing::trace!("quiescence: wave {wave}");
+            for s in self.servers.clone() {
+                if s == SEED {
+                    self.start_wave(out, wave);
+                } else {
+                    self.send(out, s, &Message::Probe { wave }, Payload::None);
+                }
+            }
+        }
+    }
+
+    pub(super) fn server_quiet(&mut self, server: Rank) {
+        let i = self.servers.iter().position(|&s| s == server);
+        if let (Some(w), Some(i)) = (self.waves.as_mut(), i) {
+            w.server_quiet(i);
+        }
+    }
+
+    /// Wave `wave` reaches this server: probe the waiting clients, or
+    /// report at once.
+    pub(super) fn start_wave(&mut self, out: &mut dyn Sender, wave: u64) {
+        match self.accounts.start_wave(wave) {
+            WaveStart::Probe(clients) => {
+                for c in clients {
+                    self.send(out, c, &Message::Probe { wave }, Payload::None);
+                }
+            }
+            WaveStart::Report(r) => self.report_wave(out, r),
+        }
+    }
+
+    pub(super) fn report_wave_if_complete(&mut self, out: &mut dyn Sender) {
+        if let Some(r) = self.accounts.report_if_complete() {
+            self.report_wave(out, r);
+        }
+    }
+
+    fn report_wave(&mut self, out: &mut dyn Sender, r: Report) {
+        if self.rank == SEED {
+            self.on_wave_report(out, r);
+        } else {
+            let msg = Message::ProbeReply {
+                wave: r.wave,
+                busy: r.busy,
+                sent: r.sent,
+                received: r.received,
+            };
+            self.send(out, SEED, &msg, Payload::None);
+        }
+    }
+
+    /// A probe's answer: from one of our clients, or (at the seed) a
+    /// server's report.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn probe_reply(
+        &mut self,
+        out: &mut dyn Sender,
+        src: Rank,
+        src_is_server: bool,
+        wave: u64,
+        busy: bool,
+        sent: u64,
+        received: u64,
+    ) {
+        let r = Report {
+            wave,
+            busy,
+            sent,
+            received,
+        };
+        if !src_is_server && self.is_my_client(src) {
+            if let Some(report) = self.accounts.on_probe_reply(src, r) {
+                self.report_wave(out, report);
+            }
+        } else if src_is_server && self.rank == SEED {
+            self.on_wave_report(out, r);
+        } else {
+            tracing::warn!("server {}: dropped a probe reply from {src}", self.rank);
+        }
+    }
+
+    fn on_wave_report(&mut self, out: &mut dyn Sender, r: Report) {
+        let over = self
+            .waves
+            .as_mut()
+            .and_then(|w| w.on_report(r, Instant::now()));
+        if over == Some(true) {
+            tracing::debug!(
+                "seed: quiescent after wave {} ({} messages sent and received): \
+                 the waiting clients may end",
+                r.wave,
+                r.sent
+            );
+            for s in self.servers.clone() {
+                if s == SEED {
+                    self.stop_waiting_clients(out);
+                } else {
+                    self.send(out, s, &Message::Stop, Payload::None);
+                }
+            }
+        }
+    }
+
+    /// The run is quiescent: every client still here waits in vain.
+    pub(super) fn stop_waiting_clients(&mut self, out: &mut dyn Sender) {
+        for c in self.topology.clients_of(self.rank).to_vec() {
+            if !self.client_done[c as usize] {
+                self.send(out, c, &Message::Stop, Payload::None);
+            }
+        }
+    }
+}

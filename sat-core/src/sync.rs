@@ -1,0 +1,262 @@
+//! Synchronization objects (section 2.4), as their coordinator server keeps
+//! them: rendezvous, barriers and signals.
+//!
+//! Each object has one coordinator, the server `servers[id % n]` (as a chunk
+//! has one home); requests reach it through the client's server and the
+//! answers come back the same way. A single coordinator per object is the
+//! centralized form of Raynal's algorithms: it costs one request and one
+//! answer per participant, and the client/server topology already routes
+//! every message through servers, so a token ring over clients would only
+//! add hops. Rendezvous, barriers and signals have separate id spaces.
+//!
+//! Semantics where the report is vague, chosen so that a program is correct
+//! whatever the timing:
+//! - **Rendezvous** keep a generation counter per id. `wakeup` increments it
+//!   and wakes every sleeper; `rendezvous` returns once the generation is
+//!   past the last one this client consumed. So a wakeup sent before the
+//!   matching rendezvous is remembered, and several wakeups before one
+//!   rendezvous release it once (they are not counted).
+//! - **Barriers** release a round when `count` arrivals of the same id have
+//!   come (an arrival is one call: two threads of one process are two). The
+//!   first arrival of a round fixes its count; an arrival with another count
+//!   is refused with an error, and does not count.
+//! - **Signals** are publish-subscribe without a chunk: raising one notifies
+//!   every client subscribed to it at that moment, the raiser included.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::transport::Rank;
+use crate::wire::SyncOp;
+
+#[derive(Debug, Default)]
+struct Rendezvous {
+    generation: u64,
+    /// Clients asleep, with the generation they have already consumed.
+    sleepers: Vec<(Rank, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Barrier {
+    count: u32,
+    arrived: Vec<Rank>,
+}
+
+/// The synchronization objects one server coordinates.
+#[derive(Debug, Default)]
+pub struct Coordinator {
+    rendezvous: HashMap<u32, Rendezvous>,
+    barriers: HashMap<u32, Barrier>,
+    signals: HashMap<u32, BTreeSet<Rank>>,
+}
+
+impl Coordinator {
+    /// Handles `op` from `client`; appends the answers to `out`. Returns an
+    /// error for an operation a client may not send (an answer kind).
+    pub fn on_request(
+        &mut self,
+        client: Rank,
+        op: SyncOp,
+        out: &mut Vec<(Rank, SyncOp)>,
+    ) -> Result<(), &'static str> {
+        match op {
+            SyncOp::Sleep { id, seen } => {
+                let r = self.rendezvous.entry(id).or_default();
+                if r.generation > seen {
+                    out.push((
+                        client,
+                        SyncOp::Awake {
+                            id,
+                            generation: r.generation,
+                        },
+                    ));
+                } else {
+                    r.sleepers.push((client, seen));
+                }
+            }
+            SyncOp::Wakeup { id } => {
+                let r = self.rendezvous.entry(id).or_default();
+                r.generation += 1;
+                let generation = r.generation;
+                for (sleeper, _) in r.sleepers.drain(..) {
+                    out.push((sleeper, SyncOp::Awake { id, generation }));
+                }
+            }
+            SyncOp::Barrier { id, count } => {
+                if count == 0 {
+                    out.push((client, SyncOp::BarrierRefused { id, count: 0 }));
+                    return Ok(());
+                }
+                let b = self.barriers.entry(id).or_default();
+                if b.arrived.is_empty() {
+                    b.count = count;
+                } else if b.count != count {
+                    out.push((client, SyncOp::BarrierRefused { id, count: b.count }));
+                    return Ok(());
+                }
+                b.arrived.push(client);
+                if b.arrived.len() as u32 == b.count {
+                    for c in b.arrived.drain(..) {
+                        out.push((c, SyncOp::BarrierDone { id }));
+                    }
+                }
+            }
+            SyncOp::SignalSubscribe { id } => {
+                self.signals.entry(id).or_default().insert(client);
+                out.push((client, SyncOp::SignalSubscribed { id }));
+            }
+            SyncOp::SignalUnsubscribe { id } => {
+                if let Some(s) = self.signals.get_mut(&id) {
+                    s.remove(&client);
+                }
+            }
+            SyncOp::Raise { id } => {
+                if let Some(s) = self.signals.get(&id) {
+                    for &c in s {
+                        out.push((c, SyncOp::Signal { id }));
+                    }
+                }
+            }
+            _ => return Err("an answer sent as a request"),
+        }
+        Ok(())
+    }
+
+    /// Client `client` has left: it sleeps nowhere and subscribes to nothing.
+    /// A barrier it entered keeps its arrival (it was counted when made).
+    pub fn client_left(&mut self, client: Rank) {
+        for r in self.rendezvous.values_mut() {
+            r.sleepers.retain(|&(c, _)| c != client);
+        }
+        for s in self.signals.values_mut() {
+            s.remove(&client);
+        }
+    }
+
+    /// The object a request is about, which picks its coordinator; None
+    /// for an answer.
+    pub fn request_id(op: &SyncOp) -> Option<u32> {
+        match *op {
+            SyncOp::Sleep { id, .. }
+            | SyncOp::Wakeup { id }
+            | SyncOp::Barrier { id, .. }
+            | SyncOp::SignalSubscribe { id }
+            | SyncOp::SignalUnsubscribe { id }
+            | SyncOp::Raise { id } => Some(id),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(c: &mut Coordinator, client: Rank, op: SyncOp) -> Vec<(Rank, SyncOp)> {
+        let mut out = Vec::new();
+        c.on_request(client, op, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_wakeup_before_the_rendezvous_is_remembered() {
+        let mut c = Coordinator::default();
+        assert!(run(&mut c, 2, SyncOp::Wakeup { id: 7 }).is_empty());
+        assert_eq!(
+            run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 0 }),
+            vec![(
+                3,
+                SyncOp::Awake {
+                    id: 7,
+                    generation: 1
+                }
+            )]
+        );
+        // Consumed: the next rendezvous waits for the next wakeup.
+        assert!(run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 1 }).is_empty());
+        assert_eq!(
+            run(&mut c, 2, SyncOp::Wakeup { id: 7 }),
+            vec![(
+                3,
+                SyncOp::Awake {
+                    id: 7,
+                    generation: 2
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn a_rendezvous_before_the_wakeup_waits_for_it() {
+        let mut c = Coordinator::default();
+        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert!(run(&mut c, 4, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert!(
+            run(&mut c, 4, SyncOp::Wakeup { id: 2 }).is_empty(),
+            "another id"
+        );
+        let woken = run(&mut c, 2, SyncOp::Wakeup { id: 1 });
+        assert_eq!(
+            woken,
+            vec![
+                (
+                    3,
+                    SyncOp::Awake {
+                        id: 1,
+                        generation: 1
+                    }
+                ),
+                (
+                    4,
+                    SyncOp::Awake {
+                        id: 1,
+                        generation: 1
+                    }
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn a_barrier_releases_a_round_at_its_count_and_refuses_another_count() {
+        let mut c = Coordinator::default();
+        for round in 0..3 {
+            assert!(run(&mut c, 2, SyncOp::Barrier { id: 5, count: 3 }).is_empty());
+            assert_eq!(
+                run(&mut c, 3, SyncOp::Barrier { id: 5, count: 4 }),
+                vec![(3, SyncOp::BarrierRefused { id: 5, count: 3 })],
+                "round {round}"
+            );
+            assert!(run(&mut c, 3, SyncOp::Barrier { id: 5, count: 3 }).is_empty());
+            let done = run(&mut c, 4, SyncOp::Barrier { id: 5, count: 3 });
+            let ranks: Vec<Rank> = done.iter().map(|&(r, _)| r).collect();
+            assert_eq!(ranks, vec![2, 3, 4]);
+            assert!(done
+                .iter()
+                .all(|(_, op)| *op == SyncOp::BarrierDone { id: 5 }));
+        }
+        assert_eq!(
+            run(&mut c, 2, SyncOp::Barrier { id: 6, count: 0 }),
+            vec![(2, SyncOp::BarrierRefused { id: 6, count: 0 })]
+        );
+    }
+
+    #[test]
+    fn signals_reach_the_subscribers_of_the_moment() {
+        let mut c = Coordinator::default();
+        assert_eq!(
+            run(&mut c, 2, SyncOp::SignalSubscribe { id: 9 }),
+            vec![(2, SyncOp::SignalSubscribed { id: 9 })]
+        );
+        run(&mut c, 3, SyncOp::SignalSubscribe { id: 9 });
+        assert_eq!(run(&mut c, 4, SyncOp::Raise { id: 9 }).len(), 2);
+        run(&mut c, 2, SyncOp::SignalUnsubscribe { id: 9 });
+        assert_eq!(
+            run(&mut c, 3, SyncOp::Raise { id: 9 }),
+            vec![(3, SyncOp::Signal { id: 9 })]
+        );
+        c.client_left(3);
+        assert!(run(&mut c, 4, SyncOp::Raise { id: 9 }).is_empty());
+        let mut out = Vec::new();
+        assert!(c.on_request(2, SyncOp::Signal { id: 9 }, &mut out).is_err());
+    }
+}
