@@ -1,0 +1,158 @@
+//! Synchronization objects and publish-subscribe over real processes
+//! (sections 2.4 and 2.5, Figures 8 and 9), on shm and tcp.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn lines_in_order(stdout: &str, wanted: &[&str]) -> Result<(), String> {
+    let mut at = 0;
+    for w in wanted {
+        match stdout[at..].find(w) {
+            Some(i) => at += i + w.len(),
+            None => return Err(format!("{w:?} missing or out of order in:\n{stdout}")),
+        }
+    }
+    Ok(())
+}
+
+/// Figure 8, with A's wakeup reaching the rendezvous' coordinator before
+/// B's rendezvous and the other way round: B always reads what A wrote, C
+/// always reads what B wrote, and both orders are seen at the coordinator.
+#[test]
+fn figure_8_tasks_see_each_others_writes_whichever_comes_first() {
+    for provider in ["shm", "tcp"] {
+        for (order, first, second) in [
+            (
+                "wakeup-first",
+                "[0] [sync] Wakeup { id: 2 } from 2",
+                "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
+            ),
+            (
+                "sleep-first",
+                "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
+                "[0] [sync] Wakeup { id: 2 } from 2",
+            ),
+        ] {
+            let out = run(Command::new(satrun())
+                .args(["-n", "5", "--topology"])
+                .arg(topology("three-tasks.xml"))
+                .args(["--provider", provider, "--"])
+                .arg(example("tasks"))
+                .args(["--order", order])
+                .env("SAT_LOG", "sat_core::server=debug"));
+            assert!(
+                out.status.success(),
+                "{provider} {order}: {}",
+                text(&out.stderr)
+            );
+            let stdout = text(&out.stdout);
+            // Each task's own events in program order, and what each saw.
+            for task in [
+                &[
+                    "[2] A: wrote 100",
+                    "[2] A: woke rendezvous 2",
+                    "[2] A: through the barrier",
+                ][..],
+                &[
+                    "[3] B: read 100",
+                    "[3] B: wrote 200",
+                    "[3] B: through the barrier",
+                ][..],
+                &["[4] C: read 200"][..],
+            ] {
+                lines_in_order(&stdout, task).unwrap_or_else(|e| panic!("{provider} {order}: {e}"));
+            }
+            let log = stdout.clone() + &text(&out.stderr);
+            lines_in_order(&log, &[first, second])
+                .unwrap_or_else(|e| panic!("{provider} {order}: {e}"));
+        }
+    }
+}
+
+fn pubsub(provider: &str, extra: &[&str]) -> String {
+    let out = run(Command::new(satrun())
+        .args(["-n", "5", "--topology"])
+        .arg(topology("three-tasks.xml"))
+        .args(["--provider", provider, "--"])
+        .arg(example("pubsub"))
+        .args(extra));
+    assert!(
+        out.status.success(),
+        "{provider} {extra:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Figure 9: the handler runs once, while the subscriber's role waits in a
+/// barrier, sees the publisher's value, and after UNSUBSCRIBE is not called
+/// again, not even for its own release. Then 10,000 releases in a row: the
+/// handler sees versions only grow and always ends with the last one (the
+/// documented coalescing rule), and a subscriber that never unsubscribes
+/// does not keep the run from ending.
+#[test]
+fn figure_9_and_a_burst_of_10000_releases() {
+    for provider in ["shm", "tcp"] {
+        for (extra, data) in [(&[][..], "none"), (&["--with-data"][..], "42")] {
+            let mut args = vec!["--writes", "10000"];
+            args.extend_from_slice(extra);
+            let stdout = pubsub(provider, &args);
+            let handler =
+                format!("[3] handler: run 1, chunk 40 version 1, read 42, data in event: {data}");
+            lines_in_order(
+                &stdout,
+                &[
+                    "[3] subscriber: subscribed to chunk 40",
+                    &handler,
+                    "[3] subscriber: through the barrier after 1 handler run(s)",
+                ],
+            )
+            .unwrap_or_else(|e| panic!("{provider}: {e}"));
+            lines_in_order(
+                &stdout,
+                &["[2] publisher: wrote 42", "[2] publisher: the handler ran"],
+            )
+            .unwrap_or_else(|e| panic!("{provider}: {e}"));
+            assert_eq!(
+                stdout.matches("handler: run").count(),
+                1,
+                "{provider}: {stdout}"
+            );
+            assert!(
+                stdout.contains("[2] publisher: released 10000 writes"),
+                "{provider}"
+            );
+            assert!(
+                stdout.contains("[3] subscriber: saw the last value 10000 after "),
+                "{provider}: {stdout}"
+            );
+            assert!(
+                stdout.contains("[4] watcher: notified of the last version 10000"),
+                "{provider}: {stdout}"
+            );
+        }
+    }
+}
+
+/// Eight processes, 1,000 rounds of the same barrier: nobody is ever let
+/// through before every process of the round has arrived.
+#[test]
+fn a_barrier_of_8_repeated_1000_times_never_opens_early() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "10", "--topology"])
+            .arg(topology("eight-clients.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("barrier"))
+            .args(["--rounds", "1000"]));
+        assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        for rank in 2..=9 {
+            let line = format!("[{rank}] rank {rank}: 1000 rounds of 8, never through early");
+            assert!(stdout.contains(&line), "{provider}: missing {line:?}");
+        }
+    }
+}
