@@ -20,9 +20,13 @@ const CHUNK: u64 = 40;
 const BURST: u64 = 41;
 /// Rendezvous of Figure 9 (even: coordinated by server 0).
 const RDV_ID: u32 = 2;
-/// The publisher waits for both subscribers of the burst.
-const BURST_RDV: u32 = 3;
+/// The publisher waits in this barrier for both subscribers of the burst.
+/// (Not a rendezvous woken twice: wakeups that come before a rendezvous
+/// count as one, so the second rendezvous would wait forever.)
+const BURST_BAR: u32 = 3;
 const BAR_ID: u32 = 4;
+/// Raised by the publisher after its burst.
+const SIGNAL: u32 = 9;
 /// The publisher's rank (role 1 in three-tasks.xml).
 const PUBLISHER: u32 = 2;
 
@@ -51,12 +55,12 @@ fn publisher(c: &Client, writes: u64) -> RoleResult {
     c.barrier(BAR_ID, 2)?;
 
     c.malloc(BURST, 64)?;
-    c.rendezvous(BURST_RDV)?;
-    c.rendezvous(BURST_RDV)?;
+    c.barrier(BURST_BAR, 3)?;
     for v in 1..=writes {
         set(c, BURST, v)?;
     }
     println!("publisher: released {writes} writes");
+    c.raise(SIGNAL)?;
     Ok(())
 }
 
@@ -144,7 +148,7 @@ fn subscriber(c: &Client, writes: u64, with_data: bool) -> RoleResult {
         }
         Ok(())
     })?;
-    c.wakeup(BURST_RDV)?;
+    c.barrier(BURST_BAR, 3)?;
     Ok(())
 }
 
@@ -159,7 +163,13 @@ fn watcher(c: &Client, writes: u64) -> RoleResult {
         }
         Ok(())
     })?;
-    c.wakeup(BURST_RDV)?;
+    // A signal: publish-subscribe without a chunk.
+    c.subscribe_signal(SIGNAL, |c, event| {
+        println!("watcher: {event:?} raised");
+        c.unsubscribe_signal(SIGNAL)?;
+        Ok(())
+    })?;
+    c.barrier(BURST_BAR, 3)?;
     println!("watcher: subscribed for good");
     Ok(())
 }

@@ -17,8 +17,10 @@ use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
 use crate::store::Store;
 pub use crate::store::{Chain, LocalMemory};
 pub use events::{Event, HandlerResult};
+pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
 mod events;
+mod symbols;
 mod sync;
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
@@ -262,13 +264,13 @@ impl Client {
 
     /// Waits for the next message sent to this client.
     pub fn recv(&self) -> SatResult<UserMessage> {
-        self.wait(None, |st| st.mail.inbox.pop_front())?
+        self.wait_running_handlers(None, |st| st.mail.inbox.pop_front())?
             .ok_or_else(|| SatError::Timeout("no deadline was given".into()))
     }
 
     /// Waits at most `timeout` for the next message.
     pub fn recv_timeout(&self, timeout: Duration) -> SatResult<Option<UserMessage>> {
-        self.wait(Some(Instant::now() + timeout), |st| {
+        self.wait_running_handlers(Some(Instant::now() + timeout), |st| {
             st.mail.inbox.pop_front()
         })
     }
@@ -838,9 +840,32 @@ impl Client {
 
     /// Drives progress until `ready` yields a value or the deadline passes.
     /// The lock is released between polls so other threads can make calls.
+    /// Handlers do not run meanwhile: this waits on the S-DSM itself (a
+    /// grant, an allocation, another thread's scope), and a handler touching
+    /// the same chunk would find it half acquired.
     fn wait<T>(
         &self,
         deadline: Option<Instant>,
+        ready: impl FnMut(&mut ClientState) -> Option<T>,
+    ) -> SatResult<Option<T>> {
+        self.wait_inner(deadline, false, ready)
+    }
+
+    /// As [`Client::wait`], for calls that wait on other processes
+    /// (rendezvous, barrier, recv): on the role's thread, the handlers of
+    /// events arriving meanwhile run (section 2.5).
+    fn wait_running_handlers<T>(
+        &self,
+        deadline: Option<Instant>,
+        ready: impl FnMut(&mut ClientState) -> Option<T>,
+    ) -> SatResult<Option<T>> {
+        self.wait_inner(deadline, true, ready)
+    }
+
+    fn wait_inner<T>(
+        &self,
+        deadline: Option<Instant>,
+        handlers: bool,
         mut ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
         let mut idle = Idle::new(self.policy);
@@ -858,7 +883,7 @@ impl Client {
             };
             // Events that arrive while the role waits in a blocking call
             // run their handlers now (section 2.5), on the role's thread.
-            if events_pending && self.may_run_handlers() {
+            if handlers && events_pending && self.may_run_handlers() {
                 self.run_pending_handlers()?;
                 idle.traffic();
                 continue;

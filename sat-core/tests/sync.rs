@@ -96,8 +96,12 @@ fn pubsub(provider: &str, extra: &[&str]) -> String {
 #[test]
 fn figure_9_and_a_burst_of_10000_releases() {
     for provider in ["shm", "tcp"] {
-        for (extra, data) in [(&[][..], "none"), (&["--with-data"][..], "42")] {
-            let mut args = vec!["--writes", "10000"];
+        // 10,000 releases with notifications that carry no data; 1,000 with.
+        for (extra, data, writes) in [
+            (&[][..], "none", "10000"),
+            (&["--with-data"][..], "42", "1000"),
+        ] {
+            let mut args = vec!["--writes", writes];
             args.extend_from_slice(extra);
             let stdout = pubsub(provider, &args);
             let handler =
@@ -122,15 +126,23 @@ fn figure_9_and_a_burst_of_10000_releases() {
                 "{provider}: {stdout}"
             );
             assert!(
-                stdout.contains("[2] publisher: released 10000 writes"),
+                stdout.contains(&format!("[2] publisher: released {writes} writes")),
                 "{provider}"
             );
             assert!(
-                stdout.contains("[3] subscriber: saw the last value 10000 after "),
+                stdout.contains(&format!(
+                    "[3] subscriber: saw the last value {writes} after "
+                )),
                 "{provider}: {stdout}"
             );
             assert!(
-                stdout.contains("[4] watcher: notified of the last version 10000"),
+                stdout.contains(&format!(
+                    "[4] watcher: notified of the last version {writes}"
+                )),
+                "{provider}: {stdout}"
+            );
+            assert!(
+                stdout.contains("[4] watcher: Signal { id: 9 } raised"),
                 "{provider}: {stdout}"
             );
         }
@@ -154,5 +166,36 @@ fn a_barrier_of_8_repeated_1000_times_never_opens_early() {
             let line = format!("[{rank}] rank {rank}: 1000 rounds of 8, never through early");
             assert!(stdout.contains(&line), "{provider}: missing {line:?}");
         }
+    }
+}
+
+/// Section 3.2's dataflow: channels are shared buffers, the only
+/// synchronization is write scopes and notifications, and every frame
+/// reaches the output exactly once, processed right.
+#[test]
+fn the_dataflow_delivers_every_frame_exactly_once() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "7", "--topology"])
+            .arg(topology("dataflow.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("dataflow"))
+            .args(["--frames", "150"]));
+        assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.contains("[6] output: 150 frames, each exactly once and right: true"),
+            "{provider}: {stdout}"
+        );
+        assert!(
+            stdout.contains("[2] input: 150 frames given and consumed"),
+            "{provider}"
+        );
+        let processed: u64 = stdout
+            .lines()
+            .filter_map(|l| l.split("processed ").nth(1))
+            .map(|n| n.trim_end_matches(" frames").parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(processed, 150, "{provider}: {stdout}");
     }
 }

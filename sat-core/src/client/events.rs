@@ -14,7 +14,8 @@
 //!   same way: a handler runs at least once after each raise.
 //! - **Where handlers run**: on the role's thread, one at a time, after the
 //!   role function returns (the client loop) and also while the role waits
-//!   in a blocking call (rendezvous, barrier, acquire, ...). A handler may
+//!   on other processes (rendezvous, barrier, recv; not inside an acquire,
+//!   which waits on the chunk's own protocol). A handler may
 //!   call the whole API, subscribe and unsubscribe; events that arrive while
 //!   it runs wait until it returns.
 //! - **Unsubscribing** drops the pending events of that subscription at

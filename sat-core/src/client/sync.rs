@@ -75,7 +75,7 @@ impl Client {
             .copied()
             .unwrap_or(0);
         self.sync_send(SyncOp::Sleep { id, seen })?;
-        self.wait(None, |st| {
+        self.wait_running_handlers(None, |st| {
             let g = st.mail.sync.awake.get(&id).copied().unwrap_or(0);
             (g > seen).then(|| {
                 let c = st.mail.sync.consumed.entry(id).or_default();
@@ -95,7 +95,7 @@ impl Client {
             )));
         }
         self.sync_send(SyncOp::Barrier { id, count })?;
-        let answer = self.wait(None, |st| {
+        let answer = self.wait_running_handlers(None, |st| {
             st.mail
                 .sync
                 .barriers

@@ -747,6 +747,8 @@ enum Post {
 struct SendQueue {
     posts: VecDeque<Post>,
     stalled_since: Option<Instant>,
+    /// A long refusal was reported (once per stall).
+    warned: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1695,12 +1697,20 @@ impl Core {
             if ret == 0 {
                 self.queues[d].posts.pop_front();
                 self.queues[d].stalled_since = None;
+                self.queues[d].warned = false;
                 continue;
             }
             if ret == -(fi::FI_EAGAIN as isize) {
                 let since = *self.queues[d]
                     .stalled_since
                     .get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(1) && !self.queues[d].warned {
+                    self.queues[d].warned = true;
+                    warn!(
+                        "the provider has refused sends to rank {dest} for 1 s; {} queued",
+                        self.queues[d].posts.len()
+                    );
+                }
                 if since.elapsed() > STALL_LIMIT {
                     self.queues[d].stalled_since = None;
                     self.defer(TransportError::PeerLost {
