@@ -148,6 +148,19 @@ fn subscriber(c: &Client, writes: u64, with_data: bool) -> RoleResult {
         }
         Ok(())
     })?;
+    // Misuse is an error that says what to do.
+    let errors = [
+        c.subscribe(BURST, false, |_, _| Ok(())),
+        c.subscribe(12345, false, |_, _| Ok(())),
+        c.unsubscribe(CHUNK),
+        c.barrier(50, 0),
+    ];
+    for e in errors {
+        println!(
+            "subscriber: misuse: {}",
+            e.err().ok_or("misuse was accepted")?
+        );
+    }
     c.barrier(BURST_BAR, 3)?;
     Ok(())
 }

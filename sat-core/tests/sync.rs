@@ -145,6 +145,19 @@ fn figure_9_and_a_burst_of_10000_releases() {
                 stdout.contains("[4] watcher: Signal { id: 9 } raised"),
                 "{provider}: {stdout}"
             );
+            for misuse in [
+                "SUBSCRIBE to chunk 41: this process is already subscribed; UNSUBSCRIBE first",
+                "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
+                "UNSUBSCRIBE from chunk 40: this process is not subscribed to it",
+                "barrier 50 with a count of 0: give the number of processes to wait for",
+            ] {
+                assert!(
+                    stdout.contains(&format!(
+                        "[3] subscriber: misuse: invalid use of the SAT API: {misuse}"
+                    )),
+                    "{provider}: {misuse}"
+                );
+            }
         }
     }
 }
