@@ -177,9 +177,13 @@ fn watcher(c: &Client, writes: u64) -> RoleResult {
         Ok(())
     })?;
     // A signal: publish-subscribe without a chunk.
+    c.lookup(CHUNK, Duration::from_secs(30))?;
     c.subscribe_signal(SIGNAL, |c, event| {
         println!("watcher: {event:?} raised");
         c.unsubscribe_signal(SIGNAL)?;
+        // A handler may subscribe too.
+        c.subscribe(CHUNK, true, |_, _| Ok(()))?;
+        println!("watcher: subscribed to chunk {CHUNK} from a handler");
         Ok(())
     })?;
     c.barrier(BURST_BAR, 3)?;

@@ -141,10 +141,14 @@ fn figure_9_and_a_burst_of_10000_releases() {
                 )),
                 "{provider}: {stdout}"
             );
-            assert!(
-                stdout.contains("[4] watcher: Signal { id: 9 } raised"),
-                "{provider}: {stdout}"
-            );
+            lines_in_order(
+                &stdout,
+                &[
+                    "[4] watcher: Signal { id: 9 } raised",
+                    "[4] watcher: subscribed to chunk 40 from a handler",
+                ],
+            )
+            .unwrap_or_else(|e| panic!("{provider}: {e}"));
             for misuse in [
                 "SUBSCRIBE to chunk 41: this process is already subscribed; UNSUBSCRIBE first",
                 "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
