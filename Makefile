@@ -23,6 +23,7 @@ bench: setup
 	$(CARGO) build --release -j $(JOBS) --bin satrun --bin sat-transport-bench
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
 	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
+	$(CARGO) build --release -j $(JOBS) --bin sat-sync-bench && target/release/sat-sync-bench --providers shm,tcp
 
 clean:
 	$(CARGO) clean
