@@ -346,6 +346,28 @@ impl Client {
         self.allocate_chain(protocol, layout, Some(memory))
     }
 
+    /// MAP of a MALLOC_LST chain: chunk `ids[i]` gets `sizes[i % len]`
+    /// bytes, and the chain's local data is `memory` (exactly the chain's
+    /// size), used in place. Faces that own the memory their callers see
+    /// (the C ABI's `chunk->data`) allocate every chain this way.
+    pub fn map_lst(
+        &self,
+        protocol: ProtocolId,
+        ids: &[ChunkId],
+        sizes: &[usize],
+        memory: Box<dyn LocalMemory>,
+    ) -> SatResult<Chain> {
+        let layout = ChainLayout::malloc_lst(ids, sizes)?;
+        if layout.total_size() != memory.bytes().len() {
+            return Err(SatError::Usage(format!(
+                "MAP of a chain of {} bytes with memory of {} bytes: give memory of the chain's size",
+                layout.total_size(),
+                memory.bytes().len()
+            )));
+        }
+        self.allocate_chain(protocol, layout, Some(memory))
+    }
+
     /// Gives back the memory of a MAP'd chain, which this process then no
     /// longer holds (its chunks stay in the S-DSM). Refused while a chunk of
     /// the chain is inside a scope.
@@ -390,6 +412,18 @@ impl Client {
 
     /// LOOKUP_LST: the chain of chunks `ids`, in that order.
     pub fn lookup_lst(&self, ids: &[ChunkId], timeout: Duration) -> SatResult<Chain> {
+        self.lookup_lst_into(ids, timeout, |_| None)
+    }
+
+    /// LOOKUP_LST whose local data is memory the caller provides once the
+    /// chain's size is known: `memory(size)` returns it (exactly `size`
+    /// bytes), or None for SAT's own.
+    pub fn lookup_lst_into(
+        &self,
+        ids: &[ChunkId],
+        timeout: Duration,
+        memory: impl FnOnce(usize) -> Option<Box<dyn LocalMemory>>,
+    ) -> SatResult<Chain> {
         // Validates the ids (none, duplicates) before asking anyone.
         ChainLayout::malloc_lst(ids, &[1])?;
         let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
@@ -425,7 +459,17 @@ impl Client {
             }
         }
         let layout = ChainLayout::malloc_lst(ids, &sizes)?;
-        Ok(self.lock().store.add_chain(layout, &protocols, None))
+        let memory = memory(layout.total_size());
+        if let Some(m) = &memory {
+            if m.bytes().len() != layout.total_size() {
+                return Err(SatError::Usage(format!(
+                    "LOOKUP of a chain of {} bytes given memory of {} bytes",
+                    layout.total_size(),
+                    m.bytes().len()
+                )));
+            }
+        }
+        Ok(self.lock().store.add_chain(layout, &protocols, memory))
     }
 
     /// Asks the homes for every chunk of `layout` with `protocol` and adds

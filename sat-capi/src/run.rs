@@ -1,0 +1,113 @@
+//! The bootstrap (Figure 10) and the process's client.
+//!
+//! The paper's API has no client argument (`MALLOC(consistency, id, size)`):
+//! a process plays one role, so its client is process-wide state, installed
+//! while `sat_bootstrap` runs and removed when it returns.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use sat_core::bootstrap::{run, Roles};
+use sat_core::client::Client;
+
+use crate::status::{bad_argument, boundary, fail, sat_status, set_error};
+
+static CLIENT: AtomicPtr<Client> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The client of this process, while its role runs.
+pub(crate) fn client() -> Result<&'static Client, sat_status> {
+    let p = CLIENT.load(Ordering::Acquire);
+    if p.is_null() {
+        set_error(
+            "no SAT run is going on in this process: call SAT functions from a role function \
+             started by sat_bootstrap (_SAT_BOOTSTRAP), or from its handlers",
+        );
+        return Err(sat_status::SAT_ERR_USAGE);
+    }
+    // SAFETY: the pointer is set to the client `run` lends the role, and
+    // cleared once `run` returns, after the role and its handlers ended.
+    Ok(unsafe { &*p })
+}
+
+/// What a role function receives (the report's `_SAT_Bootstrap_t`).
+#[repr(C)]
+pub struct sat_bootstrap_t {
+    /// This process's rank in the run.
+    pub rank: u32,
+    /// The role it plays (1 and above).
+    pub role: u32,
+    /// The number of processes in the run, servers included.
+    pub size: u32,
+}
+
+/// A role function (the report's `_SAT_Roles_t`): NULL for roles this
+/// program does not play (entry 0 is the S-DSM server's, always NULL).
+pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
+
+/// Joins the run and plays this process's role (Figure 10): `roles[r]` is
+/// the function of role `r`, for `r` < `nroles`. Returns when the run is
+/// over for this process (its role, then its subscriptions' handlers, have
+/// ended), with `SAT_OK` or an error status. `reserved` must be NULL.
+/// `argc`/`argv` are the program's: `--topology FILE` is read from them.
+///
+/// # Safety
+/// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
+/// to use the process's own arguments).
+#[no_mangle]
+pub unsafe extern "C" fn sat_bootstrap(
+    roles: *const sat_role_fn,
+    nroles: usize,
+    reserved: *mut c_void,
+    argc: c_int,
+    argv: *const *const c_char,
+) -> i32 {
+    boundary("sat_bootstrap", || {
+        if roles.is_null() {
+            return bad_argument("sat_bootstrap: roles is NULL; give the table of role functions")
+                as i32;
+        }
+        if !reserved.is_null() {
+            return bad_argument("sat_bootstrap: the third argument is reserved: pass NULL") as i32;
+        }
+        let args: Vec<String> = if argv.is_null() || argc <= 0 {
+            std::env::args().collect()
+        } else {
+            (0..argc as usize)
+                .map(|i| {
+                    // SAFETY: the caller gives argc C strings.
+                    let p = unsafe { *argv.add(i) };
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        // SAFETY: a NUL-terminated argument string.
+                        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                    }
+                })
+                .collect()
+        };
+        // SAFETY: the caller gives nroles entries.
+        let table = unsafe { std::slice::from_raw_parts(roles, nroles) };
+        let mut r = Roles::new();
+        for (role, f) in table.iter().enumerate().skip(1) {
+            let Some(f) = *f else { continue };
+            r = r.role(role as u32, move |c: &Client| {
+                CLIENT.store(c as *const Client as *mut Client, Ordering::Release);
+                let mut b = sat_bootstrap_t {
+                    rank: c.rank(),
+                    role: c.role(),
+                    size: c.size(),
+                };
+                // SAFETY: a role function of the caller's table.
+                unsafe { f(&mut b) };
+                Ok(())
+            });
+        }
+        let outcome = run(r, args);
+        CLIENT.store(std::ptr::null_mut(), Ordering::Release);
+        crate::chunks::forget_all();
+        match outcome {
+            Ok(()) => 0,
+            Err(e) => fail(&e) as i32,
+        }
+    })
+}

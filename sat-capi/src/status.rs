@@ -1,0 +1,148 @@
+//! Status codes, the per-thread last error, and the panic boundary.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+
+use sat_core::SatError;
+
+/// What a call returns: 0 on success, a negative code grouped by what broke.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum sat_status {
+    SAT_OK = 0,
+    /// A NULL or out-of-range argument.
+    SAT_ERR_ARGUMENT = -1,
+    /// The API was called in a way it does not allow (RELEASE without an
+    /// acquire, a size mismatch, a call outside a role, ...).
+    SAT_ERR_USAGE = -2,
+    /// A chunk or chain request is malformed (size, ids).
+    SAT_ERR_CHUNK = -3,
+    /// A bounded wait ran out (LOOKUP or readSymbol of what nobody wrote).
+    SAT_ERR_TIMEOUT = -4,
+    /// The message layer failed (provider, lost peer).
+    SAT_ERR_TRANSPORT = -5,
+    /// The processes of the run could not find each other.
+    SAT_ERR_BOOTSTRAP = -6,
+    /// The topology file is missing, malformed or does not fit the run.
+    SAT_ERR_TOPOLOGY = -7,
+    /// Another process aborted the run.
+    SAT_ERR_ABORTED = -8,
+    /// A role function or a handler failed.
+    SAT_ERR_ROLE = -9,
+    /// A bug in SAT: an internal panic, caught at the boundary.
+    SAT_ERR_INTERNAL = -10,
+}
+
+use sat_status::*;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records `message` as this thread's last error.
+pub(crate) fn set_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// The status of a sat-core error, recording its message.
+pub(crate) fn fail(e: &SatError) -> sat_status {
+    set_error(&e.to_string());
+    match e {
+        SatError::Topology(_) => SAT_ERR_TOPOLOGY,
+        SatError::Chunk(_) => SAT_ERR_CHUNK,
+        SatError::Transport(_) => SAT_ERR_TRANSPORT,
+        SatError::Bootstrap(_) => SAT_ERR_BOOTSTRAP,
+        SatError::Aborted(_) => SAT_ERR_ABORTED,
+        SatError::Usage(_) => SAT_ERR_USAGE,
+        SatError::Role(_) => SAT_ERR_ROLE,
+        SatError::Timeout(_) => SAT_ERR_TIMEOUT,
+    }
+}
+
+/// An argument error, recording `message`.
+pub(crate) fn bad_argument(message: &str) -> sat_status {
+    set_error(message);
+    SAT_ERR_ARGUMENT
+}
+
+/// What a call returns when it fails: a status, or NULL.
+pub(crate) trait Failure {
+    fn failure(status: sat_status) -> Self;
+}
+
+impl Failure for sat_status {
+    fn failure(status: sat_status) -> Self {
+        status
+    }
+}
+
+impl Failure for i32 {
+    fn failure(status: sat_status) -> Self {
+        status as i32
+    }
+}
+
+impl<T> Failure for *mut T {
+    fn failure(_: sat_status) -> Self {
+        std::ptr::null_mut()
+    }
+}
+
+impl<T> Failure for *const T {
+    fn failure(_: sat_status) -> Self {
+        std::ptr::null()
+    }
+}
+
+/// Runs the body of an exported call: a panic becomes `SAT_ERR_INTERNAL`
+/// (or NULL) with a message, never an unwind into C.
+pub(crate) fn boundary<R: Failure>(call: &str, body: impl FnOnce() -> R) -> R {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_error(&format!(
+                "{call}: internal error in SAT: {what}; please report it"
+            ));
+            R::failure(SAT_ERR_INTERNAL)
+        }
+    }
+}
+
+/// This thread's last error message (empty if none); valid until the next
+/// failing call on this thread.
+#[no_mangle]
+pub extern "C" fn sat_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// A static description of a status code.
+#[no_mangle]
+pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
+    let s: &'static [u8] = match status {
+        0 => b"success\0",
+        -1 => b"invalid argument (NULL or out of range)\0",
+        -2 => b"invalid use of the SAT API\0",
+        -3 => b"invalid chunk or chain request\0",
+        -4 => b"timed out\0",
+        -5 => b"transport error\0",
+        -6 => b"bootstrap failed\0",
+        -7 => b"topology error\0",
+        -8 => b"the run was aborted\0",
+        -9 => b"a role or handler failed\0",
+        -10 => b"internal error in SAT\0",
+        _ => b"unknown status\0",
+    };
+    s.as_ptr().cast()
+}
+
+/// The library's version, "MAJOR.MINOR.PATCH" (Cargo.toml's).
+#[no_mangle]
+pub extern "C" fn sat_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}

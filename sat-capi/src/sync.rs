@@ -1,0 +1,273 @@
+//! Synchronization (section 2.4), symbols (Figure 7), publish-subscribe
+//! (section 2.5) and topology queries, for C.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::time::Duration;
+
+use sat_core::client::{Client, Event};
+
+use crate::chunks::{chain_of, sat_chunk_t};
+use crate::run::client;
+use crate::status::{bad_argument, boundary, fail, set_error};
+
+fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> i32 {
+    boundary(name, || match client() {
+        Ok(c) => match f(c) {
+            Ok(()) => 0,
+            Err(e) => fail(&e) as i32,
+        },
+        Err(s) => s as i32,
+    })
+}
+
+/// Waits for a wakeup of rendezvous `id` not consumed yet by this process,
+/// sent before or after this call (the report's `sleep`/`rendezvous`).
+#[no_mangle]
+pub extern "C" fn sat_rendezvous(id: u32) -> i32 {
+    call("rendezvous", |c| c.rendezvous(id))
+}
+
+/// Wakes every process sleeping on rendezvous `id`; remembered for the next
+/// one to come. Wakeups not consumed in between count as one.
+#[no_mangle]
+pub extern "C" fn sat_wakeup(id: u32) -> i32 {
+    call("wakeup", |c| c.wakeup(id))
+}
+
+/// Waits until `count` calls of barrier `id` have arrived.
+#[no_mangle]
+pub extern "C" fn sat_barrier(id: u32, count: u32) -> i32 {
+    call("barrier", |c| c.barrier(id, count))
+}
+
+/// Raises signal `id`: every subscribed process runs its handler.
+#[no_mangle]
+pub extern "C" fn sat_signal_raise(id: u32) -> i32 {
+    call("signal", |c| c.raise(id))
+}
+
+/// The number of clients in the run (the report's `clientGetClientNr`), or
+/// a negative status outside a run.
+#[no_mangle]
+pub extern "C" fn sat_client_count() -> i32 {
+    boundary("clientGetClientNr", || match client() {
+        Ok(c) => c.client_count() as i32,
+        Err(s) => s as i32,
+    })
+}
+
+/// This process's rank, or a negative status outside a run.
+#[no_mangle]
+pub extern "C" fn sat_rank() -> i32 {
+    boundary("sat_rank", || match client() {
+        Ok(c) => c.rank() as i32,
+        Err(s) => s as i32,
+    })
+}
+
+/// This process's role, or a negative status outside a run.
+#[no_mangle]
+pub extern "C" fn sat_role() -> i32 {
+    boundary("sat_role", || match client() {
+        Ok(c) => c.role() as i32,
+        Err(s) => s as i32,
+    })
+}
+
+/// The number of S-DSM servers, or a negative status outside a run.
+#[no_mangle]
+pub extern "C" fn sat_server_count() -> i32 {
+    boundary("sat_server_count", || match client() {
+        Ok(c) => c.server_count() as i32,
+        Err(s) => s as i32,
+    })
+}
+
+// ----------------------------------------------------------------- symbols
+
+fn name_of(fname: &str, name: *const c_char) -> Result<String, i32> {
+    if name.is_null() {
+        return Err(bad_argument(&format!("{fname}: name is NULL; give a symbol name")) as i32);
+    }
+    // SAFETY: a NUL-terminated C string from the caller.
+    match unsafe { CStr::from_ptr(name) }.to_str() {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(bad_argument(&format!("{fname}: the name is not UTF-8")) as i32),
+    }
+}
+
+/// The report's `initSymbolicTable`: the table needs no set-up; kept so
+/// Figure 7 ports as it is.
+#[no_mangle]
+pub extern "C" fn sat_init_symbol_table() -> i32 {
+    call("initSymbolicTable", |c| c.init_symbol_table())
+}
+
+/// Writes `size` bytes at `data` as the value of symbol `name` (replacing
+/// any earlier value, whatever its size).
+#[no_mangle]
+pub extern "C" fn sat_write_symbol(name: *const c_char, data: *const c_void, size: usize) -> i32 {
+    boundary("writeSymbol", || {
+        let name = match name_of("writeSymbol", name) {
+            Ok(n) => n,
+            Err(s) => return s,
+        };
+        if data.is_null() && size > 0 {
+            return bad_argument("writeSymbol: data is NULL; give the bytes to write") as i32;
+        }
+        let bytes = if size == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller gives `size` readable bytes at `data`.
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }
+        };
+        call("writeSymbol", |c| c.write_symbol(&name, bytes))
+    })
+}
+
+/// Reads symbol `name`: on success `*data` is a buffer of `*size` bytes
+/// allocated with malloc (free it with `free` or `sat_free`). Waits up to
+/// `SAT_LOOKUP_TIMEOUT` seconds (60 by default) for a writer.
+///
+/// # Safety
+/// `data` and `size` point at writable variables.
+#[no_mangle]
+pub unsafe extern "C" fn sat_read_symbol(
+    name: *const c_char,
+    data: *mut *mut c_void,
+    size: *mut usize,
+) -> i32 {
+    boundary("readSymbol", || {
+        let name = match name_of("readSymbol", name) {
+            Ok(n) => n,
+            Err(s) => return s,
+        };
+        if data.is_null() || size.is_null() {
+            return bad_argument("readSymbol: data or size is NULL; give where to put the result")
+                as i32;
+        }
+        let c = match client() {
+            Ok(c) => c,
+            Err(s) => return s as i32,
+        };
+        let secs = std::env::var("SAT_LOOKUP_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(60.0);
+        match c.read_symbol(&name, Duration::from_secs_f64(secs.max(0.0))) {
+            Ok(bytes) => {
+                // SAFETY: malloc of at least one byte; the caller frees it.
+                let buf = unsafe { libc::malloc(bytes.len().max(1)) };
+                if buf.is_null() {
+                    set_error("readSymbol: out of memory for the value");
+                    return crate::status::sat_status::SAT_ERR_ARGUMENT as i32;
+                }
+                // SAFETY: buf holds bytes.len() bytes; the out-pointers are valid.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+                    *data = buf;
+                    *size = bytes.len();
+                }
+                0
+            }
+            Err(e) => fail(&e) as i32,
+        }
+    })
+}
+
+/// Frees a buffer from `sat_read_symbol` (the same as `free`).
+///
+/// # Safety
+/// `p` comes from `sat_read_symbol` or is NULL.
+#[no_mangle]
+pub unsafe extern "C" fn sat_free(p: *mut c_void) {
+    // SAFETY: malloc'd by sat_read_symbol, or NULL.
+    unsafe { libc::free(p) }
+}
+
+// --------------------------------------------------------- publish-subscribe
+
+/// A chunk handler: the chunk that changed and the caller's parameters.
+pub type sat_chunk_handler = Option<unsafe extern "C" fn(*mut sat_chunk_t, *mut c_void)>;
+
+/// A signal handler: the signal raised and the caller's parameters.
+pub type sat_signal_handler = Option<unsafe extern "C" fn(u32, *mut c_void)>;
+
+/// Pointers a handler closure carries to the C side.
+#[derive(Clone, Copy)]
+struct Ptrs(*mut sat_chunk_t, *mut c_void);
+// SAFETY: handlers run on the role's thread; the pointers are the caller's.
+unsafe impl Send for Ptrs {}
+// SAFETY: as above.
+unsafe impl Sync for Ptrs {}
+
+/// SUBSCRIBE: after every write release of the chain's first chunk, from
+/// any process, `handler(chunk, params)` runs in this process (in the client
+/// loop after the role function returns, and while it waits in a
+/// rendezvous or barrier). A handler may use the whole API.
+#[no_mangle]
+pub extern "C" fn sat_subscribe(
+    chunk: *mut sat_chunk_t,
+    handler: sat_chunk_handler,
+    params: *mut c_void,
+) -> i32 {
+    boundary("SUBSCRIBE", || {
+        let chain = match chain_of("SUBSCRIBE", chunk) {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        let Some(h) = handler else {
+            return bad_argument("SUBSCRIBE: handler is NULL; give the function to run") as i32;
+        };
+        let ptrs = Ptrs(chunk, params);
+        call("SUBSCRIBE", |c| {
+            c.subscribe(chain.first(), false, move |_, _: &Event| {
+                let p = ptrs;
+                // SAFETY: the caller's handler with its own arguments.
+                unsafe { h(p.0, p.1) };
+                Ok(())
+            })
+        })
+    })
+}
+
+/// UNSUBSCRIBE: the chunk's handler will not run again.
+#[no_mangle]
+pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> i32 {
+    boundary("UNSUBSCRIBE", || {
+        let chain = match chain_of("UNSUBSCRIBE", chunk) {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        call("UNSUBSCRIBE", |c| c.unsubscribe(chain.first()))
+    })
+}
+
+/// Runs `handler(id, params)` each time signal `id` is raised.
+#[no_mangle]
+pub extern "C" fn sat_signal_subscribe(
+    id: u32,
+    handler: sat_signal_handler,
+    params: *mut c_void,
+) -> i32 {
+    boundary("signal subscribe", || {
+        let Some(h) = handler else {
+            return bad_argument("signal subscribe: handler is NULL") as i32;
+        };
+        let ptrs = Ptrs(std::ptr::null_mut(), params);
+        call("signal subscribe", |c| {
+            c.subscribe_signal(id, move |_, _| {
+                let p = ptrs;
+                // SAFETY: the caller's handler with its own arguments.
+                unsafe { h(id, p.1) };
+                Ok(())
+            })
+        })
+    })
+}
+
+/// Stops the handler of signal `id`.
+#[no_mangle]
+pub extern "C" fn sat_signal_unsubscribe(id: u32) -> i32 {
+    call("signal unsubscribe", |c| c.unsubscribe_signal(id))
+}
