@@ -26,6 +26,9 @@ use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
+/// How long a wait for a reply that is due spins before micro-sleeping.
+const REPLY_SPIN: Duration = Duration::from_micros(500);
+
 /// Allocation requests in flight at once for one chain.
 const ALLOC_WINDOW: usize = 32;
 
@@ -912,7 +915,18 @@ impl Client {
         handlers: bool,
         mut ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
-        let mut idle = Idle::new(self.policy);
+        // A wait on the S-DSM itself (a grant, an allocation answer) has a
+        // reply due within a round trip or two: spinning that long before
+        // sleeping saves the sleep's wake-up latency on every miss.
+        let policy = if handlers {
+            self.policy
+        } else {
+            IdlePolicy {
+                spin: self.policy.spin.max(REPLY_SPIN),
+                ..self.policy
+            }
+        };
+        let mut idle = Idle::new(policy);
         loop {
             let events_pending = {
                 let mut st = self.lock();
