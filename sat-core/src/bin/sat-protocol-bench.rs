@@ -20,16 +20,15 @@
 //! the counts. `--iters` is the number of measured operations for 64-byte
 //! and 4 KiB chunks; 1 MiB chunks get a tenth of it. Every figure is a median.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
+mod bench_common;
+
+use std::path::Path;
 use std::time::Instant;
 
-use sat_core::bootstrap::{join, run, RoleResult, Roles};
+use bench_common::{human, median, micros, raw_ping_pong, warmup, SatRun};
+use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::{Client, UserMessage};
 use sat_core::protocol::Access;
-use sat_core::transport::{Payload, Received, Sender, Transport};
 use sat_core::{Rank, SatError, SatResult};
 
 /// The chunk size of the read and write rows: one cache line, so that the
@@ -106,30 +105,19 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         iters: 2000,
         worker: None,
     };
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--providers" => o.providers = val()?.split(',').map(str::to_string).collect(),
-            "--iters" => {
-                o.iters = val()?
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or("--iters takes a positive number")?
-            }
+    bench_common::parse_options(args, |a, val| {
+        match a {
+            "--providers" => o.providers = bench_common::providers(&val()?),
+            "--iters" => o.iters = bench_common::positive(a, &val()?)?,
             "--worker" => o.worker = Some(val()?),
             // satrun finds the topology in the program's arguments too.
             "--topology" => {
                 val()?;
             }
-            other => return Err(format!("unknown option {other}")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok(o)
 }
 
@@ -141,23 +129,6 @@ fn iterations(iters: usize, size: usize) -> usize {
     } else {
         iters
     }
-}
-
-/// Unmeasured operations run first: connections, buffers and caches settle.
-fn warmup(n: usize) -> usize {
-    (n / 10).max(1)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-fn micros(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e6
 }
 
 // ------------------------------------------------------- protocol worker
@@ -384,7 +355,7 @@ fn read_hit(co: &mut Coord, clients: &[Rank], chunk: u64, n: usize) -> SatResult
         let t0 = Instant::now();
         c.acquire(chunk, Access::Read)?;
         c.release(chunk)?;
-        let us = micros(t0);
+        let us = micros(t0.elapsed());
         if i >= warmup(n) {
             times.push(us);
             sent += co.protocol_sent() - m0;
@@ -425,7 +396,7 @@ fn read_miss(
         let m0 = co.protocol_sent();
         let t0 = Instant::now();
         let v = read_counter(c, chunk)?;
-        let us = micros(t0);
+        let us = micros(t0.elapsed());
         if v != want {
             return Err(bad(&format!("read miss saw {v}, the writer wrote {want}")));
         }
@@ -477,7 +448,7 @@ fn write_miss(
         let m0 = co.protocol_sent();
         let t0 = Instant::now();
         increment(c, chunk)?;
-        let us = micros(t0);
+        let us = micros(t0.elapsed());
         if i >= warmup(n) {
             times.push(us);
             sent += co.protocol_sent() - m0;
@@ -524,7 +495,7 @@ fn hand_off(
             return Err(bad(&format!("hand-off wrote {v}, expected {}", 2 * k + 1)));
         }
         wait_for_value(co, chunk, 2 * k + 2)?;
-        let us = micros(t0);
+        let us = micros(t0.elapsed());
         if k >= warmup(n) as u64 {
             times.push(us / 2.0);
         }
@@ -541,122 +512,17 @@ fn protocol_worker(args: &[String], o: &Options) -> Result<(), String> {
 
 // ------------------------------------------------------------ raw worker
 
-/// The bare transport between two ranks, as sat-transport-bench measures
-/// it: the payload is the message, the closing handshake the header `[1]`,
-/// busy polling. Rank 0 prints `RAW size median`.
+/// The bare transport between two ranks, busy polling (`bench_common`), for
+/// the sizes of the rows. Rank 0 prints `RAW size median`.
 fn raw_worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    let mut joined = join(args, |_| true)?;
-    let t = &mut joined.transport;
-    let me = t.rank();
-    let peer = 1 - me;
-    let buf: Arc<[u8]> = vec![0xA5u8; MIB].into();
-    let mut peer_done = false;
-    for size in [SMALL, KIB4, MIB] {
-        let payload: Arc<[u8]> = buf[..size].into();
-        let n = iterations(o.iters, size);
-        let mut rtts = Vec::with_capacity(n);
-        for i in 0..warmup(n) + n {
-            if me == 0 {
-                let start = Instant::now();
-                t.send(peer, &[], Payload::Shared(&payload))?;
-                wait_reply(t, size, &mut peer_done)?;
-                if i >= warmup(n) {
-                    rtts.push(micros(start));
-                }
-            } else {
-                wait_reply(t, size, &mut peer_done)?;
-                t.send(peer, &[], Payload::Shared(&payload))?;
-            }
-        }
-        if me == 0 {
-            println!("RAW {size} {:.3}", median(&mut rtts));
-        }
-    }
-    // Close together: neither side may leave while a message is in flight.
-    t.send(peer, &[1], Payload::None)?;
-    while !peer_done {
-        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
-    }
-    while !t.sends_drained()? {
-        t.poll(&mut |_, _| {})?;
-    }
-    Ok(())
-}
-
-/// Polls until the peer's one message of this iteration arrives, and checks
-/// its size.
-fn wait_reply(
-    t: &mut impl Transport,
-    size: usize,
-    peer_done: &mut bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let mut got = false;
-    let mut wrong = None;
-    while !got {
-        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-            if m.header == [1] {
-                *peer_done = true;
-            } else {
-                got = true;
-                if m.payload.len() != size {
-                    wrong = Some(m.payload.len());
-                }
-            }
-        })?;
-    }
-    match wrong {
-        Some(len) => Err(format!("expected {size} bytes, got {len}").into()),
-        None => Ok(()),
-    }
+    let runs = [SMALL, KIB4, MIB].map(|size| (size, iterations(o.iters, size)));
+    raw_ping_pong(args, &runs, |_, size, us| println!("RAW {size} {us:.3}"))
 }
 
 // ---------------------------------------------------------- orchestrator
 
-/// Runs `satrun` on this program and returns the words after `marker` on
-/// each line that has it (satrun prefixes lines with the rank).
-fn sat_run(
-    satrun: &Path,
-    launch: &[String],
-    me: &Path,
-    worker: &[String],
-    marker: &str,
-) -> Result<Vec<Vec<String>>, String> {
-    let out = Command::new(satrun)
-        .args(launch)
-        .arg("--")
-        .arg(me)
-        .args(worker)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", satrun.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the worker run ({}) failed: {}{}",
-            worker.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(BufReader::new(&out.stdout[..])
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|line| {
-            let f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-            let i = f.iter().position(|w| w == marker)?;
-            Some(f[i + 1..].to_vec())
-        })
-        .collect())
-}
-
 fn orchestrate(o: &Options) -> Result<(), String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let satrun: PathBuf = me.with_file_name("satrun");
-    if !satrun.exists() {
-        return Err(format!(
-            "{} not found: build it first (cargo build --release --bin satrun)",
-            satrun.display()
-        ));
-    }
+    let satrun = SatRun::find()?;
     let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/bench-4-clients.xml");
     if !topology.exists() {
         return Err(format!("{} not found", topology.display()));
@@ -680,43 +546,22 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         "SAT/raw"
     );
     for provider in &o.providers {
-        let raw: Vec<(usize, f64)> = sat_run(
-            &satrun,
-            &[
-                "-n".into(),
-                "2".into(),
-                "--provider".into(),
-                provider.clone(),
-            ],
-            &me,
-            &[
-                "--worker".into(),
-                "raw".into(),
-                "--iters".into(),
-                iters.clone(),
-            ],
-            "RAW",
-        )?
-        .iter()
-        .filter_map(|f| Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?)))
-        .collect();
-        let results = sat_run(
-            &satrun,
-            &[
-                "-n".into(),
-                "5".into(),
-                "--topology".into(),
-                topology.display().to_string(),
-                "--provider".into(),
-                provider.clone(),
-            ],
-            &me,
-            &[
-                "--worker".into(),
-                "protocol".into(),
-                "--iters".into(),
-                iters.clone(),
-            ],
+        let raw: Vec<(usize, f64)> = satrun
+            .results(
+                2,
+                None,
+                provider,
+                &["--worker", "raw", "--iters", &iters],
+                "RAW",
+            )?
+            .iter()
+            .filter_map(|f| Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?)))
+            .collect();
+        let results = satrun.results(
+            5,
+            Some(&topology),
+            provider,
+            &["--worker", "protocol", "--iters", &iters],
             "RESULT",
         )?;
         for row in &ROWS {
@@ -765,14 +610,6 @@ fn orchestrate(o: &Options) -> Result<(), String> {
          default progress (SAT_PROGRESS=sleep: spin 50 us, then micro-sleep)."
     );
     Ok(())
-}
-
-fn human(size: usize) -> String {
-    match size {
-        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
-    }
 }
 
 fn main() {

@@ -33,16 +33,15 @@
 //!
 //! Every figure is a median; nothing waits on a sleep.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod bench_common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use sat_core::bootstrap::{join, run, RoleResult, Roles};
+use bench_common::{median, micros, raw_ping_pong, warmup, SatRun};
+use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::{Client, Event};
 use sat_core::protocol::Access;
-use sat_core::transport::{Payload, Received, Sender, Transport};
 use sat_core::SatError;
 
 /// The size of the raw round trip and of the published chunks: one cache
@@ -65,22 +64,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         sizes: (2..=8).collect(),
         worker: None,
     };
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--providers" => o.providers = val()?.split(',').map(str::to_string).collect(),
-            "--iters" => {
-                o.iters = val()?
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .ok_or("--iters takes a positive number")?
-            }
+    bench_common::parse_options(args, |a, val| {
+        match a {
+            "--providers" => o.providers = bench_common::providers(&val()?),
+            "--iters" => o.iters = bench_common::positive(a, &val()?)?,
             "--sizes" => {
                 o.sizes = val()?
                     .split(',')
@@ -97,33 +84,17 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--topology" => {
                 val()?;
             }
-            other => return Err(format!("unknown option {other}")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok(o)
-}
-
-/// Unmeasured rounds run first: connections, buffers and caches settle.
-fn warmup(n: usize) -> usize {
-    (n / 10).max(1)
 }
 
 /// A raw round trip costs a few microseconds, so it gets more iterations
 /// than the SAT operations for the same (negligible) time.
 fn raw_iterations(iters: usize) -> usize {
     iters.max(2000)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-fn micros(d: std::time::Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 fn bad(what: &str) -> SatError {
@@ -329,110 +300,14 @@ fn sat_worker(args: &[String], o: &Options, kind: &str) -> Result<(), String> {
 
 // ------------------------------------------------------------ raw worker
 
-/// The bare transport between two ranks, as sat-protocol-bench measures it:
-/// the payload is the message, the closing handshake the header `[1]`, busy
-/// polling. Rank 0 prints `RAW size median`.
+/// The bare transport between two ranks, busy polling (`bench_common`), for
+/// `SMALL` bytes. Rank 0 prints `RAW size median`.
 fn raw_worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    let mut joined = join(args, |_| true)?;
-    let t = &mut joined.transport;
-    let me = t.rank();
-    let peer = 1 - me;
-    let payload: Arc<[u8]> = vec![0xA5u8; SMALL].into();
-    let mut peer_done = false;
-    let n = raw_iterations(o.iters);
-    let mut rtts = Vec::with_capacity(n);
-    for i in 0..warmup(n) + n {
-        if me == 0 {
-            let start = Instant::now();
-            t.send(peer, &[], Payload::Shared(&payload))?;
-            wait_reply(t, SMALL, &mut peer_done)?;
-            if i >= warmup(n) {
-                rtts.push(micros(start.elapsed()));
-            }
-        } else {
-            wait_reply(t, SMALL, &mut peer_done)?;
-            t.send(peer, &[], Payload::Shared(&payload))?;
-        }
-    }
-    if me == 0 {
-        println!("RAW {SMALL} {:.3}", median(&mut rtts));
-    }
-    // Close together: neither side may leave while a message is in flight.
-    t.send(peer, &[1], Payload::None)?;
-    while !peer_done {
-        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
-    }
-    while !t.sends_drained()? {
-        t.poll(&mut |_, _| {})?;
-    }
-    Ok(())
-}
-
-/// Polls until the peer's one message of this iteration arrives, and checks
-/// its size.
-fn wait_reply(
-    t: &mut impl Transport,
-    size: usize,
-    peer_done: &mut bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let mut got = false;
-    let mut wrong = None;
-    while !got {
-        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-            if m.header == [1] {
-                *peer_done = true;
-            } else {
-                got = true;
-                if m.payload.len() != size {
-                    wrong = Some(m.payload.len());
-                }
-            }
-        })?;
-    }
-    match wrong {
-        Some(len) => Err(format!("expected {size} bytes, got {len}").into()),
-        None => Ok(()),
-    }
+    let runs = [(SMALL, raw_iterations(o.iters))];
+    raw_ping_pong(args, &runs, |_, size, us| println!("RAW {size} {us:.3}"))
 }
 
 // ---------------------------------------------------------- orchestrator
-
-/// Runs `satrun -n ranks --provider provider` on this program and returns
-/// the words after `marker` on each line that has it (satrun prefixes lines
-/// with the rank).
-fn sat_run(
-    satrun: &Path,
-    ranks: u32,
-    provider: &str,
-    me: &Path,
-    worker: &[&str],
-    marker: &str,
-) -> Result<Vec<Vec<String>>, String> {
-    let out = Command::new(satrun)
-        .args(["-n", &ranks.to_string(), "--provider", provider, "--"])
-        .arg(me)
-        .args(worker)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", satrun.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the worker run ({provider}, {}) failed: {}{}",
-            worker.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(BufReader::new(&out.stdout[..])
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|line| {
-            let f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-            let i = f.iter().position(|w| w == marker)?;
-            Some(f[i + 1..].to_vec())
-        })
-        .collect())
-}
 
 /// The `i`-th word of the one result line whose first word is `key`.
 fn field(results: &[Vec<String>], key: &str, i: usize, what: &str) -> Result<f64, String> {
@@ -459,14 +334,7 @@ fn row(provider: &str, op: &str, clients: u32, us: f64, publish: Option<f64>, ms
 }
 
 fn orchestrate(o: &Options) -> Result<(), String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let satrun: PathBuf = me.with_file_name("satrun");
-    if !satrun.exists() {
-        return Err(format!(
-            "{} not found: build it first (cargo build --release --bin satrun)",
-            satrun.display()
-        ));
-    }
+    let satrun = SatRun::find()?;
     let iters = o.iters.to_string();
     println!(
         "Barrier rounds and publish-to-handler trips, median microseconds \
@@ -486,32 +354,29 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         "SAT/raw"
     );
     for provider in &o.providers {
-        let raw = sat_run(
-            &satrun,
+        let raw = satrun.results(
             2,
+            None,
             provider,
-            &me,
             &["--worker", "raw", "--iters", &iters],
             "RAW",
         )?;
         let rtt = field(&raw, &SMALL.to_string(), 1, "raw")?;
         for &n in &o.sizes {
-            let r = sat_run(
-                &satrun,
+            let r = satrun.results(
                 n + 1,
+                None,
                 provider,
-                &me,
                 &["--worker", "barrier", "--iters", &iters],
                 "BARRIER",
             )?;
             let us = field(&r, &n.to_string(), 1, "barrier")?;
             row(provider, "barrier", n, us, None, barrier_messages(n), rtt);
         }
-        let r = sat_run(
-            &satrun,
+        let r = satrun.results(
             3,
+            None,
             provider,
-            &me,
             &["--worker", "pubsub", "--iters", &iters],
             "PUBSUB",
         )?;

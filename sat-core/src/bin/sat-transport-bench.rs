@@ -12,15 +12,13 @@
 //! `fi_pingpong`'s round trip (it reports the mean one-way time per transfer,
 //! doubled here) and their ratio.
 
-use std::io::{BufRead, BufReader};
+mod bench_common;
+
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sat_core::bootstrap::join;
-use sat_core::transport::{Payload, Received, Sender, Transport};
+use bench_common::{human, median, raw_ping_pong, SatRun};
 
 struct Options {
     providers: Vec<String>,
@@ -34,15 +32,9 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         sizes: vec![64, 4096, 65536, 1 << 20],
         reps: 3,
     };
-    let mut it = args.iter().skip(1);
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{a} needs a value"))
-        };
-        match a.as_str() {
-            "--providers" => o.providers = val()?.split(',').map(str::to_string).collect(),
+    bench_common::parse_options(args, |a, val| {
+        match a {
+            "--providers" => o.providers = bench_common::providers(&val()?),
             "--sizes" => {
                 o.sizes = val()?
                     .split(',')
@@ -55,9 +47,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .map_err(|_| "--reps takes a number".to_string())?
             }
             "--worker" => {}
-            other => return Err(format!("unknown option {other}")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     Ok(o)
 }
 
@@ -70,82 +63,14 @@ fn iterations(size: usize) -> usize {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 // ---------------------------------------------------------------- worker
 
-/// Data messages carry no header (the payload is the message, as in
-/// fi_pingpong); the closing handshake is the one-byte header `[1]`.
+/// The raw round trip of each size, busy polling (`bench_common`).
 fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    let mut joined = join(args, |_| true)?;
-    let t = &mut joined.transport;
-    let me = t.rank();
-    let peer = 1 - me;
-    let max = *o.sizes.iter().max().unwrap_or(&0);
-    let buf: Arc<[u8]> = vec![0xA5u8; max].into();
-    let mut peer_done = false;
-    for &size in &o.sizes {
-        let payload: Arc<[u8]> = buf[..size].into();
-        let iters = iterations(size);
-        let warmup = iters / 10;
-        let mut rtts = Vec::with_capacity(iters);
-        for i in 0..warmup + iters {
-            if me == 0 {
-                let start = Instant::now();
-                t.send(peer, &[], Payload::Shared(&payload))?;
-                wait_reply(t, size, &mut peer_done)?;
-                if i >= warmup {
-                    rtts.push(start.elapsed().as_secs_f64() * 1e6);
-                }
-            } else {
-                wait_reply(t, size, &mut peer_done)?;
-                t.send(peer, &[], Payload::Shared(&payload))?;
-            }
-        }
-        if me == 0 {
-            println!("RESULT {} {size} {:.3}", joined.provider, median(&mut rtts));
-        }
-    }
-    // Close together: neither side may leave while a message is in flight.
-    // The peer's goodbye may arrive in the same poll as its last reply.
-    t.send(peer, &[1], Payload::None)?;
-    while !peer_done {
-        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
-    }
-    while !t.sends_drained()? {
-        t.poll(&mut |_, _| {})?;
-    }
-    Ok(())
-}
-
-/// Busy-polls (as fi_pingpong does) until the peer's one message of this
-/// iteration arrives, and checks its size.
-fn wait_reply(
-    t: &mut impl Transport,
-    size: usize,
-    peer_done: &mut bool,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let mut got = false;
-    let mut wrong = None;
-    while !got {
-        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
-            if m.header == [1] {
-                *peer_done = true;
-            } else {
-                got = true;
-                if m.payload.len() != size {
-                    wrong = Some(m.payload.len());
-                }
-            }
-        })?;
-    }
-    match wrong {
-        Some(len) => Err(format!("expected {size} bytes, got {len}").into()),
-        None => Ok(()),
-    }
+    let runs: Vec<(usize, usize)> = o.sizes.iter().map(|&s| (s, iterations(s))).collect();
+    raw_ping_pong(args, &runs, |provider, size, us| {
+        println!("RESULT {provider} {size} {us:.3}")
+    })
 }
 
 // ---------------------------------------------------------- orchestrator
@@ -225,51 +150,26 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     Ok(usec * 2.0)
 }
 
-fn sat_run(
-    satrun: &Path,
-    me: &Path,
-    provider: &str,
-    o: &Options,
-) -> Result<Vec<(usize, f64)>, String> {
+/// One SAT worker run: the median round trip of each size.
+fn sat_run(satrun: &SatRun, provider: &str, o: &Options) -> Result<Vec<(usize, f64)>, String> {
     let sizes: Vec<String> = o.sizes.iter().map(|s| s.to_string()).collect();
-    let out = Command::new(satrun)
-        .args(["-n", "2", "--provider", provider, "--"])
-        .arg(me)
-        .args(["--worker", "--sizes", &sizes.join(",")])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot start {}: {e}", satrun.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the SAT worker run failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let mut res = Vec::new();
-    for line in BufReader::new(&out.stdout[..])
-        .lines()
-        .map_while(Result::ok)
-    {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if let Some(i) = f.iter().position(|w| *w == "RESULT") {
-            if let (Some(size), Some(us)) = (f.get(i + 2), f.get(i + 3)) {
-                res.push((size.parse().unwrap_or(0), us.parse().unwrap_or(f64::NAN)));
-            }
-        }
-    }
-    Ok(res)
+    let words = satrun.results(
+        2,
+        None,
+        provider,
+        &["--worker", "--sizes", &sizes.join(",")],
+        "RESULT",
+    )?;
+    // RESULT provider size us
+    Ok(words
+        .iter()
+        .filter_map(|f| Some((f.get(1)?, f.get(2)?)))
+        .map(|(size, us)| (size.parse().unwrap_or(0), us.parse().unwrap_or(f64::NAN)))
+        .collect())
 }
 
 fn orchestrate(o: &Options) -> Result<(), String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let satrun: PathBuf = me.with_file_name("satrun");
-    if !satrun.exists() {
-        return Err(format!(
-            "{} not found: build it first (cargo build --release --bin satrun)",
-            satrun.display()
-        ));
-    }
+    let satrun = SatRun::find()?;
     println!(
         "Round trip, median of {} runs, microseconds (lower is better)",
         o.reps
@@ -282,7 +182,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         let mut sat: Vec<Vec<f64>> = vec![Vec::new(); o.sizes.len()];
         let mut fi: Vec<Vec<f64>> = vec![Vec::new(); o.sizes.len()];
         for _ in 0..o.reps {
-            for (size, us) in sat_run(&satrun, &me, provider, o)? {
+            for (size, us) in sat_run(&satrun, provider, o)? {
                 if let Some(i) = o.sizes.iter().position(|&s| s == size) {
                     sat[i].push(us);
                 }
@@ -306,14 +206,6 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     }
     println!("fi_pingpong: -e rdm -m tagged, mean one-way time per transfer doubled; SAT: median of per-iteration round trips, busy polling.");
     Ok(())
-}
-
-fn human(size: usize) -> String {
-    match size {
-        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
-    }
 }
 
 fn main() {

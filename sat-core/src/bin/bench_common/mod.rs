@@ -1,0 +1,238 @@
+//! What the benchmark programs (sat-transport-bench, sat-protocol-bench,
+//! sat-sync-bench) share; each includes it with `mod bench_common;`.
+//!
+//! Each program is both an orchestrator, which starts `satrun` on itself and
+//! prints a table of what its workers print, and the worker those runs start.
+//! Here are the pieces they have in common: walking the command line, the
+//! orchestrator's `satrun` runs ([`SatRun`]), and the raw round trip over the
+//! bare transport ([`raw_ping_pong`]), which every table shows as the
+//! yardstick of SAT's own operations.
+//!
+//! The raw round trip busy-polls on purpose: it is the best the transport can
+//! do, as libfabric's `fi_pingpong` measures it, with no progress thread, no
+//! sleep and no lock in the way, so that the ratios in the tables show what
+//! SAT adds on top of the fabric.
+
+// Not every program uses every helper.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sat_core::bootstrap::join;
+use sat_core::transport::{Payload, Received, Sender, Transport};
+
+// ------------------------------------------------------------ command line
+
+/// Walks the options of `args` (the program's name first): `option` gets
+/// each option's name and a function that takes its value, and returns
+/// `Ok(false)` for a name it does not know.
+pub fn parse_options(
+    args: &[String],
+    mut option: impl FnMut(&str, &mut dyn FnMut() -> Result<String, String>) -> Result<bool, String>,
+) -> Result<(), String> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        if !option(a, &mut val)? {
+            return Err(format!("unknown option {a}"));
+        }
+    }
+    Ok(())
+}
+
+/// The value of `--providers`: a comma-separated list.
+pub fn providers(value: &str) -> Vec<String> {
+    value.split(',').map(str::to_string).collect()
+}
+
+/// The value of a count option such as `--iters`, which must be positive.
+pub fn positive(option: &str, value: &str) -> Result<usize, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| format!("{option} takes a positive number"))
+}
+
+// ---------------------------------------------------------------- figures
+
+/// Unmeasured iterations before `n` measured ones: connections, buffers and
+/// caches settle.
+pub fn warmup(n: usize) -> usize {
+    (n / 10).max(1)
+}
+
+/// The median of `v` (which it sorts), NaN if `v` is empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// `d` in microseconds, the unit of every table.
+pub fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A size for the tables: `64 B`, `4 KiB`, `1 MiB`.
+pub fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+// ------------------------------------------------------------ raw worker
+
+/// The raw worker, on both ranks of a `satrun -n 2` run: for each
+/// `(size, n)` of `runs`, `warmup(n)` and then `n` timed round trips of a
+/// `size`-byte message, busy polling. Data messages carry no header (the
+/// payload is the message, as in fi_pingpong); the closing handshake is the
+/// one-byte header `[1]`. After each size rank 0 calls
+/// `report(provider, size, median round trip in us)`.
+pub fn raw_ping_pong(
+    args: &[String],
+    runs: &[(usize, usize)],
+    mut report: impl FnMut(&str, usize, f64),
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut joined = join(args, |_| true)?;
+    let provider = joined.provider.to_string();
+    let t = &mut joined.transport;
+    let me = t.rank();
+    let peer = 1 - me;
+    let max = runs.iter().map(|&(size, _)| size).max().unwrap_or(0);
+    let buf: Arc<[u8]> = vec![0xA5u8; max].into();
+    let mut peer_done = false;
+    for &(size, n) in runs {
+        let payload: Arc<[u8]> = buf[..size].into();
+        let mut rtts = Vec::with_capacity(n);
+        for i in 0..warmup(n) + n {
+            if me == 0 {
+                let start = Instant::now();
+                t.send(peer, &[], Payload::Shared(&payload))?;
+                wait_reply(t, size, &mut peer_done)?;
+                if i >= warmup(n) {
+                    rtts.push(micros(start.elapsed()));
+                }
+            } else {
+                wait_reply(t, size, &mut peer_done)?;
+                t.send(peer, &[], Payload::Shared(&payload))?;
+            }
+        }
+        if me == 0 {
+            report(&provider, size, median(&mut rtts));
+        }
+    }
+    // Close together: neither side may leave while a message is in flight.
+    // The peer's goodbye may arrive in the same poll as its last reply.
+    t.send(peer, &[1], Payload::None)?;
+    while !peer_done {
+        t.poll(&mut |_, m| peer_done |= m.header == [1])?;
+    }
+    while !t.sends_drained()? {
+        t.poll(&mut |_, _| {})?;
+    }
+    Ok(())
+}
+
+/// Busy-polls (as fi_pingpong does) until the peer's one message of this
+/// iteration arrives, and checks its size.
+fn wait_reply(
+    t: &mut impl Transport,
+    size: usize,
+    peer_done: &mut bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut got = false;
+    let mut wrong = None;
+    while !got {
+        t.poll(&mut |_: &mut dyn Sender, m: Received<'_>| {
+            if m.header == [1] {
+                *peer_done = true;
+            } else {
+                got = true;
+                if m.payload.len() != size {
+                    wrong = Some(m.payload.len());
+                }
+            }
+        })?;
+    }
+    match wrong {
+        Some(len) => Err(format!("expected {size} bytes, got {len}").into()),
+        None => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------- orchestrator
+
+/// This program and the `satrun` built next to it, which starts its workers.
+pub struct SatRun {
+    satrun: PathBuf,
+    me: PathBuf,
+}
+
+impl SatRun {
+    pub fn find() -> Result<Self, String> {
+        let me = std::env::current_exe().map_err(|e| e.to_string())?;
+        let satrun = me.with_file_name("satrun");
+        if !satrun.exists() {
+            return Err(format!(
+                "{} not found: build it first (cargo build --release --bin satrun)",
+                satrun.display()
+            ));
+        }
+        Ok(SatRun { satrun, me })
+    }
+
+    /// Runs `satrun -n ranks [--topology topology] --provider provider --
+    /// <this program> worker...` and returns the words after `marker` on
+    /// each line that has it (satrun prefixes lines with the rank).
+    pub fn results(
+        &self,
+        ranks: u32,
+        topology: Option<&Path>,
+        provider: &str,
+        worker: &[&str],
+        marker: &str,
+    ) -> Result<Vec<Vec<String>>, String> {
+        let mut cmd = Command::new(&self.satrun);
+        cmd.args(["-n", &ranks.to_string()]);
+        if let Some(t) = topology {
+            cmd.arg("--topology").arg(t);
+        }
+        let out = cmd
+            .args(["--provider", provider, "--"])
+            .arg(&self.me)
+            .args(worker)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", self.satrun.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "the worker run ({provider}, {}) failed: {}{}",
+                worker.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(BufReader::new(&out.stdout[..])
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|line| {
+                let f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                let i = f.iter().position(|w| w == marker)?;
+                Some(f[i + 1..].to_vec())
+            })
+            .collect())
+    }
+}
