@@ -459,8 +459,12 @@ impl ClientSide for Cache {
                 need_data: access == Access::ReadWrite,
             }));
         }
-        // A valid copy whose invalidation is not yet owed reads locally.
-        if self.state == State::Shared && !self.inval_owed {
+        // A valid copy whose invalidation is not yet owed reads locally; so
+        // does another read scope while one is open (the writer waiting for
+        // our acknowledgement waits for every open scope anyway: sending
+        // this request to the home would queue it behind that writer, who
+        // waits for us, a deadlock).
+        if self.state == State::Shared && (!self.inval_owed || self.read_scopes > 0) {
             self.read_scopes += 1;
             return Ok(Acquire::Hit);
         }

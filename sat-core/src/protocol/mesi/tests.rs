@@ -382,3 +382,28 @@ fn misuse_and_hostile_messages_are_errors() {
     );
     assert_eq!(h.version(), 0, "nothing was applied");
 }
+
+#[test]
+fn a_second_read_scope_while_an_invalidation_is_owed_does_not_deadlock() {
+    let mut c = Cache::new(8);
+    assert!(matches!(c.acquire(Access::Read), Ok(Acquire::Request(_))));
+    let r = c
+        .on_message(
+            ToClient::ReadGrant {
+                version: 0,
+                with_data: true,
+            },
+            Some(&[0; 8]),
+        )
+        .unwrap();
+    assert!(r.take_data);
+    // A writer's invalidation arrives during the read scope: owed.
+    assert_eq!(c.on_message(ToClient::Inval, None).unwrap().reply, None);
+    // Another read scope of this process (another thread) opens locally:
+    // asking the home would queue it behind the writer that waits for us.
+    assert_eq!(c.acquire(Access::Read).unwrap(), Acquire::Hit);
+    assert_eq!(c.release().unwrap(), None, "one scope is still open");
+    assert_eq!(c.release().unwrap(), Some(ToHome::InvalAck));
+    assert_eq!(c.state(), State::Invalid);
+    assert!(matches!(c.acquire(Access::Read), Ok(Acquire::Request(_))));
+}
