@@ -1,8 +1,16 @@
 # The commands of the README. Each target does its own set-up first.
 CARGO ?= cargo
 JOBS ?= 2
+PREFIX ?= /usr/local
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+# The pinned cbindgen (scripts/setup.sh installs it): from PATH, else cargo's bin folder.
+CBINDGEN ?= $(or $(shell command -v cbindgen 2>/dev/null),$(or $(CARGO_HOME),$(HOME)/.cargo)/bin/cbindgen)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
-.PHONY: setup demo test bench clean
+# What `make install` copies, built optimized: libsat (.so and .a) and satrun.
+RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
+
+.PHONY: setup demo test bench clean header install
 
 setup:
 	@scripts/setup.sh
@@ -16,6 +24,7 @@ demo: setup
 # Every test: unit, property and multi-process integration tests.
 test: setup
 	$(CARGO) build -j $(JOBS) --workspace --all-targets
+	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
 
 # The transport benchmark: SAT's raw transport against fi_pingpong, same run.
@@ -24,6 +33,25 @@ bench: setup
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
 	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
 	$(CARGO) build --release -j $(JOBS) --bin sat-sync-bench && target/release/sat-sync-bench --providers shm,tcp
+
+# include/sat.h from sat-capi/src, by the pinned cbindgen (sat-capi/tests/header.rs checks it is current).
+header: setup
+	$(CBINDGEN) --quiet --config sat-capi/cbindgen.toml --crate sat-capi --output include/sat.h
+
+# libsat.so, libsat.a, sat.h, sat_compat.h, satrun and lib/pkgconfig/sat.pc under PREFIX (DESTDIR too):
+#   cc app.c $$(PKG_CONFIG_PATH=$$PREFIX/lib/pkgconfig pkg-config --cflags --libs sat)
+install:
+	@scripts/setup.sh --no-cbindgen
+	$(RELEASE_BUILD)
+	@prefix='$(abspath $(PREFIX))'; dest='$(DESTDIR)'"$$prefix"; set -e; \
+	install -d "$$dest/lib/pkgconfig" "$$dest/include" "$$dest/bin"; \
+	install -m 755 $(TARGET_DIR)/release/libsat.so "$$dest/lib/"; \
+	install -m 644 $(TARGET_DIR)/release/libsat.a "$$dest/lib/"; \
+	install -m 644 include/sat.h include/sat_compat.h "$$dest/include/"; \
+	install -m 755 $(TARGET_DIR)/release/satrun "$$dest/bin/"; \
+	sed -e "s|@PREFIX@|$$prefix|g" -e 's|@VERSION@|$(VERSION)|g' sat-capi/sat.pc.in \
+		> "$$dest/lib/pkgconfig/sat.pc"; \
+	echo "installed libsat $(VERSION) under $$dest"
 
 clean:
 	$(CARGO) clean

@@ -8,7 +8,7 @@
 //! chains only). Chunk handles stay valid until `sat_bootstrap` returns.
 
 use std::collections::HashMap;
-use std::ffi::{c_ulong, c_void};
+use std::ffi::{c_char, c_ulong, c_void};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -56,7 +56,9 @@ pub struct sat_chunk_internal {
     chain: Chain,
 }
 
-/// A chunk chain as C sees it (the report's `Chunk_t`).
+/// A chunk chain as C sees it (the report's `Chunk_t`). C reads every
+/// field and reads and writes the bytes at `data`; it never writes the
+/// fields themselves. The handle stays valid until `sat_bootstrap` returns.
 #[repr(C)]
 pub struct sat_chunk_t {
     /// The chain's first chunk.
@@ -65,9 +67,15 @@ pub struct sat_chunk_t {
     pub size: usize,
     /// The chain's contiguous data: valid inside a scope (READ, WRITE,
     /// READWRITE ... RELEASE); for a MAP'd chain, the caller's memory.
-    pub data: *mut c_void,
+    /// `char *` rather than `void *`: chunks are "a multiple of a C char
+    /// type" (section 2.2) and Figure 5 indexes `chunk->data[i]` as it is;
+    /// cast it for other types (`int *v = (int *)chunk->data;`). The
+    /// address never changes while the run lasts, and is 64-byte aligned
+    /// unless the chain was MAP'd.
+    pub data: *mut c_char,
     /// The number of chunks in the chain.
     pub nchunks: usize,
+    /// SAT's own state: do not touch.
     pub internal: *mut sat_chunk_internal,
 }
 
@@ -242,6 +250,13 @@ pub extern "C" fn sat_malloc(
     })
 }
 
+/// An `unsigned long` as a chunk id or size: it is u64 on LP64 targets
+/// (where the conversion is the identity) but u32 on LLP64 ones (Windows).
+#[allow(clippy::useless_conversion)]
+fn widen(x: c_ulong) -> u64 {
+    u64::from(x)
+}
+
 /// Reads a C list; None (with the error recorded) when it is NULL or empty.
 fn list(name: &str, what: &str, l: *const sat_ulong_list_t) -> Option<Vec<u64>> {
     // SAFETY: NULL-checked; the caller gives `len` items.
@@ -250,7 +265,7 @@ fn list(name: &str, what: &str, l: *const sat_ulong_list_t) -> Option<Vec<u64>> 
         Some(l) if l.len > 0 && !l.items.is_null() => {
             // SAFETY: as above.
             let items = unsafe { std::slice::from_raw_parts(l.items, l.len) };
-            Some(items.iter().map(|&x| x as u64).collect())
+            Some(items.iter().map(|&x| widen(x)).collect())
         }
         _ => {
             bad_argument(&format!(
@@ -340,10 +355,11 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
 /// keeps the protocol it was allocated with.
 #[no_mangle]
 pub extern "C" fn sat_lookup(
-    _consistency: *const sat_consistency_t,
+    consistency: *const sat_consistency_t,
     baseid: u64,
     nbchunks: u32,
 ) -> *mut sat_chunk_t {
+    let _ = consistency;
     boundary("sat_lookup", || {
         if nbchunks == 0 {
             bad_argument("LOOKUP: nbchunks is 0; ask for at least one chunk");
@@ -357,12 +373,14 @@ pub extern "C" fn sat_lookup(
     })
 }
 
-/// LOOKUP_LST: the chain of chunks `ids`, in that order.
+/// LOOKUP_LST: the chain of chunks `ids`, in that order (waits as LOOKUP
+/// does). The consistency argument is ignored, as in LOOKUP.
 #[no_mangle]
 pub extern "C" fn sat_lookup_lst(
-    _consistency: *const sat_consistency_t,
+    consistency: *const sat_consistency_t,
     ids: *const sat_ulong_list_t,
 ) -> *mut sat_chunk_t {
+    let _ = consistency;
     boundary("sat_lookup_lst", || {
         let Some(ids) = list("LOOKUP_LST", "idlst", ids) else {
             return std::ptr::null_mut();

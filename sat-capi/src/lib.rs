@@ -23,3 +23,33 @@ pub mod status;
 pub mod sync;
 
 pub use status::sat_status;
+
+/// The major version of libsat (Cargo.toml's; checked at compile time).
+pub const SAT_VERSION_MAJOR: u32 = 0;
+/// The minor version of libsat.
+pub const SAT_VERSION_MINOR: u32 = 1;
+/// The patch version of libsat.
+pub const SAT_VERSION_PATCH: u32 = 0;
+
+// The header's version macros must be literals (cbindgen copies constants,
+// it does not evaluate `env!`), so a version bump in Cargo.toml that
+// forgets them fails the build here; tests/header.rs then fails until
+// `make header` regenerates include/sat.h.
+const _: () = {
+    const fn number(s: &str) -> u32 {
+        let b = s.as_bytes();
+        let mut n = 0u32;
+        let mut i = 0;
+        while i < b.len() {
+            n = n * 10 + (b[i] - b'0') as u32;
+            i += 1;
+        }
+        n
+    }
+    assert!(
+        SAT_VERSION_MAJOR == number(env!("CARGO_PKG_VERSION_MAJOR"))
+            && SAT_VERSION_MINOR == number(env!("CARGO_PKG_VERSION_MINOR"))
+            && SAT_VERSION_PATCH == number(env!("CARGO_PKG_VERSION_PATCH")),
+        "sat-capi/src/lib.rs: SAT_VERSION_MAJOR/MINOR/PATCH differ from Cargo.toml's version"
+    );
+};

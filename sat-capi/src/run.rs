@@ -48,7 +48,8 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// the function of role `r`, for `r` < `nroles`. Returns when the run is
 /// over for this process (its role, then its subscriptions' handlers, have
 /// ended), with `SAT_OK` or an error status. `reserved` must be NULL.
-/// `argc`/`argv` are the program's: `--topology FILE` is read from them.
+/// `argc`/`argv` are the program's: `--topology FILE` is read from them
+/// (`argv` is `char *const *` so that `main`'s `char **argv` passes as is).
 ///
 /// # Safety
 /// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
@@ -59,7 +60,7 @@ pub unsafe extern "C" fn sat_bootstrap(
     nroles: usize,
     reserved: *mut c_void,
     argc: c_int,
-    argv: *const *const c_char,
+    argv: *const *mut c_char,
 ) -> i32 {
     boundary("sat_bootstrap", || {
         if roles.is_null() {
