@@ -54,8 +54,14 @@ pub fn run(cmd: &mut Command) -> Output {
     let out = match rx.recv_timeout(RUN_BOUND) {
         Ok(out) => out.expect("wait for the command"),
         Err(_) => {
+            // SIGTERM first: satrun then stops its ranks, which remove their
+            // shared-memory files; SIGKILL only if it does not end.
             // SAFETY: kill(2) with a pid and a signal number touches no memory.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            if rx.recv_timeout(std::time::Duration::from_secs(15)).is_err() {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             panic!("the run did not finish within {RUN_BOUND:?}: a hang");
         }
     };

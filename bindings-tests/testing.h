@@ -1,0 +1,84 @@
+/* Checks for the C tests: each check is counted; a failed one prints where
+ * and why, with SAT's last error, and the test goes on. A test ends with
+ * testing_done(), which prints "PASS <name>: N checks" or "FAIL ..." and
+ * gives the exit status. Counters are per thread: a helper thread reports
+ * its failures to the thread that joins it. */
+#ifndef BINDINGS_TESTS_TESTING_H
+#define BINDINGS_TESTS_TESTING_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sat.h>
+
+static _Thread_local int testing_checks, testing_failures;
+
+#define CHECK_TRUE(cond, ...)                                                          \
+    do {                                                                               \
+        testing_checks++;                                                              \
+        if (!(cond)) {                                                                 \
+            testing_failures++;                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
+            fprintf(stderr, __VA_ARGS__);                                              \
+            fprintf(stderr, " (last error: \"%s\")\n", sat_last_error());              \
+        }                                                                              \
+    } while (0)
+
+/* The last error holds `part` (and so is not empty). */
+static inline int testing_error_says(const char *part) {
+    const char *e = sat_last_error();
+    return e != NULL && e[0] != '\0' && strstr(e, part) != NULL;
+}
+
+/* `call` returns status `want` and the last error says `part`. */
+#define CHECK_STATUS(call, want, part)                                                 \
+    do {                                                                               \
+        int testing_s_ = (call);                                                       \
+        CHECK_TRUE(testing_s_ == (want) && testing_error_says(part),                   \
+                   "%s gave %d (%s), expected %d (%s) with a message saying \"%s\"",   \
+                   #call, testing_s_, sat_status_string(testing_s_), (int)(want),      \
+                   sat_status_string(want), part);                                     \
+    } while (0)
+
+/* `call` succeeds. */
+#define CHECK_OK(call)                                                                 \
+    do {                                                                               \
+        int testing_s_ = (call);                                                       \
+        CHECK_TRUE(testing_s_ == SAT_OK, "%s gave %d (%s)", #call, testing_s_,         \
+                   sat_status_string(testing_s_));                                     \
+    } while (0)
+
+/* `call` returns NULL and the last error says `part`. */
+#define CHECK_NULL(call, part)                                                         \
+    do {                                                                               \
+        const void *testing_p_ = (call);                                               \
+        CHECK_TRUE(testing_p_ == NULL && testing_error_says(part),                     \
+                   "%s gave %p, expected NULL with a message saying \"%s\"", #call,     \
+                   testing_p_, part);                                                  \
+    } while (0)
+
+/* `call` returns a chunk: evaluates to it (NULL counts as a failure). */
+#define CHECK_CHUNK(call) testing_chunk((call), #call, __FILE__, __LINE__)
+
+static inline sat_chunk_t *testing_chunk(sat_chunk_t *c, const char *what, const char *file,
+                                         int line) {
+    testing_checks++;
+    if (c == NULL) {
+        testing_failures++;
+        fprintf(stderr, "FAIL %s:%d: %s gave NULL: %s\n", file, line, what, sat_last_error());
+    }
+    return c;
+}
+
+/* Prints the verdict; the exit status of the test. */
+static inline int testing_done(const char *name) {
+    if (testing_failures > 0) {
+        printf("FAIL %s: %d of %d checks failed\n", name, testing_failures, testing_checks);
+        return EXIT_FAILURE;
+    }
+    printf("PASS %s: %d checks\n", name, testing_checks);
+    return EXIT_SUCCESS;
+}
+
+#endif

@@ -1,0 +1,1003 @@
+//! The C programs against the C ABI, built with `cc` and run under `satrun`
+//! over shm and tcp:
+//!
+//! - `bindings-tests/`: the C ABI's own tests, compiled with
+//!   `-Wall -Wextra -Wpedantic -Werror` in four variants: linked with the
+//!   shared library and with the static one (`libsat.a` and its native
+//!   libraries), each also under AddressSanitizer and UBSan.
+//! - `examples-c/`: the report's figures and the video stream of section
+//!   3.2, built by their own Makefile through pkg-config (a `sat.pc` made
+//!   here for the workspace's `include/` and libsat), as an outside project
+//!   builds them after `make install`.
+//!
+//! Each program is compiled once per variant, into
+//! `target/<profile>/c-programs/`, and the binary serves both providers.
+//! `make test` builds libsat and `satrun` before the tests run; a missing one
+//! fails the test with what to build.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::Duration;
+
+/// A run takes one to three seconds; a hang fails the test instead.
+const RUN_BOUND: Duration = Duration::from_secs(120);
+const PROVIDERS: [&str; 2] = ["shm", "tcp"];
+const STRICT: [&str; 4] = ["-Wall", "-Wextra", "-Wpedantic", "-Werror"];
+/// What libsat.a needs besides itself, as printed by
+/// `cargo rustc -p sat-capi --crate-type staticlib -- --print native-static-libs`.
+const NATIVE_STATIC_LIBS: [&str; 8] = [
+    "-lfabric",
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+const SANITIZE: [&str; 3] = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+];
+
+// ------------------------------------------------------------ the workspace
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// What the C programs are built with and run under.
+struct Artifacts {
+    /// target/<profile>: libsat.so, libsat.a, satrun.
+    profile: PathBuf,
+    include: PathBuf,
+    satrun: PathBuf,
+    /// Where the C programs go.
+    build: PathBuf,
+}
+
+fn artifacts() -> &'static Artifacts {
+    static A: OnceLock<Artifacts> = OnceLock::new();
+    A.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test binary path");
+        let profile = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>")
+            .to_path_buf();
+        let include = root().join("include");
+        for (path, what) in [
+            (profile.join("libsat.so"), "cargo build -p sat-capi"),
+            (profile.join("libsat.a"), "cargo build -p sat-capi"),
+            (
+                profile.join("satrun"),
+                "cargo build -p sat-core --bin satrun",
+            ),
+            (include.join("sat.h"), "make header"),
+            (
+                include.join("sat_compat.h"),
+                "git checkout include/sat_compat.h",
+            ),
+        ] {
+            assert!(
+                path.exists(),
+                "{} is missing: the C programs need it; run `{what}` (`make test` builds \
+                 everything first)",
+                path.display()
+            );
+        }
+        let build = profile.join("c-programs");
+        std::fs::create_dir_all(&build).expect("create target/<profile>/c-programs");
+        Artifacts {
+            satrun: profile.join("satrun"),
+            profile,
+            include,
+            build,
+        }
+    })
+}
+
+/// A command with a user's environment rather than `cargo test`'s: no
+/// LD_LIBRARY_PATH (it holds target/<profile>/deps, where another libsat.so
+/// lives), no outer make's jobserver, no SAT_ or launcher variables.
+fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    for (key, _) in std::env::vars_os() {
+        let k = key.to_string_lossy();
+        let cargo_own = k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR";
+        if cargo_own
+            || k.starts_with("SAT_")
+            || k.starts_with("OMPI_")
+            || k.starts_with("PMI_")
+            || k.starts_with("PMIX_")
+            || k.starts_with("SLURM_")
+            || k.starts_with("ASAN_")
+            || k.starts_with("LSAN_")
+            || k.starts_with("UBSAN_")
+            || matches!(
+                &*k,
+                "LD_LIBRARY_PATH"
+                    | "LD_PRELOAD"
+                    | "MAKEFLAGS"
+                    | "MFLAGS"
+                    | "MAKELEVEL"
+                    | "PKG_CONFIG_PATH"
+            )
+        {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs a command to its end, at most RUN_BOUND.
+fn run_bounded(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(RUN_BOUND) {
+        Ok(out) => out.expect("wait for the command"),
+        Err(_) => {
+            // satrun stops its ranks on SIGTERM; SIGKILL if it does not end.
+            // SAFETY: kill(2) with a pid and a signal touches no memory.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("{cmd:?} did not finish within {RUN_BOUND:?}: a hang");
+        }
+    }
+}
+
+/// Runs the compiler (or make); a failure shows its diagnostics.
+fn build(cmd: &mut Command) {
+    let out = run_bounded(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+// ------------------------------------------------------ the bindings tests
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Variant {
+    Shared,
+    Static,
+    SharedAsan,
+    StaticAsan,
+}
+
+use Variant::*;
+
+const VARIANTS: [Variant; 4] = [Shared, Static, SharedAsan, StaticAsan];
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Shared => "shared",
+            Static => "static",
+            SharedAsan => "shared-asan",
+            StaticAsan => "static-asan",
+        }
+    }
+
+    fn sanitized(self) -> bool {
+        matches!(self, SharedAsan | StaticAsan)
+    }
+
+    /// cc for `sources` into `exe`, in this variant.
+    fn cc(self, a: &Artifacts, sources: &[PathBuf], exe: &Path) -> Command {
+        let mut cmd = command("cc");
+        cmd.args(["-std=c11", "-g", "-O1"]).args(STRICT);
+        if self.sanitized() {
+            cmd.args(SANITIZE);
+        }
+        cmd.arg("-I")
+            .arg(&a.include)
+            .args(sources)
+            .arg("-o")
+            .arg(exe);
+        match self {
+            Shared | SharedAsan => {
+                cmd.arg("-L")
+                    .arg(&a.profile)
+                    .arg(format!("-Wl,-rpath,{}", a.profile.display()))
+                    .arg("-lsat");
+            }
+            Static | StaticAsan => {
+                cmd.arg(a.profile.join("libsat.a")).args(NATIVE_STATIC_LIBS);
+            }
+        }
+        cmd.arg("-lpthread");
+        cmd
+    }
+}
+
+const BINDINGS: [&str; 3] = ["api", "errors", "outside"];
+
+/// The bindings tests of `variant`, built once: their directory.
+fn bindings(variant: Variant) -> &'static Path {
+    static BUILT: [OnceLock<PathBuf>; 4] = [const { OnceLock::new() }; 4];
+    let slot = VARIANTS
+        .iter()
+        .position(|&v| v == variant)
+        .expect("a variant");
+    BUILT[slot].get_or_init(|| {
+        let a = artifacts();
+        let dir = a.build.join(variant.name());
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the variant's directory");
+        let src = root().join("bindings-tests");
+        // The compilers run side by side; each is checked.
+        let children: Vec<_> = BINDINGS
+            .iter()
+            .map(|p| {
+                let mut cmd = variant.cc(a, &[src.join(format!("{p}.c"))], &dir.join(p));
+                let child = cmd
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start cc");
+                (cmd, child)
+            })
+            .collect();
+        for (cmd, child) in children {
+            let out = child.wait_with_output().expect("wait for cc");
+            assert!(
+                out.status.success(),
+                "{cmd:?} failed:\n{}",
+                text(&out.stderr)
+            );
+        }
+        dir
+    })
+}
+
+/// The environment of a sanitized run: leak detection on, with libfabric's
+/// own allocations suppressed (bindings-tests/lsan.supp says why).
+fn sanitizer_env(cmd: &mut Command) {
+    cmd.env("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1")
+        .env(
+            "LSAN_OPTIONS",
+            format!(
+                "suppressions={}:print_suppressions=0",
+                root().join("bindings-tests/lsan.supp").display()
+            ),
+        )
+        .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1");
+}
+
+// ------------------------------------------------------------------- runs
+
+/// A finished run of satrun.
+struct Run {
+    what: String,
+    out: Output,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn context(&self) -> String {
+        format!(
+            "{}\n--- stdout\n{}--- stderr\n{}",
+            self.what, self.stdout, self.stderr
+        )
+    }
+
+    fn succeeded(&self) -> &Self {
+        assert!(
+            self.out.status.success(),
+            "the run failed ({}):\n{}",
+            self.out.status,
+            self.context()
+        );
+        for bad in [
+            "ERROR: AddressSanitizer",
+            "ERROR: LeakSanitizer",
+            "runtime error:",
+            "FAIL",
+        ] {
+            assert!(
+                !self.stdout.contains(bad) && !self.stderr.contains(bad),
+                "{bad:?} in the run:\n{}",
+                self.context()
+            );
+        }
+        self
+    }
+
+    /// Each of `lines` is (part of) a line of stdout.
+    fn has(&self, lines: &[&str]) -> &Self {
+        for l in lines {
+            assert!(
+                self.stdout.lines().any(|x| x.contains(l)),
+                "no line {l:?} in the run:\n{}",
+                self.context()
+            );
+        }
+        self
+    }
+
+    /// `lines` appear in stdout in this order.
+    fn in_order(&self, lines: &[&str]) -> &Self {
+        let mut at = 0;
+        for l in lines {
+            match self.stdout[at..].find(l) {
+                Some(i) => at += i + l.len(),
+                None => panic!("{l:?} missing or out of order:\n{}", self.context()),
+            }
+        }
+        self
+    }
+
+    /// The numbers after `prefix` on lines holding it.
+    fn numbers_after(&self, prefix: &str) -> Vec<u64> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.split(prefix).nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .collect()
+    }
+}
+
+/// Runs `satrun args` in `dir` (of the workspace) with `env`; checks that
+/// every one of the `np` processes has ended and left no /dev/shm file behind.
+fn satrun(np: usize, dir: &str, args: &[&str], env: &[(&str, &str)], sanitized: bool) -> Run {
+    let a = artifacts();
+    let mut cmd = command(&a.satrun);
+    cmd.args(args)
+        .current_dir(root().join(dir))
+        // The bootstrap's debug line names each process's pid.
+        .env("SAT_LOG", "sat_core::bootstrap=debug");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if sanitized {
+        sanitizer_env(&mut cmd);
+    }
+    let out = run_bounded(&mut cmd);
+    let run = Run {
+        what: format!("(in {dir}) satrun {}", args.join(" ")),
+        stdout: text(&out.stdout),
+        stderr: text(&out.stderr),
+        out,
+    };
+    let pids: Vec<u32> = run
+        .stdout
+        .lines()
+        .chain(run.stderr.lines())
+        .filter(|l| l.contains("Bootstrap SAT"))
+        .filter_map(|l| {
+            l.split("with pid ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if run.out.status.success() {
+        assert_eq!(pids.len(), np, "pids of the run:\n{}", run.context());
+    }
+    for pid in pids {
+        assert!(
+            !alive(pid),
+            "process {pid} outlived the run:\n{}",
+            run.context()
+        );
+        let left = shm_files_of(pid);
+        assert!(left.is_empty(), "/dev/shm files of {pid} left: {left:?}");
+    }
+    run
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; look at its state too.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// The /dev/shm entries libfabric's shm provider made for `pid`.
+fn shm_files_of(pid: u32) -> Vec<String> {
+    let p = pid.to_string();
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.split(|c: char| !c.is_ascii_digit()).any(|part| part == p))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 path")
+}
+
+// --------------------------------------------------- bindings-tests: tests
+
+/// sat.h and sat_compat.h, each included twice, compile with every warning
+/// an error in C99 and C11 (and sat.h as C++ when a C++ compiler is here).
+#[test]
+fn headers_included_twice_compile_cleanly() {
+    let a = artifacts();
+    let dir = a.build.join("headers");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = root().join("bindings-tests/header_twice.c");
+    let mut compilers = vec![("cc", "c99"), ("cc", "c11")];
+    if command("c++").arg("--version").output().is_ok() {
+        compilers.push(("c++", "c++17"));
+    } else {
+        eprintln!("no c++ here: the header is not tried as C++");
+    }
+    for (compiler, std) in compilers {
+        let exe = dir.join(format!("header_twice-{std}"));
+        let mut cmd = command(compiler);
+        if compiler == "c++" {
+            cmd.args(["-x", "c++"]);
+        }
+        cmd.arg(format!("-std={std}"))
+            .args(STRICT)
+            .arg("-I")
+            .arg(&a.include)
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-L")
+            .arg(&a.profile)
+            .arg(format!("-Wl,-rpath,{}", a.profile.display()))
+            .arg("-lsat");
+        build(&mut cmd);
+        let out = run_bounded(&mut command(&exe));
+        assert!(
+            out.status.success() && text(&out.stdout).contains("PASS header_twice"),
+            "{std}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+}
+
+/// Outside a run every call fails with a status or NULL and a message
+/// saying there is no run; NULL arguments are argument errors; a bootstrap
+/// with no launcher says how to start the program.
+fn outside(variant: Variant) {
+    let exe = bindings(variant).join("outside");
+    let mut cmd = command(&exe);
+    if variant.sanitized() {
+        sanitizer_env(&mut cmd);
+    }
+    let out = run_bounded(&mut cmd);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success() && stdout.contains("PASS outside: ") && !stderr.contains("Sanitizer"),
+        "{}: outside:\n{stdout}{stderr}",
+        variant.name()
+    );
+}
+
+/// The ABI at work: 5 processes (2 servers, 3 clients), each client
+/// checking its own results, then its handlers' once the bootstrap returns.
+fn api(variant: Variant) {
+    let exe = bindings(variant).join("api");
+    for provider in PROVIDERS {
+        let run = satrun(
+            5,
+            ".",
+            &[
+                "-n",
+                "5",
+                "--topology",
+                "bindings-tests/topology.xml",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+            ],
+            &[],
+            variant.sanitized(),
+        );
+        run.succeeded().has(&[
+            "[2] PASS api role (rank 2): ",
+            "[3] PASS api role (rank 3): ",
+            "[4] PASS api role (rank 4): ",
+            "[2] PASS api handlers (client 0): ",
+            "[3] PASS api handlers (client 1): ",
+            "[4] PASS api handlers (client 2): ",
+        ]);
+    }
+}
+
+/// Misuse in a run: errors with messages, then the API still works.
+fn errors(variant: Variant) {
+    let exe = bindings(variant).join("errors");
+    for provider in PROVIDERS {
+        let run = satrun(
+            3,
+            ".",
+            &["-n", "3", "--provider", provider, "--", path_str(&exe)],
+            &[("SAT_LOOKUP_TIMEOUT", "1")],
+            variant.sanitized(),
+        );
+        run.succeeded()
+            .has(&["[1] PASS errors (rank 1): ", "[2] PASS errors (rank 2): "]);
+    }
+}
+
+#[test]
+fn calls_outside_a_run_fail_with_a_message() {
+    for v in VARIANTS {
+        outside(v);
+    }
+}
+
+#[test]
+fn api_shared_library() {
+    api(Shared);
+}
+
+#[test]
+fn api_static_library() {
+    api(Static);
+}
+
+#[test]
+fn api_shared_library_sanitized() {
+    api(SharedAsan);
+}
+
+#[test]
+fn api_static_library_sanitized() {
+    api(StaticAsan);
+}
+
+#[test]
+fn errors_shared_library() {
+    errors(Shared);
+}
+
+#[test]
+fn errors_static_library() {
+    errors(Static);
+}
+
+#[test]
+fn errors_shared_library_sanitized() {
+    errors(SharedAsan);
+}
+
+#[test]
+fn errors_static_library_sanitized() {
+    errors(StaticAsan);
+}
+
+// ---------------------------------------------------------- examples-c
+
+/// examples-c built by its Makefile, through pkg-config, as after
+/// `make install`: the directory of the programs.
+fn examples() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let a = artifacts();
+        let dir = a.build.join("examples");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // sat.pc for the workspace's layout (make install writes the real one).
+        let pc = format!(
+            "Name: sat\nDescription: SAT from the workspace (c_programs.rs)\nVersion: {}\n\
+             Cflags: -I{}\nLibs: -L{lib} -Wl,-rpath,{lib} -lsat\n",
+            env!("CARGO_PKG_VERSION"),
+            a.include.display(),
+            lib = a.profile.display()
+        );
+        std::fs::write(dir.join("sat.pc"), pc).unwrap();
+        assert!(
+            command("pkg-config").arg("--version").output().is_ok(),
+            "pkg-config is missing: the examples build with it (scripts/setup.sh installs it)"
+        );
+        build(
+            command("make")
+                .arg("-C")
+                .arg(root().join("examples-c"))
+                .arg("-j2")
+                .arg(format!("BUILD={}", dir.display()))
+                .arg("CFLAGS=-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Werror")
+                .env("PKG_CONFIG_PATH", &dir),
+        );
+        dir
+    })
+}
+
+fn example(name: &str) -> String {
+    path_str(&examples().join(name)).to_owned()
+}
+
+/// A scratch directory for a test's files, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let dir = artifacts().build.join("scratch").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A 24-bit BMP with rows top first (negative height), as some tools write.
+fn write_bmp_top_down(path: &Path, width: u32, height: u32, bgr: &[u8]) {
+    let stride = (width as usize * 3).div_ceil(4) * 4;
+    let mut f = Vec::new();
+    f.extend_from_slice(b"BM");
+    f.extend_from_slice(&((54 + stride * height as usize) as u32).to_le_bytes());
+    f.extend_from_slice(&[0; 4]);
+    f.extend_from_slice(&54u32.to_le_bytes());
+    f.extend_from_slice(&40u32.to_le_bytes());
+    f.extend_from_slice(&(width as i32).to_le_bytes());
+    f.extend_from_slice(&(-(height as i32)).to_le_bytes());
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&24u16.to_le_bytes());
+    f.extend_from_slice(&[0; 24]);
+    for row in bgr.chunks(width as usize * 3) {
+        f.extend_from_slice(row);
+        f.resize(f.len() + stride - row.len(), 0);
+    }
+    std::fs::write(path, f).unwrap();
+}
+
+/// A 24-bit BMP: (width, height, BGR rows top first).
+fn read_bmp(path: &Path) -> (u32, u32, Vec<u8>) {
+    let f = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let le32 = |i: usize| u32::from_le_bytes(f[i..i + 4].try_into().unwrap());
+    assert_eq!(&f[..2], b"BM", "{}", path.display());
+    assert_eq!(u16::from_le_bytes([f[28], f[29]]), 24, "{}", path.display());
+    let (offset, w, h) = (le32(10) as usize, le32(18), le32(22) as i32);
+    let (height, top_down) = (h.unsigned_abs(), h < 0);
+    let stride = (w as usize * 3).div_ceil(4) * 4;
+    assert!(
+        f.len() >= offset + stride * height as usize,
+        "{}",
+        path.display()
+    );
+    let mut pixels = Vec::new();
+    for y in 0..height as usize {
+        let row = if top_down { y } else { height as usize - 1 - y };
+        let at = offset + row * stride;
+        pixels.extend_from_slice(&f[at..at + w as usize * 3]);
+    }
+    (w, height, pixels)
+}
+
+/// Figures 10 to 12: an image through the S-DSM, BMP in and BMP out. Over
+/// shm, a 101x67 image (rows padded, top first) comes out with the same
+/// pixels; over tcp, a 1024x768 test card (36 chunks) arrives intact.
+#[test]
+fn prodcons_moves_an_image_through_the_sdsm() {
+    let exe = example("prodcons");
+    let dir = scratch("prodcons");
+    let (w, h) = (101u32, 67u32);
+    let pixels: Vec<u8> = (0..w * h * 3)
+        .map(|i| ((i * 7 + i / 301) % 256) as u8)
+        .collect();
+    let (input, output) = (dir.join("in.bmp"), dir.join("out.bmp"));
+    write_bmp_top_down(&input, w, h, &pixels);
+    let run = satrun(
+        3,
+        "examples-c",
+        &[
+            "-n",
+            "3",
+            "--provider",
+            "shm",
+            "--",
+            &exe,
+            "--input",
+            path_str(&input),
+            "--output",
+            path_str(&output),
+            "--topology",
+            "prodcons/1server.xml",
+        ],
+        &[],
+        false,
+    );
+    run.succeeded().has(&[
+        "[1] producer (rank 1): wrote a 101x67 image, 20301 bytes in 1 chunks",
+        "[2] consumer (rank 2): read a 101x67 image, 20301 bytes in 1 chunks",
+        "(matches), wrote ",
+    ]);
+    assert_eq!(
+        read_bmp(&output),
+        (w, h, pixels),
+        "out.bmp differs from in.bmp"
+    );
+
+    let run = satrun(
+        3,
+        "examples-c",
+        &[
+            "-n",
+            "3",
+            "--provider",
+            "tcp",
+            "--",
+            &exe,
+            "--width",
+            "1024",
+            "--height",
+            "768",
+            "--topology",
+            "prodcons/1server.xml",
+        ],
+        &[],
+        false,
+    );
+    run.succeeded().has(&[
+        "[1] producer (rank 1): wrote a 1024x768 image, 2359296 bytes in 36 chunks from chunk 16",
+        "[2] consumer (rank 2): read a 1024x768 image, 2359296 bytes in 36 chunks",
+    ]);
+    let sums: Vec<&str> = run
+        .stdout
+        .lines()
+        .filter_map(|l| l.split("checksum ").nth(1)?.get(..8))
+        .collect();
+    assert!(
+        sums.len() == 2 && sums[0] == sums[1],
+        "checksums {sums:?}:\n{}",
+        run.context()
+    );
+}
+
+/// Figure 7: each role reads the symbol the other writes, whichever runs first.
+#[test]
+fn symbols_figure_7() {
+    let exe = example("symbols");
+    for provider in PROVIDERS {
+        satrun(
+            3,
+            "examples-c",
+            &[
+                "-n",
+                "3",
+                "--topology",
+                "symbols/topology.xml",
+                "--provider",
+                provider,
+                "--",
+                &exe,
+            ],
+            &[],
+            false,
+        )
+        .succeeded()
+        .has(&[
+            "[1] role 1 (rank 1): wrote and read back \"symbol_name\" (1000 ints)",
+            "[1] role 1 (rank 1): read uuid-921b4274-84ad-4b04-ac75-f9738da84039: \
+             \"written by role 2 for role 1\"",
+            "[2] role 2 (rank 2): wrote uuid-921b4274-84ad-4b04-ac75-f9738da84039",
+            "[2] role 2 (rank 2): read \"symbol_name\" (1000 ints, as role 1 wrote them)",
+        ]);
+    }
+}
+
+/// Figure 8: B reads what A wrote, C what B wrote, each task in program order.
+#[test]
+fn sync_figure_8() {
+    let exe = example("sync");
+    for provider in PROVIDERS {
+        let run = satrun(
+            5,
+            "examples-c",
+            &[
+                "-n",
+                "5",
+                "--topology",
+                "sync/topology.xml",
+                "--provider",
+                provider,
+                "--",
+                &exe,
+            ],
+            &[],
+            false,
+        );
+        run.succeeded()
+            .in_order(&[
+                "[2] A: wrote 100",
+                "[2] A: woke rendezvous 2",
+                "[2] A: through the barrier",
+            ])
+            .in_order(&[
+                "[3] B: read 100",
+                "[3] B: wrote 200",
+                "[3] B: through the barrier",
+            ])
+            .has(&["[4] C: read 200"]);
+    }
+}
+
+/// Figure 9: the handler sees the publication, answers, unsubscribes; the
+/// publisher reads the answer; the run ends by itself.
+#[test]
+fn pubsub_figure_9() {
+    let exe = example("pubsub");
+    for provider in PROVIDERS {
+        satrun(
+            3,
+            "examples-c",
+            &[
+                "-n",
+                "3",
+                "--topology",
+                "pubsub/topology.xml",
+                "--provider",
+                provider,
+                "--",
+                &exe,
+            ],
+            &[],
+            false,
+        )
+        .succeeded()
+        .in_order(&[
+            "[1] publisher: published 1",
+            "[1] publisher: read 2: \"subscriber wrote 2\"",
+        ])
+        .in_order(&[
+            "[2] subscriber: subscribed",
+            "[2] handler: call 1, read 1: \"publisher wrote 1\"",
+            "[2] subscriber: the handler ran 1 time(s)",
+        ]);
+    }
+}
+
+/// A binary PGM.
+fn write_pgm(path: &Path, width: u32, height: u32, gray: &[u8]) {
+    let mut f = format!("P5\n# c_programs.rs\n{width} {height}\n255\n").into_bytes();
+    f.extend_from_slice(gray);
+    std::fs::write(path, f).unwrap();
+}
+
+/// Section 3.2: every frame processed exactly once by one of three tasks,
+/// right, and the drawn line found; over shm with result frames written as
+/// BMP, over tcp as separate programs (MPMD, as in Figure 12), and from a
+/// PGM sequence on disk.
+#[test]
+fn videostream_section_3_2() {
+    let exe = example("videostream");
+    let dir = scratch("videostream");
+
+    // shm: 12 synthetic frames, written out.
+    let pattern = dir.join("frame%03d.bmp");
+    let run = satrun(
+        7,
+        "examples-c",
+        &[
+            "-n",
+            "7",
+            "--topology",
+            "videostream/topology.xml",
+            "--provider",
+            "shm",
+            "--",
+            &exe,
+            "--frames",
+            "12",
+            "--output",
+            path_str(&pattern),
+        ],
+        &[],
+        false,
+    );
+    run.succeeded().has(&[
+        "[2] input: 12 frames of 320x240 for 3 processing tasks",
+        "[2] input: 12 frames given and consumed",
+        "[6] output: 12 frames, each exactly once, 12 right; the drawn line found in 12 of 12",
+    ]);
+    let done = run.numbers_after(": processed ");
+    assert!(
+        done.len() == 3 && done.iter().sum::<u64>() == 12,
+        "the tasks processed {done:?}:\n{}",
+        run.context()
+    );
+    for i in 0..12 {
+        let (w, h, px) = read_bmp(&dir.join(format!("frame{i:03}.bmp")));
+        assert_eq!((w, h), (320, 240));
+        let red = px.chunks(3).filter(|p| *p == [0, 0, 255]).count();
+        assert!(red > 100, "frame {i}: {red} pixels of a detected line");
+    }
+
+    // tcp: the three roles as separate programs of one run (here the same one).
+    let args = ["--frames", "8", "--width", "160", "--height", "120"];
+    let mut mpmd = vec![
+        "--topology",
+        "videostream/topology.xml",
+        "--provider",
+        "tcp",
+    ];
+    for (k, n) in ["3", "3", "1"].into_iter().enumerate() {
+        if k > 0 {
+            mpmd.push(":");
+        }
+        mpmd.extend(["-n", n, exe.as_str()]);
+        mpmd.extend(args);
+    }
+    satrun(7, "examples-c", &mpmd, &[], false)
+        .succeeded()
+        .has(&[
+            "[2] input: 8 frames of 160x120 for 3 processing tasks",
+            "[6] output: 8 frames, each exactly once, 8 right; the drawn line found in 8 of 8",
+        ]);
+
+    // shm: a PGM sequence of 5 frames (asking for up to 100).
+    let (w, h) = (96u32, 64u32);
+    for i in 0..5u32 {
+        let gray: Vec<u8> = (0..w * h)
+            .map(|p| {
+                let (x, y) = (p % w, p / w);
+                if (x as i32 - y as i32 - 10 * i as i32).abs() < 2 {
+                    220
+                } else {
+                    40
+                }
+            })
+            .collect();
+        write_pgm(&dir.join(format!("in{i}.pgm")), w, h, &gray);
+    }
+    let (input, output) = (dir.join("in%d.pgm"), dir.join("out%02d.pgm"));
+    satrun(
+        7,
+        "examples-c",
+        &[
+            "-n",
+            "7",
+            "--topology",
+            "videostream/topology.xml",
+            "--",
+            &exe,
+            "--frames",
+            "100",
+            "--input",
+            path_str(&input),
+            "--output",
+            path_str(&output),
+        ],
+        &[],
+        false,
+    )
+    .succeeded()
+    .has(&[
+        "[2] input: 5 frames of 96x64 for 3 processing tasks",
+        "[6] output: 5 frames, each exactly once",
+    ]);
+    for i in 0..5 {
+        let f = std::fs::read(dir.join(format!("out{i:02}.pgm"))).unwrap();
+        let header = b"P5\n96 64\n255\n";
+        assert!(f.starts_with(header) && f.len() == header.len() + 96 * 64);
+    }
+}
