@@ -75,6 +75,12 @@ static void misuse(int idx) {
     CHECK_TRUE(c->id == 400 + (uint64_t)idx && c->size == 64 && c->nchunks == 1 && c->data != NULL,
                "the chunk's fields");
     CHECK_NULL(sat_malloc(NULL, 410, 0), "");
+    /* The same chain again is the same handle; another size or protocol in
+       the same process is an error, with its status. */
+    CHECK_TRUE(sat_malloc(NULL, 400 + (uint64_t)idx, 64) == c, "MALLOC again returns the chain");
+    CHECK_NULL(sat_malloc(NULL, 400 + (uint64_t)idx, 128), "already allocated that chain");
+    CHECK_TRUE(sat_last_status() == SAT_ERR_USAGE, "the status of a NULL return");
+    CHECK_NULL(sat_malloc(sat_home_only(), 400 + (uint64_t)idx, 64), "already allocated that chain");
 
     /* Scopes out of order. */
     CHECK_STATUS(sat_release(c), SAT_ERR_USAGE, "RELEASE");

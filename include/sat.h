@@ -317,6 +317,12 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
 const char *sat_last_error(void);
 
 /**
+ * The status of this thread's last failed call (`SAT_OK` if none): what a
+ * call that returned NULL failed with.
+ */
+enum sat_status sat_last_status(void);
+
+/**
  * A static description of a status code.
  */
 const char *sat_status_string(int32_t status);

@@ -54,6 +54,10 @@ pub struct sat_ulong_list_t {
 /// What C does not touch in a chunk handle.
 pub struct sat_chunk_internal {
     chain: Chain,
+    /// The chunk sizes of the chain, to tell a repeated allocation of the
+    /// same chain from a conflicting one.
+    sizes: Vec<usize>,
+    protocol: Option<ProtocolId>,
 }
 
 /// A chunk chain as C sees it (the report's `Chunk_t`). C reads every
@@ -159,14 +163,24 @@ fn existing(ids: &[u64]) -> Option<*mut sat_chunk_t> {
         .map(|&p| p as *mut sat_chunk_t)
 }
 
-fn register(chain: Chain, data: *mut u8, dedup: bool) -> *mut sat_chunk_t {
+fn register(
+    chain: Chain,
+    data: *mut u8,
+    dedup: bool,
+    protocol: Option<ProtocolId>,
+) -> *mut sat_chunk_t {
     let ids: Vec<u64> = chain.ids().collect();
+    let sizes: Vec<usize> = chain.layout().chunks().iter().map(|&(_, s)| s).collect();
     let handle = Box::into_raw(Box::new(sat_chunk_t {
         id: chain.first(),
         size: chain.size(),
         data: data.cast(),
         nchunks: chain.len(),
-        internal: Box::into_raw(Box::new(sat_chunk_internal { chain })),
+        internal: Box::into_raw(Box::new(sat_chunk_internal {
+            chain,
+            sizes,
+            protocol,
+        })),
     }));
     let mut g = handles();
     let h = g.get_or_insert_with(Handles::default);
@@ -197,8 +211,26 @@ fn allocate(
         Err(_) => return std::ptr::null_mut(),
     };
     let ids: Vec<u64> = layout.chunks().iter().map(|&(id, _)| id).collect();
+    let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
+    let protocol = protocol_of(consistency);
     if let Some(h) = existing(&ids) {
-        return h;
+        // SAFETY: a live handle of this library.
+        let inner = unsafe { &*(*h).internal };
+        if inner.sizes == sizes && inner.protocol.is_none_or(|p| p == protocol) {
+            return h;
+        }
+        fail(&sat_core::SatError::Usage(format!(
+            "{name} of chunk {} with {} bytes [{}]: this process already allocated that chain \
+             with {} bytes{}; allocate it with the same size and protocol, or LOOKUP it",
+            ids[0],
+            layout.total_size(),
+            protocol.name(),
+            inner.sizes.iter().sum::<usize>(),
+            inner
+                .protocol
+                .map_or(String::new(), |p| format!(" [{}]", p.name())),
+        )));
+        return std::ptr::null_mut();
     }
     if let Err(e) = check_chain_size(layout.total_size() as u64) {
         fail(&e.into());
@@ -213,8 +245,8 @@ fn allocate(
     };
     let data = memory.ptr;
     let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
-    match c.map_lst(protocol_of(consistency), &ids, &sizes, Box::new(memory)) {
-        Ok(chain) => register(chain, data, true),
+    match c.map_lst(protocol, &ids, &sizes, Box::new(memory)) {
+        Ok(chain) => register(chain, data, true, Some(protocol)),
         Err(e) => {
             fail(&e);
             std::ptr::null_mut()
@@ -341,7 +373,7 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
             ));
             std::ptr::null_mut()
         }
-        Ok(chain) => register(chain, data, true),
+        Ok(chain) => register(chain, data, true, None),
         Err(e) => {
             fail(&e);
             std::ptr::null_mut()
@@ -413,7 +445,7 @@ pub extern "C" fn sat_map(
             owned: false,
         };
         match c.map(protocol_of(consistency), baseid, Box::new(memory)) {
-            Ok(chain) => register(chain, data.cast(), false),
+            Ok(chain) => register(chain, data.cast(), false, Some(protocol_of(consistency))),
             Err(e) => {
                 fail(&e);
                 std::ptr::null_mut()

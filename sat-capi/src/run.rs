@@ -67,6 +67,12 @@ pub unsafe extern "C" fn sat_bootstrap(
             return bad_argument("sat_bootstrap: roles is NULL; give the table of role functions")
                 as i32;
         }
+        if !CLIENT.load(Ordering::Acquire).is_null() {
+            return crate::status::usage(
+                "sat_bootstrap: this process is already in a run; call sat_bootstrap once, \
+                 from main",
+            ) as i32;
+        }
         if !reserved.is_null() {
             return bad_argument("sat_bootstrap: the third argument is reserved: pass NULL") as i32;
         }

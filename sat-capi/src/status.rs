@@ -37,18 +37,31 @@ use sat_status::*;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_STATUS: std::cell::Cell<sat_status> = const { std::cell::Cell::new(SAT_OK) };
 }
 
-/// Records `message` as this thread's last error.
-pub(crate) fn set_error(message: &str) {
+/// Records `message` as this thread's last error, of status `status`.
+pub(crate) fn set_error_status(status: sat_status, message: &str) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    LAST_STATUS.with(|s| s.set(status));
+}
+
+/// Records `message` as this thread's last error (a usage error unless the
+/// caller records another status).
+pub(crate) fn set_error(message: &str) {
+    set_error_status(SAT_ERR_USAGE, message);
+}
+
+/// A usage error, recording `message`.
+pub(crate) fn usage(message: &str) -> sat_status {
+    set_error_status(SAT_ERR_USAGE, message);
+    SAT_ERR_USAGE
 }
 
 /// The status of a sat-core error, recording its message.
 pub(crate) fn fail(e: &SatError) -> sat_status {
-    set_error(&e.to_string());
-    match e {
+    let status = match e {
         SatError::Topology(_) => SAT_ERR_TOPOLOGY,
         SatError::Chunk(_) => SAT_ERR_CHUNK,
         SatError::Transport(_) => SAT_ERR_TRANSPORT,
@@ -57,12 +70,14 @@ pub(crate) fn fail(e: &SatError) -> sat_status {
         SatError::Usage(_) => SAT_ERR_USAGE,
         SatError::Role(_) => SAT_ERR_ROLE,
         SatError::Timeout(_) => SAT_ERR_TIMEOUT,
-    }
+    };
+    set_error_status(status, &e.to_string());
+    status
 }
 
 /// An argument error, recording `message`.
 pub(crate) fn bad_argument(message: &str) -> sat_status {
-    set_error(message);
+    set_error_status(SAT_ERR_ARGUMENT, message);
     SAT_ERR_ARGUMENT
 }
 
@@ -106,9 +121,10 @@ pub(crate) fn boundary<R: Failure>(call: &str, body: impl FnOnce() -> R) -> R {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            set_error(&format!(
-                "{call}: internal error in SAT: {what}; please report it"
-            ));
+            set_error_status(
+                SAT_ERR_INTERNAL,
+                &format!("{call}: internal error in SAT: {what}; please report it"),
+            );
             R::failure(SAT_ERR_INTERNAL)
         }
     }
@@ -119,6 +135,13 @@ pub(crate) fn boundary<R: Failure>(call: &str, body: impl FnOnce() -> R) -> R {
 #[no_mangle]
 pub extern "C" fn sat_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// The status of this thread's last failed call (`SAT_OK` if none): what a
+/// call that returned NULL failed with.
+#[no_mangle]
+pub extern "C" fn sat_last_status() -> sat_status {
+    LAST_STATUS.with(|s| s.get())
 }
 
 /// A static description of a status code.

@@ -8,7 +8,7 @@ use sat_core::client::{Client, Event};
 
 use crate::chunks::{chain_of, sat_chunk_t};
 use crate::run::client;
-use crate::status::{bad_argument, boundary, fail, set_error};
+use crate::status::{bad_argument, boundary, fail};
 
 fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> i32 {
     boundary(name, || match client() {
@@ -159,7 +159,10 @@ pub unsafe extern "C" fn sat_read_symbol(
                 // SAFETY: malloc of at least one byte; the caller frees it.
                 let buf = unsafe { libc::malloc(bytes.len().max(1)) };
                 if buf.is_null() {
-                    set_error("readSymbol: out of memory for the value");
+                    crate::status::set_error_status(
+                        crate::status::sat_status::SAT_ERR_ARGUMENT,
+                        "readSymbol: out of memory for the value",
+                    );
                     return crate::status::sat_status::SAT_ERR_ARGUMENT as i32;
                 }
                 // SAFETY: buf holds bytes.len() bytes; the out-pointers are valid.
