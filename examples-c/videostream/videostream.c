@@ -4,6 +4,7 @@
  * transform), an output role collects the results and writes them out.
  *
  *   satrun -n 7 --topology videostream/topology.xml -- ./videostream --frames 20 --output out/frame%03d.bmp
+ *   ./videostream --reference --frames 20 --output ref/frame%03d.bmp
  *
  * Options (every process gets the same command line):
  *   --frames N        the number of frames (default 20)
@@ -14,9 +15,17 @@
  *                     first missing file or after N frames
  *   --output PATTERN  write each result frame (edges in gray, detected lines
  *                     in red) to a file: PGM if PATTERN ends in .pgm, else BMP
+ *   --reference       no S-DSM and no satrun: one plain process makes the
+ *                     same frames and processes them one after the other
+ *                     with the same code, writing the same files (the
+ *                     sequential reference the pipeline's output must equal)
+ *
+ * The output role prints a line for each frame it receives ("output: got
+ * frame N from task P") and a summary at the end.
  *
  * The topology has one input (role 1), one output (role 3) and any number
- * of processing tasks (role 2), as in Figure 16. As in the report, the
+ * of processing tasks (role 2), as in Figure 16 (topology.xml: 3 of them,
+ * 2workers.xml: 2, each with 2 servers). As in the report, the
  * channels are shared buffers and there is no explicit synchronization in
  * the user code: exclusive write scopes and publish-subscribe carry it.
  * For each processing task p, an input buffer IN(p) and an output buffer
@@ -86,7 +95,8 @@ static struct {
     uint32_t frames, width, height;
     const char *input;
     const char *output;
-} opt = {20, 320, 240, NULL, NULL};
+    int reference;
+} opt = {20, 320, 240, NULL, NULL, 0};
 
 static struct format fmt;
 
@@ -261,6 +271,47 @@ static uint32_t process_frame(const uint8_t *frame, uint8_t *edge, struct line *
     return hough(edge, lines);
 }
 
+/* Whether the strongest of the lines found in synthetic frame `id` is the
+ * line drawn there; if not, says so (`who` is the role). */
+static int drawn_line_found(const char *who, uint32_t id, const struct line *lines, uint32_t n) {
+    int theta, rho;
+    drawn_line(id, &theta, &rho);
+    if (n > 0 && abs(lines[0].theta - theta) <= 2 && abs(lines[0].rho - rho) <= 4) {
+        return 1;
+    }
+    printf("%s: frame %u: drew theta %d rho %d, found theta %d rho %d\n", who, id, theta, rho,
+           n > 0 ? lines[0].theta : -1, n > 0 ? lines[0].rho : -1);
+    return 0;
+}
+
+/* The size of the stream and its number of frames, from the options or
+ * the --input files: fmt.width, fmt.height, fmt.frames. */
+static void stream_format(void) {
+    fmt.width = opt.width;
+    fmt.height = opt.height;
+    fmt.frames = opt.frames;
+    if (opt.input == NULL) {
+        return;
+    }
+    char path[4096], err[512];
+    struct image img;
+    frame_path(path, sizeof path, opt.input, 0);
+    EXPECT(image_read(path, &img, err, sizeof err) == 0, "input: %s", err);
+    fmt.width = img.width;
+    fmt.height = img.height;
+    image_free(&img);
+    uint32_t n = 0;
+    for (; n < opt.frames; n++) {
+        frame_path(path, sizeof path, opt.input, n);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL) {
+            break;
+        }
+        fclose(f);
+    }
+    fmt.frames = n;
+}
+
 /* ---------------------------------------------------------------- buffers */
 
 static size_t in_size(void) { return sizeof(struct in_header) + (size_t)fmt.width * fmt.height; }
@@ -339,28 +390,7 @@ static void input_handler(Chunk_t *out, void *params) {
 
 static void input(_SAT_Bootstrap_t *b) {
     (void)b;
-    fmt.width = opt.width;
-    fmt.height = opt.height;
-    fmt.frames = opt.frames;
-    if (opt.input != NULL) {
-        char path[4096], err[512];
-        struct image img;
-        frame_path(path, sizeof path, opt.input, 0);
-        EXPECT(image_read(path, &img, err, sizeof err) == 0, "input: %s", err);
-        fmt.width = img.width;
-        fmt.height = img.height;
-        image_free(&img);
-        uint32_t n = 0;
-        for (; n < opt.frames; n++) {
-            frame_path(path, sizeof path, opt.input, n);
-            FILE *f = fopen(path, "rb");
-            if (f == NULL) {
-                break;
-            }
-            fclose(f);
-        }
-        fmt.frames = n;
-    }
+    stream_format();
     int clients = clientGetClientNr();
     EXPECT(clients >= 3, "the run needs an input, an output and a processing task");
     fmt.workers = (uint32_t)clients - 2;
@@ -523,6 +553,7 @@ static void output_handler(Chunk_t *out, void *params) {
     EXPECT(got.nlines <= MAX_LINES, "output: frame %u has %u lines", id, got.nlines);
     output_state.seen[id] = 1;
     output_state.nseen++;
+    printf("output: got frame %u from task %u\n", id, p);
     if (opt.input == NULL) {
         /* Synthetic frames can be checked: the same computation here, and
          * the line drawn must be the strongest one found. */
@@ -536,14 +567,7 @@ static void output_handler(Chunk_t *out, void *params) {
                "output: frame %u came out wrong", id);
         free(edge);
         output_state.right++;
-        int theta, rho;
-        drawn_line(id, &theta, &rho);
-        if (n > 0 && abs(got.lines[0].theta - theta) <= 2 && abs(got.lines[0].rho - rho) <= 4) {
-            output_state.found++;
-        } else {
-            printf("output: frame %u: drew theta %d rho %d, found theta %d rho %d\n", id, theta,
-                   rho, n > 0 ? got.lines[0].theta : -1, n > 0 ? got.lines[0].rho : -1);
-        }
+        output_state.found += (uint32_t)drawn_line_found("output", id, got.lines, got.nlines);
     }
     if (opt.output != NULL) {
         write_result(id, output_state.edge, got.lines, got.nlines);
@@ -584,18 +608,55 @@ static void output(_SAT_Bootstrap_t *b) {
     }
 }
 
+/* ------------------------------------------------- the sequential reference */
+
+/* --reference: the same frames through the same processing, one after the
+ * other in one plain process, no S-DSM; the same result files as the
+ * output role writes. */
+static int reference(void) {
+    stream_format();
+    EXPECT(fmt.frames > 0, "reference: no frames");
+    size_t size = (size_t)fmt.width * fmt.height;
+    uint8_t *frame = malloc(size), *edge = malloc(size);
+    EXPECT(frame && edge, "out of memory");
+    uint32_t found = 0;
+    for (uint32_t id = 0; id < fmt.frames; id++) {
+        struct line lines[MAX_LINES];
+        produce(id, frame);
+        uint32_t n = process_frame(frame, edge, lines);
+        if (opt.input == NULL) {
+            found += (uint32_t)drawn_line_found("reference", id, lines, n);
+        }
+        if (opt.output != NULL) {
+            write_result(id, edge, lines, n);
+        }
+    }
+    free(frame);
+    free(edge);
+    printf("reference: %u frames of %ux%u, processed sequentially", fmt.frames, fmt.width,
+           fmt.height);
+    if (opt.input == NULL) {
+        printf("; the drawn line found in %u of %u", found, fmt.frames);
+    }
+    printf("\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--frames") == 0) {
+    for (int i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
+        if (strcmp(argv[i], "--reference") == 0) {
+            opt.reference = 1;
+        } else if (more && strcmp(argv[i], "--frames") == 0) {
             opt.frames = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--width") == 0) {
+        } else if (more && strcmp(argv[i], "--width") == 0) {
             opt.width = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--height") == 0) {
+        } else if (more && strcmp(argv[i], "--height") == 0) {
             opt.height = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (strcmp(argv[i], "--input") == 0) {
+        } else if (more && strcmp(argv[i], "--input") == 0) {
             opt.input = argv[++i];
-        } else if (strcmp(argv[i], "--output") == 0) {
+        } else if (more && strcmp(argv[i], "--output") == 0) {
             opt.output = argv[++i];
         }
     }
@@ -604,6 +665,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     init_tables();
+    if (opt.reference) {
+        return reference();
+    }
 
     _SAT_Roles_t roles[4] = {NULL, input, worker, output};
     int status = _SAT_BOOTSTRAP(roles, NULL, argc, argv);

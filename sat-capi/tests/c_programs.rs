@@ -995,9 +995,160 @@ fn videostream_section_3_2() {
         "[2] input: 5 frames of 96x64 for 3 processing tasks",
         "[6] output: 5 frames, each exactly once",
     ]);
+    // The same sequence through the sequential reference: the same files.
+    let reference = dir.join("ref%02d.pgm");
+    let out = run_bounded(command(&exe).args([
+        "--reference",
+        "--frames",
+        "100",
+        "--input",
+        path_str(&input),
+        "--output",
+        path_str(&reference),
+    ]));
+    assert!(
+        out.status.success()
+            && text(&out.stdout).contains("reference: 5 frames of 96x64, processed sequentially\n"),
+        "the reference run:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     for i in 0..5 {
         let f = std::fs::read(dir.join(format!("out{i:02}.pgm"))).unwrap();
         let header = b"P5\n96 64\n255\n";
         assert!(f.starts_with(header) && f.len() == header.len() + 96 * 64);
+        assert!(
+            f == std::fs::read(dir.join(format!("ref{i:02}.pgm"))).unwrap(),
+            "out{i:02}.pgm differs from the reference's ref{i:02}.pgm"
+        );
     }
+}
+
+/// The size of a 24-bit BMP of 640x480 (rows of 1920 bytes, no padding).
+const BMP_640X480: usize = 54 + 640 * 3 * 480;
+
+/// The C ABI issue's video pipeline: 100 frames of 640x480 through 1 input,
+/// 2 processing and 1 output roles (and 2 servers), over shm and over tcp;
+/// every result frame the output role writes is byte-for-byte the one the
+/// same program's sequential reference mode (`--reference`: one plain
+/// process, no S-DSM, the same frames and processing) writes, and the output
+/// role got each frame exactly once.
+#[test]
+fn videostream_640x480_100_frames_equal_the_sequential_reference() {
+    const FRAMES: usize = 100;
+    let exe = example("videostream");
+    let size = ["--frames", "100", "--width", "640", "--height", "480"];
+
+    // The reference, once for both providers.
+    let ref_dir = scratch("videostream-reference");
+    let started = std::time::Instant::now();
+    let out = run_bounded(
+        command(&exe)
+            .arg("--reference")
+            .args(size)
+            .arg("--output")
+            .arg(ref_dir.join("frame%03d.bmp")),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success()
+            && stdout.contains(
+                "reference: 100 frames of 640x480, processed sequentially; \
+                 the drawn line found in 100 of 100\n"
+            ),
+        "the reference run:\n{stdout}{stderr}"
+    );
+    eprintln!("reference: {:?}", started.elapsed());
+    let reference: Vec<Vec<u8>> = (0..FRAMES)
+        .map(|i| {
+            let path = ref_dir.join(format!("frame{i:03}.bmp"));
+            let f = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(f.len(), BMP_640X480, "{}", path.display());
+            // Not a blank frame: the lines found are drawn in red.
+            let (w, h, px) = read_bmp(&path);
+            assert_eq!((w, h), (640, 480));
+            let red = px.chunks(3).filter(|p| *p == [0, 0, 255]).count();
+            assert!(
+                red > 200,
+                "reference frame {i}: {red} pixels of a detected line"
+            );
+            f
+        })
+        .collect();
+    assert_eq!(std::fs::read_dir(&ref_dir).unwrap().count(), FRAMES);
+
+    for provider in PROVIDERS {
+        let dir = scratch(&format!("videostream-{provider}"));
+        let pattern = dir.join("frame%03d.bmp");
+        let mut args = vec![
+            "-n",
+            "6",
+            "--topology",
+            "videostream/2workers.xml",
+            "--provider",
+            provider,
+            "--",
+            &exe,
+        ];
+        args.extend(size);
+        args.extend(["--output", path_str(&pattern)]);
+        let started = std::time::Instant::now();
+        let run = satrun(6, "examples-c", &args, &[], false);
+        eprintln!("{provider}: {:?}", started.elapsed());
+        run.succeeded().has(&[
+            "[2] input: 100 frames of 640x480 for 2 processing tasks",
+            "[2] input: 100 frames given and consumed",
+            "[5] output: 100 frames, each exactly once, 100 right; \
+             the drawn line found in 100 of 100",
+        ]);
+        // Both processing tasks took part, 100 frames between them.
+        let done = run.numbers_after(": processed ");
+        assert!(
+            done.len() == 2 && done.iter().all(|&n| n > 0) && done.iter().sum::<u64>() == 100,
+            "{provider}: the tasks processed {done:?}:\n{}",
+            run.context()
+        );
+        // The output role reported each frame exactly once, from task 0 or 1.
+        let got: Vec<(usize, u64)> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("[5] output: got frame "))
+            .map(|rest| {
+                let mut w = rest.split(" from task ");
+                let id = w.next().and_then(|n| n.parse().ok());
+                let task = w.next().and_then(|n| n.parse().ok());
+                match (id, task) {
+                    (Some(id), Some(task)) => (id, task),
+                    _ => panic!("{provider}: a bad line {rest:?}:\n{}", run.context()),
+                }
+            })
+            .collect();
+        let mut ids: Vec<usize> = got.iter().map(|&(id, _)| id).collect();
+        ids.sort_unstable();
+        assert!(
+            ids == (0..FRAMES).collect::<Vec<_>>() && got.iter().all(|&(_, t)| t < 2),
+            "{provider}: the output role reported {got:?}:\n{}",
+            run.context()
+        );
+        // Every result frame, and only those, equal to the reference's.
+        for (i, want) in reference.iter().enumerate() {
+            let path = dir.join(format!("frame{i:03}.bmp"));
+            let f = std::fs::read(&path)
+                .unwrap_or_else(|e| panic!("{provider}: {}: {e}", path.display()));
+            assert!(
+                f == *want,
+                "{provider}: {} differs from the reference's frame{i:03}.bmp",
+                path.display()
+            );
+        }
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            FRAMES,
+            "{provider}: files in {}",
+            dir.display()
+        );
+        // 92 MB a provider: not kept once checked.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&ref_dir);
 }
