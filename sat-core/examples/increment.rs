@@ -137,6 +137,9 @@ fn increment(c: &Client, k: u64, threads: u64, on: On, protocol: ProtocolId) -> 
         c.put(BLOB, &blob[..10]).map_err(|e| e.to_string()),
         c.acquire(12345, Access::Read).map_err(|e| e.to_string()),
         c.malloc(77, 1 << 50).map(|_| ()).map_err(|e| e.to_string()),
+        c.malloc(0xFFFF_FF00_0000_0001, 8)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         c.malloc_lst(Default::default(), &[78], &[1 << 31])
             .map(|_| ())
             .map_err(|e| e.to_string()),

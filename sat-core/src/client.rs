@@ -475,6 +475,17 @@ impl Client {
         Ok(self.lock().store.add_chain(layout, &protocols, memory))
     }
 
+    /// MALLOC_LST inside the range reserved for the symbol table.
+    pub(crate) fn malloc_lst_reserved(
+        &self,
+        protocol: ProtocolId,
+        ids: &[ChunkId],
+        sizes: &[usize],
+    ) -> SatResult<Chain> {
+        let layout = ChainLayout::malloc_lst(ids, sizes)?;
+        self.allocate_chain_in(protocol, layout, None, true)
+    }
+
     /// Asks the homes for every chunk of `layout` with `protocol` and adds
     /// the chain to the local store.
     fn allocate_chain(
@@ -483,6 +494,29 @@ impl Client {
         layout: ChainLayout,
         memory: Option<Box<dyn LocalMemory>>,
     ) -> SatResult<Chain> {
+        self.allocate_chain_in(protocol, layout, memory, false)
+    }
+
+    fn allocate_chain_in(
+        &self,
+        protocol: ProtocolId,
+        layout: ChainLayout,
+        memory: Option<Box<dyn LocalMemory>>,
+        reserved_ok: bool,
+    ) -> SatResult<Chain> {
+        if !reserved_ok {
+            if let Some(&(id, _)) = layout
+                .chunks()
+                .iter()
+                .find(|&&(id, _)| id >= symbols::SYMBOL_TABLE_BASE)
+            {
+                return Err(SatError::Usage(format!(
+                    "MALLOC of chunk {id:#x}: chunks from {:#x} up are reserved for the symbol \
+                     table; allocate below that",
+                    symbols::SYMBOL_TABLE_BASE
+                )));
+            }
+        }
         if let Some(&(_, size)) = layout.chunks().iter().find(|&&(_, s)| s > MAX_CHUNK_SIZE) {
             return Err(ChunkError::TooLarge { size }.into());
         }

@@ -22,9 +22,9 @@
 //!   [`MAX_CHUNK_SIZE`] (1 GiB) each, so a value of any size fits; an empty
 //!   value takes no chunk.
 //!
-//! MALLOC does not refuse these ids (a program that allocates one on its own
-//! would share it with the table): keep user chunks below
-//! [`SYMBOL_TABLE_BASE`]. A clash is caught as far as it can be: a bucket
+//! MALLOC and MAP refuse these ids, so user code cannot share them with the
+//! table. A clash that comes anyway (from another version of SAT, say) is
+//! caught as far as it can be: a bucket
 //! allocated with another size or protocol makes symbol calls fail with a
 //! message naming the range, and a bucket whose bytes are not a table is
 //! reported as corrupt, never decoded into nonsense.
@@ -459,7 +459,7 @@ impl Client {
 
     /// Writes a value into its chunks (allocated here, or joined).
     fn write_value(&self, b: u64, offset: u64, sizes: &[usize], data: &[u8]) -> SatResult<()> {
-        let chain = self.malloc_lst(
+        let chain = self.malloc_lst_reserved(
             ProtocolId::HomeMesi,
             &value_ids(b, offset, sizes.len()),
             sizes,
@@ -532,7 +532,7 @@ impl Client {
         // The writer allocated these chunks before it released the entry.
         // A MALLOC of the same sizes joins them, and costs nothing when this
         // process knows them already (a LOOKUP would ask the homes each time).
-        let chain = self.malloc_lst(ProtocolId::HomeMesi, &ids, &sizes)?;
+        let chain = self.malloc_lst_reserved(ProtocolId::HomeMesi, &ids, &sizes)?;
         let scope = self.read(&chain)?;
         let value = scope.data(<[u8]>::to_vec)?;
         scope.release()?;
@@ -543,7 +543,7 @@ impl Client {
     /// the reserved range when the id is taken with another size or protocol.
     fn open_bucket(&self, call: &str, name: &str, b: u64) -> SatResult<ChunkId> {
         let id = SYMBOL_TABLE_BASE + b;
-        self.malloc_lst(ProtocolId::HomeMesi, &[id], &[BUCKET_SIZE])
+        self.malloc_lst_reserved(ProtocolId::HomeMesi, &[id], &[BUCKET_SIZE])
             .map_err(|e| {
                 usage(
                     call,

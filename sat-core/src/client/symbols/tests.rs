@@ -521,10 +521,15 @@ fn a_clobbered_bucket_is_reported() {
         c.put(SYMBOL_TABLE_BASE + b, &[0; BUCKET_SIZE]).unwrap();
         c.write_symbol("victim", b"again").unwrap();
 
-        // A value chunk taken by user code with another size: the write
-        // fails, the bucket's id counter moves past it, the next one works.
+        // User code cannot MALLOC in the reserved range...
         let b = bucket_index("squatted");
-        c.malloc(value_ids(b, 0, 1)[0], 8).unwrap();
+        let e = c.malloc(value_ids(b, 0, 1)[0], 8).unwrap_err().to_string();
+        assert!(e.contains("reserved for the symbol table"), "{e}");
+        // ...but if a value chunk was taken anyway with another size (say,
+        // by another version of SAT), the write fails, the bucket's id
+        // counter moves past it, and the next one works.
+        c.malloc_lst_reserved(ProtocolId::HomeMesi, &[value_ids(b, 0, 1)[0]], &[8])
+            .unwrap();
         let e = c
             .write_symbol("squatted", b"12345")
             .unwrap_err()
@@ -534,7 +539,8 @@ fn a_clobbered_bucket_is_reported() {
         assert_eq!(c.read_symbol("squatted", WAIT).unwrap(), b"12345");
 
         let taken = bucket_index("taken");
-        c.malloc(SYMBOL_TABLE_BASE + taken, 8).unwrap();
+        c.malloc_lst_reserved(ProtocolId::HomeMesi, &[SYMBOL_TABLE_BASE + taken], &[8])
+            .unwrap();
         let e = c.read_symbol("taken", WAIT).unwrap_err().to_string();
         assert!(e.contains("cannot be allocated"), "{e}");
         assert!(e.contains("reserved for the table"), "{e}");
