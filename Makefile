@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test bench clean header install
+.PHONY: setup demo test python-test bench clean header install
 
 setup:
 	@scripts/setup.sh
@@ -21,11 +21,23 @@ demo: setup
 	target/release/satrun -n 3 --topology sat-core/topologies/figure11.xml --provider shm -- \
 		target/release/examples/exchange --rounds 1000
 
-# Every test: unit, property and multi-process integration tests.
-test: setup
+# Every test: unit, property and multi-process integration tests, then the
+# Python module's, run by the venv's pytest with the release satrun.
+test:
+	@scripts/setup.sh --python
 	$(CARGO) build -j $(JOBS) --workspace --all-targets
 	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
+	$(MAKE) --no-print-directory python-test
+
+# The `sat` Python module built (release) into .venv, and its tests.
+VENV := $(CURDIR)/.venv
+python-test:
+	@scripts/setup.sh --python
+	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
+		-j $(JOBS) -m sat-python/Cargo.toml
+	$(CARGO) build --release -j $(JOBS) --bin satrun
+	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests
 
 # The transport benchmark: SAT's raw transport against fi_pingpong, same run.
 bench: setup

@@ -4,8 +4,17 @@
 set -euo pipefail
 
 # --no-cbindgen: for `make install`, which builds from the committed header and needs no cbindgen.
+# --python: for `make test`, also the virtual environment .venv with the Python tools of the
+# `sat` module's tests (maturin, pytest, numpy, pinned in sat-python/requirements-dev.txt).
 want_cbindgen=1
-[ "${1:-}" = "--no-cbindgen" ] && want_cbindgen=0
+want_python=0
+for arg in "$@"; do
+    case "$arg" in
+        --no-cbindgen) want_cbindgen=0 ;;
+        --python) want_python=1 ;;
+        *) echo "setup: unknown option $arg" >&2; exit 2 ;;
+    esac
+done
 
 need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -59,5 +68,44 @@ if [ "$want_cbindgen" = 1 ] && [ "$(cbindgen_version || true)" != "$CBINDGEN_VER
         exit 1
     fi
 fi
+# The Python tests' virtual environment: created once, its tools installed again only when
+# the requirements file changes.
+venv_note=""
+if [ "$want_python" = 1 ]; then
+    repo="$(cd "$(dirname "$0")/.." && pwd)"
+    venv="$repo/.venv"
+    reqs="$repo/sat-python/requirements-dev.txt"
+    if ! command -v python3 >/dev/null 2>&1; then
+        echo "setup: python3 is missing: the Python module's tests need Python >= 3.9 with venv and pip" \
+            "(on Debian: apt-get install python3 python3-venv python3-pip)" >&2
+        exit 1
+    fi
+    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
+        echo "setup: python3 is $(python3 --version 2>&1): the Python module needs >= 3.9" >&2
+        exit 1
+    fi
+    if [ ! -x "$venv/bin/python" ]; then
+        if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+            echo "setup: python3 has no venv or ensurepip module: install them" \
+                "(on Debian: apt-get install python3-venv python3-pip), then run this again" >&2
+            exit 1
+        fi
+        echo "setup: creating the virtual environment $venv"
+        python3 -m venv "$venv"
+    fi
+    if ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        echo "setup: $venv has no pip: remove $venv and run this again (python3 needs ensurepip)" >&2
+        exit 1
+    fi
+    if ! cmp -s "$reqs" "$venv/.requirements-installed"; then
+        echo "setup: installing $(grep -v '^#' "$reqs" | xargs) into $venv"
+        if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs"; then
+            echo "setup: 'pip install -r $reqs' failed (see above): the Python tests need these" >&2
+            exit 1
+        fi
+        cp "$reqs" "$venv/.requirements-installed"
+    fi
+    venv_note=", $("$venv/bin/python" --version) in .venv"
+fi
 echo "setup: ready (libfabric $(pkg-config --modversion libfabric), $(cargo --version)," \
-    "cbindgen $(cbindgen_version || echo none))"
+    "cbindgen $(cbindgen_version || echo none)$venv_note)"

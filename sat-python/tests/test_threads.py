@@ -1,0 +1,49 @@
+"""A blocking call releases the GIL: another Python thread runs meanwhile."""
+
+
+def test_other_thread_runs_while_one_waits_in_barrier(satrun, provider):
+    out = satrun(
+        """
+        import threading, time
+        import sat
+
+        def waiter(client):
+            state = {"count": 0, "at_go": None, "barrier_done": False}
+
+            def counter():
+                end = time.monotonic() + 0.2
+                while time.monotonic() < end:
+                    state["count"] += 1
+                state["at_go"] = (state["count"], state["barrier_done"])
+                # Only now may the other client enter the barrier.
+                client.write_symbol("go", b"1")
+
+            entered = threading.Event()
+
+            def blocked():
+                entered.set()
+                client.barrier(1, 2)
+                state["barrier_done"] = True
+
+            t1 = threading.Thread(target=blocked)
+            t1.start()
+            entered.wait()
+            t2 = threading.Thread(target=counter)
+            t2.start()
+            t2.join()
+            t1.join()
+            count, barrier_done_at_go = state["at_go"]
+            assert not barrier_done_at_go, "the barrier ended before the other client entered it"
+            assert count > 10000, count
+            print("counted while blocked:", "many" if count > 10000 else count)
+
+        def late(client):
+            client.read_symbol("go", timeout=20)
+            client.barrier(1, 2)
+
+        sat.run({1: waiter, 2: late})
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["counted while blocked: many"]
