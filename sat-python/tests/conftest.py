@@ -1,4 +1,5 @@
 """Runs Python scripts under the repository's satrun, as real multi-process runs."""
+# A run that hangs is stopped after its timeout (SIGTERM to satrun, then SIGKILL to its process group).
 
 import os
 import signal
@@ -60,8 +61,13 @@ class SatRunner:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
+            # satrun stops its ranks and cleans up on SIGTERM; SIGKILL the group if it does not.
+            proc.terminate()
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, err = proc.communicate()
             pytest.fail(f"satrun did not finish within {timeout} s\nstdout:\n{out}\nstderr:\n{err}")
         finally:
             if proc.poll() is None:
