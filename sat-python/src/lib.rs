@@ -14,20 +14,60 @@ use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict};
 
-use sat_core::bootstrap::{Roles, RoleResult};
+use sat_core::bootstrap::{RoleResult, Roles};
 use sat_core::client::{Chain as CoreChain, Client};
 use sat_core::protocol::Access;
 use sat_core::SatError as CoreError;
 
-create_exception!(sat, SatError, PyException, "Base class of every error raised by SAT.");
-create_exception!(sat, UsageError, SatError, "The API was called in a way it does not allow.");
-create_exception!(sat, ChunkError, SatError, "A chunk or chain request is malformed (size, ids).");
-create_exception!(sat, TopologyError, SatError, "The topology file is missing, malformed or does not fit the run.");
-create_exception!(sat, TransportError, SatError, "The message layer failed (provider missing, peer lost).");
-create_exception!(sat, BootstrapError, SatError, "The processes of the run could not find each other.");
-create_exception!(sat, AbortedError, SatError, "The run was aborted by another process.");
+create_exception!(
+    sat,
+    SatError,
+    PyException,
+    "Base class of every error raised by SAT."
+);
+create_exception!(
+    sat,
+    UsageError,
+    SatError,
+    "The API was called in a way it does not allow."
+);
+create_exception!(
+    sat,
+    ChunkError,
+    SatError,
+    "A chunk or chain request is malformed (size, ids)."
+);
+create_exception!(
+    sat,
+    TopologyError,
+    SatError,
+    "The topology file is missing, malformed or does not fit the run."
+);
+create_exception!(
+    sat,
+    TransportError,
+    SatError,
+    "The message layer failed (provider missing, peer lost)."
+);
+create_exception!(
+    sat,
+    BootstrapError,
+    SatError,
+    "The processes of the run could not find each other."
+);
+create_exception!(
+    sat,
+    AbortedError,
+    SatError,
+    "The run was aborted by another process."
+);
 create_exception!(sat, RoleError, SatError, "A role function failed.");
-create_exception!(sat, TimeoutError, SatError, "An operation did not complete in the time it is allowed.");
+create_exception!(
+    sat,
+    TimeoutError,
+    SatError,
+    "An operation did not complete in the time it is allowed."
+);
 
 /// The Python exception of a core error: the group's class, the core's message.
 fn to_py(e: CoreError) -> PyErr {
@@ -91,8 +131,11 @@ impl Handle {
 }
 
 fn duration(seconds: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| PyValueError::new_err(format!("timeout {seconds} s: give a number of seconds >= 0")))
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        PyValueError::new_err(format!(
+            "timeout {seconds} s: give a number of seconds >= 0"
+        ))
+    })
 }
 
 /// The bytes of a bytes-like object (bytes, bytearray, memoryview, or
@@ -104,8 +147,11 @@ fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(b) = data.cast::<PyByteArray>() {
         return Ok(b.to_vec());
     }
-    if data.is_instance_of::<pyo3::types::PyString>() || data.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(PyTypeError::new_err("give a bytes-like object (bytes, bytearray, memoryview)"));
+    if data.is_instance_of::<pyo3::types::PyString>() || data.is_instance_of::<pyo3::types::PyInt>()
+    {
+        return Err(PyTypeError::new_err(
+            "give a bytes-like object (bytes, bytearray, memoryview)",
+        ));
     }
     let b = data.py().get_type::<PyBytes>().call1((data,))?;
     Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
@@ -163,7 +209,10 @@ impl PyClient {
     /// MALLOC: `size` bytes from chunk `base` on, as a chain.
     fn malloc(&self, py: Python<'_>, base: u64, size: usize) -> PyResult<PyChain> {
         let chain = self.h.blocking(py, |c| c.malloc(base, size))?;
-        Ok(PyChain { h: self.h.clone(), chain })
+        Ok(PyChain {
+            h: self.h.clone(),
+            chain,
+        })
     }
 
     /// LOOKUP: the chain of chunks `base` to `base + nbchunks - 1`, waiting
@@ -171,15 +220,21 @@ impl PyClient {
     #[pyo3(signature = (base, nbchunks = 1, timeout = 10.0))]
     fn lookup(&self, py: Python<'_>, base: u64, nbchunks: u64, timeout: f64) -> PyResult<PyChain> {
         let timeout = duration(timeout)?;
-        let chain = self.h.blocking(py, |c| c.lookup_chain(base, nbchunks, timeout))?;
-        Ok(PyChain { h: self.h.clone(), chain })
+        let chain = self
+            .h
+            .blocking(py, |c| c.lookup_chain(base, nbchunks, timeout))?;
+        Ok(PyChain {
+            h: self.h.clone(),
+            chain,
+        })
     }
 
     /// Opens a scope on `chain` ('read', 'write' or 'readwrite'); close it
     /// with `release`. The scopes of `Chain.read()` etc. do both.
     fn acquire(&self, py: Python<'_>, chain: &PyChain, access: &str) -> PyResult<()> {
         let access = parse_access(access)?;
-        self.h.blocking(py, |c| c.acquire_chain(&chain.chain, access))
+        self.h
+            .blocking(py, |c| c.acquire_chain(&chain.chain, access))
     }
 
     /// Closes the scope on `chain`.
@@ -241,7 +296,12 @@ impl PyClient {
 
     /// The data of symbol `name`, waiting at most `timeout` seconds for it.
     #[pyo3(signature = (name, timeout = 10.0))]
-    fn read_symbol<'py>(&self, py: Python<'py>, name: &str, timeout: f64) -> PyResult<Bound<'py, PyBytes>> {
+    fn read_symbol<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let timeout = duration(timeout)?;
         let data = self.h.blocking(py, |c| c.read_symbol(name, timeout))?;
         Ok(PyBytes::new(py, &data))
