@@ -229,6 +229,16 @@ impl ServerState<'_> {
         !self.topology.is_server(rank) && self.topology.server_of(rank) == self.rank
     }
 
+    /// Whether a request in `client`'s name may come from `src`: from that
+    /// client itself, one of ours, or forwarded by a server for a client.
+    fn on_behalf_of(&self, src: Rank, src_is_server: bool, client: Rank) -> bool {
+        if src_is_server {
+            client < self.topology.len() && !self.topology.is_server(client)
+        } else {
+            self.is_my_client(src) && client == src
+        }
+    }
+
     fn handle(&mut self, out: &mut dyn Sender, m: Received<'_>) {
         let msg = match wire::decode(m.header) {
             Ok(msg) => msg,
@@ -362,12 +372,7 @@ impl ServerState<'_> {
         client: Rank,
         msg: &Message,
     ) {
-        let legit = if src_is_server {
-            client < self.topology.len() && !self.topology.is_server(client)
-        } else {
-            self.is_my_client(src) && client == src
-        };
-        if !legit {
+        if !self.on_behalf_of(src, src_is_server, client) {
             tracing::warn!(
                 "server {}: dropped a {} from {src} for client {client}",
                 self.rank,

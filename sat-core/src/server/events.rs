@@ -28,11 +28,8 @@ impl ServerState<'_> {
         op: SyncOp,
     ) {
         let request = Coordinator::request_id(&op);
-        let legit = if src_is_server {
-            client < self.topology.len() && !self.topology.is_server(client)
-        } else {
-            self.is_my_client(src) && client == src && request.is_some()
-        };
+        let legit =
+            self.on_behalf_of(src, src_is_server, client) && (src_is_server || request.is_some());
         if !legit {
             tracing::warn!(
                 "server {}: dropped a sync message from {src} for {client}",
@@ -86,12 +83,7 @@ impl ServerState<'_> {
         client: Rank,
         msg: &Message,
     ) {
-        let legit = if src_is_server {
-            client < self.topology.len() && !self.topology.is_server(client)
-        } else {
-            self.is_my_client(src) && client == src
-        };
-        if !legit {
+        if !self.on_behalf_of(src, src_is_server, client) {
             tracing::warn!("server {}: dropped a {} from {src}", self.rank, msg.kind());
             return;
         }
