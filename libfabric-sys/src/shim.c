@@ -33,6 +33,11 @@ int sat_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 	return fi_av_insert(av, addr, count, fi_addr, flags, context);
 }
 
+int sat_fi_av_remove(struct fid_av *av, fi_addr_t *fi_addr, size_t count, uint64_t flags)
+{
+	return fi_av_remove(av, fi_addr, count, flags);
+}
+
 const char *sat_fi_av_straddr(struct fid_av *av, const void *addr, char *buf, size_t *len)
 {
 	return fi_av_straddr(av, addr, buf, len);

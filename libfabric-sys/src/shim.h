@@ -26,6 +26,7 @@ int sat_fi_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 		   struct fid_av **av, void *context);
 int sat_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 		     fi_addr_t *fi_addr, uint64_t flags, void *context);
+int sat_fi_av_remove(struct fid_av *av, fi_addr_t *fi_addr, size_t count, uint64_t flags);
 const char *sat_fi_av_straddr(struct fid_av *av, const void *addr, char *buf, size_t *len);
 int sat_fi_cq_open(struct fid_domain *domain, struct fi_cq_attr *attr,
 		   struct fid_cq **cq, void *context);

@@ -6,7 +6,7 @@
 //! client never needs a thread of its own to make progress.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -133,6 +133,10 @@ pub struct Client {
     handlers: Mutex<events::Handlers>,
     /// The thread that runs the role function: the one that runs handlers.
     role_thread: std::sync::OnceLock<std::thread::ThreadId>,
+    /// Set once the client has ended (its role returned, or it detached
+    /// from a service): every later wait fails at once instead of waiting
+    /// for servers that no longer answer it.
+    finished: AtomicBool,
 }
 
 struct ClientState {
@@ -156,6 +160,7 @@ impl Client {
             chunk_size: AtomicUsize::new(chunk_size_from_env()),
             handlers: Mutex::new(events::Handlers::default()),
             role_thread: std::sync::OnceLock::new(),
+            finished: AtomicBool::new(false),
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),
@@ -915,6 +920,7 @@ impl Client {
         self.wait(Some(Instant::now() + timeout), |st| {
             st.transport.sends_drained().ok().filter(|d| *d).map(|_| ())
         })?;
+        self.finished.store(true, Ordering::Release);
         tracing::debug!("client {} terminated", self.rank);
         Ok(())
     }
@@ -960,6 +966,13 @@ impl Client {
                 ..self.policy
             }
         };
+        if self.finished.load(Ordering::Acquire) {
+            return Err(SatError::Usage(
+                "this client has ended (it detached from its service, or its role returned): \
+                 attach again to use the S-DSM"
+                    .into(),
+            ));
+        }
         let mut idle = Idle::new(policy);
         loop {
             let events_pending = {

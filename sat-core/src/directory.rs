@@ -67,6 +67,14 @@ impl AllocDirectory {
         None
     }
 
+    /// Forgets the LOOKUPs `client` has waiting: it left the run.
+    pub fn client_left(&mut self, client: Rank) {
+        self.parked.retain(|_, waiting| {
+            waiting.retain(|&(c, _)| c != client);
+            !waiting.is_empty()
+        });
+    }
+
     /// Whether any LOOKUP is waiting (the server then checks deadlines).
     pub fn has_parked(&self) -> bool {
         !self.parked.is_empty()

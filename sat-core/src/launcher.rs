@@ -41,6 +41,8 @@ satrun: start the processes of a SAT run on this host
 Usage:
   satrun -n N [--topology FILE] [--provider shm|tcp|verbs] [--] PROG [ARGS...]
   satrun [--topology FILE] [--provider P] -n N1 PROG1 [ARGS...] : -n N2 PROG2 [ARGS...] ...
+  satrun --serve [--servers K] [--slots M] [--topology FILE] [--provider P]
+         [--listen HOST:PORT] [--address-file FILE]
 
 Options:
   -n, -np N          run N processes of PROG; with ':' several programs share one run
@@ -53,6 +55,19 @@ Options:
                      default: $SAT_PROVIDER, else shm
   --                 the end of satrun's options: the next argument is PROG
   -h, --help         print this help
+
+Service mode (--serve): start the S-DSM's servers and keep them running;
+processes attach and detach at any time (sat_connect in C, sat.connect in
+Python, sat_core::service::connect in Rust) and find the data others left.
+  --servers K        the number of server processes (default 1)
+  --slots M          how many clients may be attached at once (default 16)
+  --topology FILE    instead of --servers/--slots: its servers must have the
+                     first ids, and each client entry is a slot
+  --listen HOST:PORT where clients attach (default 127.0.0.1 and a free port;
+                     0.0.0.0 to accept other hosts)
+  --address-file F   also write the address clients attach to into F
+The service prints 'SAT service listening on HOST:PORT' and runs until
+SIGINT or SIGTERM, which stop it with status 0.
 
 Every line a process prints is prefixed with its rank: \"[2] ...\".
 Exit status: 0 when every process exits with 0; otherwise the status of the
@@ -123,6 +138,88 @@ pub struct LaunchArgs {
 pub enum Invocation {
     Help,
     Run(LaunchArgs),
+    Serve(ServeArgs),
+}
+
+/// The command line of `satrun --serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeArgs {
+    pub servers: u32,
+    pub slots: u32,
+    pub topology: Option<PathBuf>,
+    pub provider: Option<String>,
+    pub listen: String,
+    pub address_file: Option<PathBuf>,
+}
+
+impl Default for ServeArgs {
+    fn default() -> ServeArgs {
+        ServeArgs {
+            servers: 1,
+            slots: 16,
+            topology: None,
+            provider: None,
+            listen: "127.0.0.1:0".into(),
+            address_file: None,
+        }
+    }
+}
+
+/// Parses `satrun --serve ...` (the arguments after `--serve`).
+fn parse_serve_args(args: &[OsString]) -> Result<Invocation, LaunchError> {
+    let mut out = ServeArgs::default();
+    let (mut servers, mut slots) = (None, None);
+    let mut i = 0;
+    while i < args.len() {
+        let text = args[i].to_string_lossy().into_owned();
+        let (name, inline) = match text.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+            _ => (text.clone(), None),
+        };
+        let mut value = || -> Result<String, LaunchError> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            i += 1;
+            args.get(i)
+                .map(|v| v.to_string_lossy().into_owned())
+                .ok_or_else(|| usage(format!("{name} needs a value")))
+        };
+        let number = |v: String, what: &str| -> Result<u32, LaunchError> {
+            match v.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(usage(format!("{what} takes a positive number, not '{v}'"))),
+            }
+        };
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "--servers" => set_once(&mut servers, number(value()?, "--servers")?, "--servers")?,
+            "--slots" => set_once(&mut slots, number(value()?, "--slots")?, "--slots")?,
+            "--topology" => set_once(&mut out.topology, PathBuf::from(value()?), "--topology")?,
+            "--provider" => set_once(&mut out.provider, value()?, "--provider")?,
+            "--listen" => out.listen = value()?,
+            "--address-file" => set_once(
+                &mut out.address_file,
+                PathBuf::from(value()?),
+                "--address-file",
+            )?,
+            other => {
+                return Err(usage(format!(
+                    "unknown option '{other}' for --serve (a service runs no program: \
+                     processes attach to it)"
+                )))
+            }
+        }
+        i += 1;
+    }
+    if out.topology.is_some() && (servers.is_some() || slots.is_some()) {
+        return Err(usage(
+            "--topology gives the servers and slots: do not add --servers or --slots",
+        ));
+    }
+    out.servers = servers.unwrap_or(out.servers);
+    out.slots = slots.unwrap_or(out.slots);
+    Ok(Invocation::Serve(out))
 }
 
 fn usage(message: impl Into<String>) -> LaunchError {
@@ -136,6 +233,9 @@ where
     I::Item: Into<OsString>,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args.first().is_some_and(|a| a == "--serve") {
+        return parse_serve_args(&args[1..]);
+    }
     let mut out = LaunchArgs::default();
     let mut count: Option<u32> = None;
     let mut i = 0;
@@ -299,6 +399,75 @@ pub struct Plan {
     /// The topology file, absolute, when one was given.
     pub topology_file: Option<PathBuf>,
     pub provider: Provider,
+    /// Set for `satrun --serve`.
+    pub service: Option<ServicePlan>,
+}
+
+/// What `satrun --serve` adds to a plan.
+#[derive(Debug, Clone)]
+pub struct ServicePlan {
+    pub listen: String,
+    pub address_file: Option<PathBuf>,
+    pub slots: u32,
+}
+
+/// Checks a service's command line and plans its server processes: each is
+/// satrun itself, in its server role.
+pub fn plan_service(args: &ServeArgs, env_provider: Option<&OsStr>) -> Result<Plan, LaunchError> {
+    let system = |what: &str| {
+        let what = what.to_owned();
+        move |error| LaunchError::System { what, error }
+    };
+    let (topology, topology_file) = match &args.topology {
+        Some(path) => (
+            Topology::from_file(path)?,
+            Some(std::fs::canonicalize(path).map_err(system(&format!(
+                "{}: cannot resolve the path",
+                path.display()
+            )))?),
+        ),
+        None => (Topology::service(args.servers, args.slots)?, None),
+    };
+    topology.check_service()?;
+    let me = std::env::current_exe().map_err(system("finding satrun's own program"))?;
+    let ranks = topology
+        .servers()
+        .into_iter()
+        .map(|rank| RankPlan {
+            rank,
+            program: me.clone().into_os_string(),
+            args: vec![crate::service::SERVER_PROCESS_ARG.into()],
+        })
+        .collect();
+    let provider = choose_provider(args.provider.as_ref(), env_provider)?;
+    let slots = topology.clients().len() as u32;
+    Ok(Plan {
+        ranks,
+        topology,
+        topology_file,
+        provider,
+        service: Some(ServicePlan {
+            listen: args.listen.clone(),
+            address_file: args.address_file.clone(),
+            slots,
+        }),
+    })
+}
+
+/// `--provider`, else the `env_provider` value of `SAT_PROVIDER`, else shm;
+/// checked to be available here.
+fn choose_provider(
+    given: Option<&String>,
+    env_provider: Option<&OsStr>,
+) -> Result<Provider, LaunchError> {
+    let provider = match (given, env_provider) {
+        (Some(name), _) => Provider::parse(name).map_err(LaunchError::UnknownProvider)?,
+        (None, Some(name)) if !name.is_empty() => Provider::parse(&name.to_string_lossy())
+            .map_err(|e| LaunchError::UnknownProvider(format!("SAT_PROVIDER: {e}")))?,
+        _ => Provider::Shm,
+    };
+    check_provider(provider)?;
+    Ok(provider)
 }
 
 impl Plan {
@@ -340,13 +509,7 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
         None => None,
     };
 
-    let provider = match (&args.provider, env_provider) {
-        (Some(name), _) => Provider::parse(name).map_err(LaunchError::UnknownProvider)?,
-        (None, Some(name)) if !name.is_empty() => Provider::parse(&name.to_string_lossy())
-            .map_err(|e| LaunchError::UnknownProvider(format!("SAT_PROVIDER: {e}")))?,
-        _ => Provider::Shm,
-    };
-    check_provider(provider)?;
+    let provider = choose_provider(args.provider.as_ref(), env_provider)?;
 
     let mut first = 0u32;
     for app in &args.apps {
@@ -366,6 +529,7 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
         topology,
         topology_file,
         provider,
+        service: None,
     })
 }
 
@@ -554,6 +718,10 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         .local_addr()
         .map_err(system("reading the seed socket address"))?;
     let mut listener = Some(listener);
+    let mut service_listener = match &plan.service {
+        Some(service) => Some(open_service(plan, service)?),
+        None => None,
+    };
     let parent = sys::my_pid();
     let open_streams = Arc::new(OpenStreams::default());
     let mut running: Vec<Running> = Vec::with_capacity(plan.ranks.len());
@@ -575,6 +743,17 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             Some(path) => cmd.env("SAT_TOPOLOGY", path),
             None => cmd.env_remove("SAT_TOPOLOGY"),
         };
+        cmd.env_remove(crate::service::SERVICE_FD_VAR);
+        if let Some(service) = &plan.service {
+            cmd.env(crate::service::SERVICE_SLOTS_VAR, service.slots.to_string());
+        }
+        let service_fd = match (&service_listener, rank.rank) {
+            (Some(l), 0) => Some(l.as_raw_fd()),
+            _ => None,
+        };
+        if let Some(fd) = service_fd {
+            cmd.env(crate::service::SERVICE_FD_VAR, fd.to_string());
+        }
         let seed_fd = match (&listener, rank.rank) {
             (Some(l), 0) => Some(l.as_raw_fd()),
             _ => None,
@@ -589,7 +768,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         // SAFETY: child_setup only makes async-signal-safe calls and
         // allocates nothing; it captures two plain integers.
         unsafe {
-            cmd.pre_exec(move || sys::child_setup(parent, seed_fd));
+            cmd.pre_exec(move || sys::child_setup(parent, seed_fd, service_fd));
         }
         let program = rank.program.to_string_lossy().into_owned();
         let mut child = match cmd.spawn() {
@@ -608,6 +787,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             // Rank 0 holds the seed socket now; satrun's copy would keep the
             // port open after rank 0 is gone.
             listener = None;
+            service_listener = None;
         }
         let pid = child.id();
         for (stream, to_stderr) in [
@@ -657,9 +837,13 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         }
     }
     drop(listener);
+    drop(service_listener);
     drop(events);
 
-    let code = supervise(&mut running, &inbox, start_failure);
+    let code = supervise(&mut running, &inbox, start_failure, plan.service.is_some());
+    if let Some(path) = plan.service.as_ref().and_then(|s| s.address_file.as_ref()) {
+        let _ = std::fs::remove_file(path);
+    }
 
     for r in &running {
         match remove_shm_leftovers(r.pid) {
@@ -679,6 +863,43 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     Ok(code)
 }
 
+/// Opens the socket where processes attach to a service, prints its address
+/// and writes it to the address file.
+fn open_service(plan: &Plan, service: &ServicePlan) -> Result<TcpListener, LaunchError> {
+    let listener = TcpListener::bind(&service.listen).map_err(|error| LaunchError::System {
+        what: format!(
+            "cannot listen for clients on {} (--listen HOST:PORT; port 0 picks a free one)",
+            service.listen
+        ),
+        error,
+    })?;
+    let address = listener.local_addr().map_err(|error| LaunchError::System {
+        what: "reading the service's address".into(),
+        error,
+    })?;
+    if let Some(path) = &service.address_file {
+        // Written whole then renamed, so a reader never sees half of it.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, format!("{address}\n"))
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|error| LaunchError::System {
+                what: format!("writing the service's address to {}", path.display()),
+                error,
+            })?;
+    }
+    let mut out = io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "SAT service listening on {address} ({} server{}, {} client slots, provider {})",
+        plan.ranks.len(),
+        if plan.ranks.len() == 1 { "" } else { "s" },
+        service.slots,
+        plan.provider
+    );
+    let _ = out.flush();
+    Ok(listener)
+}
+
 /// Waits for every rank; on the first failure (or a signal to satrun, or a
 /// rank that could not start) stops the others: SIGTERM, then SIGKILL after
 /// [`TERMINATE_GRACE`]. Returns satrun's exit status.
@@ -686,6 +907,7 @@ fn supervise(
     running: &mut [Running],
     inbox: &mpsc::Receiver<Event>,
     start_failure: Option<i32>,
+    service: bool,
 ) -> i32 {
     let mut live = running.len();
     let mut code: Option<i32> = start_failure;
@@ -748,7 +970,8 @@ fn supervise(
                     sys::signal_name(sig),
                     if live == 1 { "" } else { "s" }
                 ));
-                code.get_or_insert(128 + sig);
+                // A service ends by a signal: that is its normal stop.
+                code.get_or_insert(if service { 0 } else { 128 + sig });
                 // From the terminal, the ranks (in satrun's process group)
                 // received the signal too; only their descendants need it.
                 let sig_to_ranks = if from_terminal { 0 } else { sig };
@@ -833,6 +1056,20 @@ where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args
+        .first()
+        .is_some_and(|a| a == crate::service::SERVER_PROCESS_ARG)
+    {
+        // satrun started this process as a server of a service.
+        return match crate::service::serve() {
+            Ok(()) => 0,
+            Err(e) => {
+                notice(&format!("service server: {e}"));
+                1
+            }
+        };
+    }
     let outcome = parse_args(args).and_then(|invocation| match invocation {
         Invocation::Help => {
             let mut out = io::stdout().lock();
@@ -842,6 +1079,10 @@ where
         }
         Invocation::Run(args) => {
             let plan = plan(&args, std::env::var_os("SAT_PROVIDER").as_deref())?;
+            Ok(Some(plan))
+        }
+        Invocation::Serve(args) => {
+            let plan = plan_service(&args, std::env::var_os("SAT_PROVIDER").as_deref())?;
             Ok(Some(plan))
         }
     });

@@ -15,6 +15,8 @@
 //!   MESI, home-only), chosen per chunk;
 //! - [`progress`]: the progress engine and its adaptive micro-sleep;
 //! - [`server`]: the S-DSM server loop;
+//! - [`service`]: the service mode: servers that run on while processes
+//!   attach and detach;
 //! - [`directory`]: a home's allocation directory (sizes, waiting LOOKUPs);
 //! - [`store`]: a client's local chunk data: chains, instances, LRU eviction;
 //! - [`sync`]: rendezvous, barriers and signals at their coordinator;
@@ -36,6 +38,7 @@ pub mod progress;
 pub mod protocol;
 pub mod quiescence;
 pub mod server;
+pub mod service;
 pub mod store;
 pub mod sync;
 pub mod topology;

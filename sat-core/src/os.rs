@@ -103,3 +103,16 @@ pub fn physical_memory() -> Option<u64> {
     };
     (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
 }
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and
+        // may itself contain spaces or parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}

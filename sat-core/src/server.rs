@@ -1,6 +1,8 @@
-//! The S-DSM server loop: carries client messages and runs the termination
-//! protocol of section 3 (client -> its server -> seed -> shutdown of all
-//! servers). Later the coherence directories live here too.
+//! The S-DSM server loop: carries client messages, keeps the homes of its
+//! chunks, coordinates synchronization objects, and either runs the
+//! termination protocol of section 3 (client -> its server -> seed ->
+//! shutdown of all servers) or, in service mode, admits and forgets clients
+//! as they attach and detach ([`crate::service`]).
 
 use std::time::{Duration, Instant};
 
@@ -51,9 +53,14 @@ struct ServerState<'t> {
     /// Seed only: the waves of the quiescence detection.
     waves: Option<Waves>,
     told_quiet: bool,
+    /// Service mode: clients attach and detach; there is no end of run.
+    service: Option<ServiceSide>,
 }
 
 mod events;
+mod membership;
+
+pub(crate) use membership::ServiceSide;
 
 /// A chunk this server is the home of: its protocol, that protocol's
 /// directory entry and data, and its subscribers (with or without data).
@@ -101,13 +108,38 @@ pub fn run(
     transport: &mut dyn Transport,
     policy: IdlePolicy,
 ) -> SatResult<()> {
+    serve(topology, transport, policy, None)
+}
+
+/// Runs a server of a service: clients attach to its slots and detach at
+/// any time; it serves until the process is stopped. The seed's `service`
+/// holds the admission desk.
+pub(crate) fn run_service(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+    service: ServiceSide,
+) -> SatResult<()> {
+    serve(topology, transport, policy, Some(service))
+}
+
+fn serve(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+    service: Option<ServiceSide>,
+) -> SatResult<()> {
     let rank = transport.rank();
     let size = topology.len() as usize;
     let servers = topology.servers();
+    // In a service no slot has a client until one attaches.
+    let in_service = service.is_some();
     let mut st = ServerState {
         rank,
         topology,
-        client_done: vec![false; size],
+        client_done: (0..size as Rank)
+            .map(|r| in_service && !topology.is_server(r))
+            .collect(),
         clients_left: topology.clients_of(rank).len(),
         told_seed: false,
         server_done: vec![false; size],
@@ -122,8 +154,9 @@ pub fn run(
         header: [0; MAX_HEADER],
         coordinator: Coordinator::default(),
         accounts: Accounts::new(topology.clients_of(rank)),
-        waves: (rank == SEED).then(|| Waves::new(topology.servers().len())),
+        waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
         told_quiet: false,
+        service,
     };
     tracing::debug!(
         "server {rank} serves clients {:?}",
@@ -131,11 +164,23 @@ pub fn run(
     );
     let mut idle = Idle::new(policy);
     loop {
-        st.advance_termination(transport)?;
-        if st.finished() {
-            break;
+        if st.service.is_none() {
+            st.advance_termination(transport)?;
+            if st.finished() {
+                break;
+            }
         }
-        let n = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))?;
+        let polled = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m));
+        let n = match polled {
+            Ok(n) => n,
+            Err(e) => {
+                st.survive(e)?;
+                1
+            }
+        };
+        if st.service.is_some() {
+            st.apply_membership(transport);
+        }
         if st.alloc.has_parked() {
             st.expire_lookups(transport);
         }
@@ -253,6 +298,17 @@ impl ServerState<'_> {
         };
         tracing::debug!("Received message {} from {}", msg.kind(), m.src);
         let src_is_server = self.topology.is_server(m.src);
+        if self.service.is_some() && !src_is_server && self.client_done[m.src as usize] {
+            // A message of a client that has detached or died, or a forged
+            // one in the name of a free slot.
+            tracing::debug!(
+                "server {}: {} from {}, which is not attached: dropped",
+                self.rank,
+                msg.kind(),
+                m.src
+            );
+            return;
+        }
         match msg {
             Message::Relay { from, to, tag } => self.relay(out, m, src_is_server, from, to, tag),
             Message::Malloc { chunk, client, .. } | Message::Lookup { chunk, client, .. } => {
@@ -262,30 +318,47 @@ impl ServerState<'_> {
                 self.coherence(out, m, src_is_server, chunk, client, op)
             }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
-                self.send(out, client, &msg, Payload::None)
+                self.send_to_client(out, client, &msg)
             }
             Message::ClientDone {
                 published,
                 received,
             } if self.is_my_client(m.src) => {
-                if !std::mem::replace(&mut self.client_done[m.src as usize], true) {
+                if !std::mem::replace(&mut self.client_done[m.src as usize], true)
+                    && self.service.is_none()
+                {
                     self.clients_left -= 1;
                 }
                 self.accounts.client_done(m.src, published, received);
                 self.report_wave_if_complete(out);
                 self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
-                // Every home must stop counting on this client. The message
-                // follows, on each path, everything the client sent before.
-                let left = Message::ClientLeft { client: m.src };
-                for s in self.servers.clone() {
-                    if s != self.rank {
-                        self.send(out, s, &left, Payload::None);
-                    }
-                }
-                self.client_left(out, m.src);
+                self.announce_departure(out, m.src);
             }
             Message::ClientLeft { client } if src_is_server && client < self.topology.len() => {
-                self.client_left(out, client)
+                self.client_left(out, client);
+                if self.service.is_some() {
+                    self.send(
+                        out,
+                        m.src,
+                        &Message::ClientForgotten { client },
+                        Payload::None,
+                    );
+                }
+            }
+            Message::Admit { client } if m.src == SEED && self.is_my_client(client) => {
+                self.admit(client, m.payload)
+            }
+            Message::Admitted { client, refused } if self.rank == SEED && src_is_server => {
+                self.admitted(client, refused)
+            }
+            Message::ClientLost { client } if m.src == SEED && self.is_my_client(client) => {
+                self.client_lost(out, client)
+            }
+            Message::ClientForgotten { client } if src_is_server && self.is_my_client(client) => {
+                self.forgotten_by(out, client)
+            }
+            Message::SlotFree { client } if self.rank == SEED && src_is_server => {
+                self.slot_free(client)
             }
             Message::ServerDone if self.rank == SEED && src_is_server => {
                 self.mark_server_done(m.src)
@@ -546,9 +619,25 @@ impl ServerState<'_> {
         }
     }
 
+    /// Tells every server that `client` (ours) has left, and forgets it
+    /// here. On each path the message follows everything the client sent.
+    fn announce_departure(&mut self, out: &mut dyn Sender, client: Rank) {
+        let left = Message::ClientLeft { client };
+        for s in self.servers.clone() {
+            if s != self.rank {
+                self.send(out, s, &left, Payload::None);
+            }
+        }
+        self.client_left(out, client);
+        if self.service.is_some() {
+            self.await_forgotten(out, client);
+        }
+    }
+
     /// A client has left: every home of this server forgets it.
     fn client_left(&mut self, out: &mut dyn Sender, client: Rank) {
         self.coordinator.client_left(client);
+        self.alloc.client_left(client);
         let chunks: Vec<u64> = self.homes.keys().copied().collect();
         let mut outs = std::mem::take(&mut self.home_out);
         for chunk in chunks {
@@ -837,6 +926,7 @@ mod tests {
             accounts: Accounts::new(&[2, 3]),
             waves: Some(Waves::new(2)),
             told_quiet: false,
+            service: None,
         };
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))

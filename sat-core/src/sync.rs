@@ -130,6 +130,12 @@ impl Coordinator {
         for s in self.signals.values_mut() {
             s.remove(&client);
         }
+        // A client that left inside a barrier (it died, or a service's
+        // client detached from another thread) withdraws its arrival: the
+        // answer could reach only a later process in the same slot.
+        for b in self.barriers.values_mut() {
+            b.arrived.retain(|&c| c != client);
+        }
     }
 
     /// The object a request is about, which picks its coordinator; None

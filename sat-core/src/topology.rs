@@ -71,6 +71,9 @@ pub enum TopologyError {
         entries: u32,
         ranks: u32,
     },
+    /// The topology cannot describe a service.
+    #[error("{file}: not a service topology: {reason}")]
+    Service { file: String, reason: String },
 }
 
 fn at_line(line: Option<usize>) -> String {
@@ -189,6 +192,9 @@ pub struct Topology {
 /// The name [`Topology::default_for`] gives as its source.
 pub const DEFAULT_SOURCE: &str = "default topology";
 
+/// The name [`Topology::service`] gives as its source.
+pub const SERVICE_SOURCE: &str = "service topology";
+
 impl Topology {
     /// Reads and validates a topology file; errors name the file as given.
     pub fn from_file(path: &Path) -> Result<Topology, TopologyError> {
@@ -267,6 +273,77 @@ impl Topology {
             entries,
             source: DEFAULT_SOURCE.to_owned(),
         }
+    }
+
+    /// The topology of a service (`satrun --serve`) with `servers` servers
+    /// (ranks 0 to `servers - 1`) and `slots` client slots after them, dealt
+    /// to the servers in turn. A slot is a rank a client takes when it
+    /// attaches and gives back when it detaches.
+    pub fn service(servers: u32, slots: u32) -> Result<Topology, TopologyError> {
+        let servers = servers.max(1);
+        let size = servers
+            .checked_add(slots)
+            .filter(|_| slots > 0)
+            .ok_or_else(|| TopologyError::Service {
+                file: SERVICE_SOURCE.to_owned(),
+                reason: format!(
+                    "{slots} client slots: give between 1 and {}",
+                    u32::MAX - servers
+                ),
+            })?;
+        let server_of = |client: u32| (client - servers) % servers;
+        let entries = (0..size)
+            .map(|id| {
+                if id < servers {
+                    TopologyEntry {
+                        id,
+                        role: 0,
+                        memory: MemoryCapacity::Unlimited,
+                        servers: Vec::new(),
+                        clients: (servers..size).filter(|&c| server_of(c) == id).collect(),
+                    }
+                } else {
+                    TopologyEntry {
+                        id,
+                        role: 1,
+                        memory: MemoryCapacity::Unlimited,
+                        servers: vec![server_of(id)],
+                        clients: Vec::new(),
+                    }
+                }
+            })
+            .collect();
+        Topology::from_entries(entries, SERVICE_SOURCE)
+    }
+
+    /// Checks that this topology can serve as a service's: its servers are
+    /// the first ranks (they are the processes that start), its clients the
+    /// slots after them.
+    pub fn check_service(&self) -> Result<(), TopologyError> {
+        let servers = self.servers();
+        let first_client = self.clients().first().copied();
+        if servers.iter().enumerate().any(|(i, &s)| s != i as u32)
+            || first_client.is_some_and(|c| c < servers.len() as u32)
+        {
+            return Err(TopologyError::Service {
+                file: self.source.clone(),
+                reason: format!(
+                    "its servers must have the first ids (0 to {}) and its clients the ids \
+                     after them: the servers start with the service and the clients are \
+                     slots that processes take when they attach",
+                    servers.len().saturating_sub(1)
+                ),
+            });
+        }
+        if first_client.is_none() {
+            return Err(TopologyError::Service {
+                file: self.source.clone(),
+                reason: "it has no client entry: each client entry is a slot that one \
+                         attached process takes"
+                    .into(),
+            });
+        }
+        Ok(())
     }
 
     /// Builds a topology from entries in any order, checking every rule

@@ -13,7 +13,7 @@ use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -100,6 +100,21 @@ pub enum Message {
     Subscribed { chunk: u64, client: Rank },
     /// Client -> the chunk's home: stop notifying me.
     Unsubscribe { chunk: u64, client: Rank },
+    /// Seed -> the server of slot `client` (service mode): a process
+    /// attaches in that slot; the payload is its endpoint address.
+    Admit { client: Rank },
+    /// The answer to `Admit`: the endpoint is known (`refused` empty), or
+    /// why it could not be entered.
+    Admitted { client: Rank, refused: String },
+    /// Seed -> the server of slot `client`: the client's control connection
+    /// closed without a detach (the process died); forget it.
+    ClientLost { client: Rank },
+    /// Server -> the server of `client` (service mode): `ClientLeft`
+    /// applied here, nothing more will come from here for that client.
+    ClientForgotten { client: Rank },
+    /// Server of `client` -> seed: every server has forgotten the client;
+    /// its slot may take another process.
+    SlotFree { client: Rank },
     /// Home -> subscriber: `chunk` has a new version, applied at the home
     /// before this left; the payload is its data when subscribed with data.
     Notify {
@@ -213,6 +228,11 @@ impl Message {
             Message::AllocReply { .. } => "alloc_reply",
             Message::Coherence { .. } => "consistency",
             Message::ClientLeft { .. } => "client_left",
+            Message::Admit { .. } => "admit",
+            Message::Admitted { .. } => "admitted",
+            Message::ClientLost { .. } => "client_lost",
+            Message::ClientForgotten { .. } => "client_forgotten",
+            Message::SlotFree { .. } => "slot_free",
         }
     }
 }

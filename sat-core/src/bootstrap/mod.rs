@@ -95,7 +95,14 @@ pub fn topology_path(args: &[String]) -> Option<String> {
     std::env::var("SAT_TOPOLOGY").ok().filter(|p| !p.is_empty())
 }
 
+/// The run's topology, checked to have one entry per process.
 fn load_topology(args: &[String], size: u32) -> SatResult<Topology> {
+    let t = read_topology(args, size)?;
+    t.check_size(size)?;
+    Ok(t)
+}
+
+fn read_topology(args: &[String], size: u32) -> SatResult<Topology> {
     match topology_path(args) {
         Some(path) => {
             let t = Topology::from_file(std::path::Path::new(&path))?;
@@ -124,13 +131,31 @@ pub struct Joined {
 /// before anyone starts. [`run`] is the usual entry point; tools that drive
 /// the transport themselves (benchmarks) stop here.
 pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joined> {
-    observe::init();
-    let env = RunEnv::discover()?;
-    observe::set_rank(env.rank);
     let prog = args
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
         .unwrap_or_default();
+    join_with(&prog, |size| load_topology(args, size), roles_known).map(|(joined, _)| joined)
+}
+
+/// The bootstrap of a service's servers: the processes that start are the
+/// topology's servers only; its client ranks are slots with no endpoint
+/// yet. Returns the servers' endpoint addresses too (the seed hands them to
+/// attaching clients).
+pub(crate) fn join_service(
+    topology: impl FnOnce(u32) -> SatResult<Topology>,
+) -> SatResult<(Joined, Vec<Vec<u8>>)> {
+    join_with("sat-service", topology, |_| false)
+}
+
+fn join_with(
+    prog: &str,
+    topology: impl FnOnce(u32) -> SatResult<Topology>,
+    roles_known: impl Fn(u32) -> bool,
+) -> SatResult<(Joined, Vec<Vec<u8>>)> {
+    observe::init();
+    let env = RunEnv::discover()?;
+    observe::set_rank(env.rank);
     tracing::debug!(
         "Bootstrap SAT {} id {} np {} on host {} with pid {} (rank from {})",
         prog,
@@ -142,7 +167,7 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
     );
 
     let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
-    let setup = link.setup(|| load_topology(args, env.size))?;
+    let setup = link.setup(|| topology(env.size))?;
     let topology = Arc::new(setup.topology);
     let role = topology.role(env.rank);
     if role != 0 && !roles_known(role) {
@@ -165,7 +190,11 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
             return Err(e.into());
         }
     };
-    let table = link.exchange_addresses(endpoint.address())?;
+    let started = link.exchange_addresses(endpoint.address())?;
+    // In a service the ranks past the processes that started are client
+    // slots: no endpoint until a client attaches.
+    let mut table = started.clone();
+    table.resize(topology.len() as usize, Vec::new());
     let transport = match endpoint.connect(env.rank, &table) {
         Ok(t) => t,
         Err(e) => {
@@ -175,12 +204,15 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
     };
     link.barrier()?;
     tracing::debug!("Starting code (role {role}) over {}", setup.provider);
-    Ok(Joined {
-        env,
-        topology,
-        provider: setup.provider,
-        transport,
-    })
+    Ok((
+        Joined {
+            env,
+            topology,
+            provider: setup.provider,
+            transport,
+        },
+        started,
+    ))
 }
 
 /// Bootstraps this process into the run, plays its role, and returns once

@@ -87,7 +87,7 @@ pub struct Peer {
     deadline: Instant,
 }
 
-fn encode_frame<T: Encode>(msg: &T) -> Vec<u8> {
+pub(crate) fn encode_frame<T: Encode>(msg: &T) -> Vec<u8> {
     let body = bincode::encode_to_vec(msg, bincode::config::standard())
         .expect("bootstrap messages always encode");
     let mut frame = Vec::with_capacity(4 + body.len());
@@ -96,11 +96,15 @@ fn encode_frame<T: Encode>(msg: &T) -> Vec<u8> {
     frame
 }
 
-fn send<T: Encode>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
+pub(crate) fn send<T: Encode>(stream: &mut TcpStream, msg: &T) -> std::io::Result<()> {
     stream.write_all(&encode_frame(msg))
 }
 
-fn recv<T: Decode<()>>(stream: &mut TcpStream, deadline: Instant, from: &str) -> SatResult<T> {
+pub(crate) fn recv<T: Decode<()>>(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    from: &str,
+) -> SatResult<T> {
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
@@ -146,7 +150,8 @@ impl SeedLink {
     }
 
     /// Step 1. The seed calls `topology` to load the run's topology (so that
-    /// only rank 0 reads the file, as in the report).
+    /// only rank 0 reads the file, as in the report); `topology` checks it
+    /// fits the processes that started.
     pub fn setup(&mut self, topology: impl FnOnce() -> SatResult<Topology>) -> SatResult<Setup> {
         match self {
             SeedLink::Seed(seed) => seed.setup(topology),
@@ -407,7 +412,6 @@ impl Seed {
 
     fn setup(&mut self, topology: impl FnOnce() -> SatResult<Topology>) -> SatResult<Setup> {
         let prepared = topology().and_then(|t| {
-            t.check_size(self.size)?;
             let provider = self.choose_provider().map_err(SatError::Bootstrap)?;
             Ok((t, provider))
         });

@@ -78,7 +78,11 @@ pub(super) fn my_pid() -> libc::pid_t {
 ///   signals) is cleared;
 /// - `seed_fd`, the seed listener, loses FD_CLOEXEC so that it survives exec
 ///   (in this child only: the flag is cleared after the fork).
-pub(super) fn child_setup(parent: libc::pid_t, seed_fd: Option<RawFd>) -> io::Result<()> {
+pub(super) fn child_setup(
+    parent: libc::pid_t,
+    seed_fd: Option<RawFd>,
+    service_fd: Option<RawFd>,
+) -> io::Result<()> {
     // SAFETY: prctl, getppid, raise, sigemptyset, sigprocmask and fcntl are
     // async-signal-safe; every pointer passed points to a local.
     unsafe {
@@ -100,7 +104,7 @@ pub(super) fn child_setup(parent: libc::pid_t, seed_fd: Option<RawFd>) -> io::Re
         if libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }
-        if let Some(fd) = seed_fd {
+        for fd in [seed_fd, service_fd].into_iter().flatten() {
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }

@@ -831,6 +831,9 @@ struct Core {
     send_pool: BufPool,
     recv_pool: BufPool,
 
+    /// The libfabric address of each rank, `FI_ADDR_NOTAVAIL` for a rank
+    /// whose endpoint is not known here (a service's free client slot).
+    av_addr: Vec<fi::fi_addr_t>,
     peers: Vec<PeerQueue>,
     dirty: Vec<Rank>,
     dirty_work: Vec<Rank>,
@@ -859,7 +862,9 @@ pub struct FabricEndpoint {
     core: Core,
 }
 
-/// A connected endpoint: rank `i` of the table is libfabric address `i`.
+/// A connected endpoint: every rank of the table with an address can be
+/// sent to; ranks without one (a service's client slots) join later through
+/// [`Transport::add_peer`].
 pub struct FabricTransport {
     core: Core,
 }
@@ -982,6 +987,7 @@ impl FabricEndpoint {
             lrecv_free: Vec::new(),
             send_pool: BufPool::default(),
             recv_pool: BufPool::default(),
+            av_addr: Vec::new(),
             peers: Vec::new(),
             dirty: Vec::new(),
             dirty_work: Vec::new(),
@@ -1017,8 +1023,10 @@ impl FabricEndpoint {
         self.core.provider
     }
 
-    /// Enters every rank's address in rank order, so that libfabric address
-    /// `i` is rank `i`. `table[my_rank]` must be this endpoint's own address.
+    /// Enters every rank's address into the address vector. An empty entry
+    /// is a rank with no endpoint yet (a service's client slot): sends to it
+    /// fail until [`Transport::add_peer`] gives its address. `table[my_rank]`
+    /// must be this endpoint's own address.
     pub fn connect(
         mut self,
         my_rank: Rank,
@@ -1040,38 +1048,10 @@ impl FabricEndpoint {
                 reason: "the table's entry for this rank is not this endpoint's address".into(),
             });
         }
-        // SAFETY: info is live for the endpoint's lifetime.
-        let addr_format = unsafe { (*self.core.h.info.0).addr_format };
+        self.core.av_addr = vec![fi::FI_ADDR_NOTAVAIL; size as usize];
         for (rank, addr) in table.iter().enumerate() {
-            let rank = rank as Rank;
-            validate_address(addr_format, addr, self.core.address.len())
-                .map_err(|reason| TransportError::BadAddress { rank, reason })?;
-            let mut fi_addr: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
-            // SAFETY: av is open; addr holds one address in the endpoint's
-            // format (checked above); fi_addr receives one entry.
-            let ret = unsafe {
-                fi::sat_fi_av_insert(
-                    self.core.h.av,
-                    addr.as_ptr().cast::<c_void>(),
-                    1,
-                    &mut fi_addr,
-                    0,
-                    ptr::null_mut(),
-                )
-            };
-            if ret != 1 {
-                let reason = if ret < 0 {
-                    format!("fi_av_insert failed: {}", strerror(ret))
-                } else {
-                    "fi_av_insert rejected it".to_string()
-                };
-                return Err(TransportError::BadAddress { rank, reason });
-            }
-            if fi_addr != u64::from(rank) {
-                return Err(TransportError::BadAddress {
-                    rank,
-                    reason: format!("it got libfabric address {fi_addr} instead of {rank}"),
-                });
+            if !addr.is_empty() {
+                self.core.insert_address(rank as Rank, addr)?;
             }
         }
         self.core.rank = my_rank;
@@ -1089,6 +1069,61 @@ impl FabricEndpoint {
         self.core.dirty_work = Vec::with_capacity(size as usize);
         debug!(rank = my_rank, size, "connected the libfabric endpoint");
         Ok(FabricTransport { core: self.core })
+    }
+}
+
+impl Core {
+    /// Enters `addr` as the address of `rank`.
+    fn insert_address(&mut self, rank: Rank, addr: &[u8]) -> Result<(), TransportError> {
+        // SAFETY: info is live for the endpoint's lifetime.
+        let addr_format = unsafe { (*self.h.info.0).addr_format };
+        validate_address(addr_format, addr, self.address.len())
+            .map_err(|reason| TransportError::BadAddress { rank, reason })?;
+        let mut fi_addr: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
+        // SAFETY: av is open; addr holds one address in the endpoint's
+        // format (checked above); fi_addr receives one entry.
+        let ret = unsafe {
+            fi::sat_fi_av_insert(
+                self.h.av,
+                addr.as_ptr().cast::<c_void>(),
+                1,
+                &mut fi_addr,
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if ret != 1 || fi_addr == fi::FI_ADDR_NOTAVAIL {
+            let reason = if ret < 0 {
+                format!("fi_av_insert failed: {}", strerror(ret))
+            } else {
+                "fi_av_insert rejected it".to_string()
+            };
+            return Err(TransportError::BadAddress { rank, reason });
+        }
+        self.av_addr[rank as usize] = fi_addr;
+        Ok(())
+    }
+
+    /// Forgets the endpoint of `rank`: its queued sends are dropped and its
+    /// address leaves the address vector (so a later endpoint in the same
+    /// slot is a new peer, with a new connection).
+    fn remove_address(&mut self, rank: Rank) {
+        let r = rank as usize;
+        while let Some(post) = self.queues[r].posts.pop_front() {
+            self.abandon(post);
+        }
+        self.queues[r].stalled_since = None;
+        self.queues[r].warned = false;
+        self.queued_dests.retain(|&d| d != rank);
+        let mut fi_addr = std::mem::replace(&mut self.av_addr[r], fi::FI_ADDR_NOTAVAIL);
+        if fi_addr == fi::FI_ADDR_NOTAVAIL {
+            return;
+        }
+        // SAFETY: av is open and fi_addr is one of its entries.
+        let ret = unsafe { fi::sat_fi_av_remove(self.h.av, &mut fi_addr, 1, 0) };
+        if ret != 0 {
+            warn!(rank, error = %strerror(ret), "fi_av_remove failed");
+        }
     }
 }
 
@@ -1587,7 +1622,7 @@ impl Core {
                         self.send_buf[i].as_ptr().cast::<c_void>(),
                         len,
                         ptr::null_mut(),
-                        u64::from(self.send_dest[i]),
+                        self.av_addr[self.send_dest[i] as usize],
                         u64::from(self.rank),
                         self.send_ctx[i].as_context(),
                     )
@@ -1609,7 +1644,7 @@ impl Core {
                         data.cast::<c_void>(),
                         l.len,
                         ptr::null_mut(),
-                        u64::from(l.dest),
+                        self.av_addr[l.dest as usize],
                         l.tag,
                         l.ctx.as_context(),
                     )
@@ -1779,7 +1814,7 @@ impl Core {
                     self.h.ep,
                     self.inject_buf.as_ptr().cast::<c_void>(),
                     bare,
-                    u64::from(dest),
+                    self.av_addr[dest as usize],
                     tag,
                 )
             };
@@ -1806,7 +1841,7 @@ impl Core {
                     self.h.ep,
                     self.inject_buf.as_ptr().cast::<c_void>(),
                     total,
-                    u64::from(dest),
+                    self.av_addr[dest as usize],
                     u64::from(self.rank),
                 )
             };
@@ -1873,6 +1908,9 @@ impl Core {
                 dest,
                 size: self.size,
             });
+        }
+        if self.av_addr[dest as usize] == fi::FI_ADDR_NOTAVAIL {
+            return Err(TransportError::NotAttached { dest });
         }
         if header.len() > MAX_HEADER {
             return Err(TransportError::HeaderTooLarge { len: header.len() });
@@ -2033,6 +2071,31 @@ impl Transport for FabricTransport {
             return Err(e);
         }
         Ok(self.core.outstanding == 0)
+    }
+
+    fn add_peer(&mut self, rank: Rank, address: &[u8]) -> Result<(), TransportError> {
+        if rank >= self.core.size || rank == self.core.rank {
+            return Err(TransportError::UnknownRank {
+                dest: rank,
+                size: self.core.size,
+            });
+        }
+        self.core.remove_address(rank);
+        self.core.insert_address(rank, address)?;
+        debug!(rank, "a peer joined");
+        Ok(())
+    }
+
+    fn remove_peer(&mut self, rank: Rank) -> Result<(), TransportError> {
+        if rank >= self.core.size || rank == self.core.rank {
+            return Err(TransportError::UnknownRank {
+                dest: rank,
+                size: self.core.size,
+            });
+        }
+        self.core.remove_address(rank);
+        debug!(rank, "a peer left");
+        Ok(())
     }
 }
 

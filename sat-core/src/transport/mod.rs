@@ -127,6 +127,10 @@ pub enum TransportError {
     },
     #[error("rank {dest} is not part of this run of {size} processes")]
     UnknownRank { dest: Rank, size: u32 },
+    #[error("rank {dest} has no endpoint here: it is a client slot of the service with no client attached")]
+    NotAttached { dest: Rank },
+    #[error("this transport's membership is fixed at the bootstrap: {0}")]
+    FixedMembership(&'static str),
     #[error("header of {len} bytes exceeds the {MAX_HEADER}-byte limit")]
     HeaderTooLarge { len: usize },
     #[error("payload of {len} bytes exceeds the transport's limit; split it")]
@@ -181,4 +185,19 @@ pub trait Transport: Sender + Send {
     /// Whether every send queued so far has left this process's buffers
     /// (checked before shutdown so that closing early loses no message).
     fn sends_drained(&mut self) -> Result<bool, TransportError>;
+
+    /// Gives `rank` (a service's client slot) the endpoint `address`, which
+    /// replaces the slot's previous one if any. Only transports whose
+    /// membership can change (the service mode) support it.
+    fn add_peer(&mut self, rank: Rank, address: &[u8]) -> Result<(), TransportError> {
+        let _ = (rank, address);
+        Err(TransportError::FixedMembership("a peer cannot join"))
+    }
+
+    /// Forgets the endpoint of `rank`: sends to it fail until
+    /// [`Transport::add_peer`] gives it a new one; queued sends are dropped.
+    fn remove_peer(&mut self, rank: Rank) -> Result<(), TransportError> {
+        let _ = rank;
+        Err(TransportError::FixedMembership("a peer cannot leave"))
+    }
 }

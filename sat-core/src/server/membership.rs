@@ -1,0 +1,213 @@
+//! The server's part in a service's membership: admitting a client into
+//! its slot, and forgetting it everywhere when it detaches or dies, before
+//! the slot can take another process ([`crate::service`] has the whole
+//! exchange).
+//!
+//! Why a slot is freed only once every server confirms: other servers may
+//! still have answers for the old client on their way through its server.
+//! `ClientForgotten` travels after them on each server's path, so once all
+//! have arrived nothing addressed to the old client can reach a newcomer.
+
+use std::collections::HashMap;
+
+use super::{ServerState, SEED};
+use crate::error::{SatError, SatResult};
+use crate::service::desk::{Desk, DeskAction};
+use crate::transport::{Payload, Rank, Sender, Transport, TransportError};
+use crate::wire::Message;
+
+/// What a server of a service keeps about clients coming and going.
+pub(crate) struct ServiceSide {
+    /// Clients of ours being forgotten: how many servers have yet to confirm.
+    forgetting: HashMap<Rank, usize>,
+    /// Admissions received while polling, applied after the poll (entering
+    /// an address needs the whole transport, not the lent sender).
+    joining: Vec<(Rank, Vec<u8>)>,
+    /// Clients of ours whose endpoint is dead: their address goes.
+    leaving: Vec<Rank>,
+    /// Clients the transport reported unreachable, handled after the poll.
+    unreachable: Vec<Rank>,
+    /// The seed's admission desk (None on the other servers).
+    desk: Option<Desk>,
+}
+
+impl ServiceSide {
+    pub(crate) fn new(desk: Option<Desk>) -> ServiceSide {
+        ServiceSide {
+            forgetting: HashMap::new(),
+            joining: Vec::new(),
+            leaving: Vec::new(),
+            unreachable: Vec::new(),
+            desk,
+        }
+    }
+}
+
+impl ServerState<'_> {
+    fn service_mut(&mut self) -> &mut ServiceSide {
+        self.service
+            .as_mut()
+            .expect("membership messages are accepted in service mode only")
+    }
+
+    /// `Admit` from the seed: `client`'s endpoint is entered after the poll.
+    pub(super) fn admit(&mut self, client: Rank, address: &[u8]) {
+        if self.service.is_none() {
+            tracing::warn!("server {}: admit outside a service dropped", self.rank);
+            return;
+        }
+        self.service_mut().joining.push((client, address.to_vec()));
+    }
+
+    /// Seed: the server of `client` answered an admission.
+    pub(super) fn admitted(&mut self, client: Rank, refused: String) {
+        let outcome = if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(refused)
+        };
+        if let Some(desk) = self.service.as_mut().and_then(|s| s.desk.as_mut()) {
+            desk.admitted(client, outcome);
+        }
+    }
+
+    /// The seed says `client`'s control connection closed: unless it has
+    /// detached already, it died, and every server forgets it.
+    pub(super) fn client_lost(&mut self, out: &mut dyn Sender, client: Rank) {
+        if self.service.is_none() || self.client_done[client as usize] {
+            return;
+        }
+        tracing::warn!(
+            "server {}: client {client} went away without detaching; forgetting it",
+            self.rank
+        );
+        self.client_done[client as usize] = true;
+        self.announce_departure(out, client);
+        self.service_mut().leaving.push(client);
+    }
+
+    /// Starts waiting for every other server to confirm it forgot `client`.
+    pub(super) fn await_forgotten(&mut self, out: &mut dyn Sender, client: Rank) {
+        let others = self.servers.len() - 1;
+        if others == 0 {
+            self.forgotten_everywhere(out, client);
+        } else {
+            self.service_mut().forgetting.insert(client, others);
+        }
+    }
+
+    /// One server confirmed it forgot `client`.
+    pub(super) fn forgotten_by(&mut self, out: &mut dyn Sender, client: Rank) {
+        let Some(left) = self.service_mut().forgetting.get_mut(&client) else {
+            tracing::warn!(
+                "server {}: unexpected confirmation about client {client}",
+                self.rank
+            );
+            return;
+        };
+        *left -= 1;
+        if *left == 0 {
+            self.service_mut().forgetting.remove(&client);
+            self.forgotten_everywhere(out, client);
+        }
+    }
+
+    fn forgotten_everywhere(&mut self, out: &mut dyn Sender, client: Rank) {
+        tracing::debug!("server {}: client {client} forgotten everywhere", self.rank);
+        if self.rank == SEED {
+            self.slot_free(client);
+        } else {
+            self.send(out, SEED, &Message::SlotFree { client }, Payload::None);
+        }
+    }
+
+    /// Seed: every server has forgotten `client`.
+    pub(super) fn slot_free(&mut self, client: Rank) {
+        if let Some(desk) = self.service.as_mut().and_then(|s| s.desk.as_mut()) {
+            desk.slot_forgotten(client);
+        }
+    }
+
+    /// A transport error while polling. A service outlives its clients: an
+    /// unreachable client is forgotten; anything else ends the server.
+    pub(super) fn survive(&mut self, e: TransportError) -> SatResult<()> {
+        match (&mut self.service, &e) {
+            (Some(side), TransportError::PeerLost { rank, reason })
+                if !self.topology.is_server(*rank) =>
+            {
+                tracing::warn!("server {}: client {rank} unreachable: {reason}", self.rank);
+                side.unreachable.push(*rank);
+                Ok(())
+            }
+            _ => Err(SatError::from(e)),
+        }
+    }
+
+    /// After each poll: the desk's requests, then the endpoints to enter or
+    /// remove.
+    pub(super) fn apply_membership(&mut self, transport: &mut dyn Transport) {
+        while let Some(action) = self
+            .service
+            .as_mut()
+            .and_then(|s| s.desk.as_mut())
+            .and_then(Desk::next_action)
+        {
+            match action {
+                DeskAction::Admit { client, address } => {
+                    let server = self.topology.server_of(client);
+                    if server == self.rank {
+                        self.service_mut().joining.push((client, address));
+                    } else {
+                        let msg = Message::Admit { client };
+                        self.send(transport, server, &msg, Payload::Copy(&address));
+                    }
+                }
+                DeskAction::Lost { client } => {
+                    let server = self.topology.server_of(client);
+                    if server == self.rank {
+                        self.client_lost(transport, client);
+                    } else {
+                        self.send(
+                            transport,
+                            server,
+                            &Message::ClientLost { client },
+                            Payload::None,
+                        );
+                    }
+                }
+            }
+        }
+        for client in std::mem::take(&mut self.service_mut().unreachable) {
+            if self.is_my_client(client) {
+                self.client_lost(transport, client);
+            }
+        }
+        for (client, address) in std::mem::take(&mut self.service_mut().joining) {
+            let refused = match transport.add_peer(client, &address) {
+                Ok(()) => {
+                    self.client_done[client as usize] = false;
+                    tracing::debug!("server {}: client {client} attached", self.rank);
+                    String::new()
+                }
+                Err(e) => {
+                    tracing::warn!("server {}: client {client} refused: {e}", self.rank);
+                    e.to_string()
+                }
+            };
+            if self.rank == SEED {
+                self.admitted(client, refused);
+            } else {
+                let msg = Message::Admitted { client, refused };
+                self.send(transport, SEED, &msg, Payload::None);
+            }
+        }
+        for client in std::mem::take(&mut self.service_mut().leaving) {
+            if let Err(e) = transport.remove_peer(client) {
+                tracing::warn!(
+                    "server {}: could not forget the endpoint of {client}: {e}",
+                    self.rank
+                );
+            }
+        }
+    }
+}

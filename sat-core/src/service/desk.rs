@@ -1,0 +1,385 @@
+//! The seed's admission desk: the TCP side of attaching and detaching.
+//!
+//! A process attaches over one TCP connection to the service's address,
+//! which it keeps open for as long as it is attached:
+//! 1. `Hello` (wire version, pid, host) -> `Offer` (the provider to open);
+//! 2. `Join` (its endpoint address) -> `Welcome` (its slot rank, the
+//!    topology, the servers' addresses) once its server has entered the
+//!    address, or `Refused` (why, and what to do).
+//!
+//! A connection per session is also how the service learns that a process
+//! died: its kernel closes the socket. The desk then has the client's server
+//! forget it, as if it had detached.
+//!
+//! The desk threads only talk TCP; every decision about slots is taken on
+//! the server loop's thread ([`Desk::next_action`] and the answers it gets),
+//! so the slot table needs no lock.
+
+use std::collections::VecDeque;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bincode::{Decode, Encode};
+
+use crate::bootstrap::seed::{recv, send};
+use crate::error::SatResult;
+use crate::topology::Topology;
+use crate::transport::{Provider, Rank};
+use crate::wire::WIRE_VERSION;
+
+/// How long an attaching process has to complete each step, and how long
+/// the desk waits for the servers to admit it.
+pub(crate) const ADMISSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Attaching process -> desk.
+#[derive(Debug, Encode, Decode)]
+pub(crate) enum ToDesk {
+    Hello {
+        wire_version: u32,
+        pid: u32,
+        host: String,
+    },
+    /// The endpoint the attaching process opened with the offered provider.
+    Join { address: Vec<u8> },
+}
+
+/// Desk -> attaching process.
+#[derive(Debug, Encode, Decode)]
+pub(crate) enum FromDesk {
+    Offer {
+        provider: Provider,
+    },
+    Welcome {
+        rank: Rank,
+        topology: Topology,
+        /// The servers' endpoint addresses, by rank.
+        servers: Vec<Vec<u8>>,
+    },
+    Refused(String),
+}
+
+/// What the desk asks the server loop to do.
+#[derive(Debug)]
+pub(crate) enum DeskAction {
+    /// Enter `address` as the endpoint of slot `client` at its server.
+    Admit { client: Rank, address: Vec<u8> },
+    /// Slot `client`'s process went away without detaching: forget it.
+    Lost { client: Rank },
+}
+
+/// From the connection threads to the loop.
+enum Event {
+    Join {
+        address: Vec<u8>,
+        reply: Sender<Result<Rank, String>>,
+    },
+    Closed {
+        client: Rank,
+    },
+}
+
+#[derive(Debug)]
+enum Slot {
+    Free,
+    /// Its server is entering the address; the session waits for `reply`.
+    Admitting {
+        reply: Sender<Result<Rank, String>>,
+        closed: bool,
+    },
+    Attached,
+    /// Leaving: free once the connection is closed and every server has
+    /// forgotten the client.
+    Leaving {
+        closed: bool,
+        forgotten: bool,
+    },
+}
+
+/// The seed's admission desk.
+pub(crate) struct Desk {
+    events: Receiver<Event>,
+    /// The client slots in rank order, and their state.
+    ranks: Vec<Rank>,
+    slots: Vec<Slot>,
+    actions: VecDeque<DeskAction>,
+}
+
+/// What every session hands an attaching process.
+struct Offer {
+    provider: Provider,
+    topology: Topology,
+    servers: Vec<Vec<u8>>,
+}
+
+impl Desk {
+    /// Opens the desk on `listener` (the service's address): a thread
+    /// accepts connections, one thread per session talks to its process.
+    pub(crate) fn open(
+        listener: TcpListener,
+        provider: Provider,
+        topology: Topology,
+        servers: Vec<Vec<u8>>,
+    ) -> SatResult<Desk> {
+        let (tx, rx) = mpsc::channel();
+        let ranks = topology.clients();
+        let offer = Arc::new(Offer {
+            provider,
+            topology,
+            servers,
+        });
+        std::thread::Builder::new()
+            .name("sat-desk".into())
+            .spawn(move || accept_loop(listener, tx, offer))
+            .map_err(|e| {
+                crate::SatError::Bootstrap(format!("cannot start the admission thread: {e}"))
+            })?;
+        Ok(Desk {
+            events: rx,
+            slots: ranks.iter().map(|_| Slot::Free).collect(),
+            ranks,
+            actions: VecDeque::new(),
+        })
+    }
+
+    fn index(&self, client: Rank) -> Option<usize> {
+        self.ranks.binary_search(&client).ok()
+    }
+
+    /// The next thing the server loop must do, after taking in what the
+    /// sessions said.
+    pub(crate) fn next_action(&mut self) -> Option<DeskAction> {
+        loop {
+            match self.events.try_recv() {
+                Ok(Event::Join { address, reply }) => self.join(address, reply),
+                Ok(Event::Closed { client }) => self.closed(client),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        self.actions.pop_front()
+    }
+
+    fn join(&mut self, address: Vec<u8>, reply: Sender<Result<Rank, String>>) {
+        let Some(i) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+            let _ = reply.send(Err(format!(
+                "all {} client slots of the service are taken: detach a client, or restart \
+                 the service with more (satrun --serve --slots N)",
+                self.slots.len()
+            )));
+            return;
+        };
+        let client = self.ranks[i];
+        self.slots[i] = Slot::Admitting {
+            reply,
+            closed: false,
+        };
+        tracing::debug!("desk: a process attaches in slot {client}");
+        self.actions
+            .push_back(DeskAction::Admit { client, address });
+    }
+
+    fn closed(&mut self, client: Rank) {
+        let Some(i) = self.index(client) else { return };
+        match &mut self.slots[i] {
+            Slot::Admitting { closed, .. } => *closed = true,
+            Slot::Attached => {
+                self.slots[i] = Slot::Leaving {
+                    closed: true,
+                    forgotten: false,
+                };
+                self.actions.push_back(DeskAction::Lost { client });
+            }
+            Slot::Leaving {
+                forgotten: true, ..
+            } => self.free(i),
+            Slot::Leaving { closed, .. } => *closed = true,
+            Slot::Free => {}
+        }
+    }
+
+    /// The server of `client` answered its admission.
+    pub(crate) fn admitted(&mut self, client: Rank, outcome: Result<(), String>) {
+        let Some(i) = self.index(client) else { return };
+        let Slot::Admitting { reply, closed } = std::mem::replace(&mut self.slots[i], Slot::Free)
+        else {
+            tracing::warn!("desk: unexpected admission answer for slot {client}");
+            return;
+        };
+        match outcome {
+            Err(reason) => {
+                let _ = reply.send(Err(format!("the service refused the endpoint: {reason}")));
+            }
+            Ok(()) if closed || reply.send(Ok(client)).is_err() => {
+                // The process gave up meanwhile: it is admitted at its
+                // server, so it must be forgotten there too.
+                self.slots[i] = Slot::Leaving {
+                    closed: true,
+                    forgotten: false,
+                };
+                self.actions.push_back(DeskAction::Lost { client });
+            }
+            Ok(()) => self.slots[i] = Slot::Attached,
+        }
+    }
+
+    /// Every server has forgotten `client` (it detached, or was lost).
+    pub(crate) fn slot_forgotten(&mut self, client: Rank) {
+        let Some(i) = self.index(client) else { return };
+        match &mut self.slots[i] {
+            Slot::Attached => {
+                self.slots[i] = Slot::Leaving {
+                    closed: false,
+                    forgotten: true,
+                }
+            }
+            Slot::Leaving { closed: true, .. } => self.free(i),
+            Slot::Leaving { forgotten, .. } => *forgotten = true,
+            other => tracing::warn!("desk: slot {client} forgotten while {other:?}"),
+        }
+    }
+
+    fn free(&mut self, i: usize) {
+        tracing::debug!("desk: slot {} is free", self.ranks[i]);
+        self.slots[i] = Slot::Free;
+    }
+}
+
+fn accept_loop(listener: TcpListener, events: Sender<Event>, offer: Arc<Offer>) {
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("desk: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let (events, offer) = (events.clone(), offer.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sat-session".into())
+            .spawn(move || session(stream, events, &offer));
+        if let Err(e) = spawned {
+            tracing::warn!("desk: cannot start a session thread: {e}");
+        }
+    }
+}
+
+/// One attaching process, from `Hello` until its connection closes.
+fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    let _ = stream.set_nodelay(true);
+    let deadline = Instant::now() + ADMISSION_TIMEOUT;
+    let who = format!("the process attaching from {peer}");
+    let refuse = |stream: &mut TcpStream, why: String| {
+        tracing::warn!("desk: {who} refused: {why}");
+        let _ = send(stream, &FromDesk::Refused(why));
+    };
+    let (pid, host) = match recv::<ToDesk>(&mut stream, deadline, &who) {
+        Ok(ToDesk::Hello {
+            wire_version,
+            pid,
+            host,
+        }) => {
+            if wire_version != WIRE_VERSION {
+                refuse(
+                    &mut stream,
+                    format!(
+                        "it speaks wire version {wire_version}, the service {WIRE_VERSION}: \
+                         use the same SAT version on both sides"
+                    ),
+                );
+                return;
+            }
+            (pid, host)
+        }
+        Ok(other) => return refuse(&mut stream, format!("expected Hello, got {other:?}")),
+        Err(e) => {
+            tracing::debug!("desk: {e}");
+            return;
+        }
+    };
+    if send(
+        &mut stream,
+        &FromDesk::Offer {
+            provider: offer.provider,
+        },
+    )
+    .is_err()
+    {
+        return;
+    }
+    let address = match recv::<ToDesk>(&mut stream, deadline, &who) {
+        Ok(ToDesk::Join { address }) => address,
+        Ok(other) => return refuse(&mut stream, format!("expected Join, got {other:?}")),
+        Err(e) => {
+            tracing::debug!("desk: {e}");
+            return;
+        }
+    };
+    let (tx, rx) = mpsc::channel();
+    if events.send(Event::Join { address, reply: tx }).is_err() {
+        return refuse(&mut stream, "the service is shutting down".into());
+    }
+    let client = match rx.recv_timeout(ADMISSION_TIMEOUT) {
+        Ok(Ok(client)) => client,
+        Ok(Err(why)) => return refuse(&mut stream, why),
+        Err(_) => {
+            return refuse(
+                &mut stream,
+                "the service's servers did not admit the endpoint in time".into(),
+            )
+        }
+    };
+    tracing::debug!("desk: pid {pid} on {host} attached in slot {client}");
+    let welcome = FromDesk::Welcome {
+        rank: client,
+        topology: offer.topology.clone(),
+        servers: offer.servers.clone(),
+    };
+    if send(&mut stream, &welcome).is_ok() {
+        wait_closed(&mut stream);
+    }
+    tracing::debug!("desk: the connection of slot {client} (pid {pid}) closed");
+    let _ = events.send(Event::Closed { client });
+    if offer.provider == Provider::Shm && host == crate::os::hostname() {
+        remove_files_of_dead(pid);
+    }
+}
+
+/// A process killed while attached over shm cannot remove its shared-memory
+/// files; once it is gone, the service removes them for it.
+fn remove_files_of_dead(pid: u32) {
+    // Its socket closes as it dies, a moment before it is gone.
+    for _ in 0..20 {
+        if crate::os::process_gone(pid) {
+            match crate::transport::fabric::remove_shm_leftovers(pid) {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    "desk: removed {n} shared-memory files left by pid {pid}, which died attached"
+                ),
+                Err(e) => tracing::warn!("desk: cannot remove the files of pid {pid}: {e}"),
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Blocks until the process closes its connection (or dies).
+fn wait_closed(stream: &mut TcpStream) {
+    use std::io::Read;
+    let _ = stream.set_read_timeout(None);
+    let mut buf = [0u8; 256];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+    }
+}

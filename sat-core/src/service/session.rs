@@ -1,0 +1,196 @@
+//! The client side of the service mode: attach to a running service, use
+//! the S-DSM through a [`Client`], detach.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::desk::{FromDesk, ToDesk, ADMISSION_TIMEOUT};
+use crate::bootstrap::seed::{recv, send};
+use crate::client::Client;
+use crate::error::{SatError, SatResult};
+use crate::observe;
+use crate::transport::fabric::{FabricEndpoint, FabricOptions};
+use crate::wire::WIRE_VERSION;
+
+/// How long a detach waits for the server's acknowledgement.
+const DETACH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A process attached to a service: a [`Client`] (through `Deref`) in one
+/// of the service's client slots, until [`Session::detach`] or drop.
+///
+/// Detaching releases any scope still open (with a warning), waits until
+/// the servers have taken in every release, closes the endpoint and gives
+/// the slot back. Dropping a session detaches too; call `detach` to see
+/// its errors.
+pub struct Session {
+    client: Arc<Client>,
+    stop: Arc<AtomicBool>,
+    progress: Option<JoinHandle<()>>,
+    /// Kept open while attached: its closing is how the service learns
+    /// that this process is gone, whichever way it goes.
+    control: Option<TcpStream>,
+    address: String,
+}
+
+/// Attaches this process to the service at `address` (`host:port`, as
+/// `satrun --serve` prints it) and returns its session.
+///
+/// The calling thread becomes the client's role thread: handlers of
+/// subscriptions run there, during its waits (see [`Client::subscribe`]).
+pub fn connect(address: &str) -> SatResult<Session> {
+    observe::init();
+    let deadline = Instant::now() + ADMISSION_TIMEOUT;
+    let unreachable = |e: std::io::Error| {
+        SatError::Bootstrap(format!(
+            "cannot reach the SAT service at {address}: {e}; is `satrun --serve` running there?"
+        ))
+    };
+    let target = address
+        .to_socket_addrs()
+        .map_err(|e| {
+            SatError::Usage(format!(
+                "'{address}' is not a service address (host:port): {e}"
+            ))
+        })?
+        .next()
+        .ok_or_else(|| SatError::Usage(format!("'{address}' resolves to no address")))?;
+    let mut control =
+        TcpStream::connect_timeout(&target, Duration::from_secs(10)).map_err(unreachable)?;
+    let _ = control.set_nodelay(true);
+    let local_ip = control.local_addr().map_err(unreachable)?.ip();
+    let lost = |e: std::io::Error| {
+        SatError::Bootstrap(format!(
+            "lost the connection to the service at {address}: {e}"
+        ))
+    };
+    let from = format!("the service at {address}");
+    send(
+        &mut control,
+        &ToDesk::Hello {
+            wire_version: WIRE_VERSION,
+            pid: std::process::id(),
+            host: crate::os::hostname(),
+        },
+    )
+    .map_err(lost)?;
+    let provider = match recv::<FromDesk>(&mut control, deadline, &from)? {
+        FromDesk::Offer { provider } => provider,
+        FromDesk::Refused(why) => return Err(refused(address, why)),
+        other => return Err(unexpected(address, &other)),
+    };
+    let endpoint = FabricEndpoint::open(&FabricOptions {
+        provider,
+        local_ip: Some(local_ip),
+    })?;
+    send(
+        &mut control,
+        &ToDesk::Join {
+            address: endpoint.address().to_vec(),
+        },
+    )
+    .map_err(lost)?;
+    let (rank, topology, servers) = match recv::<FromDesk>(&mut control, deadline, &from)? {
+        FromDesk::Welcome {
+            rank,
+            topology,
+            servers,
+        } => (rank, topology, servers),
+        FromDesk::Refused(why) => return Err(refused(address, why)),
+        other => return Err(unexpected(address, &other)),
+    };
+    topology.validate()?;
+    if rank >= topology.len() || topology.is_server(rank) || servers.len() > rank as usize {
+        return Err(SatError::Bootstrap(format!(
+            "the service at {address} gave slot {rank}, which its topology does not have"
+        )));
+    }
+    let mut table = servers;
+    table.resize(topology.len() as usize, Vec::new());
+    table[rank as usize] = endpoint.address().to_vec();
+    let transport = endpoint.connect(rank, &table)?;
+    observe::set_rank(rank);
+    tracing::debug!("attached to the service at {address} in slot {rank} over {provider}");
+
+    let client = Arc::new(Client::new(Arc::new(topology), Box::new(transport)));
+    client.enter_role();
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = {
+        let (client, stop) = (client.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("sat-progress".into())
+            .spawn(move || client.background_progress(&stop))
+            .map_err(|e| SatError::Bootstrap(format!("cannot start the progress thread: {e}")))?
+    };
+    Ok(Session {
+        client,
+        stop,
+        progress: Some(progress),
+        control: Some(control),
+        address: address.to_owned(),
+    })
+}
+
+fn refused(address: &str, why: String) -> SatError {
+    SatError::Bootstrap(format!("the service at {address} refused to attach: {why}"))
+}
+
+fn unexpected(address: &str, msg: &FromDesk) -> SatError {
+    SatError::Bootstrap(format!(
+        "the service at {address} answered out of turn ({msg:?}): is it the same SAT version?"
+    ))
+}
+
+impl Session {
+    /// The client, for code that keeps it apart from the session.
+    pub fn client(&self) -> &Arc<Client> {
+        &self.client
+    }
+
+    /// The service's address this session attached to.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Detaches: releases open scopes, tells the server, waits until it has
+    /// taken in everything this client sent, and closes the endpoint once
+    /// the last reference to the client is gone.
+    pub fn detach(mut self) -> SatResult<()> {
+        self.detach_inner()
+    }
+
+    fn detach_inner(&mut self) -> SatResult<()> {
+        let Some(control) = self.control.take() else {
+            return Ok(());
+        };
+        let finished = self.client.finish(DETACH_TIMEOUT);
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.progress.take() {
+            let _ = t.join();
+        }
+        // Closing the connection hands the slot back once the servers have
+        // forgotten this client.
+        drop(control);
+        tracing::debug!("detached from the service at {}", self.address);
+        finished
+    }
+}
+
+impl Deref for Session {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach_inner() {
+            tracing::warn!("detaching from the service at {}: {e}", self.address);
+        }
+    }
+}

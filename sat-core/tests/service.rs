@@ -1,0 +1,308 @@
+//! The service mode: `satrun --serve` keeps the servers running while
+//! processes attach and detach (`sat_core::service::connect`), over shm and
+//! tcp. Every client is a real process (`examples/attach`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{example, satrun, shm_files_of, text};
+
+/// A running service; stopped (SIGTERM, as an operator would) when dropped.
+struct Service {
+    child: Option<Child>,
+    address: String,
+    dir: PathBuf,
+}
+
+impl Service {
+    fn start(provider: &str, extra: &[&str]) -> Service {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sat-service-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let address_file = dir.join("address");
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new(satrun())
+            .args(["--serve", "--provider", provider, "--address-file"])
+            .arg(&address_file)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start satrun --serve");
+        let mut service = Service {
+            child: Some(child),
+            address: String::new(),
+            dir,
+        };
+        // The address file appears (renamed into place, whole) once the
+        // socket listens; clients may attach from then on.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(&address_file) {
+                service.address = a.trim().to_owned();
+                return service;
+            }
+            let exited = service.child.as_mut().unwrap().try_wait().unwrap();
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "the service did not start: {}",
+                service.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// The service's server processes (satrun's children).
+    fn servers(&self) -> Vec<u32> {
+        children_of(self.pid())
+    }
+
+    /// Stops the service and returns satrun's exit status.
+    fn stop(&mut self) -> i32 {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill(2) with a pid and a signal number touches no memory.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the service did not stop on SIGTERM: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Runs `attach ARGS` to its end (bounded) and returns (success, stdout, stderr).
+fn attach(args: &[&str]) -> (bool, String, String) {
+    let out = common::run(Command::new(example("attach")).args(args));
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+fn data_written_is_found_by_a_process_that_attaches_later(provider: &str) {
+    let service = Service::start(provider, &["--servers", "2", "--slots", "4"]);
+    let a = service.address.as_str();
+    // 3 MiB: 48 chunks of 64 KiB, homes on both servers.
+    let common = ["--chunk", "40", "--bytes", "3145728"];
+    let (ok, _, err) = attach(&[&["write", a][..], &common, &["--seed", "7"]].concat());
+    assert!(ok, "write failed: {err}\n{}", service.log());
+    // The writer has exited; a new process finds every byte.
+    let (ok, out, err) = attach(&[&["check", a][..], &common, &["--seed", "7"]].concat());
+    assert!(
+        ok && out.contains("checked 3145728 bytes"),
+        "check failed: {err}"
+    );
+    // The check is able to fail: another pattern does not match.
+    let (ok, _, err) = attach(&[&["check", a][..], &common, &["--seed", "8"]].concat());
+    assert!(
+        !ok && err.contains("differs"),
+        "a wrong pattern passed: {err}"
+    );
+}
+
+#[test]
+fn data_written_is_found_by_a_process_that_attaches_later_shm() {
+    data_written_is_found_by_a_process_that_attaches_later("shm");
+}
+
+#[test]
+fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
+    data_written_is_found_by_a_process_that_attaches_later("tcp");
+}
+
+/// 120 attach/detach cycles in slots dealt over two servers: the counter
+/// chunk sees every increment, the servers' memory stays bounded, and no
+/// /dev/shm file outlives its process.
+fn attach_and_detach_many_times(provider: &str) {
+    let mut service = Service::start(provider, &["--servers", "2", "--slots", "3"]);
+    let a = service.address.clone();
+    let servers = service.servers();
+    assert_eq!(servers.len(), 2, "two server processes");
+    let (ok, out, err) = attach(&["cycle", &a, "--chunk", "5", "--times", "20"]);
+    assert!(ok && out.contains("counter 20"), "{out} {err}");
+    let before: u64 = servers.iter().map(|&p| rss_kib(p)).sum();
+    let (ok, out, err) = attach(&["cycle", &a, "--chunk", "5", "--times", "100"]);
+    assert!(
+        ok && out.contains("counter 120"),
+        "{out} {err}\n{}",
+        service.log()
+    );
+    let after: u64 = servers.iter().map(|&p| rss_kib(p)).sum();
+    // Bounded: a leak of even 40 KiB per attach would show as 4 MiB.
+    assert!(
+        after < before + 4096,
+        "the servers grew from {before} KiB to {after} KiB over 100 attaches"
+    );
+    let code = service.stop();
+    assert_eq!(code, 0, "a service stopped by SIGTERM exits with 0");
+    for pid in servers {
+        assert!(
+            shm_files_of(pid).is_empty(),
+            "server {pid} left /dev/shm files"
+        );
+    }
+}
+
+#[test]
+fn attach_and_detach_many_times_shm() {
+    attach_and_detach_many_times("shm");
+}
+
+#[test]
+fn attach_and_detach_many_times_tcp() {
+    attach_and_detach_many_times("tcp");
+}
+
+/// A client killed while attached is forgotten: its slot takes the next
+/// process (there is only one slot), and its shm files are removed.
+#[test]
+fn a_client_that_dies_attached_is_forgotten() {
+    let service = Service::start("shm", &["--slots", "1"]);
+    let a = service.address.as_str();
+    let mut holder = Command::new(example("attach"))
+        .args(["hold", a, "--chunk", "9", "--bytes", "64"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let stdout = holder.stdout.as_mut().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+    }
+    assert!(line.contains("attached in slot 1"), "{line}");
+    // The only slot is taken: another process is refused, and told why.
+    let (ok, _, err) = attach(&["cycle", a, "--chunk", "2"]);
+    assert!(
+        !ok && err.contains("client slots of the service are taken"),
+        "{err}"
+    );
+
+    let pid = holder.id();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // The slot frees once the servers have forgotten the dead client; a
+    // refused attach is retried until then (bounded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ok, out, err) = attach(&["cycle", a, "--chunk", "2"]);
+        if ok {
+            assert!(out.contains("counter 1"), "{out}");
+            break;
+        }
+        assert!(
+            err.contains("taken") && Instant::now() < deadline,
+            "the dead client's slot never came back: {err}\n{}",
+            service.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // What it released before dying is still there.
+    let (ok, _, err) = attach(&["check", a, "--chunk", "9", "--bytes", "64", "--seed", "1"]);
+    assert!(ok, "{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !shm_files_of(pid).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the dead client's /dev/shm files stayed: {:?}",
+            shm_files_of(pid)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_service_that_is_not_there_gives_a_clear_error() {
+    let port = common::free_port();
+    let (ok, _, err) = attach(&["cycle", &format!("127.0.0.1:{port}")]);
+    assert!(!ok && err.contains("satrun --serve"), "{err}");
+}
+
+#[test]
+fn service_command_lines_are_checked_before_anything_starts() {
+    let out = common::run(Command::new(satrun()).args(["--serve", "--slots", "0"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--slots takes a positive number"));
+    let out = common::run(Command::new(satrun()).args(["--serve", "--bogus"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown option '--bogus'"));
+    // A topology whose client comes before a server cannot be a service's.
+    let file = std::env::temp_dir().join(format!("sat-client-first-{}.xml", std::process::id()));
+    std::fs::write(
+        &file,
+        r#"<?xml version="1.0"?>
+<SAT><topologies>
+<topology id="0" role="0"><clients><intlist>1</intlist></clients></topology>
+<topology id="1" role="1"><servers><intlist>0</intlist></servers></topology>
+<topology id="2" role="0"></topology>
+</topologies></SAT>"#,
+    )
+    .unwrap();
+    let out = common::run(
+        Command::new(satrun())
+            .args(["--serve", "--topology"])
+            .arg(&file),
+    );
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("not a service topology"));
+}
