@@ -311,6 +311,32 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
                       char *const *argv);
 
 /**
+ * Attaches this process to the SAT service at `address` ("host:port", as
+ * `satrun --serve` prints it), without satrun and without roles: from the
+ * call on, every SAT function works as inside a role, until `sat_detach`.
+ * Data, symbols and synchronization objects live at the service, so they
+ * outlive this process for those that attach later.
+ *
+ * The calling thread plays the role's thread: subscription handlers run
+ * on it, during its waits. Returns `SAT_ERR_USAGE` if this process is
+ * already in a run or attached, `SAT_ERR_BOOTSTRAP` if the service cannot
+ * be reached or has no free client slot (`sat_last_error` says which).
+ *
+ * # Safety
+ * `address` is a NUL-terminated string.
+ */
+int32_t sat_connect(const char *address);
+
+/**
+ * Detaches from the service `sat_connect` attached to: open scopes are
+ * released (with a warning), every release is taken in by the servers,
+ * the endpoint closes and the slot is given back. Chunk handles obtained
+ * while attached are invalid afterwards. No other thread may be inside a
+ * SAT call meanwhile.
+ */
+int32_t sat_detach(void);
+
+/**
  * This thread's last error message (empty if none); valid until the next
  * failing call on this thread.
  */

@@ -20,7 +20,8 @@ pub(crate) fn client() -> Result<&'static Client, sat_status> {
     if p.is_null() {
         set_error(
             "no SAT run is going on in this process: call SAT functions from a role function \
-             started by sat_bootstrap (_SAT_BOOTSTRAP), or from its handlers",
+             started by sat_bootstrap (_SAT_BOOTSTRAP) or its handlers, or after sat_connect \
+             attached the process to a service",
         );
         return Err(sat_status::SAT_ERR_USAGE);
     }
@@ -111,6 +112,75 @@ pub unsafe extern "C" fn sat_bootstrap(
         }
         let outcome = run(r, args);
         CLIENT.store(std::ptr::null_mut(), Ordering::Release);
+        crate::chunks::forget_all();
+        match outcome {
+            Ok(()) => 0,
+            Err(e) => fail(&e) as i32,
+        }
+    })
+}
+
+/// The session of a process attached to a service (`sat_connect`).
+static SESSION: std::sync::Mutex<Option<sat_core::service::Session>> = std::sync::Mutex::new(None);
+
+/// Attaches this process to the SAT service at `address` ("host:port", as
+/// `satrun --serve` prints it), without satrun and without roles: from the
+/// call on, every SAT function works as inside a role, until `sat_detach`.
+/// Data, symbols and synchronization objects live at the service, so they
+/// outlive this process for those that attach later.
+///
+/// The calling thread plays the role's thread: subscription handlers run
+/// on it, during its waits. Returns `SAT_ERR_USAGE` if this process is
+/// already in a run or attached, `SAT_ERR_BOOTSTRAP` if the service cannot
+/// be reached or has no free client slot (`sat_last_error` says which).
+///
+/// # Safety
+/// `address` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
+    boundary("sat_connect", || {
+        if address.is_null() {
+            return bad_argument("sat_connect: address is NULL; give \"host:port\"") as i32;
+        }
+        // SAFETY: the caller gives a NUL-terminated string.
+        let address = unsafe { CStr::from_ptr(address) }
+            .to_string_lossy()
+            .into_owned();
+        let mut session = SESSION.lock().unwrap_or_else(|p| p.into_inner());
+        if session.is_some() || !CLIENT.load(Ordering::Acquire).is_null() {
+            return crate::status::usage(
+                "sat_connect: this process is already attached or in a run; call sat_detach \
+                 first",
+            ) as i32;
+        }
+        match sat_core::service::connect(&address) {
+            Ok(s) => {
+                let client: *const Client = &**s.client();
+                CLIENT.store(client.cast_mut(), Ordering::Release);
+                *session = Some(s);
+                0
+            }
+            Err(e) => fail(&e) as i32,
+        }
+    })
+}
+
+/// Detaches from the service `sat_connect` attached to: open scopes are
+/// released (with a warning), every release is taken in by the servers,
+/// the endpoint closes and the slot is given back. Chunk handles obtained
+/// while attached are invalid afterwards. No other thread may be inside a
+/// SAT call meanwhile.
+#[no_mangle]
+pub extern "C" fn sat_detach() -> i32 {
+    boundary("sat_detach", || {
+        let Some(session) = SESSION.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return crate::status::usage("sat_detach: this process is not attached (sat_connect)")
+                as i32;
+        };
+        CLIENT.store(std::ptr::null_mut(), Ordering::Release);
+        // The chunks' memory goes after the detach: releasing a scope left
+        // open still reads it.
+        let outcome = session.detach();
         crate::chunks::forget_all();
         match outcome {
             Ok(()) => 0,

@@ -234,7 +234,7 @@ impl Variant {
     }
 }
 
-const BINDINGS: [&str; 3] = ["api", "errors", "outside"];
+const BINDINGS: [&str; 4] = ["api", "errors", "outside", "service"];
 
 /// The bindings tests of `variant`, built once: their directory.
 fn bindings(variant: Variant) -> &'static Path {
@@ -1151,4 +1151,92 @@ fn videostream_640x480_100_frames_equal_the_sequential_reference() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     let _ = std::fs::remove_dir_all(&ref_dir);
+}
+
+// ------------------------------------------------------ the service mode
+
+/// `satrun --serve` on a free port, stopped with SIGTERM when dropped.
+struct Service {
+    child: std::process::Child,
+    address: String,
+    dir: PathBuf,
+}
+
+impl Service {
+    fn start(provider: &str) -> Service {
+        let dir = artifacts()
+            .build
+            .join(format!("service-{provider}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the service's directory");
+        let address_file = dir.join("address");
+        let _ = std::fs::remove_file(&address_file);
+        let log = std::fs::File::create(dir.join("log")).expect("create the log");
+        let mut child = command(&artifacts().satrun)
+            .args(["--serve", "--servers", "2", "--provider", provider])
+            .arg("--address-file")
+            .arg(&address_file)
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start satrun --serve");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let address = loop {
+            if let Ok(a) = std::fs::read_to_string(&address_file) {
+                break a.trim().to_owned();
+            }
+            let running = child.try_wait().expect("poll satrun").is_none();
+            assert!(
+                running && std::time::Instant::now() < deadline,
+                "the service did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Service {
+            child,
+            address,
+            dir,
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid and a signal touches no memory.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().expect("wait for the service");
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if !std::thread::panicking() {
+            assert_eq!(status.code(), Some(0), "the service's stop:\n{log}");
+        }
+    }
+}
+
+/// A C process attaches to a running service with `sat_connect` (no
+/// satrun, no roles), writes a chain and a symbol, detaches and exits; a
+/// C process started afterwards attaches and finds both.
+#[test]
+fn c_processes_attach_to_a_service_and_find_what_others_left() {
+    for variant in [Shared, SharedAsan] {
+        let exe = bindings(variant).join("service");
+        for provider in PROVIDERS {
+            let service = Service::start(provider);
+            for mode in ["produce", "consume"] {
+                let mut cmd = command(&exe);
+                cmd.args([mode, service.address.as_str()]);
+                if variant.sanitized() {
+                    sanitizer_env(&mut cmd);
+                }
+                let out = run_bounded(&mut cmd);
+                let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+                assert!(
+                    out.status.success()
+                        && stdout.contains(&format!("PASS {mode}: "))
+                        && !stderr.contains("Sanitizer"),
+                    "{} {provider} {mode}:\n{stdout}{stderr}",
+                    variant.name()
+                );
+            }
+        }
+    }
 }
