@@ -383,3 +383,104 @@ fn wait_closed(stream: &mut TcpStream) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desk(ranks: &[Rank]) -> (Desk, Sender<Event>) {
+        let (tx, rx) = mpsc::channel();
+        let desk = Desk {
+            events: rx,
+            ranks: ranks.to_vec(),
+            slots: ranks.iter().map(|_| Slot::Free).collect(),
+            actions: VecDeque::new(),
+        };
+        (desk, tx)
+    }
+
+    /// A process asks to join; returns where its answer arrives.
+    fn join(tx: &Sender<Event>) -> Receiver<Result<Rank, String>> {
+        let (reply, answer) = mpsc::channel();
+        tx.send(Event::Join {
+            address: vec![1, 2, 3],
+            reply,
+        })
+        .unwrap();
+        answer
+    }
+
+    fn admit(desk: &mut Desk, tx: &Sender<Event>) -> Rank {
+        let answer = join(tx);
+        let Some(DeskAction::Admit { client, address }) = desk.next_action() else {
+            panic!("expected an admission");
+        };
+        assert_eq!(address, [1, 2, 3]);
+        desk.admitted(client, Ok(()));
+        assert_eq!(answer.try_recv().unwrap(), Ok(client));
+        client
+    }
+
+    fn is_free(desk: &Desk, client: Rank) -> bool {
+        matches!(desk.slots[desk.index(client).unwrap()], Slot::Free)
+    }
+
+    #[test]
+    fn a_detached_slot_frees_once_closed_and_forgotten_in_either_order() {
+        let (mut d, tx) = desk(&[3]);
+        // Forgotten first, then the connection closes.
+        let c = admit(&mut d, &tx);
+        d.slot_forgotten(c);
+        assert!(!is_free(&d, c), "the process still holds its connection");
+        tx.send(Event::Closed { client: c }).unwrap();
+        assert!(d.next_action().is_none(), "a detached client is not lost");
+        assert!(is_free(&d, c));
+        // The connection closes first (the process exited right after its
+        // detach), then the servers confirm: the server is told, but the
+        // client has detached already and it ignores that.
+        let c = admit(&mut d, &tx);
+        tx.send(Event::Closed { client: c }).unwrap();
+        assert!(matches!(d.next_action(), Some(DeskAction::Lost { client }) if client == c));
+        assert!(!is_free(&d, c), "not before every server forgot it");
+        d.slot_forgotten(c);
+        assert!(is_free(&d, c));
+    }
+
+    #[test]
+    fn a_process_that_goes_away_while_being_admitted_is_forgotten() {
+        let (mut d, tx) = desk(&[3]);
+        let answer = join(&tx);
+        let Some(DeskAction::Admit { client, .. }) = d.next_action() else {
+            panic!("expected an admission");
+        };
+        drop(answer);
+        d.admitted(client, Ok(()));
+        assert!(matches!(d.next_action(), Some(DeskAction::Lost { client: c }) if c == client));
+        d.slot_forgotten(client);
+        assert!(is_free(&d, client));
+    }
+
+    #[test]
+    fn a_full_service_refuses_and_says_what_to_do() {
+        let (mut d, tx) = desk(&[3, 4]);
+        admit(&mut d, &tx);
+        admit(&mut d, &tx);
+        let answer = join(&tx);
+        assert!(d.next_action().is_none());
+        let refused = answer.try_recv().unwrap().unwrap_err();
+        assert!(refused.contains("all 2 client slots") && refused.contains("--slots"));
+    }
+
+    #[test]
+    fn a_refused_endpoint_leaves_the_slot_free() {
+        let (mut d, tx) = desk(&[3]);
+        let answer = join(&tx);
+        let Some(DeskAction::Admit { client, .. }) = d.next_action() else {
+            panic!("expected an admission");
+        };
+        d.admitted(client, Err("malformed address".into()));
+        assert!(answer.try_recv().unwrap().unwrap_err().contains("malformed address"));
+        assert!(is_free(&d, client));
+        assert!(d.next_action().is_none());
+    }
+}
