@@ -5,7 +5,7 @@ set -euo pipefail
 
 # --no-cbindgen: for `make install`, which builds from the committed header and needs no cbindgen.
 # --python: for `make test`, also the virtual environment .venv with the Python tools of the
-# `sat` module's tests (maturin, pytest, numpy, pinned in sat-python/requirements-dev.txt).
+# `sat` module's tests (maturin, pytest, numpy, mypy, pinned in sat-python/requirements-dev.txt).
 want_cbindgen=1
 want_python=0
 for arg in "$@"; do
