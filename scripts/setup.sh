@@ -5,7 +5,7 @@ set -euo pipefail
 
 # --no-cbindgen: for `make install`, which builds from the committed header and needs no cbindgen.
 # --python: for `make test`, also the virtual environment .venv with the Python tools of the
-# `sat` module's tests (maturin, pytest, numpy, pinned in sat-python/requirements-dev.txt).
+# `sat` module's tests (maturin, pytest, numpy, mypy, pinned in sat-python/requirements-dev.txt).
 want_cbindgen=1
 want_python=0
 for arg in "$@"; do
@@ -76,12 +76,13 @@ if [ "$want_python" = 1 ]; then
     venv="$repo/.venv"
     reqs="$repo/sat-python/requirements-dev.txt"
     if ! command -v python3 >/dev/null 2>&1; then
-        echo "setup: python3 is missing: the Python module's tests need Python >= 3.9 with venv and pip" \
+        echo "setup: python3 is missing: the Python module's tests need Python >= 3.11 with venv and pip" \
             "(on Debian: apt-get install python3 python3-venv python3-pip)" >&2
         exit 1
     fi
-    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
-        echo "setup: python3 is $(python3 --version 2>&1): the Python module needs >= 3.9" >&2
+    # 3.11: the buffer protocol (the module's zero-copy views) is in the stable ABI from 3.11 on.
+    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+        echo "setup: python3 is $(python3 --version 2>&1): the Python module needs >= 3.11" >&2
         exit 1
     fi
     if [ ! -x "$venv/bin/python" ]; then

@@ -1,5 +1,7 @@
 """Errors raise sat.SatError subclasses carrying the core's message."""
 
+import types
+
 import pytest
 
 import sat
@@ -17,8 +19,13 @@ def test_exception_classes():
 def test_run_checks_roles_before_joining():
     with pytest.raises(sat.UsageError, match="role 0 is the S-DSM server"):
         sat.run({0: print})
+    # Any mapping, as the stubs say.
+    with pytest.raises(sat.UsageError, match="role 0 is the S-DSM server"):
+        sat.run(types.MappingProxyType({0: print}))
     with pytest.raises(TypeError, match="not callable"):
         sat.run({1: 3})
+    with pytest.raises(TypeError, match=r"give a dict of role ids to functions"):
+        sat.run([print])  # type: ignore[arg-type]
 
 
 def test_misuse_raises_the_right_error(satrun):
@@ -48,12 +55,15 @@ def test_misuse_raises_the_right_error(satrun):
             with scope as buf:
                 buf[:] = b"12345678"
             check(sat.UsageError, "already entered", scope.__enter__)
-            try:
-                with chain.write() as buf:
-                    buf.extend(b"more")
-            except sat.UsageError as e:
-                assert "was resized to 12 bytes" in str(e), str(e)
-                print("ok resized")
+            check(sat.UsageError, "this scope is not open", chain.read().__exit__, None, None, None)
+            with chain.read() as view:
+                check(TypeError, "read-only", view.__setitem__, 0, 65)
+            check(sat.UsageError, "already has that chain with 8 bytes", client.malloc, 10, 9)
+            assert client.malloc(10, 8) is chain and client.lookup(10) is chain
+            check(sat.UsageError, "reserved for the symbol table", client.malloc, 0xFFFF_FF00_0000_0000, 8)
+            check(TypeError, "not callable", client.subscribe, chain, 3)
+            check(sat.UsageError, "unknown to this process", client.subscribe, 999, print)
+            check(sat.UsageError, "not subscribed", client.unsubscribe, chain)
             assert client.get(chain) == b"12345678"
             client.acquire(chain, "read")
             client.release(chain)
@@ -78,7 +88,13 @@ def test_misuse_raises_the_right_error(satrun):
         "ok UsageError | chunk 10",
         "ok ValueError | give 'read', 'write' or 'readwrite'",
         "ok UsageError | already entered",
-        "ok resized",
+        "ok UsageError | this scope is not open",
+        "ok TypeError | read-only",
+        "ok UsageError | already has that chain with 8 bytes",
+        "ok UsageError | reserved for the symbol table",
+        "ok TypeError | not callable",
+        "ok UsageError | unknown to this process",
+        "ok UsageError | not subscribed",
         "ok closed",
     ]
 

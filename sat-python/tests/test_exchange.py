@@ -10,7 +10,7 @@ def test_write_scope_then_read_after_barrier(satrun, provider):
             chain = client.malloc(42, 11)
             assert (chain.base, chain.size, chain.nbchunks) == (42, 11, 1)
             with chain.write() as buf:
-                assert isinstance(buf, bytearray) and len(buf) == 11
+                assert isinstance(buf, memoryview) and len(buf) == 11 and not buf.readonly
                 buf[:] = b"hello world"
             client.barrier(1, 2)
             client.barrier(2, 2)
@@ -20,8 +20,8 @@ def test_write_scope_then_read_after_barrier(satrun, provider):
             client.barrier(1, 2)
             chain = client.lookup(42, timeout=10)
             with chain.read() as data:
-                assert isinstance(data, bytes)
-                print("reader got", data)
+                assert isinstance(data, memoryview) and data.readonly
+                print("reader got", bytes(data))
             with chain.readwrite() as buf:
                 buf[0:5] = b"HELLO"
             client.barrier(2, 2)

@@ -1,36 +1,66 @@
 """SAT (Share Among Things) from Python: a software distributed shared memory.
 
-A script started under ``satrun`` hands SAT its roles::
+A script started under ``satrun`` hands SAT its roles; every process of the run calls
+``sat.run``, and each client process runs the function of its role with a ``Client``::
 
+    import numpy as np
     import sat
 
     def producer(client: sat.Client) -> None:
-        chain = client.malloc(42, 5)
-        with chain.write() as buf:      # a bytearray, copied into the chain at exit
-            buf[:] = b"hello"
+        chain = client.malloc(42, 8 * 1024)          # MALLOC: 8 KiB from chunk 42 on
+        with chain.write() as view:                  # WRITE ... RELEASE
+            np.frombuffer(view, dtype=np.float64)[:] = np.arange(1024)
+        client.symbols["shape"] = np.array([32, 32])  # a symbol: dtype and shape kept
         client.barrier(1, 2)
 
     def consumer(client: sat.Client) -> None:
         client.barrier(1, 2)
-        chain = client.lookup(42)
-        with chain.read() as data:      # a bytes copy of the chain's data
-            assert data == b"hello"
+        chain = client.lookup(42)                    # LOOKUP
+        with chain.read() as view:                   # READ ... RELEASE
+            a = np.frombuffer(view, dtype=np.float64).reshape(client.symbols["shape"])
+            print(a.sum())
 
     sat.run({1: producer, 2: consumer})
 
-Every call that can block releases the GIL. Scopes copy the data in and out
-in this version; zero-copy numpy views come later.
+Scopes are zero-copy. ``with chain.read() as view`` (or ``write()``, ``readwrite()``) acquires
+the chain and gives a ``memoryview`` of the chain's own local bytes: read-only in a READ scope,
+writable in a WRITE or READWRITE scope, where what is written is published when the block ends
+(also when it raises). ``numpy.frombuffer(view, dtype)`` and ``chain.array(dtype, shape)`` see
+the same bytes, with no copy; the address never changes while the chain exists. A view (or array)
+kept after its scope stays valid and readable, as C's ``chunk->data`` does, but it is only
+current inside a scope, and what is written through it outside a write scope is never published
+(and the next acquire that fetches data overwrites it). numpy is imported only by the calls that
+need it (``Chain.array``, storing or reading an array symbol).
+
+``client.symbols`` is the table of symbols as a mapping: ``symbols[name] = b"..."`` or a numpy
+array (stored as .npy, so its dtype and shape come back), ``symbols[name]`` waits up to
+``symbols.timeout`` seconds for a writer, ``name in symbols`` and ``symbols.get(name)`` do not
+wait.
+
+``client.subscribe(chain, callback, with_data=False)`` runs ``callback(event)`` after write
+releases of the chain's first chunk; ``client.subscribe_signal(id, callback)`` and
+``client.raise_signal(id)`` do the same without a chunk. Callbacks run on the role's thread
+while it waits in ``barrier``, ``rendezvous`` or a symbol read, and after the role function
+returns; notifications of one chunk that wait for their callback merge into the newest. An
+exception in a callback propagates out of the blocking call that ran it, or, after the role
+function, makes ``sat.run`` raise ``RoleError`` from it.
+
+Every call that can block releases the GIL. Errors are ``SatError`` subclasses. A ``Client``
+or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
 """
 
 from ._sat import (
     AbortedError,
     BootstrapError,
+    Buffer,
     Chain,
     ChunkError,
+    ChunkEvent,
     Client,
     RoleError,
     SatError,
     Scope,
+    Symbols,
     TimeoutError,
     TopologyError,
     TransportError,
@@ -42,12 +72,15 @@ from ._sat import (
 __all__ = [
     "AbortedError",
     "BootstrapError",
+    "Buffer",
     "Chain",
     "ChunkError",
+    "ChunkEvent",
     "Client",
     "RoleError",
     "SatError",
     "Scope",
+    "Symbols",
     "TimeoutError",
     "TopologyError",
     "TransportError",

@@ -1,0 +1,322 @@
+//! `sat.Client`: what a role function (and a subscription callback) uses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
+
+use sat_core::protocol::Access;
+
+use crate::chain::{self, PyChain};
+use crate::errors::usage;
+use crate::events::{self, Target};
+use crate::handle::Handle;
+use crate::symbols::PySymbols;
+
+pub(crate) fn duration(seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        PyValueError::new_err(format!(
+            "timeout {seconds} s: give a number of seconds >= 0"
+        ))
+    })
+}
+
+/// The bytes of a bytes-like object (bytes, bytearray, memoryview, or
+/// anything `bytes()` accepts that is not an int or a str), copied.
+fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = data.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = data.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if data.is_instance_of::<pyo3::types::PyString>() || data.is_instance_of::<pyo3::types::PyInt>()
+    {
+        return Err(PyTypeError::new_err(
+            "give a bytes-like object (bytes, bytearray, memoryview)",
+        ));
+    }
+    let b = data.py().get_type::<PyBytes>().call1((data,))?;
+    Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+fn parse_access(mode: &str) -> PyResult<Access> {
+    match mode {
+        "read" => Ok(Access::Read),
+        "write" => Ok(Access::Write),
+        "readwrite" => Ok(Access::ReadWrite),
+        _ => Err(PyValueError::new_err(format!(
+            "access {mode:?}: give 'read', 'write' or 'readwrite'"
+        ))),
+    }
+}
+
+fn callable(callback: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    if !callback.is_callable() {
+        return Err(PyTypeError::new_err(format!(
+            "the callback {} is not callable: give a function",
+            callback.repr()?
+        )));
+    }
+    Ok(callback.clone().unbind())
+}
+
+/// The client runtime of this process, handed to every role function.
+#[pyclass(name = "Client", module = "sat", frozen)]
+pub(crate) struct PyClient {
+    h: Arc<Handle>,
+    symbols: Py<PySymbols>,
+}
+
+impl PyClient {
+    pub(crate) fn new(py: Python<'_>, h: Arc<Handle>) -> PyResult<PyClient> {
+        let symbols = Py::new(py, PySymbols::new(h.clone()))?;
+        Ok(PyClient { h, symbols })
+    }
+
+    /// A chain of this run (not of an earlier one in this process).
+    fn own<'a>(&self, chain: &'a PyChain) -> PyResult<&'a PyChain> {
+        self.h.check_process()?;
+        if !Arc::ptr_eq(&chain.h, &self.h) {
+            return Err(usage(format!(
+                "the chain at chunk {} belongs to another run of this process: MALLOC or \
+                 LOOKUP it again in this one",
+                chain.chain.first()
+            )));
+        }
+        Ok(chain)
+    }
+}
+
+#[pymethods]
+impl PyClient {
+    /// This process's rank in the run.
+    #[getter]
+    fn rank(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.rank()))
+    }
+
+    /// The role this process plays (1 and above).
+    #[getter]
+    fn role(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.role()))
+    }
+
+    /// The number of processes in the run, servers included.
+    #[getter]
+    fn size(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.size()))
+    }
+
+    /// The number of clients in the run.
+    #[getter]
+    fn client_count(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.client_count()))
+    }
+
+    /// The number of servers in the run.
+    #[getter]
+    fn server_count(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.server_count()))
+    }
+
+    /// The rank of the server this client is attached to.
+    #[getter]
+    fn server(&self) -> PyResult<u32> {
+        self.h.with(|c| Ok(c.server()))
+    }
+
+    /// The server ranks, ascending.
+    #[getter]
+    fn servers(&self) -> PyResult<Vec<u32>> {
+        self.h.with(|c| Ok(c.topology().servers()))
+    }
+
+    /// The client ranks, ascending.
+    #[getter]
+    fn clients(&self) -> PyResult<Vec<u32>> {
+        self.h.with(|c| Ok(c.topology().clients()))
+    }
+
+    /// The role of every rank, by rank (0 for a server).
+    #[getter]
+    fn roles(&self) -> PyResult<Vec<u32>> {
+        self.h
+            .with(|c| Ok(c.topology().entries().iter().map(|e| e.role).collect()))
+    }
+
+    /// The chunk size MALLOC splits chains by (`SAT_CHUNK_SIZE`, or the
+    /// default). Every process allocating a chain must use the same one.
+    #[getter]
+    fn chunk_size(&self) -> PyResult<usize> {
+        self.h.with(|c| Ok(c.chunk_size()))
+    }
+
+    #[setter]
+    fn set_chunk_size(&self, size: usize) -> PyResult<()> {
+        self.h.with(|c| c.set_chunk_size(size))
+    }
+
+    /// The table of symbols as a mapping of names to bytes or numpy arrays.
+    #[getter]
+    fn symbols(&self, py: Python<'_>) -> PyResult<Py<PySymbols>> {
+        self.h.check_process()?;
+        Ok(self.symbols.clone_ref(py))
+    }
+
+    /// MALLOC: `size` bytes from chunk `base` on, as a chain; the same
+    /// chain again gives the same Chain.
+    fn malloc(&self, py: Python<'_>, base: u64, size: usize) -> PyResult<Py<PyChain>> {
+        chain::malloc(py, &self.h, base, size)
+    }
+
+    /// LOOKUP: the chain of chunks `base` to `base + nbchunks - 1`, waiting
+    /// at most `timeout` seconds for each to be allocated.
+    #[pyo3(signature = (base, nbchunks = 1, timeout = 10.0))]
+    fn lookup(
+        &self,
+        py: Python<'_>,
+        base: u64,
+        nbchunks: u64,
+        timeout: f64,
+    ) -> PyResult<Py<PyChain>> {
+        chain::lookup(py, &self.h, base, nbchunks, duration(timeout)?)
+    }
+
+    /// Opens a scope on `chain` ('read', 'write' or 'readwrite'); close it
+    /// with `release`. The scopes of `Chain.read()` etc. do both.
+    fn acquire(&self, py: Python<'_>, chain: &PyChain, access: &str) -> PyResult<()> {
+        let chain = self.own(chain)?;
+        let access = parse_access(access)?;
+        self.h
+            .blocking(py, |c| c.acquire_chain(&chain.chain, access))
+    }
+
+    /// Closes the scope on `chain`.
+    fn release(&self, py: Python<'_>, chain: &PyChain) -> PyResult<()> {
+        let chain = self.own(chain)?;
+        self.h.blocking(py, |c| c.release_chain(&chain.chain))
+    }
+
+    /// PUT: a write scope on `chain`, `data` (exactly the chain's size)
+    /// copied in, released.
+    fn put(&self, py: Python<'_>, chain: &PyChain, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let chain = self.own(chain)?;
+        let data = bytes_of(data)?;
+        let size = chain.chain.size();
+        if data.len() != size {
+            return Err(usage(format!(
+                "PUT of the chain at chunk {} with {} bytes: the chain has {size}",
+                chain.chain.first(),
+                data.len()
+            )));
+        }
+        self.h.blocking(py, |c| {
+            c.acquire_chain(&chain.chain, Access::Write)?;
+            let copied = c.with_chain_mut(&chain.chain, |d| d.copy_from_slice(&data));
+            let released = c.release_chain(&chain.chain);
+            copied.and(released)
+        })
+    }
+
+    /// GET: a copy of the chain's current data, read in a read scope.
+    fn get<'py>(&self, py: Python<'py>, chain: &PyChain) -> PyResult<Bound<'py, PyBytes>> {
+        let chain = self.own(chain)?;
+        let data = self.h.blocking(py, |c| {
+            c.acquire_chain(&chain.chain, Access::Read)?;
+            let data = c.with_chain(&chain.chain, |d| d.to_vec());
+            let released = c.release_chain(&chain.chain);
+            data.and_then(|d| released.map(|()| d))
+        })?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Waits until `count` clients have entered barrier `id`. Callbacks of
+    /// subscriptions run meanwhile.
+    fn barrier(&self, py: Python<'_>, id: u32, count: u32) -> PyResult<()> {
+        self.h.blocking(py, |c| c.barrier(id, count))
+    }
+
+    /// Waits for a `wakeup(id)` not consumed yet, sent before or after this
+    /// call. Callbacks of subscriptions run meanwhile.
+    fn rendezvous(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+        self.h.blocking(py, |c| c.rendezvous(id))
+    }
+
+    /// Wakes the clients waiting in `rendezvous(id)`, or the next to come.
+    fn wakeup(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+        self.h.blocking(py, |c| c.wakeup(id))
+    }
+
+    /// Publishes `data` under the symbol `name`, as it is.
+    fn write_symbol(&self, py: Python<'_>, name: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let data = bytes_of(data)?;
+        self.h.blocking(py, |c| c.write_symbol(name, &data))
+    }
+
+    /// The bytes of symbol `name`, as written, waiting at most `timeout`
+    /// seconds for a writer. Callbacks of subscriptions run meanwhile.
+    #[pyo3(signature = (name, timeout = 10.0))]
+    fn read_symbol<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let timeout = duration(timeout)?;
+        let data = self.h.blocking(py, |c| c.read_symbol(name, timeout))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// SUBSCRIBE: after every write release of the chunk (a chain's first
+    /// chunk), from any process, `callback(event)` runs in this process
+    /// with a `ChunkEvent`; `with_data` puts the chunk's bytes in it.
+    /// Returns once the home has recorded the subscription.
+    #[pyo3(signature = (target, callback, with_data = false))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        target: Target<'_>,
+        callback: &Bound<'_, PyAny>,
+        with_data: bool,
+    ) -> PyResult<()> {
+        let chunk = target.chunk()?;
+        events::subscribe(py, &self.h, chunk, callable(callback)?, with_data)
+    }
+
+    /// UNSUBSCRIBE: the callback will not run again, not even for
+    /// notifications already received.
+    fn unsubscribe(&self, py: Python<'_>, target: Target<'_>) -> PyResult<()> {
+        let chunk = target.chunk()?;
+        self.h.blocking(py, |c| c.unsubscribe(chunk))
+    }
+
+    /// Runs `callback(id)` each time signal `id` is raised by any process.
+    fn subscribe_signal(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        callback: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        events::subscribe_signal(py, &self.h, id, callable(callback)?)
+    }
+
+    /// Stops the callback of signal `id`.
+    fn unsubscribe_signal(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+        self.h.blocking(py, |c| c.unsubscribe_signal(id))
+    }
+
+    /// Raises signal `id`: every process subscribed to it runs its callback.
+    fn raise_signal(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+        self.h.blocking(py, |c| c.raise(id))
+    }
+
+    fn __repr__(&self) -> String {
+        match self.h.with(|c| Ok((c.rank(), c.role()))) {
+            Ok((rank, role)) => format!("<sat.Client rank {rank} role {role}>"),
+            Err(_) => "<sat.Client (closed)>".to_string(),
+        }
+    }
+}

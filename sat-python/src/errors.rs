@@ -1,0 +1,90 @@
+//! `sat.SatError` and its subclasses: one per group of the core's errors.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+use sat_core::SatError as CoreError;
+
+create_exception!(
+    sat,
+    SatError,
+    PyException,
+    "Base class of every error raised by SAT."
+);
+create_exception!(
+    sat,
+    UsageError,
+    SatError,
+    "The API was called in a way it does not allow."
+);
+create_exception!(
+    sat,
+    ChunkError,
+    SatError,
+    "A chunk or chain request is malformed (size, ids)."
+);
+create_exception!(
+    sat,
+    TopologyError,
+    SatError,
+    "The topology file is missing, malformed or does not fit the run."
+);
+create_exception!(
+    sat,
+    TransportError,
+    SatError,
+    "The message layer failed (provider missing, peer lost)."
+);
+create_exception!(
+    sat,
+    BootstrapError,
+    SatError,
+    "The processes of the run could not find each other."
+);
+create_exception!(
+    sat,
+    AbortedError,
+    SatError,
+    "The run was aborted by another process."
+);
+create_exception!(sat, RoleError, SatError, "A role function failed.");
+create_exception!(
+    sat,
+    TimeoutError,
+    SatError,
+    "An operation did not complete in the time it is allowed."
+);
+
+/// The Python exception of a core error: the group's class, the core's message.
+pub(crate) fn to_py(e: CoreError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        CoreError::Usage(_) => UsageError::new_err(msg),
+        CoreError::Chunk(_) => ChunkError::new_err(msg),
+        CoreError::Topology(_) => TopologyError::new_err(msg),
+        CoreError::Transport(_) => TransportError::new_err(msg),
+        CoreError::Bootstrap(_) => BootstrapError::new_err(msg),
+        CoreError::Aborted(_) => AbortedError::new_err(msg),
+        CoreError::Role(_) => RoleError::new_err(msg),
+        CoreError::Timeout(_) => TimeoutError::new_err(msg),
+    }
+}
+
+pub(crate) fn usage(msg: impl Into<String>) -> PyErr {
+    to_py(CoreError::Usage(msg.into()))
+}
+
+pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("SatError", py.get_type::<SatError>())?;
+    m.add("UsageError", py.get_type::<UsageError>())?;
+    m.add("ChunkError", py.get_type::<ChunkError>())?;
+    m.add("TopologyError", py.get_type::<TopologyError>())?;
+    m.add("TransportError", py.get_type::<TransportError>())?;
+    m.add("BootstrapError", py.get_type::<BootstrapError>())?;
+    m.add("AbortedError", py.get_type::<AbortedError>())?;
+    m.add("RoleError", py.get_type::<RoleError>())?;
+    m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! Publish-subscribe and signals with Python callbacks.
+//!
+//! The core runs handlers on the role's thread, one at a time: while the
+//! role waits on other processes (rendezvous, barrier, a symbol read that
+//! waits for its writer), and in the client loop after the role function
+//! returned (sat-core `client/events.rs`). A callback runs there with the
+//! GIL taken for it. Its exception is kept and the core is told the handler
+//! failed, which ends the wait or the loop at once: the blocking call then
+//! raises the callback's own exception, and after the role function, the
+//! run fails and `sat.run` raises `RoleError` caused by it.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use sat_core::client::{Event, HandlerResult};
+
+use crate::chain::PyChain;
+use crate::handle::Handle;
+
+/// What a subscription is to: a chain (its first chunk) or a chunk id.
+#[derive(FromPyObject)]
+pub(crate) enum Target<'py> {
+    Chain(Bound<'py, PyChain>),
+    Id(u64),
+}
+
+impl Target<'_> {
+    pub(crate) fn chunk(&self) -> PyResult<u64> {
+        match self {
+            Target::Chain(c) => {
+                let c = c.get();
+                c.h.check_process()?;
+                Ok(c.chain.first())
+            }
+            Target::Id(id) => Ok(*id),
+        }
+    }
+}
+
+/// What a chunk subscription's callback is given.
+#[pyclass(name = "ChunkEvent", module = "sat", frozen)]
+pub(crate) struct ChunkEvent {
+    /// The chunk released (a chain's subscription is to its first chunk).
+    #[pyo3(get)]
+    chunk: u64,
+    /// The newest version when the notification left the home (version n
+    /// is the n-th write release; pending notifications merge into the
+    /// newest).
+    #[pyo3(get)]
+    version: u64,
+    /// The chunk's bytes at that version when subscribed `with_data`, else
+    /// None.
+    #[pyo3(get)]
+    data: Option<Py<PyBytes>>,
+}
+
+#[pymethods]
+impl ChunkEvent {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let data = match &self.data {
+            Some(d) => format!("{} bytes", d.bind(py).as_bytes().len()),
+            None => "None".to_string(),
+        };
+        format!(
+            "<sat.ChunkEvent chunk {} version {}, data {data}>",
+            self.chunk, self.version
+        )
+    }
+}
+
+/// Runs a Python callback for the core, with the GIL, the client open.
+fn run_callback(
+    h: &Handle,
+    what: &str,
+    f: impl FnOnce(Python<'_>) -> PyResult<()>,
+) -> HandlerResult {
+    // After the role function the client is closed: a callback may use it
+    // (and the chains) while it runs, as C handlers may.
+    let after_role = h.reopen();
+    let outcome = Python::attach(|py| {
+        f(py).map_err(|e| {
+            let note = if after_role {
+                format!("raised by {what}, which SAT ran after the role function had returned")
+            } else {
+                format!(
+                    "raised by {what}, which SAT ran while this process waited in a blocking \
+                     call; that call was abandoned"
+                )
+            };
+            // Best effort: the exception stays what it is without its note.
+            let _ = e.value(py).call_method1("add_note", (note,));
+            if after_role {
+                // No Python frame is there to take the exception: print it
+                // now, as a failing role function is.
+                e.display(py);
+            }
+            let msg = e.to_string();
+            h.keep_callback_error(e);
+            msg
+        })
+    });
+    if after_role {
+        h.close();
+    }
+    outcome.map_err(Into::into)
+}
+
+pub(crate) fn subscribe(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    chunk: u64,
+    callback: Py<PyAny>,
+    with_data: bool,
+) -> PyResult<()> {
+    let handle = h.clone();
+    let handler = move |_: &sat_core::client::Client, event: &Event| {
+        let Event::Chunk {
+            chunk,
+            version,
+            data,
+        } = event
+        else {
+            return Ok(());
+        };
+        run_callback(&handle, &format!("the callback of chunk {chunk}"), |py| {
+            let event = ChunkEvent {
+                chunk: *chunk,
+                version: *version,
+                data: data.as_deref().map(|d| PyBytes::new(py, d).unbind()),
+            };
+            callback.call1(py, (event,)).map(drop)
+        })
+    };
+    h.blocking(py, |c| c.subscribe(chunk, with_data, handler))
+}
+
+pub(crate) fn subscribe_signal(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    id: u32,
+    callback: Py<PyAny>,
+) -> PyResult<()> {
+    let handle = h.clone();
+    let handler = move |_: &sat_core::client::Client, _: &Event| {
+        run_callback(&handle, &format!("the callback of signal {id}"), |py| {
+            callback.call1(py, (id,)).map(drop)
+        })
+    };
+    h.blocking(py, |c| c.subscribe_signal(id, handler))
+}
+
+pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ChunkEvent>()
+}

@@ -1,0 +1,214 @@
+//! The core client of a run as the Python objects share it.
+//!
+//! A [`Handle`] is made by `sat.run` before the process joins its run. It
+//! lends the core client to the Python objects while that client may be
+//! used: while the role function runs, and while a subscription callback
+//! runs after it (the core's client loop). Every use first checks that the
+//! calling process is the one that joined the run: after `fork()` a child
+//! holds copies of the parent's objects, and must never drive the parent's
+//! endpoint.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use pyo3::prelude::*;
+
+use sat_core::client::Client;
+use sat_core::SatError as CoreError;
+
+use crate::chain::PyChain;
+use crate::errors::{to_py, usage};
+
+/// Whether the client may be used, and how many calls are using it.
+struct Calls {
+    open: bool,
+    running: usize,
+}
+
+pub(crate) struct Handle {
+    /// The process that joined the run.
+    pid: u32,
+    /// The core client, set when the role starts; dereferenced only while
+    /// `calls.open` (see [`Handle::with`]).
+    client: AtomicPtr<Client>,
+    /// A counter rather than an RwLock: a subscription callback runs inside
+    /// a blocking call of the role's thread and may call the API again,
+    /// and a recursive read of an RwLock may deadlock.
+    calls: Mutex<Calls>,
+    no_calls: Condvar,
+    /// The chains of this process by chunk ids, so that allocating or
+    /// looking up a chain again gives the same Chain (and the same memory).
+    chains: Mutex<HashMap<Vec<u64>, Py<PyChain>>>,
+    /// The exception of a subscription callback, kept until the blocking
+    /// call that ran the callback (or `sat.run`) raises it.
+    callback_error: Mutex<Option<PyErr>>,
+    /// The exception of the role function, the cause of `sat.run`'s
+    /// RoleError.
+    role_error: Mutex<Option<PyErr>>,
+}
+
+// SAFETY: the raw client pointer is the only field that is not Send/Sync;
+// `Client` is thread-safe (its calls are serialized inside), and the pointer
+// is dereferenced only between `open` and `close`, while the core's `run`
+// (which owns the client) is still running the role or its handlers.
+unsafe impl Send for Handle {}
+unsafe impl Sync for Handle {}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded values are plain flags and maps, valid after any panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends a call's use of the client, also when the call panics.
+struct CallGuard<'a>(&'a Handle);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        let mut c = lock(&self.0.calls);
+        c.running -= 1;
+        if c.running == 0 {
+            self.0.no_calls.notify_all();
+        }
+    }
+}
+
+impl Handle {
+    pub(crate) fn new() -> Handle {
+        Handle {
+            pid: std::process::id(),
+            client: AtomicPtr::new(std::ptr::null_mut()),
+            calls: Mutex::new(Calls {
+                open: false,
+                running: 0,
+            }),
+            no_calls: Condvar::new(),
+            chains: Mutex::new(HashMap::new()),
+            callback_error: Mutex::new(None),
+            role_error: Mutex::new(None),
+        }
+    }
+
+    /// Refuses use from any process but the one that joined the run.
+    pub(crate) fn check_process(&self) -> PyResult<()> {
+        let me = std::process::id();
+        if me == self.pid {
+            return Ok(());
+        }
+        Err(usage(format!(
+            "this SAT client belongs to the parent process {}: this process ({me}) is a \
+             fork() child of it and must not use the parent's endpoint; join SAT from the \
+             child itself (sat.run in a process started by satrun, or connect to a SAT \
+             service), or use SAT from the parent only",
+            self.pid
+        )))
+    }
+
+    /// Lends the client to the Python objects: the role starts.
+    pub(crate) fn open(&self, client: &Client) {
+        self.client
+            .store(client as *const Client as *mut Client, Ordering::Release);
+        lock(&self.calls).open = true;
+    }
+
+    /// Ends the loan once the calls in progress (from other threads) have
+    /// returned. Call it without the GIL: such a call may need it to return.
+    pub(crate) fn close(&self) {
+        let mut c = lock(&self.calls);
+        c.open = false;
+        while c.running > 0 {
+            c = self.no_calls.wait(c).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Opens the client for a subscription callback the core runs after the
+    /// role function returned; true when it did (the caller closes it after
+    /// the callback). During the role it is open already.
+    pub(crate) fn reopen(&self) -> bool {
+        let mut c = lock(&self.calls);
+        if c.open {
+            return false;
+        }
+        c.open = true;
+        true
+    }
+
+    /// Runs `f` on the client; a core error becomes its Python exception.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Client) -> Result<R, CoreError>) -> PyResult<R> {
+        self.check_process()?;
+        {
+            let mut c = lock(&self.calls);
+            if !c.open {
+                return Err(usage(
+                    "this Client is closed: its role function has returned; use it inside the \
+                     role function, or inside a subscription callback",
+                ));
+            }
+            c.running += 1;
+        }
+        let _done = CallGuard(self);
+        // SAFETY: open, so the pointer is the live client (see the Send/Sync
+        // impls); `close` waits for this call to end before the client goes.
+        let client = unsafe { &*self.client.load(Ordering::Acquire) };
+        f(client).map_err(|e| self.error(e))
+    }
+
+    /// Runs `f` on the client with the GIL released.
+    pub(crate) fn blocking<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Client) -> Result<R, CoreError> + Send,
+    ) -> PyResult<R> {
+        py.detach(|| self.with(f))
+    }
+
+    /// The Python exception of a core error. A handler's failure is the
+    /// callback's own exception, when one is kept.
+    fn error(&self, e: CoreError) -> PyErr {
+        if matches!(e, CoreError::Role(_)) {
+            if let Some(kept) = lock(&self.callback_error).take() {
+                return kept;
+            }
+        }
+        to_py(e)
+    }
+
+    /// Keeps a callback's exception for the call that ran the callback. The
+    /// core stops at a handler's first failure, so there is one at a time.
+    pub(crate) fn keep_callback_error(&self, e: PyErr) {
+        lock(&self.callback_error).get_or_insert(e);
+    }
+
+    pub(crate) fn keep_role_error(&self, e: PyErr) {
+        *lock(&self.role_error) = Some(e);
+    }
+
+    /// After the run: the exception that made it fail, if Python raised it
+    /// (a callback after the role function returned, or the role function).
+    pub(crate) fn take_failure(&self) -> Option<PyErr> {
+        lock(&self.callback_error)
+            .take()
+            .or_else(|| lock(&self.role_error).take())
+    }
+
+    pub(crate) fn chain(&self, py: Python<'_>, ids: &[u64]) -> Option<Py<PyChain>> {
+        lock(&self.chains).get(ids).map(|c| c.clone_ref(py))
+    }
+
+    /// Records a new chain; when another thread recorded the same chain
+    /// meanwhile, that one is kept and returned.
+    pub(crate) fn add_chain(
+        &self,
+        py: Python<'_>,
+        ids: Vec<u64>,
+        chain: Py<PyChain>,
+    ) -> Py<PyChain> {
+        lock(&self.chains).entry(ids).or_insert(chain).clone_ref(py)
+    }
+
+    /// After the run: the chains go (they point back at this handle);
+    /// those Python still holds keep their memory.
+    pub(crate) fn forget_chains(&self) -> HashMap<Vec<u64>, Py<PyChain>> {
+        std::mem::take(&mut *lock(&self.chains))
+    }
+}

@@ -1,0 +1,116 @@
+//! `client.symbols`: the table of symbols as a mapping of names to bytes or
+//! numpy arrays. The reads and writes are the core's `read_symbol` and
+//! `write_symbol`; how a value is stored (bytes as they are, arrays in the
+//! .npy format) is `sat/_symbols.py`'s.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::client::duration;
+use crate::errors::TimeoutError;
+use crate::handle::Handle;
+
+/// The table of symbols of a run, as a mapping: `symbols[name] = value`,
+/// `symbols[name]`, `name in symbols`, `symbols.get(name)`.
+#[pyclass(name = "Symbols", module = "sat", frozen)]
+pub(crate) struct PySymbols {
+    h: Arc<Handle>,
+    /// Seconds `symbols[name]` waits for a writer.
+    timeout: Mutex<f64>,
+}
+
+impl PySymbols {
+    pub(crate) fn new(h: Arc<Handle>) -> PySymbols {
+        PySymbols {
+            h,
+            timeout: Mutex::new(10.0),
+        }
+    }
+
+    fn seconds(&self) -> f64 {
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn raw(&self, py: Python<'_>, name: &str, timeout: Duration) -> PyResult<Vec<u8>> {
+        self.h.blocking(py, |c| c.read_symbol(name, timeout))
+    }
+
+    fn decode<'py>(&self, py: Python<'py>, name: &str, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        py.import("sat._symbols")?
+            .call_method1("decode", (name, PyBytes::new(py, data)))
+    }
+}
+
+#[pymethods]
+impl PySymbols {
+    /// Seconds `symbols[name]` waits for some process to write the name
+    /// (10 by default).
+    #[getter]
+    fn timeout(&self) -> PyResult<f64> {
+        self.h.check_process()?;
+        Ok(self.seconds())
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: f64) -> PyResult<()> {
+        self.h.check_process()?;
+        duration(seconds)?;
+        *self.timeout.lock().unwrap_or_else(|p| p.into_inner()) = seconds;
+        Ok(())
+    }
+
+    /// The value of `name`: bytes, or the numpy array stored. Waits at most
+    /// `timeout` seconds for a writer, then raises sat.TimeoutError.
+    fn __getitem__<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = duration(self.seconds())?;
+        let data = self.raw(py, name, timeout)?;
+        self.decode(py, name, &data)
+    }
+
+    /// Stores `value` (bytes-like, or a numpy array kept with its dtype and
+    /// shape) under `name`, replacing any earlier value.
+    fn __setitem__(&self, py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let encoded = py
+            .import("sat._symbols")?
+            .call_method1("encode", (name, value))?;
+        let data = encoded.cast::<PyBytes>()?.as_bytes();
+        self.h.blocking(py, |c| c.write_symbol(name, data))
+    }
+
+    /// Whether some process has written `name`, without waiting for one.
+    /// It reads the name's bucket (a round trip to its home when this
+    /// process's copy is not valid) and, when there, the value.
+    fn __contains__(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        match self.raw(py, name, Duration::ZERO) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_instance_of::<TimeoutError>(py) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The value of `name`, or `default` when no process has written it
+    /// within `timeout` seconds (0: do not wait).
+    #[pyo3(signature = (name, default = None, timeout = 0.0))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        default: Option<Bound<'py, PyAny>>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self.raw(py, name, duration(timeout)?) {
+            Ok(data) => self.decode(py, name, &data),
+            Err(e) if e.is_instance_of::<TimeoutError>(py) => {
+                Ok(default.unwrap_or_else(|| py.None().into_bound(py)))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<sat.Symbols, timeout {} s>", self.seconds())
+    }
+}

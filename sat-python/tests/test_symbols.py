@@ -1,0 +1,111 @@
+"""client.symbols: a mapping of names to bytes or numpy arrays (dtype and shape kept)."""
+
+
+def test_symbols_keep_bytes_and_arrays(satrun, provider):
+    out = satrun(
+        """
+        import io
+        import numpy as np
+        import sat
+
+        ARRAYS = {
+            "grid": np.arange(12, dtype=np.int16).reshape(3, 4),
+            "fortran": np.asfortranarray(np.arange(6, dtype=">f8").reshape(2, 3)),
+            "points": np.array([(1, 2.5), (3, 4.5)], dtype=[("id", "<u4"), ("x", "<f4")]),
+            "scalar": np.array(3.25),
+            "empty": np.zeros((0, 5), dtype=np.complex64),
+        }
+
+        def writer(client):
+            s = client.symbols
+            s["raw"] = b"\\x00 plain bytes"
+            s["mutable"] = bytearray(b"from a bytearray")
+            s["view"] = memoryview(b"xxfrom a memoryview")[2:]
+            for name, value in ARRAYS.items():
+                s[name] = value
+            client.barrier(1, 2)
+            client.rendezvous(1)          # the reader has checked that "late" is not there
+            s["late"] = np.ones(3)
+
+        def reader(client):
+            s = client.symbols
+            client.barrier(1, 2)
+            assert s["raw"] == b"\\x00 plain bytes" and type(s["raw"]) is bytes
+            assert s["mutable"] == b"from a bytearray" and s["view"] == b"from a memoryview"
+            for name, value in ARRAYS.items():
+                got = s[name]
+                assert isinstance(got, np.ndarray), (name, got)
+                assert got.dtype == value.dtype and got.shape == value.shape, (name, got)
+                assert (got == value).all() and got.flags.writeable, name
+            assert s["fortran"].flags.f_contiguous
+            # The stored bytes are a .npy file: any .npy reader reads them.
+            raw = client.read_symbol("grid")
+            assert (np.load(io.BytesIO(raw)) == ARRAYS["grid"]).all()
+            assert "raw" in s and "grid" in s and "late" not in s
+            assert s.get("late") is None and s.get("late", b"none yet") == b"none yet"
+            client.wakeup(1)
+            late = s["late"]                  # waits for the writer
+            print("late:", late.tolist(), "now in:", "late" in s)
+
+        sat.run({1: writer, 2: reader})
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(2) == ["late: [1.0, 1.0, 1.0] now in: True"]
+
+
+def test_symbols_refuse_what_they_cannot_keep(satrun):
+    out = satrun(
+        """
+        import numpy as np
+        import sat
+
+        def attempt(exc, f):
+            try:
+                f()
+            except exc as e:
+                assert type(e) is exc, (type(e), e)
+                print(exc.__name__ + ":", e)
+            else:
+                raise AssertionError("accepted")
+
+        def role(client):
+            s = client.symbols
+
+            def store(value):
+                s["x"] = value
+
+            attempt(TypeError, lambda: store(np.array([object(), 1])))
+            attempt(ValueError, lambda: store(np.arange(10)[::2]))
+            attempt(TypeError, lambda: store("text"))
+            attempt(TypeError, lambda: store(12))
+            attempt(sat.UsageError, lambda: store(b"\\x93NUMPY then anything"))
+            s.timeout = 0.1
+            attempt(sat.TimeoutError, lambda: s["never written"])
+            def negative():
+                s.timeout = -1
+            attempt(ValueError, negative)
+            assert s.timeout == 0.1 and "x" not in s
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "TypeError: symbols['x'] = an array of dtype object, which holds Python objects: SAT stores "
+        "raw bytes only (objects would need pickle); store numbers or bytes",
+        "ValueError: symbols['x'] = an array that is not contiguous in memory (a strided view or "
+        "slice): store a contiguous copy, numpy.ascontiguousarray(value)",
+        "TypeError: symbols['x'] = a str: give bytes (value.encode()), a bytes-like object or a "
+        "numpy array",
+        "TypeError: symbols['x'] = a value of type int: give bytes, a bytes-like object or a numpy "
+        "array",
+        "UsageError: symbols['x'] = bytes that start like a numpy .npy file, which reading the symbol "
+        "back would turn into an array: store them with client.write_symbol and read them with "
+        "client.read_symbol, which take bytes as they are",
+        "TimeoutError: timed out: read_symbol(\"never written\"): no process wrote this "
+        "symbol within 100ms; write it with write_symbol somewhere, or read with a longer timeout",
+        "ValueError: timeout -1 s: give a number of seconds >= 0",
+    ]
