@@ -36,7 +36,7 @@ python-test:
 	@scripts/setup.sh --python
 	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
 		-j $(JOBS) -m sat-python/Cargo.toml
-	$(CARGO) build --release -j $(JOBS) --bin satrun
+	$(RELEASE_BUILD)
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests
 
 # The transport benchmark: SAT's raw transport against fi_pingpong, same run.

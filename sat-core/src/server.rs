@@ -331,7 +331,14 @@ impl ServerState<'_> {
                 }
                 self.accounts.client_done(m.src, published, received);
                 self.report_wave_if_complete(out);
-                self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
+                if self.service.is_some() {
+                    // A service's client is acknowledged once every server
+                    // has forgotten it: when its detach returns, its slot
+                    // is on its way back to the desk.
+                    self.ack_when_forgotten(m.src);
+                } else {
+                    self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
+                }
                 self.announce_departure(out, m.src);
             }
             Message::ClientLeft { client } if src_is_server && client < self.topology.len() => {

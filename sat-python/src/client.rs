@@ -64,7 +64,7 @@ fn callable(callback: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 }
 
 /// The client runtime of this process, handed to every role function.
-#[pyclass(name = "Client", module = "sat", frozen)]
+#[pyclass(name = "Client", module = "sat", frozen, weakref)]
 pub(crate) struct PyClient {
     h: Arc<Handle>,
     symbols: Py<PySymbols>,
@@ -92,6 +92,37 @@ impl PyClient {
 
 #[pymethods]
 impl PyClient {
+    /// Detaches a client of a service (`sat.connect`): scopes left open are
+    /// released, the servers take in every release, the endpoint closes and
+    /// the slot goes back to the service. Chains and views kept afterwards
+    /// stay readable but are no longer kept coherent. A second call does
+    /// nothing. A run's client ends when its role function returns instead.
+    fn detach(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.h.is_attached() {
+            return Err(usage(
+                "detach is for a client of a service (sat.connect); a run's client ends \
+                 when its role function returns",
+            ));
+        }
+        crate::service::detach(py, &self.h)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving a `with sat.connect(...) as client:` block detaches.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.detach(py)?;
+        Ok(false)
+    }
+
     /// This process's rank in the run.
     #[getter]
     fn rank(&self) -> PyResult<u32> {

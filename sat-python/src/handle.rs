@@ -46,6 +46,12 @@ pub(crate) struct Handle {
     /// The exception of the role function, the cause of `sat.run`'s
     /// RoleError.
     role_error: Mutex<Option<PyErr>>,
+    /// The session of a client attached to a service (`sat.connect`): it
+    /// owns the core client, until `detach`.
+    session: Mutex<Option<sat_core::service::Session>>,
+    /// Whether this handle is a service's client (it then ends by `detach`,
+    /// not when a role function returns).
+    attached: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the raw client pointer is the only field that is not Send/Sync;
@@ -86,7 +92,33 @@ impl Handle {
             chains: Mutex::new(HashMap::new()),
             callback_error: Mutex::new(None),
             role_error: Mutex::new(None),
+            session: Mutex::new(None),
+            attached: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Lends the client of a service session (`sat.connect`) until `detach`.
+    pub(crate) fn attach(&self, session: sat_core::service::Session) {
+        self.attached.store(true, Ordering::Release);
+        self.open(session.client());
+        *lock(&self.session) = Some(session);
+    }
+
+    /// Whether this handle belongs to a client of a service.
+    pub(crate) fn is_attached(&self) -> bool {
+        self.attached.load(Ordering::Acquire)
+    }
+
+    /// Detaches the service's client: waits for the calls of other threads,
+    /// then releases what is open, lets the servers take in every release,
+    /// closes the endpoint. Call it without the GIL. A second call does
+    /// nothing.
+    pub(crate) fn detach(&self) -> Result<(), CoreError> {
+        let Some(session) = lock(&self.session).take() else {
+            return Ok(());
+        };
+        self.close();
+        session.detach()
     }
 
     /// Refuses use from any process but the one that joined the run.
@@ -139,10 +171,12 @@ impl Handle {
         {
             let mut c = lock(&self.calls);
             if !c.open {
-                return Err(usage(
+                return Err(usage(if self.is_attached() {
+                    "this Client has detached from its service: attach again with sat.connect"
+                } else {
                     "this Client is closed: its role function has returned; use it inside the \
-                     role function, or inside a subscription callback",
-                ));
+                     role function, or inside a subscription callback"
+                }));
             }
             c.running += 1;
         }

@@ -12,6 +12,7 @@ mod client;
 mod errors;
 mod events;
 mod handle;
+mod service;
 mod symbols;
 
 use std::sync::Arc;
@@ -107,6 +108,7 @@ fn _sat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<symbols::PySymbols>()?;
     events::add(m)?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(service::connect, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

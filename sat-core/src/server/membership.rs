@@ -27,6 +27,9 @@ pub(crate) struct ServiceSide {
     leaving: Vec<Rank>,
     /// Clients the transport reported unreachable, handled after the poll.
     unreachable: Vec<Rank>,
+    /// Detaching clients of ours that get their `ClientDoneAck` once every
+    /// server has forgotten them.
+    acks_due: std::collections::HashSet<Rank>,
     /// The seed's admission desk (None on the other servers).
     desk: Option<Desk>,
 }
@@ -38,6 +41,7 @@ impl ServiceSide {
             joining: Vec::new(),
             leaving: Vec::new(),
             unreachable: Vec::new(),
+            acks_due: Default::default(),
             desk,
         }
     }
@@ -112,8 +116,17 @@ impl ServerState<'_> {
         }
     }
 
+    /// Holds back the acknowledgement of `client`'s detach until every
+    /// server has forgotten it.
+    pub(super) fn ack_when_forgotten(&mut self, client: Rank) {
+        self.service_mut().acks_due.insert(client);
+    }
+
     fn forgotten_everywhere(&mut self, out: &mut dyn Sender, client: Rank) {
         tracing::debug!("server {}: client {client} forgotten everywhere", self.rank);
+        if self.service_mut().acks_due.remove(&client) {
+            self.send(out, client, &Message::ClientDoneAck, Payload::None);
+        }
         if self.rank == SEED {
             self.slot_free(client);
         } else {

@@ -69,15 +69,13 @@ pub(crate) enum DeskAction {
     Lost { client: Rank },
 }
 
+/// Where a session waits for its slot (or the reason it has none).
+type Reply = Sender<Result<Rank, String>>;
+
 /// From the connection threads to the loop.
 enum Event {
-    Join {
-        address: Vec<u8>,
-        reply: Sender<Result<Rank, String>>,
-    },
-    Closed {
-        client: Rank,
-    },
+    Join { address: Vec<u8>, reply: Reply },
+    Closed { client: Rank },
 }
 
 #[derive(Debug)]
@@ -85,7 +83,7 @@ enum Slot {
     Free,
     /// Its server is entering the address; the session waits for `reply`.
     Admitting {
-        reply: Sender<Result<Rank, String>>,
+        reply: Reply,
         closed: bool,
     },
     Attached,
@@ -104,6 +102,10 @@ pub(crate) struct Desk {
     ranks: Vec<Rank>,
     slots: Vec<Slot>,
     actions: VecDeque<DeskAction>,
+    /// Processes waiting for a slot that is being given back: a service
+    /// whose slots are all attached refuses at once, but a slot in the
+    /// middle of a detach is worth waiting for.
+    waiting: VecDeque<(Vec<u8>, Reply)>,
 }
 
 /// What every session hands an attaching process.
@@ -140,6 +142,7 @@ impl Desk {
             slots: ranks.iter().map(|_| Slot::Free).collect(),
             ranks,
             actions: VecDeque::new(),
+            waiting: VecDeque::new(),
         })
     }
 
@@ -160,8 +163,12 @@ impl Desk {
         self.actions.pop_front()
     }
 
-    fn join(&mut self, address: Vec<u8>, reply: Sender<Result<Rank, String>>) {
+    fn join(&mut self, address: Vec<u8>, reply: Reply) {
         let Some(i) = self.slots.iter().position(|s| matches!(s, Slot::Free)) else {
+            if self.slots.iter().any(|s| matches!(s, Slot::Leaving { .. })) {
+                self.waiting.push_back((address, reply));
+                return;
+            }
             let _ = reply.send(Err(format!(
                 "all {} client slots of the service are taken: detach a client, or restart \
                  the service with more (satrun --serve --slots N)",
@@ -242,6 +249,17 @@ impl Desk {
     fn free(&mut self, i: usize) {
         tracing::debug!("desk: slot {} is free", self.ranks[i]);
         self.slots[i] = Slot::Free;
+        // The first waiting process takes it (one that gave up meanwhile
+        // is admitted, found gone, and forgotten: see `admitted`).
+        if let Some((address, reply)) = self.waiting.pop_front() {
+            self.join(address, reply);
+        }
+        // Nobody can wait for a slot that no detach will give back.
+        if !self.slots.iter().any(|s| matches!(s, Slot::Leaving { .. })) {
+            for (address, reply) in std::mem::take(&mut self.waiting) {
+                self.join(address, reply);
+            }
+        }
     }
 }
 
@@ -395,6 +413,7 @@ mod tests {
             ranks: ranks.to_vec(),
             slots: ranks.iter().map(|_| Slot::Free).collect(),
             actions: VecDeque::new(),
+            waiting: VecDeque::new(),
         };
         (desk, tx)
     }
@@ -472,6 +491,25 @@ mod tests {
     }
 
     #[test]
+    fn a_process_waits_for_a_slot_being_given_back() {
+        let (mut d, tx) = desk(&[3]);
+        let c = admit(&mut d, &tx);
+        d.slot_forgotten(c);
+        // The slot is not free yet (its process still holds the
+        // connection): the next process waits instead of being refused.
+        let answer = join(&tx);
+        assert!(d.next_action().is_none());
+        assert!(answer.try_recv().is_err(), "no answer yet");
+        tx.send(Event::Closed { client: c }).unwrap();
+        let Some(DeskAction::Admit { client, .. }) = d.next_action() else {
+            panic!("the waiting process gets the slot");
+        };
+        assert_eq!(client, c);
+        d.admitted(client, Ok(()));
+        assert_eq!(answer.try_recv().unwrap(), Ok(c));
+    }
+
+    #[test]
     fn a_refused_endpoint_leaves_the_slot_free() {
         let (mut d, tx) = desk(&[3]);
         let answer = join(&tx);
@@ -479,7 +517,11 @@ mod tests {
             panic!("expected an admission");
         };
         d.admitted(client, Err("malformed address".into()));
-        assert!(answer.try_recv().unwrap().unwrap_err().contains("malformed address"));
+        assert!(answer
+            .try_recv()
+            .unwrap()
+            .unwrap_err()
+            .contains("malformed address"));
         assert!(is_free(&d, client));
         assert!(d.next_action().is_none());
     }

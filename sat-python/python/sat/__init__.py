@@ -45,9 +45,23 @@ returns; notifications of one chunk that wait for their callback merge into the 
 exception in a callback propagates out of the blocking call that ran it, or, after the role
 function, makes ``sat.run`` raise ``RoleError`` from it.
 
+A process can also attach to a running service (``satrun --serve``) instead of joining a run, from
+a notebook or any script, and detach when done; what it wrote stays for those that attach later::
+
+    with sat.connect("127.0.0.1:7070") as client:    # detaches at the end of the block
+        chain = client.malloc(100, a.nbytes)
+        with chain.write():
+            chain.array(a.dtype, a.shape)[:] = a
+
+``client.detach()`` does the same without a block; a client still attached when the interpreter
+exits is detached then.
+
 Every call that can block releases the GIL. Errors are ``SatError`` subclasses. A ``Client``
 or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
 """
+
+import atexit
+import weakref
 
 from ._sat import (
     AbortedError,
@@ -68,6 +82,24 @@ from ._sat import (
     __version__,
     run,
 )
+from ._sat import connect as _connect
+
+
+def _detach_at_exit(ref: "weakref.ref[Client]") -> None:
+    client = ref()
+    if client is not None:
+        client.detach()
+
+
+def connect(address: str) -> Client:
+    """Attaches this process to the SAT service at ``address`` ("host:port", as ``satrun --serve``
+    prints it) and returns its Client, until ``client.detach()``, the end of a ``with`` block, or
+    the interpreter's exit. Raises ``BootstrapError`` when the service cannot be reached or has no
+    free client slot."""
+    client = _connect(address)
+    atexit.register(_detach_at_exit, weakref.ref(client))
+    return client
+
 
 __all__ = [
     "AbortedError",
@@ -86,5 +118,6 @@ __all__ = [
     "TransportError",
     "UsageError",
     "__version__",
+    "connect",
     "run",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "Symbols",
     "ChunkEvent",
     "run",
+    "connect",
     "__version__",
 ]
 
@@ -115,6 +116,15 @@ class Symbols:
 
 @final
 class Client:
+    def detach(self) -> None: ...
+    def __enter__(self) -> Client: ...
+    def __exit__(
+        self,
+        exc_type: Optional[type[builtins.BaseException]],
+        exc: Optional[builtins.BaseException],
+        tb: Optional[TracebackType],
+        /,
+    ) -> bool: ...
     @property
     def rank(self) -> int: ...
     @property
@@ -161,3 +171,4 @@ class Client:
 def run(
     roles: Mapping[int, Callable[[Client], object]], args: Optional[Sequence[str]] = None
 ) -> None: ...
+def connect(address: str) -> Client: ...

@@ -1,0 +1,274 @@
+"""Shares a numpy array between two processes through SAT and through its peers, in one run.
+
+    make bench-python                     # set-up included
+    .venv/bin/python sat-python/bench/share_numpy.py [--mb 100] [--repeat 7] [--provider shm|tcp]
+                                          [--only sat,shared_memory,redis,ray]
+
+One hand-off, timed in the writer: publish the array (the writer's bytes into the medium), tell the reader,
+the reader takes the array and reads every byte of it (a checksum, which the writer checks), the reader
+answers. The same reader work is done for every system; the first hand-off of each is a warm-up and is not
+counted. Printed: the median, the spread, the bandwidth, and the ratio to multiprocessing.shared_memory
+(one host's floor: the reader maps the writer's pages) and SAT's ratio to each peer.
+
+- sat: a service (`satrun --serve`, 2 servers) with the writer and the reader attached; the array lives in a
+  chain of 4 MiB chunks; the writer writes it in a write scope, the reader reads it in a read scope, both
+  through zero-copy views. Over shm the bytes cross processes twice (writer -> home -> reader), as they do
+  across hosts.
+- shared_memory: one SharedMemory block both map; the writer copies the array in, the reader reads in place.
+- redis: a local redis-server; SET from the writer, GET in the reader (redis-py).
+- ray: a local Ray instance; ray.put in the writer (the driver), ray.get in an actor (another process),
+  which gets a read-only view on the object store. The tell/answer is the actor call itself.
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def checksum(buf) -> int:
+    """Reads every byte: the sum of the array as 64-bit words (the tail bytes are added one by one)."""
+    a = np.frombuffer(buf, dtype=np.uint8)
+    n = a.size // 8 * 8
+    return (int(a[:n].view(np.uint64).sum(dtype=np.uint64)) + int(a[n:].sum())) % (1 << 64)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ readers (another process)
+
+def sat_reader(conn, address: str, base: int, nbchunks: int) -> None:
+    import sat
+
+    client = sat.connect(address)
+    chain = client.lookup(base, nbchunks)
+    while conn.recv() is not None:
+        with chain.read() as view:
+            conn.send(checksum(view))
+    client.detach()
+
+
+def shm_reader(conn, name: str, nbytes: int) -> None:
+    from multiprocessing import shared_memory
+
+    block = shared_memory.SharedMemory(name=name)
+    while conn.recv() is not None:
+        conn.send(checksum(block.buf[:nbytes]))
+    block.close()
+
+
+def redis_reader(conn, port: int) -> None:
+    import redis
+
+    r = redis.Redis(port=port)
+    while conn.recv() is not None:
+        conn.send(checksum(r.get("array")))
+
+
+# ------------------------------------------------------------------ the systems, writer side
+
+class Sat:
+    name = "sat"
+
+    def __init__(self, nbytes: int, provider: str, tmp: Path) -> None:
+        import sat
+
+        satrun = Path(os.environ.get("SAT_TARGET_DIR", REPO / "target")) / "release" / "satrun"
+        address_file = tmp / "sat.address"
+        self.service = subprocess.Popen(
+            [str(satrun), "--serve", "--servers", "2", "--slots", "4", "--provider", provider,
+             "--address-file", str(address_file)],
+            stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while not address_file.exists():
+            if self.service.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the SAT service did not start")
+            time.sleep(0.02)
+        address = address_file.read_text().strip()
+        self.client = sat.connect(address)
+        self.client.chunk_size = 4 << 20
+        self.chain = self.client.malloc(1, nbytes)
+        self.reader_args = (sat_reader, (address, 1, self.chain.nbchunks))
+
+    def publish(self, data: np.ndarray) -> None:
+        with self.chain.write() as view:
+            np.frombuffer(view, dtype=np.uint8)[:] = data
+
+    def close(self) -> None:
+        self.client.detach()
+        self.service.send_signal(signal.SIGTERM)
+        self.service.wait(timeout=30)
+
+
+class SharedMemory:
+    name = "shared_memory"
+
+    def __init__(self, nbytes: int, provider: str, tmp: Path) -> None:
+        from multiprocessing import shared_memory
+
+        self.block = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.view = np.frombuffer(self.block.buf, dtype=np.uint8, count=nbytes)
+        self.reader_args = (shm_reader, (self.block.name, nbytes))
+
+    def publish(self, data: np.ndarray) -> None:
+        self.view[:] = data
+
+    def close(self) -> None:
+        del self.view
+        self.block.close()
+        self.block.unlink()
+
+
+class Redis:
+    name = "redis"
+
+    def __init__(self, nbytes: int, provider: str, tmp: Path) -> None:
+        import redis
+
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed: make bench-python installs it")
+        port = free_port()
+        self.server = subprocess.Popen(
+            [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(tmp)],
+            stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+        self.r = redis.Redis(port=port)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.r.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        self.reader_args = (redis_reader, (port,))
+
+    def publish(self, data: np.ndarray) -> None:
+        self.r.set("array", memoryview(data))
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=30)
+
+
+def measure_pipe(system, data: np.ndarray, sums: "list[int]", repeat: int) -> "list[float]":
+    """Hand-offs to a reader process over a pipe; returns the seconds of each counted one."""
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    target, args = system.reader_args
+    reader = ctx.Process(target=target, args=(theirs, *args))
+    reader.start()
+    times = []
+    try:
+        for i in range(repeat + 1):
+            data[:8] = np.frombuffer(i.to_bytes(8, "little"), dtype=np.uint8)
+            t0 = time.perf_counter()
+            system.publish(data)
+            ours.send(i)
+            got = ours.recv()
+            elapsed = time.perf_counter() - t0
+            if got != sums[i]:
+                raise AssertionError(f"{system.name}: the reader saw other bytes in hand-off {i}")
+            if i > 0:
+                times.append(elapsed)
+        ours.send(None)
+        reader.join(timeout=60)
+    finally:
+        if reader.is_alive():
+            reader.kill()
+    return times
+
+
+def measure_ray(data: np.ndarray, sums: "list[int]", repeat: int) -> "list[float]":
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             object_store_memory=max(4 * data.nbytes, 300 << 20))
+
+    @ray.remote
+    class Reader:
+        def consume(self, refs):
+            return checksum(ray.get(refs[0]))
+
+    reader = Reader.remote()
+    ray.get(reader.consume.remote([ray.put(np.zeros(8, dtype=np.uint8))]))    # the actor is up
+    times = []
+    try:
+        for i in range(repeat + 1):
+            data[:8] = np.frombuffer(i.to_bytes(8, "little"), dtype=np.uint8)
+            t0 = time.perf_counter()
+            ref = ray.put(data)
+            got = ray.get(reader.consume.remote([ref]))
+            elapsed = time.perf_counter() - t0
+            del ref
+            if got != sums[i]:
+                raise AssertionError(f"ray: the reader saw other bytes in hand-off {i}")
+            if i > 0:
+                times.append(elapsed)
+    finally:
+        ray.shutdown()
+    return times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mb", type=int, default=100, help="the array's size in MB (10^6 bytes)")
+    p.add_argument("--repeat", type=int, default=7, help="hand-offs counted per system")
+    p.add_argument("--provider", default="shm", help="SAT's libfabric provider: shm or tcp")
+    p.add_argument("--only", default="sat,shared_memory,redis,ray", help="systems to measure")
+    o = p.parse_args()
+    nbytes = o.mb * 1000 * 1000
+    data = np.frombuffer(np.random.default_rng(7).bytes(nbytes), dtype=np.uint8).copy()
+    sums = []
+    for i in range(o.repeat + 1):
+        data[:8] = np.frombuffer(i.to_bytes(8, "little"), dtype=np.uint8)
+        sums.append(checksum(data))
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in o.only.split(","):
+            print(f"measuring {name} ...", file=sys.stderr, flush=True)
+            if name == "ray":
+                results[name] = measure_ray(data, sums, o.repeat)
+                continue
+            cls = {"sat": Sat, "shared_memory": SharedMemory, "redis": Redis}[name]
+            system = cls(nbytes, o.provider, Path(tmp))
+            try:
+                results[name] = measure_pipe(system, data, sums, o.repeat)
+            finally:
+                system.close()
+    floor = statistics.median(results["shared_memory"]) if "shared_memory" in results else None
+    ours = statistics.median(results["sat"]) if "sat" in results else None
+    print(f"\n{o.mb} MB numpy array, writer process -> reader process, {o.repeat} hand-offs each "
+          f"(medians of one run; SAT over {o.provider})\n")
+    print(f"| system | median ms | min-max ms | GB/s | x shared_memory | sat / system |")
+    print(f"|---|---|---|---|---|---|")
+    for name, times in results.items():
+        med = statistics.median(times)
+        vs_floor = f"{med / floor:.2f}" if floor else "-"
+        vs_sat = f"{ours / med:.2f}" if ours else "-"
+        print(f"| {name} | {med * 1e3:.1f} | {min(times) * 1e3:.1f}-{max(times) * 1e3:.1f} | "
+              f"{nbytes / med / 1e9:.2f} | {vs_floor} | {vs_sat} |")
+
+
+if __name__ == "__main__":
+    main()

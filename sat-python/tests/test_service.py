@@ -1,0 +1,202 @@
+"""The service mode from Python: processes attach to a running `satrun --serve` with sat.connect,
+share numpy data, detach, and later processes find it. Every process is a real one."""
+
+import hashlib
+import os
+import shutil
+import sys
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _service import REPO, run_bounded, service, shm_files_of  # noqa: F401 (fixture)
+
+MB100 = 100 * 1000 * 1000
+
+
+def expected_digest(seed: int, nbytes: int) -> str:
+    return hashlib.sha256(np.random.default_rng(seed).bytes(nbytes)).hexdigest()
+
+
+def test_a_100_mb_array_is_read_identically_by_a_process_that_attaches_later(service):
+    writer = service.attach(
+        """
+        import os, sys
+        import numpy as np
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        client.chunk_size = 1 << 22              # 4 MiB chunks: 24 for 100 MB
+        data = np.frombuffer(np.random.default_rng(2024).bytes(100_000_000), dtype=np.uint8)
+        chain = client.malloc(1000, data.nbytes)
+        with chain.write() as view:              # the chain's own bytes, no copy
+            np.frombuffer(view, dtype=np.uint8)[:] = data
+        client.symbols["array"] = np.array([1000, chain.nbchunks, data.nbytes], dtype=np.uint64)
+        client.detach()
+        print("written", chain.nbchunks)
+        """
+    )
+    assert writer.returncode == 0, writer.stdout + writer.stderr
+    # The writer has exited: only the service holds the data now.
+    reader = service.attach(
+        """
+        import hashlib, os
+        import numpy as np
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            base, nbchunks, nbytes = (int(v) for v in client.symbols["array"])
+            chain = client.lookup(base, nbchunks)
+            assert chain.size == nbytes, chain.size
+            with chain.read() as view:
+                print("digest", hashlib.sha256(view).hexdigest())
+        """
+    )
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    assert f"digest {expected_digest(2024, MB100)}" in reader.stdout.splitlines()
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+CYCLES = """
+import os, sys
+import sat
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+def cycles(n):
+    for _ in range(n):
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        chain = client.malloc(77, 8)
+        with chain.readwrite() as view:
+            view[:8] = (int.from_bytes(view[:8], "little") + 1).to_bytes(8, "little")
+        client.detach()
+
+cycles(20)                           # warm-up: allocator pools, the chunk's home
+print("rss", rss_kib(), flush=True)
+sys.stdin.readline()                 # the test reads the servers' memory meanwhile
+cycles(100)
+print("rss", rss_kib(), flush=True)
+with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+    print("counter", int.from_bytes(client.get(client.lookup(77)), "little"), flush=True)
+"""
+
+
+def test_a_client_attaches_and_detaches_100_times_with_bounded_memory(service, tmp_path):
+    servers = service.server_pids()
+    assert len(servers) == 2, servers
+    script = tmp_path / "cycles.py"
+    script.write_text(CYCLES)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=dict(os.environ, SAT_ADDRESS=service.address), start_new_session=True,
+    )
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("rss "), first + proc.stderr.read()
+        servers_before = sum(rss_kib(p) for p in servers)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    lines = out.splitlines()
+    assert lines[-1] == "counter 120", lines
+    client_before, client_after = int(first.split()[1]), int(lines[0].split()[1])
+    servers_after = sum(rss_kib(p) for p in servers)
+    # Bounded: 100 attaches leaking even 40 KiB each would show as 4 MiB.
+    assert client_after - client_before < 4096, (client_before, client_after)
+    assert servers_after - servers_before < 4096, (servers_before, servers_after)
+    # The client's endpoints closed each time: nothing of it stays in /dev/shm.
+    assert shm_files_of(proc.pid) == []
+    assert service.stop() == 0
+    for pid in servers:
+        assert shm_files_of(pid) == [], pid
+
+
+def test_calls_after_detach_fail_and_a_full_service_says_what_to_do(service):
+    out = service.attach(
+        """
+        import os
+        import sat
+
+        a = os.environ["SAT_ADDRESS"]
+        client = sat.connect(a)
+        chain = client.malloc(5, 16)
+        client.detach()
+        client.detach()                        # twice is harmless
+        try:
+            client.lookup(5)
+        except sat.UsageError as e:
+            print("after detach:", e)
+        held = [sat.connect(a) for _ in range(4)]   # the 4 slots
+        try:
+            sat.connect(a)
+        except sat.BootstrapError as e:
+            print("full:", e)
+        for c in held:
+            c.detach()
+        try:
+            sat.connect("127.0.0.1:1")
+        except sat.BootstrapError as e:
+            print("nobody:", e)
+        """
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "after detach:" in text and "detached" in text, text
+    assert "full:" in text and "client slots of the service are taken" in text, text
+    assert "nobody:" in text and "satrun --serve" in text, text
+
+
+def c_producer(tmp_path: Path) -> Path:
+    """bindings-tests/service.c built against the workspace's libsat."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler (cc) is needed: scripts/setup.sh installs gcc")
+    lib = Path(os.environ.get("SAT_TARGET_DIR", REPO / "target")) / os.environ.get("SAT_PROFILE", "release")
+    exe = tmp_path / "service"
+    built = run_bounded(
+        [cc, "-std=c11", "-Wall", "-Werror", "-I", str(REPO / "include"), str(REPO / "bindings-tests/service.c"),
+         "-o", str(exe), "-L", str(lib), "-lsat", f"-Wl,-rpath,{lib}"],
+        120,
+    )
+    assert built.returncode == 0, built.stderr
+    return exe
+
+
+def test_a_c_producer_and_a_python_consumer_share_chunks_and_symbols(service, tmp_path):
+    produced = run_bounded([str(c_producer(tmp_path)), "produce", service.address], 120)
+    assert produced.returncode == 0 and "PASS produce" in produced.stdout, produced.stdout + produced.stderr
+    out = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            first = client.lookup(500)
+            nbchunks = -(-100_000 * 4 // first.size)
+            chain = client.lookup(500, nbchunks)
+            with chain.read():
+                values = chain.array(np.int32)
+                ok = np.array_equal(values, np.arange(100_000, dtype=np.int32) * 7 + 3)
+            print("values", "match" if ok else "differ", len(values))
+            print("symbol", client.read_symbol("c-producer"))
+        """
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "values match 100000" in out.stdout.splitlines(), out.stdout
+    assert "symbol b'written by a C process'" in out.stdout.splitlines(), out.stdout
