@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test python-test bench clean header install
+.PHONY: setup demo test python-test bench bench-python clean header install
 
 setup:
 	@scripts/setup.sh
@@ -45,6 +45,17 @@ bench: setup
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
 	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
 	$(CARGO) build --release -j $(JOBS) --bin sat-sync-bench && target/release/sat-sync-bench --providers shm,tcp
+
+# A 100 MB numpy array handed from one process to another through SAT (a service), and through
+# multiprocessing.shared_memory, Redis and Ray, measured in the same run (sat-python/bench/share_numpy.py).
+bench-python:
+	@scripts/setup.sh --bench
+	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
+		-j $(JOBS) -m sat-python/Cargo.toml
+	$(RELEASE_BUILD)
+	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider shm
+	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider tcp \
+		--only sat,shared_memory
 
 # include/sat.h from sat-capi/src, by the pinned cbindgen (sat-capi/tests/header.rs checks it is current).
 header: setup

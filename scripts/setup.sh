@@ -5,20 +5,27 @@ set -euo pipefail
 
 # --no-cbindgen: for `make install`, which builds from the committed header and needs no cbindgen.
 # --python: for `make test`, also the virtual environment .venv with the Python tools of the
-# `sat` module's tests (maturin, pytest, numpy, mypy, pinned in sat-python/requirements-dev.txt).
+# `sat` module's tests (maturin, pytest, numpy, mypy, nbclient, ipykernel, pinned in
+# sat-python/requirements-dev.txt).
+# --bench: for `make bench-python`, also the benchmark's peers: redis-server (Debian) and redis-py
+# and Ray in .venv (sat-python/requirements-bench.txt); implies --python.
 want_cbindgen=1
 want_python=0
+want_bench=0
 for arg in "$@"; do
     case "$arg" in
         --no-cbindgen) want_cbindgen=0 ;;
         --python) want_python=1 ;;
+        --bench) want_python=1; want_bench=1 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
 
 need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++; do
+packages=(libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++)
+[ "$want_bench" = 1 ] && packages+=(redis-server)
+for pkg in "${packages[@]}"; do
     have_pkg "$pkg" || need_apt+=("$pkg")
 done
 
@@ -105,6 +112,15 @@ if [ "$want_python" = 1 ]; then
             exit 1
         fi
         cp "$reqs" "$venv/.requirements-installed"
+    fi
+    bench_reqs="$repo/sat-python/requirements-bench.txt"
+    if [ "$want_bench" = 1 ] && ! cmp -s "$bench_reqs" "$venv/.requirements-bench-installed"; then
+        echo "setup: installing $(grep -v '^#' "$bench_reqs" | xargs) into $venv (Ray is large: a few minutes)"
+        if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$bench_reqs"; then
+            echo "setup: 'pip install -r $bench_reqs' failed (see above): the benchmark's peers need these" >&2
+            exit 1
+        fi
+        cp "$bench_reqs" "$venv/.requirements-bench-installed"
     fi
     venv_note=", $("$venv/bin/python" --version) in .venv"
 fi
