@@ -10,10 +10,10 @@ answers. The same reader work is done for every system; the first hand-off of ea
 counted. Printed: the median, the spread, the bandwidth, and the ratio to multiprocessing.shared_memory
 (one host's floor: the reader maps the writer's pages) and SAT's ratio to each peer.
 
-- sat: a service (`satrun --serve`, 2 servers) with the writer and the reader attached; the array lives in a
-  chain of 4 MiB chunks; the writer writes it in a write scope, the reader reads it in a read scope, both
-  through zero-copy views. Over shm the bytes cross processes twice (writer -> home -> reader), as they do
-  across hosts.
+- sat: a service (`satrun --serve`, one server: the default, and what one host needs) with the writer and
+  the reader attached; the array lives in a chain of 16 MiB chunks; the writer writes it in a write scope,
+  the reader reads it in a read scope, both through zero-copy views. The bytes cross processes twice
+  (writer -> home server -> reader), as they do across hosts.
 - shared_memory: one SharedMemory block both map; the writer copies the array in, the reader reads in place.
 - redis: a local redis-server; SET from the writer, GET in the reader (redis-py).
 - ray: a local Ray instance; ray.put in the writer (the driver), ray.get in an actor (another process),
@@ -92,7 +92,7 @@ class Sat:
         satrun = Path(os.environ.get("SAT_TARGET_DIR", REPO / "target")) / "release" / "satrun"
         address_file = tmp / "sat.address"
         self.service = subprocess.Popen(
-            [str(satrun), "--serve", "--servers", "2", "--slots", "4", "--provider", provider,
+            [str(satrun), "--serve", "--servers", "1", "--slots", "4", "--provider", provider,
              "--address-file", str(address_file)],
             stdout=subprocess.DEVNULL, start_new_session=True,
         )
@@ -103,7 +103,7 @@ class Sat:
             time.sleep(0.02)
         address = address_file.read_text().strip()
         self.client = sat.connect(address)
-        self.client.chunk_size = 4 << 20
+        self.client.chunk_size = 16 << 20
         self.chain = self.client.malloc(1, nbytes)
         self.reader_args = (sat_reader, (address, 1, self.chain.nbchunks))
 

@@ -187,7 +187,13 @@ impl LastRelease {
             });
         }
         self.version = version;
-        self.data = bytes.into();
+        // Reuse the buffer when no send of the previous version still holds
+        // it: a fresh allocation of a large chunk costs a page fault per
+        // page on top of the copy.
+        match Arc::get_mut(&mut self.data) {
+            Some(mine) => mine.copy_from_slice(bytes),
+            None => self.data = bytes.into(),
+        }
         Ok(())
     }
 }
