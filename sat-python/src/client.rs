@@ -64,7 +64,7 @@ fn callable(callback: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 }
 
 /// The client runtime of this process, handed to every role function.
-#[pyclass(name = "Client", module = "sat", frozen, weakref)]
+#[pyclass(name = "Client", module = "sat", frozen)]
 pub(crate) struct PyClient {
     h: Arc<Handle>,
     symbols: Py<PySymbols>,
@@ -97,14 +97,15 @@ impl PyClient {
     /// the slot goes back to the service. Chains and views kept afterwards
     /// stay readable but are no longer kept coherent. A second call does
     /// nothing. A run's client ends when its role function returns instead.
-    fn detach(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.h.is_attached() {
+    fn detach(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let h = &slf.get().h;
+        if !h.is_attached() {
             return Err(usage(
                 "detach is for a client of a service (sat.connect); a run's client ends \
                  when its role function returns",
             ));
         }
-        crate::service::detach(py, &self.h)
+        crate::service::detach(slf, h)
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -113,13 +114,12 @@ impl PyClient {
 
     /// Leaving a `with sat.connect(...) as client:` block detaches.
     fn __exit__(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         _exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        self.detach(py)?;
+        Self::detach(slf)?;
         Ok(false)
     }
 

@@ -9,24 +9,35 @@ use crate::client::PyClient;
 use crate::errors::to_py;
 use crate::handle::Handle;
 
-/// Attaches to the service at `address` ("host:port") and returns its
-/// Client; `client.detach()` (or leaving a `with` block) detaches. The GIL
-/// is released while the service admits this process.
+/// Attaches this process to the SAT service at `address` ("host:port", as
+/// `satrun --serve` prints it) and returns its Client, until
+/// `client.detach()`, the end of a `with` block, or the interpreter's exit
+/// (an `atexit` hook holds the client until it detaches, so that what it
+/// released reaches the service even if the program forgets to detach).
+/// Raises BootstrapError when the service cannot be reached or has no free
+/// client slot. The GIL is released while the service admits this process.
 #[pyfunction]
-pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<PyClient> {
+pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
     let session = py
         .detach(|| sat_core::service::connect(address))
         .map_err(to_py)?;
     let h = Arc::new(Handle::new());
     h.attach(session);
-    PyClient::new(py, h)
+    let client = Py::new(py, PyClient::new(py, h)?)?;
+    py.import("atexit")?
+        .call_method1("register", (client.getattr(py, "detach")?,))?;
+    Ok(client)
 }
 
-/// Detaches `h`'s session (see [`Handle::detach`]); the chains let go of
-/// the handle, and those Python still holds keep their memory.
-pub(crate) fn detach(py: Python<'_>, h: &Handle) -> PyResult<()> {
+/// Detaches `client`'s session (see [`Handle::detach`]); the chains let go
+/// of the handle (those Python still holds keep their memory), and the
+/// `atexit` hook lets go of the client.
+pub(crate) fn detach(client: &Bound<'_, PyClient>, h: &Handle) -> PyResult<()> {
+    let py = client.py();
     h.check_process()?;
     let outcome = py.detach(|| h.detach());
     drop(h.forget_chains());
+    py.import("atexit")?
+        .call_method1("unregister", (client.getattr("detach")?,))?;
     outcome.map_err(to_py)
 }

@@ -92,8 +92,6 @@ with sat.connect(os.environ["SAT_ADDRESS"]) as client:
 
 
 def test_a_client_attaches_and_detaches_100_times_with_bounded_memory(service, tmp_path):
-    servers = service.server_pids()
-    assert len(servers) == 2, servers
     script = tmp_path / "cycles.py"
     script.write_text(CYCLES)
     proc = subprocess.Popen(
@@ -103,6 +101,9 @@ def test_a_client_attaches_and_detaches_100_times_with_bounded_memory(service, t
     try:
         first = proc.stdout.readline()
         assert first.startswith("rss "), first + proc.stderr.read()
+        # Both servers have admitted clients by now: they are running.
+        servers = service.server_pids()
+        assert len(servers) == 2, servers
         servers_before = sum(rss_kib(p) for p in servers)
         proc.stdin.write("go\n")
         proc.stdin.flush()
@@ -200,3 +201,30 @@ def test_a_c_producer_and_a_python_consumer_share_chunks_and_symbols(service, tm
     assert out.returncode == 0, out.stdout + out.stderr
     assert "values match 100000" in out.stdout.splitlines(), out.stdout
     assert "symbol b'written by a C process'" in out.stdout.splitlines(), out.stdout
+
+
+def test_a_process_that_forgets_to_detach_is_detached_at_exit(service):
+    writer = service.attach(
+        """
+        import os
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        chain = client.malloc(321, 4)
+        with chain.write() as view:
+            view[:] = b"kept"
+        del client, chain          # no detach: the interpreter's exit does it
+        """
+    )
+    assert writer.returncode == 0, writer.stdout + writer.stderr
+    reader = service.attach(
+        """
+        import os
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            print(client.get(client.lookup(321)))
+        """
+    )
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    assert reader.stdout.splitlines() == ["b'kept'"]

@@ -60,9 +60,6 @@ Every call that can block releases the GIL. Errors are ``SatError`` subclasses. 
 or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
 """
 
-import atexit
-import weakref
-
 from ._sat import (
     AbortedError,
     BootstrapError,
@@ -80,25 +77,9 @@ from ._sat import (
     TransportError,
     UsageError,
     __version__,
+    connect,
     run,
 )
-from ._sat import connect as _connect
-
-
-def _detach_at_exit(ref: "weakref.ref[Client]") -> None:
-    client = ref()
-    if client is not None:
-        client.detach()
-
-
-def connect(address: str) -> Client:
-    """Attaches this process to the SAT service at ``address`` ("host:port", as ``satrun --serve``
-    prints it) and returns its Client, until ``client.detach()``, the end of a ``with`` block, or
-    the interpreter's exit. Raises ``BootstrapError`` when the service cannot be reached or has no
-    free client slot."""
-    client = _connect(address)
-    atexit.register(_detach_at_exit, weakref.ref(client))
-    return client
 
 
 __all__ = [
