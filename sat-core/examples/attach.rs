@@ -12,7 +12,9 @@
 //! - `cycle ADDR --times N`: attach, increment a counter chunk, detach, N
 //!   times; prints the counter's last value;
 //! - `hold ADDR`: attach, write, print `attached`, then wait for a line on
-//!   standard input (so a test can kill it while attached).
+//!   standard input (so a test can kill it while attached);
+//! - `hold-scope ADDR`: attach and open a write scope on the counter chunk
+//!   of `cycle`, then wait the same way (killed inside the scope).
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -143,6 +145,15 @@ fn main() {
                 let mut line = String::new();
                 std::io::stdin().lock().read_line(&mut line)?;
                 session.detach()?;
+            }
+            "hold-scope" => {
+                // Dies (when killed) inside a write scope of the counter.
+                let session = service::connect(&o.address)?;
+                let chain = session.malloc(o.chunk, 8)?;
+                let _scope = session.readwrite(&chain)?;
+                println!("in a write scope in slot {}", session.rank());
+                let mut line = String::new();
+                std::io::stdin().lock().read_line(&mut line)?;
             }
             other => return Err(format!("unknown command {other}").into()),
         }

@@ -308,3 +308,40 @@ fn service_command_lines_are_checked_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("not a service topology"));
 }
+
+/// A client killed inside a write scope does not block the chunk: its
+/// server forgets it, the home takes the ownership back, and the next
+/// writer gets the last released version.
+#[test]
+fn a_client_killed_inside_a_write_scope_does_not_block_the_chunk() {
+    for provider in ["shm", "tcp"] {
+        let service = Service::start(provider, &["--servers", "2", "--slots", "2"]);
+        let a = service.address.as_str();
+        let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "3"]);
+        assert!(ok && out.contains("counter 3"), "{out} {err}");
+        let mut holder = Command::new(example("attach"))
+            .args(["hold-scope", a, "--chunk", "4"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        {
+            use std::io::BufRead;
+            let stdout = holder.stdout.as_mut().unwrap();
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .unwrap();
+        }
+        assert!(line.contains("in a write scope"), "{line}");
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        // Its increment never happened: the next writer sees version 3.
+        let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
+        assert!(
+            ok && out.contains("counter 4"),
+            "{provider}: {out} {err}\n{}",
+            service.log()
+        );
+    }
+}
