@@ -3,23 +3,26 @@
 //!
 //! As in the C ABI (`sat-capi/src/chunks.rs`), every chain lives in memory
 //! this module allocates, handed to the core as the chain's local memory
-//! (MAP). So the address Python sees never moves, and stays valid as long
-//! as anything holds the memory: the [`Region`] is shared by the core and
-//! the Python [`PyChain`], whose [`PyBuffer`] exports keep it alive. Such
-//! chains are never evicted (the topology's memory capacity applies to the
-//! core's own chains only).
+//! (MAP), or, for `Client.map`, in the caller's own buffer. So the address
+//! Python sees never moves, and stays valid as long as anything holds the
+//! memory: the [`Region`] is shared by the core and the Python [`PyChain`],
+//! whose [`PyBuffer`] exports keep it alive; a caller's buffer stays
+//! exported (so neither freed nor resized) for as long as the region lives.
+//! Such chains are never evicted (the topology's memory capacity applies to
+//! the core's own chains only).
 
 use std::ffi::c_int;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyImportError, PyMemoryError, PyValueError};
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyImportError, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyMemoryView, PyTuple};
 
-use sat_core::chunk::{check_chain_size, ChainLayout, ChunkError};
+use sat_core::chunk::{check_chain_size, ChainLayout, ChunkError, MAX_CHUNK_SIZE};
 use sat_core::client::{Chain as CoreChain, LocalMemory};
 use sat_core::protocol::{Access, ProtocolId};
 use sat_core::SatError as CoreError;
@@ -31,11 +34,51 @@ use crate::handle::Handle;
 /// C ABI's is.
 const ALIGN: usize = 64;
 
-/// The local bytes of a chain: zeroed, 64-byte aligned, freed when the core
-/// and every Python object using them are done.
+/// The protocols by the names `protocol=` takes and `Chain.protocol` gives.
+const PROTOCOLS: [(&str, ProtocolId); 2] = [
+    ("mesi", ProtocolId::HomeMesi),
+    ("home-only", ProtocolId::HomeOnly),
+];
+
+/// The protocol a `protocol=` argument names.
+pub(crate) fn parse_protocol(name: &str) -> PyResult<ProtocolId> {
+    PROTOCOLS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, p)| p)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "protocol {name:?}: give 'mesi' (home-based MESI, the default) or 'home-only' \
+                 (every scope served by the home, no cached copies)"
+            ))
+        })
+}
+
+fn protocol_name(protocol: ProtocolId) -> &'static str {
+    PROTOCOLS
+        .iter()
+        .find(|&&(_, p)| p == protocol)
+        .map_or("?", |&(n, _)| n)
+}
+
+/// Who owns a region's bytes.
+enum Owner {
+    /// This module: allocated by [`Region::allocate`].
+    Module,
+    /// A Python object whose buffer `Client.map` was given: held exported
+    /// for the region's lifetime, so that the exporter keeps the memory
+    /// where it is (a bytearray cannot be resized, a numpy array stays
+    /// alive). Dropping it releases the export, taking the GIL if needed.
+    Exporter(#[allow(dead_code)] PyUntypedBuffer),
+}
+
+/// The local bytes of a chain: this module's (zeroed, 64-byte aligned) or
+/// a caller's buffer (MAP), given back when the core and every Python
+/// object using them are done.
 pub(crate) struct Region {
     ptr: NonNull<u8>,
     len: usize,
+    owner: Owner,
 }
 
 // SAFETY: plain bytes. The core writes them under its client's lock, and
@@ -52,7 +95,17 @@ impl Region {
         }
         // SAFETY: the layout has a non-zero size.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        Some(Arc::new(Region { ptr, len }))
+        Some(Arc::new(Region {
+            ptr,
+            len,
+            owner: Owner::Module,
+        }))
+    }
+
+    /// Whether the `len` bytes at address `start` overlap these.
+    fn overlaps(&self, start: usize, len: usize) -> bool {
+        let mine = self.ptr.as_ptr() as usize;
+        start < mine + self.len && mine < start + len
     }
 
     fn out_of_memory(len: usize) -> PyErr {
@@ -65,9 +118,12 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len, ALIGN).expect("allocated");
-        // SAFETY: allocated by `allocate` with this layout; the last owner.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        // A caller's buffer is given back by dropping its export (the field).
+        if let Owner::Module = self.owner {
+            let layout = std::alloc::Layout::from_size_align(self.len, ALIGN).expect("allocated");
+            // SAFETY: allocated by `allocate` with this layout; the last owner.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 
@@ -90,47 +146,172 @@ fn ids_and_sizes(layout: &ChainLayout) -> (Vec<u64>, Vec<usize>) {
     layout.chunks().iter().copied().unzip()
 }
 
-/// MALLOC into memory of this module; the same chain again gives the same
-/// Chain.
+fn chunk_error(e: ChunkError) -> PyErr {
+    to_py(CoreError::from(e))
+}
+
+/// A chain as a refusal describes it: "8 bytes (protocol 'mesi')", with
+/// its chunk sizes when it has a few.
+fn describe(sizes: &[usize], protocol: Option<ProtocolId>) -> String {
+    let total: usize = sizes.iter().sum();
+    let mut text = format!("{total} bytes");
+    match sizes.len() {
+        1 => {}
+        2..=8 => text += &format!(" in chunks of {sizes:?}"),
+        n => text += &format!(" in {n} chunks"),
+    }
+    if let Some(p) = protocol {
+        text += &format!(" (protocol '{}')", protocol_name(p));
+    }
+    text
+}
+
+/// MALLOC into memory of this module.
 pub(crate) fn malloc(
     py: Python<'_>,
     h: &Arc<Handle>,
     base: u64,
     size: usize,
+    protocol: ProtocolId,
 ) -> PyResult<Py<PyChain>> {
-    let layout = h.with(|c| {
-        check_chain_size(size as u64)?;
-        Ok(ChainLayout::malloc(base, size, c.chunk_size())?)
-    })?;
+    let layout = h.with(|c| Ok(ChainLayout::malloc(base, size, c.chunk_size())?))?;
+    allocate(py, h, "MALLOC", layout, protocol)
+}
+
+/// MALLOC_LST into memory of this module: chunk `ids[i]` gets
+/// `sizes[i % sizes.len()]` bytes, at consecutive offsets in `ids` order.
+pub(crate) fn malloc_lst(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    ids: &[u64],
+    sizes: &[usize],
+    protocol: ProtocolId,
+) -> PyResult<Py<PyChain>> {
+    h.check_process()?;
+    // The core refuses such a chunk too, but only after the layout has
+    // summed the sizes; refused first, chunks of at most 1 GiB cannot make
+    // the sum overflow.
+    if let Some(&size) = sizes.iter().take(ids.len()).find(|&&s| s > MAX_CHUNK_SIZE) {
+        return Err(chunk_error(ChunkError::TooLarge { size }));
+    }
+    let layout = ChainLayout::malloc_lst(ids, sizes).map_err(chunk_error)?;
+    allocate(py, h, "MALLOC_LST", layout, protocol)
+}
+
+/// Allocates the chain of `layout` with `protocol` in memory of this module
+/// (MAP of it into the core); the same chain again gives the same Chain.
+fn allocate(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    call: &str,
+    layout: ChainLayout,
+    protocol: ProtocolId,
+) -> PyResult<Py<PyChain>> {
+    h.check_process()?;
     let (ids, sizes) = ids_and_sizes(&layout);
     if let Some(existing) = h.chain(py, &ids) {
-        let had = ids_and_sizes(existing.get().chain.layout()).1;
-        if had == sizes {
+        let had = existing.get();
+        let had_sizes = ids_and_sizes(had.chain.layout()).1;
+        // A chain this process looked up has no known protocol (the core
+        // does not tell it): it is taken as it is, as the C API does.
+        if had_sizes == sizes && had.protocol.is_none_or(|p| p == protocol) {
             return Ok(existing);
         }
         return Err(usage(format!(
-            "MALLOC of chunk {base} with {size} bytes: this process already has that chain \
-             with {} bytes; allocate it with the same size, or LOOKUP it",
-            had.iter().sum::<usize>()
+            "{call} of chunk {} with {}: this process already has that chain with {}; \
+             allocate it with the same sizes and protocol, or LOOKUP it",
+            ids[0],
+            describe(&sizes, Some(protocol)),
+            describe(&had_sizes, had.protocol),
         )));
     }
+    let size = layout.total_size();
+    check_chain_size(size as u64).map_err(chunk_error)?;
     let region = Region::allocate(size).ok_or_else(|| Region::out_of_memory(size))?;
     let memory = Box::new(Mapped(region.clone()));
-    let chain = h.blocking(py, |c| {
-        c.map_lst(ProtocolId::default(), &ids, &sizes, memory)
-    })?;
-    let chain = Py::new(
-        py,
-        PyChain {
-            h: h.clone(),
-            chain,
-            region,
-        },
-    )?;
-    Ok(h.add_chain(py, ids, chain))
+    let chain = h.blocking(py, |c| c.map_lst(protocol, &ids, &sizes, memory))?;
+    record(py, h, ids, chain, region, Some(protocol))
 }
 
-/// LOOKUP into memory of this module, once the homes have told the size.
+/// MAP: the chain of `buffer`'s size from chunk `base` on (split by the
+/// chunk size, as MALLOC), whose local bytes are `buffer`'s own memory.
+pub(crate) fn map(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    base: u64,
+    buffer: &Bound<'_, PyAny>,
+    protocol: ProtocolId,
+) -> PyResult<Py<PyChain>> {
+    h.check_process()?;
+    let what = buffer.get_type().name()?;
+    let export = PyUntypedBuffer::get(buffer).map_err(|e| {
+        PyTypeError::new_err(format!(
+            "MAP of chunk {base}: a '{what}' object has no buffer to map ({e}): give a writable, \
+             C-contiguous buffer, such as a numpy array, a bytearray or a memoryview of one"
+        ))
+    })?;
+    // The core writes the chunks' data into this memory (a READ scope
+    // fills it), so it must be writable, and a chain's bytes are one block.
+    if export.readonly() {
+        return Err(PyTypeError::new_err(format!(
+            "MAP of chunk {base}: the buffer of this '{what}' object is read-only, and SAT \
+             writes the chunks' data into the memory it maps: give a writable buffer (a numpy \
+             array whose flags.writeable is True, such as a.copy(); a bytearray rather than \
+             bytes)"
+        )));
+    }
+    if !export.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "MAP of chunk {base}: the buffer of this '{what}' object is not C-contiguous, and a \
+             chain's bytes are one contiguous block: give a C-contiguous buffer \
+             (numpy.ascontiguousarray(a) is one, a copy to map in its place)"
+        )));
+    }
+    let len = export.len_bytes();
+    let start = export.buf_ptr() as usize;
+    let layout = h.with(|c| Ok(ChainLayout::malloc(base, len, c.chunk_size())?))?;
+    let (ids, sizes) = ids_and_sizes(&layout);
+    if let Some(existing) = h.chain(py, &ids) {
+        let had = existing.get();
+        let same_memory = had.mapped() && had.region.ptr.as_ptr() as usize == start;
+        if same_memory && had.region.len == len && had.protocol == Some(protocol) {
+            return Ok(existing);
+        }
+        return Err(usage(format!(
+            "MAP of chunk {base} with {}: this process already has that chain with {}, in {}; \
+             a chain lives in one memory per process: use that Chain, or MAP other chunks",
+            describe(&sizes, Some(protocol)),
+            describe(&ids_and_sizes(had.chain.layout()).1, had.protocol),
+            if had.mapped() {
+                "another mapped buffer"
+            } else {
+                "memory of SAT"
+            },
+        )));
+    }
+    // Two chains in one memory would overwrite each other's data (a scope's
+    // memoryview of another chain, or an array mapped twice).
+    if let Some(other) = h.find_chain(py, |c| c.region.overlaps(start, len)) {
+        return Err(usage(format!(
+            "MAP of chunk {base}: this memory is already the local memory of the chain at chunk \
+             {}; two chains in one memory would overwrite each other's data: give each chain \
+             its own buffer",
+            other.get().chain.first()
+        )));
+    }
+    let ptr = NonNull::new(export.buf_ptr().cast::<u8>())
+        .ok_or_else(|| PyValueError::new_err(format!("MAP of chunk {base}: the buffer is NULL")))?;
+    let region = Arc::new(Region {
+        ptr,
+        len,
+        owner: Owner::Exporter(export),
+    });
+    let memory = Box::new(Mapped(region.clone()));
+    let chain = h.blocking(py, |c| c.map_lst(protocol, &ids, &sizes, memory))?;
+    record(py, h, ids, chain, region, Some(protocol))
+}
+
+/// LOOKUP of chunks `base` to `base + nbchunks - 1`.
 pub(crate) fn lookup(
     py: Python<'_>,
     h: &Arc<Handle>,
@@ -139,7 +320,6 @@ pub(crate) fn lookup(
     timeout: Duration,
 ) -> PyResult<Py<PyChain>> {
     h.check_process()?;
-    let chunk_error = |e: ChunkError| to_py(CoreError::from(e));
     if nbchunks == 0 {
         return Err(chunk_error(ChunkError::NoIds));
     }
@@ -149,7 +329,18 @@ pub(crate) fn lookup(
             count: nbchunks,
         })
     })?;
-    let ids: Vec<u64> = (base..=last).collect();
+    lookup_lst(py, h, (base..=last).collect(), timeout)
+}
+
+/// LOOKUP_LST into memory of this module, once the homes have told the
+/// sizes: the chunks at consecutive offsets in `ids` order.
+pub(crate) fn lookup_lst(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    ids: Vec<u64>,
+    timeout: Duration,
+) -> PyResult<Py<PyChain>> {
+    h.check_process()?;
     if let Some(existing) = h.chain(py, &ids) {
         return Ok(existing);
     }
@@ -164,24 +355,48 @@ pub(crate) fn lookup(
         })
     })?;
     let region = region.ok_or_else(|| Region::out_of_memory(wanted))?;
+    record(py, h, ids, chain, region, None)
+}
+
+/// The Chain of a chain the core has just added; when another thread
+/// recorded the same chain meanwhile, that one.
+fn record(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    ids: Vec<u64>,
+    chain: CoreChain,
+    region: Arc<Region>,
+    protocol: Option<ProtocolId>,
+) -> PyResult<Py<PyChain>> {
     let chain = Py::new(
         py,
         PyChain {
             h: h.clone(),
             chain,
             region,
+            protocol,
         },
     )?;
     Ok(h.add_chain(py, ids, chain))
 }
 
-/// A chain of chunks this process allocated or looked up, with its local
-/// memory.
+/// A chain of chunks this process allocated, mapped or looked up, with its
+/// local memory.
 #[pyclass(name = "Chain", module = "sat", frozen)]
 pub(crate) struct PyChain {
     pub(crate) h: Arc<Handle>,
     pub(crate) chain: CoreChain,
     region: Arc<Region>,
+    /// The protocol it was allocated or mapped with here; None for a chain
+    /// looked up, whose protocol the core does not tell.
+    protocol: Option<ProtocolId>,
+}
+
+impl PyChain {
+    /// Whether its local bytes are a caller's buffer (`Client.map`).
+    fn mapped(&self) -> bool {
+        matches!(self.region.owner, Owner::Exporter(_))
+    }
 }
 
 #[pymethods]
@@ -212,6 +427,30 @@ impl PyChain {
     fn ids(&self) -> PyResult<Vec<u64>> {
         self.h.check_process()?;
         Ok(self.chain.ids().collect())
+    }
+
+    /// The size of each chunk, in chain order.
+    #[getter]
+    fn sizes(&self) -> PyResult<Vec<usize>> {
+        self.h.check_process()?;
+        Ok(ids_and_sizes(self.chain.layout()).1)
+    }
+
+    /// Where each chunk starts in the chain's bytes, in chain order.
+    #[getter]
+    fn offsets(&self) -> PyResult<Vec<usize>> {
+        self.h.check_process()?;
+        let layout = self.chain.layout();
+        Ok((0..layout.len()).map(|i| layout.range(i).start).collect())
+    }
+
+    /// The protocol: 'mesi' or 'home-only' as this process allocated or
+    /// mapped it, None when it looked the chain up (the chunks keep the
+    /// protocol they were allocated with).
+    #[getter]
+    fn protocol(&self) -> PyResult<Option<&'static str>> {
+        self.h.check_process()?;
+        Ok(self.protocol.map(protocol_name))
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -315,10 +554,12 @@ impl PyChain {
 
     fn __repr__(&self) -> String {
         format!(
-            "<sat.Chain base {} of {} chunks, {} bytes>",
+            "<sat.Chain base {} of {} chunks, {} bytes, {}{}>",
             self.chain.first(),
             self.chain.len(),
-            self.chain.size()
+            self.chain.size(),
+            self.protocol.map_or("looked up", protocol_name),
+            if self.mapped() { ", mapped" } else { "" }
         )
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 
@@ -40,6 +40,25 @@ fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     }
     let b = data.py().get_type::<PyBytes>().call1((data,))?;
     Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+/// A list argument of ints (chunk ids, sizes), or an error that names it:
+/// pyo3's own says neither which argument nor what to give.
+fn int_list<T>(
+    py: Python<'_>,
+    what: &str,
+    example: &str,
+    extracted: PyResult<Vec<T>>,
+) -> PyResult<Vec<T>> {
+    extracted.map_err(|e| {
+        let msg = format!("{what}: give a sequence of ints >= 0, such as {example} ({e})");
+        // A negative or too large int is a wrong value, anything else a wrong type.
+        if e.is_instance_of::<PyOverflowError>(py) {
+            PyValueError::new_err(msg)
+        } else {
+            PyTypeError::new_err(msg)
+        }
+    })
 }
 
 fn parse_access(mode: &str) -> PyResult<Access> {
@@ -197,10 +216,52 @@ impl PyClient {
         Ok(self.symbols.clone_ref(py))
     }
 
-    /// MALLOC: `size` bytes from chunk `base` on, as a chain; the same
-    /// chain again gives the same Chain.
-    fn malloc(&self, py: Python<'_>, base: u64, size: usize) -> PyResult<Py<PyChain>> {
-        chain::malloc(py, &self.h, base, size)
+    /// MALLOC: `size` bytes from chunk `base` on, as a chain of chunks of
+    /// `chunk_size` bytes, with `protocol` ('mesi' or 'home-only'); the
+    /// same chain again gives the same Chain.
+    #[pyo3(signature = (base, size, protocol = "mesi"))]
+    fn malloc(
+        &self,
+        py: Python<'_>,
+        base: u64,
+        size: usize,
+        protocol: &str,
+    ) -> PyResult<Py<PyChain>> {
+        let protocol = chain::parse_protocol(protocol)?;
+        chain::malloc(py, &self.h, base, size, protocol)
+    }
+
+    /// MALLOC_LST: chunk `ids[i]` gets `sizes[i % len(sizes)]` bytes, all in
+    /// one chain whose bytes hold the chunks one after the other in the
+    /// order of `ids`.
+    #[pyo3(signature = (ids, sizes, protocol = "mesi"))]
+    fn malloc_lst(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        sizes: &Bound<'_, PyAny>,
+        protocol: &str,
+    ) -> PyResult<Py<PyChain>> {
+        let ids = int_list(py, "ids", "[30, 10, 20]", ids.extract())?;
+        let sizes = int_list(py, "sizes", "[4096]", sizes.extract())?;
+        let protocol = chain::parse_protocol(protocol)?;
+        chain::malloc_lst(py, &self.h, &ids, &sizes, protocol)
+    }
+
+    /// MAP: the chain of `len(buffer)` bytes from chunk `base` on (split as
+    /// MALLOC splits) whose local bytes are `buffer`'s own memory, with no
+    /// copy. The buffer must be writable and C-contiguous; it stays
+    /// exported (alive, not resizable) while the chain exists.
+    #[pyo3(signature = (base, buffer, protocol = "mesi"))]
+    fn map(
+        &self,
+        py: Python<'_>,
+        base: u64,
+        buffer: &Bound<'_, PyAny>,
+        protocol: &str,
+    ) -> PyResult<Py<PyChain>> {
+        let protocol = chain::parse_protocol(protocol)?;
+        chain::map(py, &self.h, base, buffer, protocol)
     }
 
     /// LOOKUP: the chain of chunks `base` to `base + nbchunks - 1`, waiting
@@ -214,6 +275,19 @@ impl PyClient {
         timeout: f64,
     ) -> PyResult<Py<PyChain>> {
         chain::lookup(py, &self.h, base, nbchunks, duration(timeout)?)
+    }
+
+    /// LOOKUP_LST: the chain of chunks `ids`, in that order, waiting at
+    /// most `timeout` seconds for each to be allocated.
+    #[pyo3(signature = (ids, timeout = 10.0))]
+    fn lookup_lst(
+        &self,
+        py: Python<'_>,
+        ids: &Bound<'_, PyAny>,
+        timeout: f64,
+    ) -> PyResult<Py<PyChain>> {
+        let ids = int_list(py, "ids", "[30, 10, 20]", ids.extract())?;
+        chain::lookup_lst(py, &self.h, ids, duration(timeout)?)
     }
 
     /// Opens a scope on `chain` ('read', 'write' or 'readwrite'); close it
@@ -232,9 +306,20 @@ impl PyClient {
     }
 
     /// PUT: a write scope on `chain`, `data` (exactly the chain's size)
-    /// copied in, released.
-    fn put(&self, py: Python<'_>, chain: &PyChain, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// copied in, released. Without `data`, what the chain's memory holds
+    /// is published as it is (C's PUT, after writing a mapped buffer).
+    #[pyo3(signature = (chain, data = None))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        chain: &PyChain,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
         let chain = self.own(chain)?;
+        let Some(data) = data else {
+            // A WRITE acquire fetches no data, so the bytes stay as they are.
+            return self.h.blocking(py, |c| c.put_chain(&chain.chain));
+        };
         let data = bytes_of(data)?;
         let size = chain.chain.size();
         if data.len() != size {

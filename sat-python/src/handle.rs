@@ -229,6 +229,18 @@ impl Handle {
         lock(&self.chains).get(ids).map(|c| c.clone_ref(py))
     }
 
+    /// A chain of this process for which `pred` holds.
+    pub(crate) fn find_chain(
+        &self,
+        py: Python<'_>,
+        pred: impl Fn(&PyChain) -> bool,
+    ) -> Option<Py<PyChain>> {
+        lock(&self.chains)
+            .values()
+            .find(|c| pred(c.get()))
+            .map(|c| c.clone_ref(py))
+    }
+
     /// Records a new chain; when another thread recorded the same chain
     /// meanwhile, that one is kept and returned.
     pub(crate) fn add_chain(

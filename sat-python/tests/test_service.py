@@ -58,6 +58,57 @@ def test_a_100_mb_array_is_read_identically_by_a_process_that_attaches_later(ser
     assert f"digest {expected_digest(2024, MB100)}" in reader.stdout.splitlines()
 
 
+def test_a_mapped_array_is_published_and_received_into_another_processs_own_array(service):
+    """MAP from a service's clients: the writer publishes its own array, detaches and exits; a
+    later process maps its own array onto the same chunks and a READ scope fills it in place."""
+    writer = service.attach(
+        """
+        import gc, os, weakref
+        import numpy as np
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        client.chunk_size = 1 << 16
+        image = np.zeros((256, 256), dtype=np.float32)      # 256 KiB: 4 chunks
+        alive = weakref.ref(image)
+        chain = client.map(3000, image, protocol="home-only")
+        with chain.write():
+            image[:] = np.arange(image.size, dtype=np.float32).reshape(image.shape)
+        client.symbols["image"] = np.array([3000, chain.nbchunks], dtype=np.uint64)
+        client.detach()
+        del image
+        gc.collect()
+        assert alive() is not None, "the chain let its array go while it exists"
+        del chain
+        gc.collect()
+        assert alive() is None, "the array outlived its chain: the export was not released"
+        print("pid", os.getpid())
+        """
+    )
+    assert writer.returncode == 0, writer.stdout + writer.stderr
+    assert shm_files_of(int(writer.stdout.split()[1])) == []
+    reader = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            client.chunk_size = 1 << 16
+            base, nbchunks = (int(v) for v in client.symbols["image"])
+            mine = np.full((256, 256), -1.0, dtype=np.float32)
+            chain = client.map(base, mine, protocol="home-only")
+            assert chain.nbchunks == nbchunks, chain
+            with chain.read():
+                pass
+            expected = np.arange(mine.size, dtype=np.float32).reshape(mine.shape)
+            print("received", np.array_equal(mine, expected))
+        """
+    )
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    assert reader.stdout.splitlines() == ["received True"]
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -74,12 +74,15 @@ def test_mypy_rejects_wrong_usage(tmp_path, mypy_cache):
             client.subscribe(client.malloc(1, 8), lambda event: event.version + "1")
             with client.malloc(2, 8).read() as view:
                 view.append(1)
+            client.malloc(3, 8, protocol="msi")
+            client.lookup_lst(5)
+            client.map(6, [1, 2])
         """
     ))
     done = python_m("mypy", "--strict", "--cache-dir", str(mypy_cache), str(bad), cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     errors = [l.split(": error: ")[0].rsplit(":", 1)[1] for l in done.stdout.splitlines() if ": error: " in l]
-    assert errors == ["5", "6", "7", "9"], done.stdout
+    assert errors == ["5", "6", "7", "9", "10", "11", "12"], done.stdout
 
 
 def test_the_typed_usage_runs_with_the_types_it_declares(satrun):

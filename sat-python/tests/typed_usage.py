@@ -7,7 +7,7 @@ signatures of the compiled module, but cannot see what its functions return.
 
 from __future__ import annotations
 
-from typing import Any, Union, assert_type
+from typing import Any, Literal, Optional, Union, assert_type
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,28 @@ def producer(client: sat.Client) -> None:
     client.put(chain, memoryview(bytes(64)))
     client.acquire(chain, "readwrite")
     client.release(chain)
+    assert_type(chain.protocol, Optional[Literal["mesi", "home-only"]])
+    same(chain.protocol, str)
+
+    home_only = client.malloc(44, 8, protocol="home-only")
+    assert_type(home_only, sat.Chain)
+    assert home_only.protocol == "home-only"
+    listed = client.malloc_lst([45, 46], [8, 16], protocol="mesi")
+    assert_type(listed, sat.Chain)
+    same(listed, sat.Chain)
+    for values in (listed.sizes, listed.offsets):
+        assert_type(values, list[int])
+        same(values, list)
+        assert all(isinstance(v, int) for v in values)
+    memory = np.zeros(4, dtype=np.int64)
+    mapped = client.map(47, memory, protocol="mesi")
+    assert_type(mapped, sat.Chain)
+    same(mapped, sat.Chain)
+    with mapped.write():
+        memory[:] = 1
+    client.put(mapped)              # publishes what the mapped memory holds
+    same(client.map(48, bytearray(8)), sat.Chain)
+    same(client.map(49, memoryview(bytearray(8))), sat.Chain)
 
     symbols = client.symbols
     assert_type(symbols, sat.Symbols)
@@ -85,6 +107,10 @@ def consumer(client: sat.Client) -> None:
     client.barrier(1, 2)
     chain = client.lookup(42, nbchunks=1, timeout=5.0)
     assert_type(chain, sat.Chain)
+    looked_up = client.lookup_lst([46, 45], timeout=5.0)
+    assert_type(looked_up, sat.Chain)
+    same(looked_up, sat.Chain)
+    assert looked_up.protocol is None and looked_up.sizes == [16, 8]
 
     def on_release(event: sat.ChunkEvent) -> None:
         events.append(event)

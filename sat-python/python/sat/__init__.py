@@ -32,6 +32,18 @@ current inside a scope, and what is written through it outside a write scope is 
 (and the next acquire that fetches data overwrites it). numpy is imported only by the calls that
 need it (``Chain.array``, storing or reading an array symbol).
 
+Chains have more ways in, as in C: ``client.malloc(base, size, protocol="home-only")`` chooses the
+consistency protocol (``"mesi"``, home-based MESI, is the default; ``chain.protocol`` tells it),
+``client.malloc_lst(ids, sizes)`` and ``client.lookup_lst(ids)`` lay chunks out in the order of
+``ids`` (``chain.offsets``), and ``client.map(base, array)`` makes a writable, C-contiguous buffer
+of the caller's (a numpy array, a bytearray) the chain's own bytes: written inside a write scope, it
+is published at the release; a read scope fills it in place::
+
+    a = np.zeros(1024)
+    chain = client.map(7, a)
+    with chain.write():
+        a[:] = np.arange(1024)
+
 ``client.symbols`` is the table of symbols as a mapping: ``symbols[name] = b"..."`` or a numpy
 array (stored as .npy, so its dtype and shape come back), ``symbols[name]`` waits up to
 ``symbols.timeout`` seconds for a writer, ``name in symbols`` and ``symbols.get(name)`` do not

@@ -1,0 +1,398 @@
+"""Chains beyond MALLOC and LOOKUP: a choice of protocol, MALLOC_LST and LOOKUP_LST, and MAP of a
+caller's buffer. Every run is a real one under satrun, over shm and tcp."""
+
+
+def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun, provider):
+    out = satrun(
+        """
+        import sat
+
+        ROUNDS = 5
+
+        def check(exc, f, *args, **kw):
+            try:
+                f(*args, **kw)
+            except exc as e:
+                assert type(e) is exc, (type(e), e)
+                print(exc.__name__, "|", e)
+            else:
+                raise AssertionError(f"{f.__name__} raised no {exc.__name__}")
+
+        def first(client):
+            chain = client.malloc(60, 8, protocol="home-only")
+            assert chain.protocol == "home-only", chain.protocol
+            assert client.malloc(61, 8).protocol == "mesi"            # the default
+            assert client.malloc(62, 8, protocol="mesi").protocol == "mesi"
+            assert client.malloc(60, 8, protocol="home-only") is chain
+            check(ValueError, client.malloc, 63, 8, protocol="MESI")
+            check(sat.UsageError, client.malloc, 60, 8, protocol="mesi")
+            print(repr(chain))
+            client.barrier(1, 2)
+            # Ping-pong: each side adds one in a READWRITE scope, then hands over; every
+            # increment must see the other's release.
+            for _ in range(ROUNDS):
+                with chain.readwrite() as view:
+                    view[:] = (int.from_bytes(view, "little") + 1).to_bytes(8, "little")
+                client.wakeup(1)
+                client.rendezvous(2)
+            with chain.read() as view:
+                print("first reads", int.from_bytes(view, "little"))
+
+        def second(client):
+            client.barrier(1, 2)
+            # Another process allocating the chain with the other protocol: the home refuses.
+            check(sat.UsageError, client.malloc, 60, 8)
+            chain = client.malloc(60, 8, protocol="home-only")        # the same protocol joins it
+            assert chain.protocol == "home-only"
+            assert client.lookup(61).protocol is None                 # the core does not tell it
+            for _ in range(ROUNDS):
+                client.rendezvous(1)
+                with chain.readwrite() as view:
+                    view[:] = (int.from_bytes(view, "little") + 1).to_bytes(8, "little")
+                client.wakeup(2)
+            print("second reads", int.from_bytes(client.get(chain), "little"))
+
+        sat.run({1: first, 2: second})
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "ValueError | protocol \"MESI\": give 'mesi' (home-based MESI, the default) or 'home-only' "
+        "(every scope served by the home, no cached copies)",
+        "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes (protocol 'mesi'): "
+        "this process already has that chain with 8 bytes (protocol 'home-only'); allocate it with the "
+        "same sizes and protocol, or LOOKUP it",
+        "<sat.Chain base 60 of 1 chunks, 8 bytes, home-only>",
+        "first reads 10",
+    ]
+    assert out.lines(2) == [
+        "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes [Home-Based MESI]: it "
+        "already exists with 8 bytes [Home-Only]; allocate it with the same size and protocol, or LOOKUP it",
+        "second reads 10",
+    ]
+
+
+def test_the_core_runs_the_protocol_chosen(satrun, provider):
+    """The core's debug stream names each chunk's protocol: a home-only chunk asks its home for
+    every READ, a MESI chunk only for the first one (later ones hit its valid copy)."""
+    out = satrun(
+        """
+        import sat
+
+        def writer(client):
+            client.put(client.malloc(70, 8, protocol="home-only"), b"homeonly")
+            client.put(client.malloc(71, 8), b"mesi....")
+            client.barrier(1, 2)
+            client.barrier(2, 2)
+
+        def reader(client):
+            client.barrier(1, 2)
+            for base, expected in [(70, b"homeonly"), (71, b"mesi....")]:
+                chain = client.lookup(base)
+                for _ in range(3):
+                    with chain.read() as view:
+                        assert bytes(view) == expected, bytes(view)
+            client.barrier(2, 2)
+
+        sat.run({1: writer, 2: reader})
+        """,
+        provider=provider,
+        env={"SAT_LOG": "sat_core::client=debug"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    reads = [l for l in out.lines(2) if " READ chunk 7" in l and ": miss" in l]
+    assert [l.split(":")[0] for l in reads] == ["[Home-Only] READ chunk 70"] * 3 + [
+        "[Home-Based MESI] READ chunk 71"
+    ], out.stdout
+
+
+def test_malloc_lst_and_lookup_lst_lay_chunks_out_in_the_order_of_ids(satrun, provider):
+    out = satrun(
+        """
+        import sat
+
+        def fill(chain, view):
+            # Chunk `id` holds the byte `id` in every position, found at the chain's offsets.
+            for id, offset, size in zip(chain.ids, chain.offsets, chain.sizes):
+                view[offset:offset + size] = bytes([id]) * size
+
+        def check(chain, data, add=0):
+            for id, offset, size in zip(chain.ids, chain.offsets, chain.sizes):
+                assert data[offset:offset + size] == bytes([id + add]) * size, (id, bytes(data))
+
+        def producer(client):
+            # Sizes round-robin: 30 gets 8 bytes, 10 gets 16, 20 gets 8 again.
+            chain = client.malloc_lst([30, 10, 20], [8, 16], protocol="mesi")
+            assert (chain.ids, chain.sizes, chain.offsets) == ([30, 10, 20], [8, 16, 8], [0, 8, 24])
+            assert (chain.size, chain.nbchunks, chain.base, chain.protocol) == (32, 3, 30, "mesi")
+            assert client.malloc_lst([30, 10, 20], [8, 16, 8]) is chain     # the same chain
+            with chain.write() as view:
+                fill(chain, view)
+            home_only = client.malloc_lst([40, 41], [4], protocol="home-only")
+            assert (home_only.protocol, home_only.sizes) == ("home-only", [4, 4])
+            client.barrier(1, 2)
+            client.barrier(2, 2)        # the consumer added 100 to chunk 20 through its own chain
+            with chain.read() as view:
+                assert view[24:32] == bytes([120]) * 8, bytes(view)
+                assert view[:24] == bytes([30]) * 8 + bytes([10]) * 16, bytes(view)
+            print("producer sees chunk 20 at offset 24:", view[24])
+
+        def consumer(client):
+            client.barrier(1, 2)
+            chain = client.lookup_lst([20, 30, 10], timeout=5.0)
+            assert (chain.ids, chain.sizes, chain.offsets) == ([20, 30, 10], [8, 8, 16], [0, 8, 16])
+            assert chain.protocol is None
+            with chain.read() as view:
+                check(chain, view)
+            single = client.lookup_lst([10])
+            assert client.lookup(10) is single and single.size == 16
+            assert client.get(single) == bytes([10]) * 16
+            assert client.lookup_lst([20, 30, 10]) is chain
+            with chain.readwrite() as view:
+                view[0:8] = bytes([120]) * 8      # chunk 20, first in this chain
+            client.barrier(2, 2)
+            print("consumer layout", chain.ids, chain.offsets)
+
+        sat.run({1: producer, 2: consumer})
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["producer sees chunk 20 at offset 24: 120"]
+    assert out.lines(2) == ["consumer layout [20, 30, 10] [0, 8, 16]"]
+
+
+def test_malloc_lst_and_lookup_lst_refuse_what_is_malformed(satrun):
+    out = satrun(
+        """
+        import sat
+
+        def check(exc, f, *args, **kw):
+            try:
+                f(*args, **kw)
+            except exc as e:
+                assert type(e) is exc, (type(e), e)
+                print(exc.__name__, "|", e)
+            else:
+                raise AssertionError(f"{f.__name__} raised no {exc.__name__}")
+
+        def role(client):
+            chain = client.malloc_lst([5, 6], [8])
+            check(sat.ChunkError, client.malloc_lst, [], [8])
+            check(sat.ChunkError, client.malloc_lst, [1], [])
+            check(sat.ChunkError, client.malloc_lst, [1, 2, 1], [8])
+            check(sat.ChunkError, client.malloc_lst, [1, 2], [8, 0])
+            check(sat.ChunkError, client.malloc_lst, [1, 2], [8, (1 << 30) + 1])
+            check(sat.UsageError, client.malloc_lst, [5, 6], [4, 12])
+            check(ValueError, client.malloc_lst, [1], [8], protocol="home_only")
+            check(TypeError, client.malloc_lst, "12", [8])
+            check(ValueError, client.lookup_lst, [1, -1])
+            check(sat.ChunkError, client.lookup_lst, [])
+            check(sat.ChunkError, client.lookup_lst, [5, 5])
+            check(sat.TimeoutError, client.lookup_lst, [5, 999], timeout=0.2)
+            assert client.lookup_lst([5, 6]) is chain
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.lines(1)
+    assert lines[:5] == [
+        "ChunkError | the list of chunk ids is empty: give at least one id",
+        "ChunkError | the list of sizes is empty: give at least one size (it is used round-robin)",
+        "ChunkError | chunk 1 appears twice in one chain: a chain holds each chunk once",
+        "ChunkError | a chunk of 0 bytes cannot be allocated: give a size of at least 1",
+        "ChunkError | a chunk of 1073741825 bytes is over the 1073741824-byte limit: MALLOC a chain of "
+        "smaller chunks",
+    ]
+    assert lines[5] == (
+        "UsageError | invalid use of the SAT API: MALLOC_LST of chunk 5 with 16 bytes in chunks of [4, 12] "
+        "(protocol 'mesi'): this process already has that chain with 16 bytes in chunks of [8, 8] (protocol "
+        "'mesi'); allocate it with the same sizes and protocol, or LOOKUP it"
+    )
+    assert lines[6].startswith("ValueError | protocol \"home_only\": give 'mesi'"), lines[6]
+    ids_hint = "ids: give a sequence of ints >= 0, such as [30, 10, 20]"
+    assert lines[7] == f"TypeError | {ids_hint} (TypeError: Can't extract `str` to `Vec`)"
+    assert lines[8].startswith(f"ValueError | {ids_hint} (OverflowError: "), lines[8]
+    assert lines[9:11] == [
+        "ChunkError | the list of chunk ids is empty: give at least one id",
+        "ChunkError | chunk 5 appears twice in one chain: a chain holds each chunk once",
+    ]
+    assert lines[11] == (
+        "TimeoutError | timed out: LOOKUP of chunk 999: no process allocated it within 200ms; MALLOC it "
+        "somewhere, or LOOKUP with a longer wait"
+    )
+    assert len(lines) == 12, lines
+
+
+def test_a_mapped_numpy_array_is_the_chains_memory(satrun, provider):
+    """MAP: the array itself is the chain's local bytes, split into chunks; what is written
+    through it in a write scope reaches another process, and a READ scope fills it in place."""
+    out = satrun(
+        """
+        import numpy as np
+        import sat
+
+        N = 500  # 4000 bytes: 4 chunks of 1024 (SAT_CHUNK_SIZE)
+
+        def address(a):
+            return a.__array_interface__["data"][0]
+
+        def owner(client):
+            a = np.zeros(N, dtype=np.float64)
+            chain = client.map(50, a)
+            assert (chain.nbchunks, chain.sizes, chain.size) == (4, [1024, 1024, 1024, 928], a.nbytes)
+            assert chain.protocol == "mesi" and client.map(50, a) is chain
+            assert client.malloc(50, a.nbytes) is chain          # the same chunks: this chain
+            with chain.write() as view:
+                a[:] = np.arange(N) * 0.5                        # through the array, no view
+                assert address(np.frombuffer(view, dtype=np.float64)) == address(a)
+                assert len(view) == a.nbytes
+            assert address(chain.array(np.float64)) == address(a)
+            print(repr(chain))
+            client.barrier(1, 2)
+            client.barrier(2, 2)        # the other process negated the chain
+            assert (a == np.arange(N) * 0.5).all()               # nothing changes outside a scope...
+            with chain.read():                                   # ...a READ scope fills the array
+                assert (a == -np.arange(N)).all(), a[:4]
+            a[:] = 7.0                  # written outside a scope, then published as it is (PUT)
+            client.put(chain)
+            h = np.zeros(16, dtype=np.uint8)
+            home_only = client.map(80, h, protocol="home-only")
+            assert home_only.protocol == "home-only"
+            with home_only.write():
+                h[:] = np.arange(16)
+            client.barrier(3, 2)
+            print("owner's array after the other's read:", a[:2].tolist())
+
+        def other(client):
+            client.barrier(1, 2)
+            chain = client.lookup(50, nbchunks=4)
+            with chain.read() as view:
+                b = np.frombuffer(view, dtype=np.float64)
+                assert (b == np.arange(N) * 0.5).all(), b[:4]
+            with chain.readwrite() as view:
+                np.frombuffer(view, dtype=np.float64)[:] *= -2.0
+            client.barrier(2, 2)
+            client.barrier(3, 2)
+            assert client.get(chain) == np.full(N, 7.0).tobytes()
+            print("home-only chunk:", list(client.get(client.lookup(80))))
+
+        sat.run({1: owner, 2: other})
+        """,
+        provider=provider,
+        env={"SAT_CHUNK_SIZE": "1024"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "<sat.Chain base 50 of 4 chunks, 4000 bytes, mesi, mapped>",
+        "owner's array after the other's read: [7.0, 7.0]",
+    ]
+    assert out.lines(2) == ["home-only chunk: " + str(list(range(16)))]
+
+
+def test_map_holds_the_buffer_and_refuses_what_it_cannot_map(satrun):
+    out = satrun(
+        """
+        import array, gc, mmap, weakref
+        import numpy as np
+        import sat
+
+        def check(exc, f, *args, **kw):
+            try:
+                f(*args, **kw)
+            except exc as e:
+                assert type(e) is exc, (type(e), e)
+                print(exc.__name__, "|", e)
+            else:
+                raise AssertionError(f"{f.__name__} raised no {exc.__name__}")
+
+        def role(client):
+            # The chain holds the exporting object: the array outlives the caller's reference,
+            # and a bytearray cannot be resized under the chain.
+            a = np.arange(4, dtype=np.int64)
+            alive = weakref.ref(a)
+            chain = client.map(10, a)
+            del a
+            gc.collect()
+            assert alive() is not None, "the mapped array was freed"
+            with chain.readwrite():
+                assert chain.array(np.int64).tolist() == [0, 0, 0, 0]   # filled from the home
+                alive()[:] = [1, 2, 3, 4]
+            assert client.get(chain) == np.array([1, 2, 3, 4], dtype=np.int64).tobytes()
+            raw = bytearray(b"abcd")
+            mapped = client.map(20, raw)
+            with mapped.write():
+                raw[:] = b"wxyz"
+            check(BufferError, raw.extend, b"!")
+            assert client.get(mapped) == b"wxyz"
+            view = memoryview(bytearray(8))[2:6]                # a writable, contiguous slice
+            assert client.map(30, view).size == 4
+            doubles = array.array("d", [1.5] * 4)
+            with client.map(31, doubles).write():
+                doubles[3] = 2.5
+            assert client.get(client.lookup(31)) == array.array("d", [1.5] * 3 + [2.5]).tobytes()
+            anonymous = mmap.mmap(-1, 64)
+            assert client.map(32, anonymous).size == 64
+            check(BufferError, anonymous.close)                 # exported to the chain
+
+            readonly = np.zeros(8)
+            readonly.setflags(write=False)
+            check(TypeError, client.map, 40, readonly)
+            check(TypeError, client.map, 40, b"bytes")
+            check(ValueError, client.map, 40, np.zeros(8)[::2])
+            check(ValueError, client.map, 40, np.zeros((4, 4), order="F"))
+            check(TypeError, client.map, 40, [1, 2, 3])
+            check(sat.ChunkError, client.map, 40, bytearray())
+            check(ValueError, client.map, 40, bytearray(4), protocol="msi")
+            # One memory, one chain: not the same array at other chunks, nor a chain's own bytes.
+            check(sat.UsageError, client.map, 41, alive())
+            other = client.malloc(50, 8)
+            with other.write() as bytes_of_other:
+                check(sat.UsageError, client.map, 42, bytes_of_other)
+            check(sat.UsageError, client.map, 50, bytearray(8))
+            check(sat.UsageError, client.map, 10, np.zeros(4, dtype=np.int64))
+            print("kept", bytes(alive().tobytes()[:1]))
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.lines(1)
+    assert lines[0].startswith("BufferError | "), lines
+    assert lines[1] == "BufferError | cannot close exported pointers exist", lines
+    assert lines[2:] == [
+        "TypeError | MAP of chunk 40: the buffer of this 'ndarray' object is read-only, and SAT writes the "
+        "chunks' data into the memory it maps: give a writable buffer (a numpy array whose flags.writeable "
+        "is True, such as a.copy(); a bytearray rather than bytes)",
+        "TypeError | MAP of chunk 40: the buffer of this 'bytes' object is read-only, and SAT writes the "
+        "chunks' data into the memory it maps: give a writable buffer (a numpy array whose flags.writeable "
+        "is True, such as a.copy(); a bytearray rather than bytes)",
+    ] + [
+        "ValueError | MAP of chunk 40: the buffer of this 'ndarray' object is not C-contiguous, and a "
+        "chain's bytes are one contiguous block: give a C-contiguous buffer (numpy.ascontiguousarray(a) is "
+        "one, a copy to map in its place)",
+    ] * 2 + [
+        "TypeError | MAP of chunk 40: a 'list' object has no buffer to map (TypeError: a bytes-like object "
+        "is required, not 'list'): give a writable, C-contiguous buffer, such as a numpy array, a bytearray "
+        "or a memoryview of one",
+        "ChunkError | a chunk of 0 bytes cannot be allocated: give a size of at least 1",
+        "ValueError | protocol \"msi\": give 'mesi' (home-based MESI, the default) or 'home-only' (every "
+        "scope served by the home, no cached copies)",
+        "UsageError | invalid use of the SAT API: MAP of chunk 41: this memory is already the local memory "
+        "of the chain at chunk 10; two chains in one memory would overwrite each other's data: give each "
+        "chain its own buffer",
+        "UsageError | invalid use of the SAT API: MAP of chunk 42: this memory is already the local memory "
+        "of the chain at chunk 50; two chains in one memory would overwrite each other's data: give each "
+        "chain its own buffer",
+        "UsageError | invalid use of the SAT API: MAP of chunk 50 with 8 bytes (protocol 'mesi'): this "
+        "process already has that chain with 8 bytes (protocol 'mesi'), in memory of SAT; a chain lives in "
+        "one memory per process: use that Chain, or MAP other chunks",
+        "UsageError | invalid use of the SAT API: MAP of chunk 10 with 32 bytes (protocol 'mesi'): this "
+        "process already has that chain with 32 bytes (protocol 'mesi'), in another mapped buffer; a chain "
+        "lives in one memory per process: use that Chain, or MAP other chunks",
+        "kept b'\\x01'",
+    ]
