@@ -169,8 +169,10 @@ def test_a_client_attaches_and_detaches_100_times_with_bounded_memory(service, t
     assert lines[-1] == "counter 160", lines
     client_before, client_after = int(first.split()[1]), int(lines[0].split()[1])
     servers_after = sum(rss_kib(p) for p in servers)
-    # Bounded: 100 attaches leaking even 40 KiB each would show as 4 MiB.
-    assert client_after - client_before < 4096, (client_before, client_after)
+    # Bounded: 100 attaches leaking even 40 KiB each would show as 4 MiB at the servers. The
+    # client's bound is looser: under load glibc may give its threads one more malloc arena (one
+    # jump of 16 MiB was seen), while a leaked endpoint (its 16 MiB shm mapping) would show as GiBs.
+    assert client_after - client_before < 32768, (client_before, client_after)
     assert servers_after - servers_before < 4096, (servers_before, servers_after)
     # The client's endpoints closed each time: nothing of it stays in /dev/shm.
     assert shm_files_of(proc.pid) == []
