@@ -105,6 +105,9 @@ impl ChainLayout {
         if sizes.contains(&0) {
             return Err(ChunkError::ZeroSize);
         }
+        if let Some(&size) = sizes.iter().find(|&&s| s > MAX_CHUNK_SIZE) {
+            return Err(ChunkError::TooLarge { size });
+        }
         let mut seen = HashSet::with_capacity(ids.len());
         for &id in ids {
             if !seen.insert(id) {
@@ -124,7 +127,9 @@ impl ChainLayout {
         let mut total = 0usize;
         for &(_, size) in &chunks {
             offsets.push(total);
-            total += size;
+            // Saturates rather than wraps: a sum past usize::MAX is then
+            // refused as a chain larger than memory (check_chain_size).
+            total = total.saturating_add(size);
         }
         ChainLayout {
             chunks,
@@ -230,6 +235,16 @@ mod tests {
         assert_eq!(l.len(), 1024);
         assert_eq!(l.total_size(), 64 << 20);
         assert_eq!(l.range(1023).end, 64 << 20);
+    }
+
+    #[test]
+    fn malloc_lst_refuses_chunks_over_the_limit() {
+        assert!(matches!(
+            ChainLayout::malloc_lst(&[1, 2], &[8, MAX_CHUNK_SIZE + 1]),
+            Err(ChunkError::TooLarge { size }) if size == MAX_CHUNK_SIZE + 1
+        ));
+        let ok = ChainLayout::malloc_lst(&[1, 2], &[MAX_CHUNK_SIZE, 8]).unwrap();
+        assert_eq!(ok.total_size(), MAX_CHUNK_SIZE + 8);
     }
 
     #[test]
