@@ -135,6 +135,23 @@ fn attach(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
+/// Starts `attach ARGS` for a command that stays attached until its
+/// standard input closes; returns it once it printed its first line.
+fn start_holder(args: &[&str]) -> (Child, String) {
+    use std::io::BufRead;
+    let mut holder = Command::new(example("attach"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (holder, line)
+}
+
 fn data_written_is_found_by_a_process_that_attaches_later(provider: &str) {
     let service = Service::start(provider, &["--servers", "2", "--slots", "4"]);
     let a = service.address.as_str();
@@ -172,12 +189,14 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
 fn attach_and_detach_many_times(provider: &str) {
     let mut service = Service::start(provider, &["--servers", "2", "--slots", "3"]);
     let a = service.address.clone();
-    let servers = service.servers();
-    assert_eq!(servers.len(), 2, "two server processes");
     // Warm-up: the allocator's and libfabric's pools (over tcp they grow
     // for about 50 connections, then stay).
     let (ok, out, err) = attach(&["cycle", &a, "--chunk", "5", "--times", "60"]);
     assert!(ok && out.contains("counter 60"), "{out} {err}");
+    // Only now: satrun writes the address file before it starts the
+    // servers; attaches to slots of both servers prove both are running.
+    let servers = service.servers();
+    assert_eq!(servers.len(), 2, "two server processes");
     let before: u64 = servers.iter().map(|&p| rss_kib(p)).sum();
     let (ok, out, err) = attach(&["cycle", &a, "--chunk", "5", "--times", "100"]);
     assert!(
@@ -217,20 +236,7 @@ fn attach_and_detach_many_times_tcp() {
 fn a_client_that_dies_attached_is_forgotten() {
     let service = Service::start("shm", &["--slots", "1"]);
     let a = service.address.as_str();
-    let mut holder = Command::new(example("attach"))
-        .args(["hold", a, "--chunk", "9", "--bytes", "64"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    {
-        use std::io::BufRead;
-        let stdout = holder.stdout.as_mut().unwrap();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .unwrap();
-    }
+    let (mut holder, line) = start_holder(&["hold", a, "--chunk", "9", "--bytes", "64"]);
     assert!(line.contains("attached in slot 1"), "{line}");
     // The only slot is taken: another process is refused, and told why.
     let (ok, _, err) = attach(&["cycle", a, "--chunk", "2"]);
@@ -319,20 +325,7 @@ fn a_client_killed_inside_a_write_scope_does_not_block_the_chunk() {
         let a = service.address.as_str();
         let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "3"]);
         assert!(ok && out.contains("counter 3"), "{out} {err}");
-        let mut holder = Command::new(example("attach"))
-            .args(["hold-scope", a, "--chunk", "4"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        {
-            use std::io::BufRead;
-            let stdout = holder.stdout.as_mut().unwrap();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .unwrap();
-        }
+        let (mut holder, line) = start_holder(&["hold-scope", a, "--chunk", "4"]);
         assert!(line.contains("in a write scope"), "{line}");
         holder.kill().unwrap();
         holder.wait().unwrap();
