@@ -435,12 +435,7 @@ extern "C" fn unlink_shm_and_reraise(sig: c_int) {
 
 /// Installs, once per process, handlers that unlink this process's shm
 /// regions on SIGTERM, SIGINT and SIGHUP and then die of the signal as
-/// before. Only signals whose action is still the default (termination)
-/// get one: a signal the process ignores (`nohup`) stays ignored, and one
-/// the process handles itself keeps its handler. The Python interpreter
-/// turns SIGINT into KeyboardInterrupt and a Jupyter kernel uses it to
-/// interrupt a cell; the process goes on, and its endpoint must too (it
-/// closes, and removes its files, when the process ends normally).
+/// before. A signal the process ignores (`nohup`) stays ignored.
 fn install_shm_signal_handlers() {
     INSTALL_HANDLERS.call_once(|| {
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
@@ -448,8 +443,8 @@ fn install_shm_signal_handlers() {
             // handler only calls async-signal-safe functions.
             unsafe {
                 let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, ptr::null(), &mut old) != 0
-                    || old.sa_sigaction != libc::SIG_DFL
+                if libc::sigaction(sig, ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
                 {
                     continue;
                 }
