@@ -14,6 +14,7 @@ use crate::chunk::{ChainLayout, ChunkError, ChunkId, DEFAULT_CHUNK_SIZE, MAX_CHU
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
+use crate::stats::{self, Activity, ChunkEvent};
 use crate::store::Store;
 pub use crate::store::{Chain, LocalMemory};
 pub use events::{Event, HandlerResult};
@@ -151,6 +152,7 @@ impl Client {
     pub(crate) fn new(topology: Arc<Topology>, transport: Box<dyn Transport>) -> Client {
         let rank = transport.rank();
         let capacity = topology.entry(rank).memory;
+        stats::start(stats::Identity::of(&topology, rank));
         Client {
             rank,
             server: topology.server_of(rank),
@@ -209,6 +211,9 @@ impl Client {
     /// Runs until `stop` is set; a call in progress (holding the lock) is
     /// never waited for: this loop only takes the lock when it is free.
     pub(crate) fn background_progress(&self, stop: &std::sync::atomic::AtomicBool) {
+        // It runs while the application computes: its polling is not time
+        // taken from the application.
+        stats::not_counted();
         let mut idle = Idle::new(IdlePolicy {
             busy: false,
             ..self.policy
@@ -249,6 +254,7 @@ impl Client {
                 "send to rank {to}: it is a server; user messages go to clients"
             )));
         }
+        let _sat = stats::doing(Activity::Sdsm);
         let mut st = self.lock();
         let st = &mut *st;
         let n = wire::encode(
@@ -285,6 +291,7 @@ impl Client {
 
     /// The next message if one has arrived, without waiting.
     pub fn try_recv(&self) -> SatResult<Option<UserMessage>> {
+        let _sat = stats::doing(Activity::Sdsm);
         let mut st = self.lock();
         st.progress(self.rank, self.server)?;
         Ok(st.mail.inbox.pop_front())
@@ -380,6 +387,7 @@ impl Client {
     /// longer holds (its chunks stay in the S-DSM). Refused while a chunk of
     /// the chain is inside a scope.
     pub fn unmap(&self, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
+        let _sat = stats::doing(Activity::Sdsm);
         self.lock().store.unmap(chain).map_err(|e| {
             SatError::Usage(format!(
                 "UNMAP of the chain at chunk {}: {e}",
@@ -432,6 +440,7 @@ impl Client {
         timeout: Duration,
         memory: impl FnOnce(usize) -> Option<Box<dyn LocalMemory>>,
     ) -> SatResult<Chain> {
+        let _sat = stats::doing(Activity::Sdsm);
         // Validates the ids (none, duplicates) before asking anyone.
         ChainLayout::malloc_lst(ids, &[1])?;
         let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
@@ -477,7 +486,27 @@ impl Client {
                 )));
             }
         }
-        Ok(self.lock().store.add_chain(layout, &protocols, memory))
+        Ok(self.add_chain(ChunkEvent::Lookup, layout, &protocols, memory))
+    }
+
+    /// Adds a chain the homes confirmed to the store; `event` says how it
+    /// came, for the statistics stream.
+    fn add_chain(
+        &self,
+        event: ChunkEvent,
+        layout: ChainLayout,
+        protocols: &[ProtocolId],
+        memory: Option<Box<dyn LocalMemory>>,
+    ) -> Chain {
+        let mut st = self.lock();
+        let chain = st.store.add_chain(layout, protocols, memory);
+        if stats::on() {
+            let (chunks, footprint) = st.store.stats_counts();
+            for &(id, size) in chain.layout().chunks() {
+                stats::chunk_event(event, id, size, chunks, footprint);
+            }
+        }
+        chain
     }
 
     /// MALLOC_LST inside the range reserved for the symbol table.
@@ -509,6 +538,7 @@ impl Client {
         memory: Option<Box<dyn LocalMemory>>,
         reserved_ok: bool,
     ) -> SatResult<Chain> {
+        let _sat = stats::doing(Activity::Sdsm);
         if !reserved_ok {
             if let Some(&(id, _)) = layout
                 .chunks()
@@ -527,7 +557,14 @@ impl Client {
         }
         crate::chunk::check_chain_size(layout.total_size() as u64)?;
         if memory.is_none() {
-            if let Some(chain) = self.lock().store.existing(&layout) {
+            let existing = self.lock().store.existing(&layout);
+            if let Some(chain) = existing {
+                if stats::on() {
+                    let (chunks, footprint) = self.lock().store.stats_counts();
+                    for &(id, size) in chain.layout().chunks() {
+                        stats::chunk_event(ChunkEvent::Alloc, id, size, chunks, footprint);
+                    }
+                }
                 return Ok(chain);
             }
         }
@@ -565,7 +602,7 @@ impl Client {
             }
         }
         let protocols = vec![protocol; layout.len()];
-        Ok(self.lock().store.add_chain(layout, &protocols, memory))
+        Ok(self.add_chain(ChunkEvent::Alloc, layout, &protocols, memory))
     }
 
     /// READ, WRITE or READWRITE: opens a scope on `chunk` (allocated or
@@ -607,6 +644,8 @@ impl Client {
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
+        let _sat = stats::doing(Activity::Sdsm);
+        let started = stats::scope_start();
         let me = std::thread::current().id();
         loop {
             let mut guard = self.lock();
@@ -647,6 +686,10 @@ impl Client {
                 .acquire(access)
                 .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
             c.holders.push(me);
+            if stats::on() && c.scope_stat.is_none() {
+                let hit = matches!(step, Acquire::Hit);
+                c.scope_stat = Some((started, access, hit));
+            }
             let protocol = c.protocol;
             st.store.set_scope_place(chunk, place);
             let req = match step {
@@ -681,6 +724,7 @@ impl Client {
     /// RELEASE: closes the scope on `chunk`; after a write, the new version
     /// goes home (one message); after a read, local changes are dropped.
     pub fn release(&self, chunk: ChunkId) -> SatResult<()> {
+        let _sat = stats::doing(Activity::Sdsm);
         let mut st = self.lock();
         let st = &mut *st;
         let to = (self.rank, self.server);
@@ -849,6 +893,7 @@ impl Client {
         requests: &[Message],
         bound: Option<Duration>,
     ) -> SatResult<Vec<AllocOutcome>> {
+        let _sat = stats::doing(Activity::Sdsm);
         let chunk_of = |m: &Message| match *m {
             Message::Malloc { chunk, .. } | Message::Lookup { chunk, .. } => chunk,
             _ => unreachable!("only allocation requests"),
@@ -921,6 +966,7 @@ impl Client {
             st.transport.sends_drained().ok().filter(|d| *d).map(|_| ())
         })?;
         self.finished.store(true, Ordering::Release);
+        stats::finish();
         tracing::debug!("client {} terminated", self.rank);
         Ok(())
     }
@@ -955,6 +1001,7 @@ impl Client {
         handlers: bool,
         mut ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
+        let _sat = stats::doing(Activity::Sdsm);
         // A wait on the S-DSM itself (a grant, an allocation answer) has a
         // reply due within a round trip or two: spinning that long before
         // sleeping saves the sleep's wake-up latency on every miss.
@@ -1050,6 +1097,8 @@ impl ClientState {
             // A scope opened by another thread and closed by this one.
             c.holders.swap_remove(0);
         }
+        // The scope's entry in the statistics ends with its last holder.
+        let scope_ended = c.holders.is_empty().then(|| c.scope_stat.take()).flatten();
         let protocol = c.protocol;
         tracing::debug!(
             "[{}] release chunk {chunk} version {:?} local state {:?}",
@@ -1058,6 +1107,9 @@ impl ClientState {
             c.side.state()
         );
         let Some(op) = sent else {
+            if let Some((start, access, hit)) = scope_ended {
+                stats::access(chunk, access, hit, start);
+            }
             return Ok(());
         };
         let place = self.store.scope_place(chunk).expect("known");
@@ -1070,14 +1122,18 @@ impl ClientState {
         } else {
             None
         };
-        send_to_home(
+        let sent = send_to_home(
             self.transport.as_mut(),
             &mut self.header,
             to,
             chunk,
             op,
             data,
-        )
+        );
+        if let Some((start, access, hit)) = scope_ended {
+            stats::access(chunk, access, hit, start);
+        }
+        sent
     }
 }
 

@@ -23,6 +23,7 @@
 //! - [`quiescence`]: when a run whose clients only wait for events may end;
 //! - [`client`]: the client side of a run, as user code sees it;
 //! - [`observe`]: the debug stream;
+//! - [`stats`]: the statistics stream;
 //! - [`os`]: the few system calls made outside libfabric;
 //! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
 
@@ -39,6 +40,7 @@ pub mod protocol;
 pub mod quiescence;
 pub mod server;
 pub mod service;
+pub mod stats;
 pub mod store;
 pub mod sync;
 pub mod topology;

@@ -20,6 +20,8 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::stats::{self, Activity};
+
 /// How idle waiting behaves; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdlePolicy {
@@ -110,10 +112,13 @@ impl Idle {
         }
         if self.last_traffic.elapsed() < self.policy.spin {
             // Let a co-scheduled peer run: on an oversubscribed node it is
-            // usually the process we are waiting for.
+            // usually the process we are waiting for. The statistics count
+            // the core given away as sleep.
+            let _asleep = stats::doing(Activity::Sleep);
             std::thread::yield_now();
             return;
         }
+        let _asleep = stats::doing(Activity::Sleep);
         crate::os::nanosleep(self.sleep);
         self.slept += self.sleep;
         self.sleep = (self.sleep * 2).min(self.policy.sleep_max);

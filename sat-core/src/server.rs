@@ -13,6 +13,7 @@ use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
 use crate::quiescence::{Accounts, Waves};
+use crate::stats;
 use crate::sync::Coordinator;
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
@@ -130,6 +131,10 @@ fn serve(
     service: Option<ServiceSide>,
 ) -> SatResult<()> {
     let rank = transport.rank();
+    // A server's time is SAT's, but for message passing and sleep. A
+    // service's servers are stopped by a signal and write no statistics.
+    stats::start(stats::Identity::of(topology, rank));
+    let serving = stats::doing(stats::Activity::Sdsm);
     let size = topology.len() as usize;
     let servers = topology.servers();
     // In a service no slot has a client until one attaches.
@@ -213,6 +218,8 @@ fn serve(
         .filter(|&c| st.client_done[c as usize])
         .collect();
     tracing::debug!("server {rank} shut down after its clients {returned:?} returned");
+    drop(serving);
+    stats::finish();
     Ok(())
 }
 

@@ -116,6 +116,8 @@ pub(crate) struct LocalChunk {
     /// The threads inside a scope (or waiting for one) of this chunk: a
     /// thread waits for another's scope, and is told of its own misuse.
     pub holders: Vec<ThreadId>,
+    /// The open scope's start, access and hit, for the statistics stream.
+    pub scope_stat: Option<(u64, crate::protocol::Access, bool)>,
 }
 
 struct Region {
@@ -140,6 +142,8 @@ pub(crate) struct Store {
     resident_chunks: u64,
     resident_bytes: u64,
     evictions: u64,
+    /// Chunk instances in MAP'd memory (the caller's, always resident).
+    mapped_chunks: u64,
 }
 
 impl Store {
@@ -154,6 +158,7 @@ impl Store {
             resident_chunks: 0,
             resident_bytes: 0,
             evictions: 0,
+            mapped_chunks: 0,
         }
     }
 
@@ -203,6 +208,7 @@ impl Store {
                 places: Vec::new(),
                 scope_place: 0,
                 holders: Vec::new(),
+                scope_stat: None,
             });
             chunk.places.push(Place {
                 region,
@@ -210,7 +216,9 @@ impl Store {
             });
         }
         let mapped = memory.is_some();
-        if !mapped {
+        if mapped {
+            self.mapped_chunks += layout.len() as u64;
+        } else {
             self.by_layout.insert(layout.clone(), region);
         }
         self.regions.insert(
@@ -353,18 +361,37 @@ impl Store {
             return Err("a chunk of this chain is inside a scope: release it first".into());
         }
         let r = self.regions.remove(&chain.region).expect("checked");
+        self.mapped_chunks -= r.layout.len() as u64;
         for &(id, _) in r.layout.chunks() {
             if let Some(c) = self.chunks.get_mut(&id) {
                 c.places.retain(|p| p.region != chain.region);
                 c.scope_place = 0;
             }
         }
+        self.record_freed(&r.layout);
         Ok(r.mem.expect("MAP'd memory is always resident"))
     }
 
     /// Chunks whose data is in memory, and how many regions were evicted.
     pub fn footprint(&self) -> (u64, u64, u64) {
         (self.resident_chunks, self.resident_bytes, self.evictions)
+    }
+
+    /// For the statistics stream: the chunks known here, and the chunk
+    /// instances whose data is in local memory (SAT's and MAP'd).
+    pub fn stats_counts(&self) -> (usize, u64) {
+        (self.chunks.len(), self.resident_chunks + self.mapped_chunks)
+    }
+
+    /// A `free` event for every chunk of a region whose data just left.
+    fn record_freed(&self, layout: &ChainLayout) {
+        if !crate::stats::on() {
+            return;
+        }
+        let (chunks, footprint) = self.stats_counts();
+        for &(id, size) in layout.chunks() {
+            crate::stats::chunk_event(crate::stats::ChunkEvent::Free, id, size, chunks, footprint);
+        }
     }
 
     fn over_capacity(&self) -> bool {
@@ -469,6 +496,8 @@ impl Store {
                 r.layout.chunks()[0].0,
                 r.layout.len()
             );
+            let layout = r.layout.clone();
+            self.record_freed(&layout);
         }
     }
 }

@@ -293,6 +293,8 @@ impl Client {
             let handler = self.handlers_lock().map.get(&topic).cloned();
             let outcome = handler.map(|h| {
                 IN_HANDLER.with(|f| f.set(true));
+                // A handler is the application's code, even inside a SAT call.
+                let _user = crate::stats::doing(crate::stats::Activity::User);
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(self, &event)));
                 IN_HANDLER.with(|f| f.set(false));
                 r

@@ -58,6 +58,8 @@ use std::time::{Duration, Instant};
 use libfabric_sys as fi;
 use tracing::{debug, warn};
 
+use crate::stats::{self, Activity};
+
 use super::{Payload, Provider, Rank, Received, Sender, Transport, TransportError, MAX_HEADER};
 
 /// The largest eager packet: prefix + header + inline payload, in bytes.
@@ -1981,7 +1983,10 @@ impl FabricTransport {
                             header: &buf[h_start..h_end],
                             payload: &buf[h_end..h_end + payload_len as usize],
                         };
-                        on_message(self, msg);
+                        {
+                            let _handling = stats::doing(Activity::Sdsm);
+                            on_message(self, msg);
+                        }
                         delivered += 1;
                         self.core.recv_buf[i] = Some(buf);
                         self.core.repost_eager(slot);
@@ -2004,6 +2009,7 @@ impl FabricTransport {
                                     header: &header,
                                     payload: &data[..len],
                                 };
+                                let _handling = stats::doing(Activity::Sdsm);
                                 on_message(self, msg);
                                 delivered += 1;
                             }
@@ -2034,8 +2040,11 @@ impl Sender for FabricTransport {
         header: &[u8],
         payload: Payload<'_>,
     ) -> Result<(), TransportError> {
+        let _mp = stats::doing(Activity::MessagePassing);
+        let bytes = header.len() + payload.len();
         self.core.send(dest, header, payload)?;
         self.core.messages_sent += 1;
+        stats::sent(dest, bytes);
         Ok(())
     }
 }
@@ -2057,6 +2066,7 @@ impl Transport for FabricTransport {
         &mut self,
         on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
     ) -> Result<usize, TransportError> {
+        let _mp = stats::doing(Activity::MessagePassing);
         self.core.progress()?;
         let n = self.deliver(on_message);
         if let Some(e) = self.core.deferred.take() {
@@ -2066,6 +2076,7 @@ impl Transport for FabricTransport {
     }
 
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
+        let _mp = stats::doing(Activity::MessagePassing);
         self.core.progress()?;
         if let Some(e) = self.core.deferred.take() {
             return Err(e);

@@ -1,0 +1,266 @@
+//! The statistics stream (section 3.1, Figure 15) over real processes: the
+//! files a run writes hold the events of that run, counted exactly.
+//!
+//! `examples/stats_workload.rs` does a known amount of work (see its
+//! documentation): 7 chunks allocated and written (a 3-chunk chain 5 times,
+//! 4 single chunks once) by the writer on server 0; 7 chunks looked up and
+//! read (the chain 4 times, each single once) by the reader on server 1,
+//! whose memory of 4 chunks drops the chain when the singles arrive.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+const WRITER: u64 = 2;
+const READER: u64 = 3;
+const COMPUTE_MS: u64 = 150;
+
+/// A fresh folder for one run's files, removed when dropped.
+struct Folder(PathBuf);
+
+impl Folder {
+    fn new(name: &str) -> Folder {
+        let dir = std::env::temp_dir().join(format!("sat-stats-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Folder(dir)
+    }
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run_workload(provider: &str, stats: &Path) -> String {
+    let out = run(Command::new(satrun())
+        .args(["-n", "4", "--provider", provider, "--topology"])
+        .arg(topology("stats.xml"))
+        .arg("--")
+        .arg(example("stats_workload"))
+        .args(["--compute-ms", &COMPUTE_MS.to_string()])
+        .env("SAT_STATS", stats));
+    assert!(out.status.success(), "the workload failed over {provider}");
+    text(&out.stdout)
+}
+
+/// The files of a run, by rank; every file must be a complete stream.
+fn files_by_rank(dir: &Path) -> BTreeMap<u64, Value> {
+    let mut by_rank = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("the statistics folder exists") {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with("sat-stats.") && name.ends_with(".json"),
+            "unexpected file {name} in the statistics folder"
+        );
+        let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{name} is not JSON: {e}"));
+        assert_eq!(v["format"], "sat-stats 1", "{name}");
+        let rank = v["rank"].as_u64().unwrap();
+        assert!(
+            by_rank.insert(rank, v).is_none(),
+            "two files for rank {rank}"
+        );
+    }
+    by_rank
+}
+
+/// "messages sent N", as the example prints it for `who`.
+fn printed_messages(stdout: &str, who: &str) -> u64 {
+    let prefix = format!("{who}: messages sent ");
+    stdout
+        .lines()
+        .find_map(|l| {
+            l.split_once(&prefix)
+                .map(|(_, n)| n.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{stdout}"))
+}
+
+fn counter(v: &Value, name: &str) -> u64 {
+    v["counters"][name].as_u64().unwrap()
+}
+
+fn sent_to(v: &Value) -> BTreeMap<u64, (u64, u64)> {
+    v["sent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["to"].as_u64().unwrap(),
+                (
+                    s["messages"].as_u64().unwrap(),
+                    s["bytes"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .collect()
+}
+
+fn times(v: &Value) -> [u64; 4] {
+    let t = &v["time_ns"];
+    ["user", "sdsm", "message_passing", "sleep"].map(|k| t[k].as_u64().unwrap())
+}
+
+fn chunks_of(events: &[Value], kind: &str) -> BTreeSet<u64> {
+    events
+        .iter()
+        .filter(|e| e["event"] == kind)
+        .map(|e| e["chunk"].as_u64().unwrap())
+        .collect()
+}
+
+fn check_run(provider: &str) {
+    let folder = Folder::new(provider);
+    let stdout = run_workload(provider, &folder.0);
+    let files = files_by_rank(&folder.0);
+    assert_eq!(files.keys().copied().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    for (rank, kind, role, server) in [
+        (0, "server", 0, 0),
+        (1, "server", 0, 1),
+        (2, "client", 1, 0),
+        (3, "client", 2, 1),
+    ] {
+        let f = &files[&rank];
+        assert_eq!(
+            (f["kind"].as_str().unwrap(), f["role"].as_u64().unwrap()),
+            (kind, role),
+            "rank {rank}"
+        );
+        assert_eq!(f["server"].as_u64().unwrap(), server, "rank {rank}");
+        assert_eq!(f["truncated"], false);
+        // The decomposition covers the process's whole life, exactly.
+        let [user, sdsm, mp, sleep] = times(f);
+        assert_eq!(
+            user + sdsm + mp + sleep,
+            f["duration_ns"].as_u64().unwrap(),
+            "rank {rank}: {:?}",
+            f["time_ns"]
+        );
+        assert!(sdsm > 0 && mp > 0, "rank {rank}: {:?}", f["time_ns"]);
+        if kind == "server" {
+            assert_eq!(user, 0, "a server runs no user code");
+        }
+    }
+
+    // The writer: what it allocated and wrote.
+    let w = &files[&WRITER];
+    let w_events = w["chunk_events"].as_array().unwrap();
+    let all: BTreeSet<u64> = [100, 101, 102, 200, 201, 202, 203].into();
+    assert_eq!(counter(w, "alloc"), 7);
+    assert_eq!(chunks_of(w_events, "alloc"), all);
+    assert_eq!((counter(w, "lookup"), counter(w, "free")), (0, 0));
+    assert_eq!(w_events.len(), 7);
+    assert_eq!(
+        w_events.last().unwrap()["chunks"].as_u64(),
+        Some(7),
+        "the writer knows 7 chunks"
+    );
+    let writes = counter(w, "write_hit") + counter(w, "write_miss");
+    assert_eq!(writes, 3 * 5 + 4, "one scope per chunk and write");
+    assert!(
+        counter(w, "write_miss") >= 7,
+        "each chunk's first write asks its home"
+    );
+    assert_eq!(counter(w, "read_hit") + counter(w, "read_miss"), 0);
+    let w_accesses = w["accesses"].as_array().unwrap();
+    assert_eq!(w_accesses.len() as u64, writes);
+    for a in w_accesses {
+        assert_eq!(a["access"], "write");
+        assert!(a["end_ns"].as_u64() >= a["start_ns"].as_u64());
+    }
+    // Its own code: the computation the statistics must not count as SAT's.
+    assert!(
+        times(w)[0] >= COMPUTE_MS * 1_000_000,
+        "the writer computed {COMPUTE_MS} ms in its own code: {:?}",
+        w["time_ns"]
+    );
+
+    // The reader: looked up everything, LRU dropped the chain.
+    let r = &files[&READER];
+    let r_events = r["chunk_events"].as_array().unwrap();
+    assert_eq!(counter(r, "lookup"), 7);
+    assert_eq!(chunks_of(r_events, "lookup"), all);
+    assert_eq!(counter(r, "free"), 3);
+    assert_eq!(chunks_of(r_events, "free"), [100, 101, 102].into());
+    assert_eq!(counter(r, "alloc"), 0);
+    let last = r_events.last().unwrap();
+    assert_eq!(
+        (last["chunks"].as_u64(), last["footprint"].as_u64()),
+        (Some(7), Some(4)),
+        "7 chunks known, the 4 singles in memory"
+    );
+    let reads = counter(r, "read_hit") + counter(r, "read_miss");
+    assert_eq!(reads, 3 * 4 + 4);
+    assert!(
+        counter(r, "read_miss") >= 7,
+        "each chunk's first read asks its home"
+    );
+    assert_eq!(r["accesses"].as_array().unwrap().len() as u64, reads);
+    // It waited in a barrier while the writer computed: SAT's time, not its own.
+    let [_, sdsm, mp, sleep] = times(r);
+    assert!(
+        sdsm + mp + sleep >= COMPUTE_MS * 1_000_000,
+        "the reader waited at least {COMPUTE_MS} ms in a barrier: {:?}",
+        r["time_ns"]
+    );
+
+    // Messages: a client talks to its server only; the count is what the
+    // client saw itself send, plus the end-of-run message after it printed.
+    for (client, server, who) in [(WRITER, 0, "writer"), (READER, 1, "reader")] {
+        let sent = sent_to(&files[&client]);
+        assert_eq!(sent.keys().copied().collect::<Vec<_>>(), [server], "{who}");
+        assert_eq!(sent[&server].0, printed_messages(&stdout, who) + 1, "{who}");
+    }
+    // The writer's releases carried the data: 5 x 12 KiB and 4 x 64 B.
+    assert!(sent_to(w)[&0].1 >= 5 * 3 * 4096 + 4 * 64);
+    // Servers talk to each other and to their own clients only.
+    for (server, other, own) in [(0, 1, WRITER), (1, 0, READER)] {
+        let sent = sent_to(&files[&server]);
+        assert_eq!(
+            sent.keys().copied().collect::<BTreeSet<_>>(),
+            [other, own].into(),
+            "server {server}"
+        );
+    }
+}
+
+#[test]
+fn a_runs_statistics_files_count_what_it_did_over_shm() {
+    check_run("shm");
+}
+
+#[test]
+fn a_runs_statistics_files_count_what_it_did_over_tcp() {
+    check_run("tcp");
+}
+
+/// A folder that cannot be created costs the statistics, not the run.
+#[test]
+fn an_unwritable_statistics_folder_is_reported_and_the_run_succeeds() {
+    let blocker = Folder::new("blocker");
+    std::fs::write(&blocker.0, b"a file, not a folder").unwrap();
+    let out = run(Command::new(satrun())
+        .args(["-n", "4", "--provider", "shm", "--topology"])
+        .arg(topology("stats.xml"))
+        .arg("--")
+        .arg(example("stats_workload"))
+        .args(["--compute-ms", "0"])
+        .env("SAT_STATS", blocker.0.join("stats")));
+    let _ = std::fs::remove_file(&blocker.0);
+    assert!(out.status.success());
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert_eq!(
+        all.matches("could not write the statistics of rank")
+            .count(),
+        4,
+        "each process says it could not write its file:\n{all}"
+    );
+}
