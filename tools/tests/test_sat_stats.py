@@ -260,6 +260,44 @@ def test_heatmap_holds_the_mb_sent_with_servers_first(run_dir, tool):
     assert type(ax.images[0].norm).__name__ == "LogNorm"
 
 
+def bare_file(rank, size, servers, sent):
+    """A file with no events: what a process that only passed messages writes."""
+    kind = "server" if rank in servers else "client"
+    return {
+        "format": "sat-stats 1", "rank": rank, "kind": kind, "role": 0 if kind == "server" else 1,
+        "server": rank if kind == "server" else servers[0], "size": size, "servers": servers,
+        "pid": 7000 + rank, "host": "node2", "start_unix_ns": START_UNIX_NS,
+        "duration_ns": 10**9, "time_ns": {"user": 0, "sdsm": 10**8, "message_passing": 10**8,
+                                          "sleep": 8 * 10**8},
+        "sent": [{"to": to, "messages": 1, "bytes": b} for to, b in sent.items()],
+        "counters": dict.fromkeys(COUNTERS, 0), "truncated": False,
+        "chunk_events": [], "accesses": [],
+    }
+
+
+def test_servers_come_first_wherever_their_ranks_are(tmp_path, tool):
+    # Servers 0 and 3 of 5 ranks; rank 4 wrote no file (killed): its row stays empty.
+    servers = [3, 0]
+    for rank, sent in {0: {3: 1000, 1: 5_000_000}, 3: {0: 2000, 2: 7_000_000},
+                       1: {0: 3_000_000}, 2: {3: 4_000_000}}.items():
+        write(tmp_path, bare_file(rank, 5, servers, sent))
+    run = tool.read_run(tmp_path)
+    order, m = tool.sent_matrix(run)
+    assert order == [0, 3, 1, 2, 4]
+    assert m[1, 3] == pytest.approx(7.0) and m[3, 1] == pytest.approx(4.0)
+    assert m[0, 2] == pytest.approx(5.0) and m[2, 0] == pytest.approx(3.0)
+    assert not m[4].any()
+    fig = tool.draw_heatmap(run)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["S0", "S3", "C1", "C2", "C4"]
+    # The lines between servers and clients.
+    assert sorted(line.get_xdata()[0] for line in ax.lines if line.get_xdata()[0] == line.get_xdata()[1]) == [1.5]
+    assert sorted(line.get_ydata()[0] for line in ax.lines if line.get_ydata()[0] == line.get_ydata()[1]) == [1.5]
+    assert "no file for C4" in ax.get_title()
+    fig = tool.draw_time(run)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["S0", "S3", "C1", "C2"]
+
+
 def test_time_bars_are_the_time_split_in_percent(run_dir, tool):
     folder, files = run_dir
     fig = tool.draw_time(tool.read_run(folder))
