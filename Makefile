@@ -30,14 +30,14 @@ test:
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
 	$(MAKE) --no-print-directory python-test
 
-# The `sat` Python module built (release) into .venv, and its tests.
+# The `sat` Python module built (release) into .venv, and its tests; then tools/sat-stats's.
 VENV := $(CURDIR)/.venv
 python-test:
 	@scripts/setup.sh --python
 	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
 		-j $(JOBS) -m sat-python/Cargo.toml
 	$(RELEASE_BUILD)
-	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests
+	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests tools/tests
 
 # The transport benchmark: SAT's raw transport against fi_pingpong, same run.
 bench: setup

@@ -9,14 +9,17 @@ set -euo pipefail
 # sat-python/requirements-dev.txt).
 # --bench: for `make bench-python`, also the benchmark's peers: redis-server (Debian) and redis-py
 # and Ray in .venv (sat-python/requirements-bench.txt); implies --python.
+# --peers: for `make bench`, the peers SAT is measured against: Open MPI and libzmq (Debian).
 want_cbindgen=1
 want_python=0
 want_bench=0
+want_peers=0
 for arg in "$@"; do
     case "$arg" in
         --no-cbindgen) want_cbindgen=0 ;;
         --python) want_python=1 ;;
         --bench) want_python=1; want_bench=1 ;;
+        --peers) want_peers=1 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -25,6 +28,7 @@ need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 packages=(libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++)
 [ "$want_bench" = 1 ] && packages+=(redis-server)
+[ "$want_peers" = 1 ] && packages+=(openmpi-bin libopenmpi-dev libzmq3-dev)
 for pkg in "${packages[@]}"; do
     have_pkg "$pkg" || need_apt+=("$pkg")
 done
