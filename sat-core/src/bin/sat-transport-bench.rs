@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! sat-transport-bench [--providers shm,tcp] [--sizes 64,4096,65536,1048576] [--reps 3]
+//! sat-transport-bench --sizes 64,67108864 --reps 1     # 64 MiB works too
 //! ```
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider and repetition it starts `satrun -n 2` on itself (the worker
@@ -54,12 +55,14 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// Iterations per size: enough that fixed start-up costs vanish.
+/// Iterations per size: enough that fixed start-up costs vanish. Above
+/// 1 MiB each size moves about 1 GiB each way (64 MiB: 15 round trips),
+/// and never fewer than 10 round trips.
 fn iterations(size: usize) -> usize {
     match size {
         0..=8192 => 20_000,
         8193..=131072 => 5_000,
-        _ => 1_000,
+        _ => ((1000 << 20) / size).clamp(10, 1_000),
     }
 }
 
@@ -133,10 +136,46 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     }
     let mut client = Command::new("fi_pingpong");
     common(&mut client);
-    let out = client.args(["-P", &port.to_string(), "127.0.0.1"]).output();
-    let _ = server.wait();
-    let out = out.map_err(|e| format!("fi_pingpong client: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let client = client
+        .args(["-P", &port.to_string(), "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .spawn();
+    // A pair that hangs (a provider refusing a size) must not hang the
+    // bench: both end by the deadline, 1 s per MiB moved and 60 s more.
+    let deadline =
+        Instant::now() + Duration::from_secs(60 + ((2 * size * iterations(size)) >> 20) as u64);
+    let mut client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(format!("fi_pingpong client: {e}"));
+        }
+    };
+    let mut stdout = client.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut finished = true;
+    for child in [&mut client, &mut server] {
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                finished = false;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.wait();
+    }
+    let text = reader.join().unwrap_or_default();
+    if !finished {
+        return Err(format!(
+            "fi_pingpong {provider} {size} B: no result by its deadline"
+        ));
+    }
     // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
     let line = text
         .lines()
