@@ -22,7 +22,9 @@ peer's time and SAT's time divided by it. Every figure is a median.
 holding ``satrun``, ``sat-handoff-bench`` and ``sat-transport-bench``
 (``cargo build --release -p sat-core --bin satrun --bin sat-handoff-bench
 --bin sat-transport-bench``); build ``mpi_bench`` with ``make -C bench/mpi``.
-Without ``mpirun`` or ``fi_pingpong`` those columns stay empty.
+Without ``mpirun`` (or ``mpi_bench``) the MPI columns stay empty; without
+``fi_pingpong`` (Debian: libfabric-bin) sat-transport-bench stops, and the
+raw transport's column stays empty with fi_pingpong's.
 
 As a module: ``run_all(target_dir, mpi_bench=...)`` returns the rows as
 dicts (times in microseconds), for a driver that merges several tables.
