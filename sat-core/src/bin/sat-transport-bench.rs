@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! sat-transport-bench [--providers shm,tcp] [--sizes 64,4096,65536,1048576] [--reps 3]
+//!                     [--iters N]
 //! ```
+//! `--iters` sets the round trips of every size (default: 20,000 up to
+//! 8 KiB, 5,000 up to 128 KiB, then about 1 GiB each way: 1,000 at 1 MiB,
+//! 15 at 64 MiB).
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider and repetition it starts `satrun -n 2` on itself (the worker
 //! mode, which ping-pongs over the transport and prints its median) and then
@@ -24,6 +28,8 @@ struct Options {
     providers: Vec<String>,
     sizes: Vec<usize>,
     reps: usize,
+    /// `--iters`: the round trips of every size, instead of [`iterations`].
+    iters: Option<usize>,
 }
 
 fn parse_options(args: &[String]) -> Result<Options, String> {
@@ -31,6 +37,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         providers: vec!["shm".into(), "tcp".into()],
         sizes: vec![64, 4096, 65536, 1 << 20],
         reps: 3,
+        iters: None,
     };
     bench_common::parse_options(args, |a, val| {
         match a {
@@ -46,6 +53,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .parse()
                     .map_err(|_| "--reps takes a number".to_string())?
             }
+            "--iters" => o.iters = Some(bench_common::positive(a, &val()?)?),
             "--worker" => {}
             _ => return Ok(false),
         }
@@ -54,12 +62,20 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-/// Iterations per size: enough that fixed start-up costs vanish.
+/// Iterations per size: enough that fixed start-up costs vanish. Above
+/// 1 MiB each size moves about 1 GiB each way (64 MiB: 15 round trips),
+/// and never fewer than 10 round trips.
 fn iterations(size: usize) -> usize {
     match size {
         0..=8192 => 20_000,
         8193..=131072 => 5_000,
-        _ => 1_000,
+        _ => ((1000 << 20) / size).clamp(10, 1_000),
+    }
+}
+
+impl Options {
+    fn iters(&self, size: usize) -> usize {
+        self.iters.unwrap_or_else(|| iterations(size))
     }
 }
 
@@ -67,7 +83,7 @@ fn iterations(size: usize) -> usize {
 
 /// The raw round trip of each size, busy polling (`bench_common`).
 fn worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Error>> {
-    let runs: Vec<(usize, usize)> = o.sizes.iter().map(|&s| (s, iterations(s))).collect();
+    let runs: Vec<(usize, usize)> = o.sizes.iter().map(|&s| (s, o.iters(s))).collect();
     raw_ping_pong(args, &runs, |provider, size, us| {
         println!("RESULT {provider} {size} {us:.3}")
     })
@@ -95,7 +111,7 @@ fn listening(port: u16) -> bool {
 }
 
 /// One fi_pingpong measurement: the round trip in microseconds.
-fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
+fn fi_pingpong(provider: &str, size: usize, iters: usize) -> Result<f64, String> {
     let port = free_port();
     let prov = if provider == "tcp" { "tcp" } else { provider };
     let common = |c: &mut Command| {
@@ -109,7 +125,7 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
             "-S",
             &size.to_string(),
             "-I",
-            &iterations(size).to_string(),
+            &iters.to_string(),
         ])
         .env("FI_TCP_IFACE", "lo")
         .stdin(Stdio::null())
@@ -133,10 +149,45 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
     }
     let mut client = Command::new("fi_pingpong");
     common(&mut client);
-    let out = client.args(["-P", &port.to_string(), "127.0.0.1"]).output();
-    let _ = server.wait();
-    let out = out.map_err(|e| format!("fi_pingpong client: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let client = client
+        .args(["-P", &port.to_string(), "127.0.0.1"])
+        .stdout(Stdio::piped())
+        .spawn();
+    // A pair that hangs (a provider refusing a size) must not hang the
+    // bench: both end by the deadline, 1 s per MiB moved and 60 s more.
+    let deadline = Instant::now() + Duration::from_secs(60 + ((2 * size * iters) >> 20) as u64);
+    let mut client = match client {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = server.kill();
+            let _ = server.wait();
+            return Err(format!("fi_pingpong client: {e}"));
+        }
+    };
+    let mut stdout = client.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut finished = true;
+    for child in [&mut client, &mut server] {
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                finished = false;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.wait();
+    }
+    let text = reader.join().unwrap_or_default();
+    if !finished {
+        return Err(format!(
+            "fi_pingpong {provider} {size} B: no result by its deadline"
+        ));
+    }
     // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
     let line = text
         .lines()
@@ -153,13 +204,13 @@ fn fi_pingpong(provider: &str, size: usize) -> Result<f64, String> {
 /// One SAT worker run: the median round trip of each size.
 fn sat_run(satrun: &SatRun, provider: &str, o: &Options) -> Result<Vec<(usize, f64)>, String> {
     let sizes: Vec<String> = o.sizes.iter().map(|s| s.to_string()).collect();
-    let words = satrun.results(
-        2,
-        None,
-        provider,
-        &["--worker", "--sizes", &sizes.join(",")],
-        "RESULT",
-    )?;
+    let sizes = sizes.join(",");
+    let iters = o.iters.map(|n| n.to_string());
+    let mut worker = vec!["--worker", "--sizes", &sizes];
+    if let Some(n) = &iters {
+        worker.extend(["--iters", n]);
+    }
+    let words = satrun.results(2, None, provider, &worker, "RESULT")?;
     // RESULT provider size us
     Ok(words
         .iter()
@@ -188,7 +239,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                 }
             }
             for (i, &size) in o.sizes.iter().enumerate() {
-                fi[i].push(fi_pingpong(provider, size)?);
+                fi[i].push(fi_pingpong(provider, size, o.iters(size))?);
             }
         }
         for (i, &size) in o.sizes.iter().enumerate() {

@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""SAT against its peers on one node: hand-off latency and 64 MiB PUT/GET.
+
+Runs, one after another on this host:
+
+1. SAT: ``sat-handoff-bench`` (two clients of one server: the 64 B hand-off,
+   and a 64 MiB chain's PUT, GET and whole hand-off, once with SAT's default
+   64 KiB chunks and once with 16 MiB chunks);
+2. the raw SAT transport and libfabric's ``fi_pingpong`` (``-e rdm -m
+   tagged``), both through ``sat-transport-bench`` at 64 B and 64 MiB, which
+   alternates them so that they see the same load;
+3. MPI: ``bench/mpi/mpi_bench`` under ``mpirun -n 2`` (Open MPI: over shared
+   memory, ``btl vader`` and ``osc sm``; over tcp, ``btl tcp`` on loopback and
+   ``osc pt2pt``);
+
+and prints one table, a row per operation, size and transport, with each
+peer's time and SAT's time divided by it. Every figure is a median.
+
+    bench/micro.py --target-dir target [--mpi-bench bench/mpi/mpi_bench] [--json]
+
+``--target-dir`` is cargo's target directory or its ``release`` directory,
+holding ``satrun``, ``sat-handoff-bench`` and ``sat-transport-bench``
+(``cargo build --release -p sat-core --bin satrun --bin sat-handoff-bench
+--bin sat-transport-bench``); build ``mpi_bench`` with ``make -C bench/mpi``.
+Without ``mpirun`` (or ``mpi_bench``) the MPI columns stay empty; without
+``fi_pingpong`` (Debian: libfabric-bin) sat-transport-bench stops, and the
+raw transport's column stays empty with fi_pingpong's.
+
+As a module: ``run_all(target_dir, mpi_bench=...)`` returns the rows as
+dicts (times in microseconds), for a driver that merges several tables.
+Python 3 standard library only. Every process it starts runs in its own
+process group, which is ended (SIGTERM, then SIGKILL) if it outlives its
+time limit.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SMALL = 64
+LARGE = 64 << 20
+DEFAULT_CHUNK = 64 << 10
+BIG_CHUNK = 16 << 20
+
+# What each cell measures, printed under the table.
+NOTES = [
+    "Every cell is a median time (64 MiB rows: ms and GB/s of the 64 MiB; 64 B rows: us); "
+    "ratio columns divide SAT's time by the peer's (above 1: SAT is slower).",
+    "SAT: two client processes of one server (satrun -n 3), default progress (spin, then "
+    "micro-sleep). hand-off 64 B: half a round of READWRITE-increment-RELEASE by one client "
+    "and reads by the other until the new value shows. PUT: the writer's WRITE scope over "
+    "the 64 MiB chain and its RELEASE, until the home holds the whole version (the writer's "
+    "relayed message to itself comes back: the server forwards it only after applying every "
+    "earlier message). PUT, release returns: the same scope until RELEASE returns (the data "
+    "then sits in the send queue). GET: the reader's READ scope (acquire to release) of the "
+    "version just written. hand-off 64 MiB: from the writer's acquire to the end of the "
+    "reader's release, the reader told by a relayed message that reaches it after the home "
+    "has the version.",
+    "raw transport: SAT's bare libfabric transport between two processes, busy polling, "
+    "half the median round trip (one message one way). fi_pingpong: -e rdm -m tagged, its "
+    "mean time per transfer (one way; a mean, so a descheduled iteration weighs more than "
+    "in a median). For raw transport, fi_pingpong and MPI pt2pt, one message from one "
+    "process to the other is the whole of a PUT, a GET and a hand-off.",
+    "MPI pt2pt: MPI_Send/MPI_Recv ping-pong, half the median round trip. MPI RMA: PUT = "
+    "MPI_Win_lock(EXCLUSIVE)/MPI_Put/MPI_Win_unlock timed on the origin (the data is at the "
+    "target when unlock returns); GET = the same with MPI_Get; hand-off = half a round in "
+    "which each rank puts a stamped buffer into the other's window and then reads its own "
+    "window under a shared lock on itself until the other's stamp shows (no extra "
+    "message). MPI over shm: Open MPI, btl vader, osc sm; over tcp: btl tcp on loopback, "
+    "osc pt2pt.",
+    "SAT moves a hand-off's data twice (writer -> home -> reader), the peers once; a "
+    "SAT/peer ratio of 2 on a 64 MiB hand-off is the home's cost at full speed.",
+]
+
+
+# ------------------------------------------------------------- processes
+
+
+class Failed(Exception):
+    pass
+
+
+def run(cmd, timeout, env=None):
+    """Runs cmd in its own process group and returns its standard output;
+    ends the group when the time limit passes."""
+    p = subprocess.Popen(
+        [str(c) for c in cmd],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_group(p)
+        raise Failed(f"{Path(str(cmd[0])).name}: no result within {timeout} s")
+    if p.returncode != 0:
+        tail = "\n".join((out + err).strip().splitlines()[-8:])
+        raise Failed(f"{Path(str(cmd[0])).name} exited with {p.returncode}:\n{tail}")
+    return out
+
+
+def end_group(p):
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.communicate(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def shm_entries():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def leftovers(before):
+    """/dev/shm entries that appeared during the run and whose owner (the
+    pid their libfabric name starts with) has ended."""
+    out = []
+    for name in sorted(shm_entries() - before):
+        m = re.match(r"(\d+)[:_]", name)
+        if m and not pid_alive(int(m.group(1))):
+            out.append(name)
+    return out
+
+
+# ------------------------------------------------------------ the benches
+
+
+def bin_dir(target_dir):
+    d = Path(target_dir)
+    for cand in (d, d / "release"):
+        if (cand / "satrun").exists():
+            return cand
+    raise Failed(
+        f"satrun not found in {d} or {d / 'release'}: cargo build --release -p sat-core "
+        "--bin satrun --bin sat-handoff-bench --bin sat-transport-bench"
+    )
+
+
+SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
+
+
+def num(s):
+    try:
+        return float(s)
+    except ValueError:
+        return float("nan")
+
+
+def transport(bins, providers, size, iters, reps, timeout):
+    """{provider: (SAT raw round trip, fi_pingpong round trip)} in us."""
+    out = run(
+        [
+            bins / "sat-transport-bench",
+            "--providers", ",".join(providers),
+            "--sizes", str(size),
+            "--iters", str(iters),
+            "--reps", str(reps),
+        ],
+        timeout,
+    )
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\S+)\s+(\d+) (B|KiB|MiB)\s+(\S+)\s+(\S+)\s+\S+$", line)
+        if m and int(m.group(2)) * SIZE_UNITS[m.group(3)] == size:
+            got[m.group(1)] = (num(m.group(4)), num(m.group(5)))
+    return got
+
+
+def handoff(bins, providers, small_iters, large_iters, chunk, timeout):
+    """{(provider, key, size): {median, min, max, sends, min_sends, protocol}}."""
+    out = run(
+        [
+            bins / "sat-handoff-bench",
+            "--providers", ",".join(providers),
+            "--results",
+            "--small-iters", str(small_iters),
+            "--large-iters", str(large_iters),
+            "--large", str(LARGE),
+            "--chunk-size", str(chunk),
+        ],
+        timeout,
+    )
+    got = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 10 and f[0] == "RESULT":
+            got[(f[1], f[2], int(f[3]))] = {
+                "median": num(f[4]),
+                "min": num(f[5]),
+                "max": num(f[6]),
+                "sends": num(f[7]),
+                "min_sends": int(f[8]),
+                "protocol": int(f[9]),
+            }
+    return got
+
+
+MPI_TRANSPORTS = {
+    "shm": ["--mca", "btl", "self,vader", "--mca", "osc", "sm"],
+    "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca", "osc", "pt2pt"],
+}
+
+
+def mpi(mpi_bench, provider, small_iters, large_iters, timeout):
+    """{(name, size): median us} of one mpi_bench run."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun or not mpi_bench or not Path(mpi_bench).exists():
+        raise Failed("mpirun or mpi_bench not found (make -C bench/mpi)")
+    cmd = [mpirun]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += ["-n", "2", "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1"]
+    cmd += MPI_TRANSPORTS[provider]
+    cmd += [mpi_bench, "-s", str(SMALL), "-l", str(LARGE), "-n", str(small_iters), "-N", str(large_iters)]
+    got = {}
+    for line in run(cmd, timeout).splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[0] == "RESULT":
+            got[(f[1], int(f[2]))] = num(f[3])
+    return got
+
+
+# ----------------------------------------------------------------- table
+
+
+def run_all(
+    target_dir,
+    mpi_bench=None,
+    providers=("shm", "tcp"),
+    small_iters=2000,
+    large_iters=7,
+    reps=3,
+    chunks=(DEFAULT_CHUNK, BIG_CHUNK),
+    log=None,
+):
+    """Runs every bench and returns the rows of the table as dicts; times in
+    microseconds (None where a peer has no figure or could not run). A
+    failing peer leaves its cells empty and is reported through `log`."""
+    log = log or (lambda msg: None)
+    providers = list(providers)
+    bins = bin_dir(target_dir)
+    if mpi_bench is None:
+        mpi_bench = Path(__file__).resolve().parent / "mpi" / "mpi_bench"
+
+    def attempt(what, f):
+        t0 = time.monotonic()
+        try:
+            r = f()
+        except Failed as e:
+            log(f"{what}: {e}")
+            return {}
+        log(f"{what}: {time.monotonic() - t0:.1f} s")
+        return r
+
+    sat = {}
+    for chunk in chunks:
+        # The 64 B hand-off does not depend on the chunk size: measured once.
+        small = small_iters if chunk == chunks[0] else 10
+        sat[chunk] = attempt(
+            f"SAT hand-off, {human(chunk)} chunks",
+            lambda: handoff(bins, providers, small, large_iters, chunk, 240),
+        )
+    raw_small = attempt(
+        "raw transport and fi_pingpong, 64 B",
+        lambda: transport(bins, providers, SMALL, small_iters, reps, 150),
+    )
+    raw_large = attempt(
+        "raw transport and fi_pingpong, 64 MiB",
+        lambda: transport(bins, providers, LARGE, large_iters, 1, 200),
+    )
+    mpis = {
+        p: attempt(f"MPI ({p})", lambda p=p: mpi(mpi_bench, p, small_iters, large_iters, 150))
+        for p in providers
+        if p in MPI_TRANSPORTS
+    }
+
+    def half(d, p, i):
+        v = d.get(p, (None, None))[i]
+        return v / 2 if v is not None else None
+
+    # (operation, size, SAT key, chunk size or None, MPI RMA figure)
+    ops = [("hand-off", SMALL, "handoff", None, "rma.handoff")]
+    for chunk in chunks:
+        ops += [
+            ("PUT", LARGE, "put", chunk, "rma.put"),
+            ("PUT, release returns", LARGE, "put-release", chunk, None),
+            ("GET", LARGE, "get", chunk, "rma.get"),
+            ("hand-off", LARGE, "handoff", chunk, "rma.handoff"),
+        ]
+    rows = []
+    for p in providers:
+        for label, size, key, chunk, rma in ops:
+            s = sat.get(chunk or chunks[0], {}).get((p, key, size))
+            raw = raw_small if size == SMALL else raw_large
+            peer_cells = key != "put-release"
+            m = mpis.get(p, {})
+            row = {
+                "operation": label,
+                "size": size,
+                "transport": p,
+                "chunk_size": chunk,
+                "sat_us": s["median"] if s else None,
+                "sat_min_us": s["min"] if s else None,
+                "sat_max_us": s["max"] if s else None,
+                "sat_client_sends": s["sends"] if s else None,
+                "min_client_sends": s["min_sends"] if s else None,
+                "protocol_msgs": s["protocol"] if s else None,
+                "raw_us": half(raw, p, 0) if peer_cells else None,
+                "fi_pingpong_us": half(raw, p, 1) if peer_cells else None,
+                "mpi_pt2pt_us": m.get(("pt2pt.oneway", size)) if peer_cells else None,
+                "mpi_rma_us": m.get((rma, size)) if rma else None,
+            }
+            for peer in ("raw", "fi_pingpong", "mpi_pt2pt", "mpi_rma"):
+                a, b = row["sat_us"], row[f"{peer}_us"]
+                row[f"sat_over_{peer}"] = a / b if a and b else None
+            if size >= 1 << 20:
+                for k in ("sat", "raw", "fi_pingpong", "mpi_pt2pt", "mpi_rma"):
+                    t = row[f"{k}_us"]
+                    row[f"{k}_gbps"] = size / (t * 1e3) if t else None
+            rows.append(row)
+    return rows
+
+
+def human(size):
+    for unit, n in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= n and size % n == 0:
+            return f"{size // n} {unit}"
+    return f"{size} B"
+
+
+def cell(row, k):
+    t = row.get(f"{k}_us")
+    if t is None or t != t:
+        return "-"
+    if row["size"] >= 1 << 20:
+        return f"{t / 1e3:.1f} ms {row[f'{k}_gbps']:.2f} GB/s"
+    return f"{t:.2f} us"
+
+
+def ratio(row, k):
+    r = row.get(f"sat_over_{k}")
+    return "-" if r is None or r != r else f"{r:.2f}"
+
+
+def table(rows):
+    head = [
+        "operation", "size", "chunks", "transport", "SAT", "raw transport", "fi_pingpong",
+        "MPI pt2pt", "MPI RMA", "SAT/raw", "SAT/fi_pingpong", "SAT/MPI pt2pt", "SAT/MPI RMA",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        peers = ("raw", "fi_pingpong", "mpi_pt2pt", "mpi_rma")
+        lines.append(
+            "| "
+            + " | ".join(
+                [r["operation"], human(r["size"]), human(r["chunk_size"]) if r["chunk_size"] else "-",
+                 r["transport"], cell(r, "sat")]
+                + [cell(r, k) for k in peers]
+                + [ratio(r, k) for k in peers]
+            )
+            + " |"
+        )
+    counts = [
+        "| operation | size | chunks | transport | SAT client sends | minimum client sends | protocol msgs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["sat_client_sends"] is not None and r["operation"] != "PUT, release returns":
+            counts.append(
+                f"| {r['operation']} | {human(r['size'])} | "
+                f"{human(r['chunk_size']) if r['chunk_size'] else '-'} | {r['transport']} | "
+                f"{r['sat_client_sends']:.0f} | {r['min_client_sends']} | {r['protocol_msgs']} |"
+            )
+    return "\n".join(lines), "\n".join(counts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target-dir", default=os.environ.get("SAT_TARGET_DIR", "target"),
+                    help="where satrun and the bench programs are (cargo's target dir or its release dir)")
+    ap.add_argument("--mpi-bench", help="the mpi_bench program (default: bench/mpi/mpi_bench)")
+    ap.add_argument("--providers", default="shm,tcp")
+    ap.add_argument("--small-iters", type=int, default=2000,
+                    help="64 B hand-offs and round trips")
+    ap.add_argument("--large-iters", type=int, default=7, help="64 MiB operations, after one warm-up")
+    ap.add_argument("--reps", type=int, default=3, help="runs of the 64 B raw round trip and fi_pingpong")
+    ap.add_argument("--chunk-sizes", default=f"{DEFAULT_CHUNK},{BIG_CHUNK}",
+                    help="chunk sizes of SAT's 64 MiB chain, one set of rows each")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    a = ap.parse_args(argv)
+    before = shm_entries()
+    t0 = time.monotonic()
+    log = lambda msg: print(f"# {msg}", file=sys.stderr, flush=True)
+    try:
+        rows = run_all(
+            a.target_dir,
+            mpi_bench=a.mpi_bench,
+            providers=a.providers.split(","),
+            small_iters=a.small_iters,
+            large_iters=a.large_iters,
+            reps=a.reps,
+            chunks=tuple(int(c) for c in a.chunk_sizes.split(",")),
+            log=log,
+        )
+    except Failed as e:
+        print(f"micro.py: {e}", file=sys.stderr)
+        return 1
+    seconds = time.monotonic() - t0
+    left = leftovers(before)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        main_table, counts = table(rows)
+        print(main_table)
+        print()
+        for n in NOTES:
+            print(f"- {n}")
+        print()
+        print("Messages per operation (SAT's two clients; the minimum and the protocol's total "
+              "are home-based MESI's, per chunk times the chunks):")
+        print()
+        print(counts)
+        print()
+        print(f"The run took {seconds:.0f} s; load average at its end "
+              f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.")
+    if left:
+        log(f"/dev/shm entries left by processes that have ended: {' '.join(left)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,566 @@
+//! The hand-off benchmark: how fast one client's data reaches another
+//! through SAT, for a 64-byte chunk (latency) and a 64 MiB chain (bandwidth),
+//! with the messages each operation costs.
+//!
+//! ```text
+//! sat-handoff-bench [--providers shm,tcp] [--small-iters 2000] [--large-iters 7]
+//!                   [--large BYTES] [--chunk-size BYTES] [--results]
+//! ```
+//! Without `SAT_RANK` in its environment the program orchestrates: for each
+//! provider it starts `satrun -n 3` on itself (rank 0 the only server, home
+//! of every chunk; ranks 1 and 2 the clients A and B) and prints a table, or
+//! with `--results` one `RESULT` line per figure for scripts
+//! (`bench/micro.py`).
+//!
+//! What is measured (every figure a median, after unmeasured warm-up):
+//!
+//! - **hand-off, 64 B**: A and B take turns to READWRITE-increment-RELEASE a
+//!   64-byte chunk and to read it until the other's value shows (as
+//!   sat-protocol-bench's hand-off rows); A times a round, half a round is
+//!   one hand-off: the writer's scope, its release to the home, the reader's
+//!   miss that fetches the new version.
+//! - **PUT, 64 MiB**: A opens a WRITE scope on the whole chain (B holds a
+//!   valid copy of every chunk from its last read, so each chunk's grant
+//!   waits for B's invalidation), stamps the version into every chunk and
+//!   RELEASEs the chain. `put-release` stops the clock when the release
+//!   returns: by then every chunk is in the transport's send queue, not
+//!   necessarily at the home. `put` stops it once the home holds the whole
+//!   version: A then sends a relayed message to itself, which its server
+//!   forwards only after it has taken in (and, being the home, applied)
+//!   every earlier message of A, the release included. That adds one small
+//!   round trip through the server, tens of microseconds against tens of
+//!   milliseconds.
+//! - **GET, 64 MiB**: told by A (a relayed message sent after its release,
+//!   so it reaches B after the home has the version), B opens a READ scope on
+//!   the chain, checks every chunk's stamp and RELEASEs: the reader's half.
+//! - **hand-off, 64 MiB**: from A's acquire to the end of B's release (one
+//!   clock: the host's wall clock, read in both processes): PUT, the relayed
+//!   notification, GET.
+//!
+//! Message counts: what the clients send per operation
+//! (`Client::messages_sent`, the relayed coordination left out), next to
+//! what home-based MESI needs: per chunk, a write with one sharer 2 + 2
+//! messages (the clients send the request and the acknowledgement), its
+//! release 1 (sent by the writer), a read miss 2 (the reader sends 1).
+//! MESI keeps a version per chunk, so a chain costs that many times its
+//! chunks; `--chunk-size` sets the chunk size of the large chain (default:
+//! the clients' own, `SAT_CHUNK_SIZE` or 64 KiB).
+
+mod bench_common;
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bench_common::{human, median, micros, warmup, SatRun};
+use sat_core::bootstrap::{run, RoleResult, Roles};
+use sat_core::client::{Chain, Client, UserMessage};
+use sat_core::protocol::{Access, ProtocolId};
+use sat_core::{Rank, SatError, SatResult};
+
+const SMALL: usize = 64;
+/// The chunk of the small hand-off, and the first chunk of the large chain.
+const SMALL_CHUNK: u64 = 10;
+const LARGE_BASE: u64 = 1 << 20;
+
+struct Options {
+    providers: Vec<String>,
+    small_iters: usize,
+    large_iters: usize,
+    large: usize,
+    chunk_size: Option<usize>,
+    results: bool,
+    worker: bool,
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        providers: vec!["shm".into(), "tcp".into()],
+        small_iters: 2000,
+        large_iters: 7,
+        large: 64 << 20,
+        chunk_size: None,
+        results: false,
+        worker: false,
+    };
+    bench_common::parse_options(args, |a, val| {
+        match a {
+            "--providers" => o.providers = bench_common::providers(&val()?),
+            "--small-iters" => o.small_iters = bench_common::positive(a, &val()?)?,
+            "--large-iters" => o.large_iters = bench_common::positive(a, &val()?)?,
+            "--large" => o.large = bench_common::positive(a, &val()?)?.max(16),
+            "--chunk-size" => o.chunk_size = Some(bench_common::positive(a, &val()?)?),
+            "--results" => o.results = true,
+            "--worker" => o.worker = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    })?;
+    Ok(o)
+}
+
+// ----------------------------------------------------------------- worker
+
+/// Relayed coordination between the two clients: messages that arrive
+/// before they are waited for are kept, and the relays sent are counted so
+/// that [`Coord::protocol_sent`] counts coherence messages only.
+struct Coord<'a> {
+    c: &'a Client,
+    stash: Vec<UserMessage>,
+    relays: u64,
+}
+
+const WROTE: u32 = 1;
+const READ: u32 = 2;
+const FLUSH: u32 = 3;
+const FIGURES: u32 = 4;
+
+impl Coord<'_> {
+    fn send(&mut self, to: Rank, tag: u32, data: &[u8]) -> SatResult<()> {
+        self.c.send(to, tag, data)?;
+        self.relays += 1;
+        Ok(())
+    }
+
+    fn expect(&mut self, from: Rank, tag: u32) -> SatResult<Vec<u8>> {
+        if let Some(i) = self
+            .stash
+            .iter()
+            .position(|m| m.from == from && m.tag == tag)
+        {
+            return Ok(self.stash.remove(i).data);
+        }
+        loop {
+            let m = self.c.recv()?;
+            if m.from == from && m.tag == tag {
+                return Ok(m.data);
+            }
+            self.stash.push(m);
+        }
+    }
+
+    fn progress(&mut self) -> SatResult<()> {
+        if let Some(m) = self.c.try_recv()? {
+            self.stash.push(m);
+        }
+        Ok(())
+    }
+
+    fn protocol_sent(&self) -> u64 {
+        self.c.messages_sent() - self.relays
+    }
+}
+
+fn bad(what: &str) -> SatError {
+    SatError::Usage(format!("hand-off bench: {what}"))
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn word(d: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(d[at..at + 8].try_into().unwrap())
+}
+
+/// The small chunk's counter: its first 8 bytes, repeated in its last 8.
+fn counter(d: &[u8]) -> SatResult<u64> {
+    let (lo, hi) = (word(d, 0), word(d, d.len() - 8));
+    if lo != hi {
+        return Err(bad(&format!(
+            "torn chunk: {lo} at its start, {hi} at its end"
+        )));
+    }
+    Ok(lo)
+}
+
+fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+    c.acquire(chunk, Access::ReadWrite)?;
+    let v = c.with_data_mut(chunk, |d| {
+        let v = counter(d)? + 1;
+        let n = d.len();
+        d[..8].copy_from_slice(&v.to_le_bytes());
+        d[n - 8..].copy_from_slice(&v.to_le_bytes());
+        Ok::<_, SatError>(v)
+    })??;
+    c.release(chunk)?;
+    Ok(v)
+}
+
+/// Reads until the counter reaches `want`; each turn first drives the
+/// endpoint, so that the invalidation ending the spin is taken in at once.
+fn wait_for_value(co: &mut Coord, chunk: u64, want: u64) -> SatResult<()> {
+    loop {
+        co.progress()?;
+        co.c.acquire(chunk, Access::Read)?;
+        let v = co.c.with_data(chunk, counter);
+        co.c.release(chunk)?;
+        let v = v??;
+        if v == want {
+            return Ok(());
+        }
+        if v > want {
+            return Err(bad(&format!("saw {v} while waiting for {want}")));
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The small hand-off on both clients (`b` the second): A returns the
+/// hand-off times; each returns its sends over the measured rounds.
+fn small_handoff(co: &mut Coord, b: Rank, n: usize) -> SatResult<(Vec<f64>, u64)> {
+    let c = co.c;
+    c.malloc_lst(ProtocolId::HomeMesi, &[SMALL_CHUNK], &[SMALL])?;
+    let mut times = Vec::with_capacity(n);
+    let mut m0 = 0;
+    for k in 0..(warmup(n) + n) as u64 {
+        if k == warmup(n) as u64 {
+            m0 = co.protocol_sent();
+        }
+        if c.rank() == b {
+            wait_for_value(co, SMALL_CHUNK, 2 * k + 1)?;
+            increment(c, SMALL_CHUNK)?;
+            continue;
+        }
+        let t0 = Instant::now();
+        let v = increment(c, SMALL_CHUNK)?;
+        if v != 2 * k + 1 {
+            return Err(bad(&format!("hand-off wrote {v}, expected {}", 2 * k + 1)));
+        }
+        wait_for_value(co, SMALL_CHUNK, 2 * k + 2)?;
+        if k >= warmup(n) as u64 {
+            times.push(micros(t0.elapsed()) / 2.0);
+        }
+    }
+    Ok((times, co.protocol_sent() - m0))
+}
+
+/// Where each chunk of `chain` starts in its contiguous data.
+fn offsets(chain: &Chain) -> Vec<usize> {
+    let mut at = 0;
+    chain
+        .layout()
+        .chunks()
+        .iter()
+        .map(|&(_, size)| {
+            let o = at;
+            at += size;
+            o
+        })
+        .collect()
+}
+
+/// Version `v` in the first 8 bytes of every chunk (chunks of 8 bytes or
+/// more) and in the chain's last 8 bytes.
+fn stamp(d: &mut [u8], offsets: &[usize], v: u64) {
+    let n = d.len();
+    for &o in offsets {
+        if o + 8 <= n {
+            d[o..o + 8].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    d[n - 8..].copy_from_slice(&v.to_le_bytes());
+}
+
+fn check_stamp(d: &[u8], offsets: &[usize], v: u64) -> SatResult<()> {
+    let n = d.len();
+    for &o in offsets.iter().filter(|&&o| o + 8 <= n) {
+        if word(d, o) != v {
+            return Err(bad(&format!(
+                "the chunk at byte {o} holds version {}, the writer wrote {v}",
+                word(d, o)
+            )));
+        }
+    }
+    if word(d, n - 8) != v {
+        return Err(bad("the chain's last bytes are not the version written"));
+    }
+    Ok(())
+}
+
+/// The large phase's figures, in microseconds per iteration, and the
+/// clients' sends summed over the measured iterations.
+#[derive(Default)]
+struct Large {
+    put_release: Vec<f64>,
+    put_home: Vec<f64>,
+    get: Vec<f64>,
+    whole: Vec<f64>,
+    put_sent: u64,
+    get_sent: u64,
+    chunks: usize,
+}
+
+fn large_handoff(
+    co: &mut Coord,
+    a: Rank,
+    b: Rank,
+    size: usize,
+    n: usize,
+    chunk_size: Option<usize>,
+) -> SatResult<Large> {
+    let c = co.c;
+    if let Some(s) = chunk_size {
+        c.set_chunk_size(s)?;
+    }
+    let chain = c.malloc(LARGE_BASE, size)?;
+    let offs = offsets(&chain);
+    let warm = 1;
+    let mut out = Large {
+        chunks: chain.len(),
+        ..Large::default()
+    };
+    for k in 0..warm + n {
+        let v = k as u64 + 1;
+        let measured = k >= warm;
+        if c.rank() == a {
+            let m0 = co.protocol_sent();
+            let wall0 = wall_ns();
+            let t0 = Instant::now();
+            c.acquire_chain(&chain, Access::Write)?;
+            c.with_chain_mut(&chain, |d| stamp(d, &offs, v))?;
+            c.release_chain(&chain)?;
+            let released = micros(t0.elapsed());
+            co.send(b, WROTE, &wall0.to_le_bytes())?;
+            co.send(a, FLUSH, &[])?;
+            co.expect(a, FLUSH)?;
+            let home = micros(t0.elapsed());
+            let sent = co.protocol_sent() - m0;
+            co.expect(b, READ)?;
+            if measured {
+                out.put_release.push(released);
+                out.put_home.push(home);
+                out.put_sent += sent;
+            }
+        } else {
+            // Waiting for A's word, B answers the invalidations of its copy.
+            let m0 = co.protocol_sent();
+            let d = co.expect(a, WROTE)?;
+            let acks = co.protocol_sent() - m0;
+            let wall0 = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("short stamp"))?);
+            let m1 = co.protocol_sent();
+            let t0 = Instant::now();
+            c.acquire_chain(&chain, Access::Read)?;
+            let seen = c.with_chain(&chain, |d| check_stamp(d, &offs, v))?;
+            c.release_chain(&chain)?;
+            let get = micros(t0.elapsed());
+            let whole = wall_ns().saturating_sub(wall0) as f64 / 1e3;
+            let sent = co.protocol_sent() - m1;
+            seen?;
+            co.send(a, READ, &[])?;
+            if measured {
+                out.get.push(get);
+                out.whole.push(whole);
+                out.put_sent += acks;
+                out.get_sent += sent;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn push_f64s(buf: &mut Vec<u8>, v: &[f64]) {
+    buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    for x in v {
+        buf.extend_from_slice(&x.to_bits().to_le_bytes());
+    }
+}
+
+fn take_u64(d: &[u8], at: &mut usize) -> SatResult<u64> {
+    let w = d
+        .get(*at..*at + 8)
+        .ok_or_else(|| bad("short figures"))?
+        .try_into()
+        .unwrap();
+    *at += 8;
+    Ok(u64::from_le_bytes(w))
+}
+
+fn take_f64s(d: &[u8], at: &mut usize) -> SatResult<Vec<f64>> {
+    let len = take_u64(d, at)? as usize;
+    (0..len)
+        .map(|_| take_u64(d, at).map(f64::from_bits))
+        .collect()
+}
+
+/// `RESULT key size median_us min_us max_us client_sends_per_op
+/// min_client_sends_per_op protocol_msgs_per_op`
+fn result(key: &str, size: usize, v: &mut [f64], sends: f64, min_sends: usize, protocol: usize) {
+    let m = median(v);
+    let lo = v.first().copied().unwrap_or(f64::NAN);
+    let hi = v.last().copied().unwrap_or(f64::NAN);
+    println!("RESULT {key} {size} {m:.3} {lo:.3} {hi:.3} {sends:.2} {min_sends} {protocol}");
+}
+
+fn bench_client(c: &Client, o: &Options) -> RoleResult {
+    let clients = c.topology().clients();
+    if clients.len() != 2 {
+        return Err(format!(
+            "the hand-off bench needs 2 clients (satrun -n 3), the run has {}",
+            clients.len()
+        )
+        .into());
+    }
+    let (a, b) = (clients[0], clients[1]);
+    let mut co = Coord {
+        c,
+        stash: Vec::new(),
+        relays: 0,
+    };
+    let (mut small, small_sent) = small_handoff(&mut co, b, o.small_iters)?;
+    let mut large = large_handoff(&mut co, a, b, o.large, o.large_iters, o.chunk_size)?;
+    if c.rank() == b {
+        let mut buf = Vec::new();
+        buf.extend_from_slice(&small_sent.to_le_bytes());
+        buf.extend_from_slice(&large.put_sent.to_le_bytes());
+        buf.extend_from_slice(&large.get_sent.to_le_bytes());
+        push_f64s(&mut buf, &large.get);
+        push_f64s(&mut buf, &large.whole);
+        co.send(a, FIGURES, &buf)?;
+        return Ok(());
+    }
+    let d = co.expect(b, FIGURES)?;
+    let mut at = 0;
+    let small_sent = small_sent + take_u64(&d, &mut at)?;
+    large.put_sent += take_u64(&d, &mut at)?;
+    large.get_sent += take_u64(&d, &mut at)?;
+    large.get = take_f64s(&d, &mut at)?;
+    large.whole = take_f64s(&d, &mut at)?;
+    let (n, s, ch) = (o.large_iters as f64, o.large, large.chunks);
+    result(
+        "handoff",
+        SMALL,
+        &mut small,
+        small_sent as f64 / (2 * o.small_iters) as f64,
+        4,
+        7,
+    );
+    let put_sends = large.put_sent as f64 / n;
+    result(
+        "put-release",
+        s,
+        &mut large.put_release,
+        put_sends,
+        3 * ch,
+        5 * ch,
+    );
+    result("put", s, &mut large.put_home, put_sends, 3 * ch, 5 * ch);
+    result(
+        "get",
+        s,
+        &mut large.get,
+        large.get_sent as f64 / n,
+        ch,
+        2 * ch,
+    );
+    let whole_sends = (large.put_sent + large.get_sent) as f64 / n;
+    result("handoff", s, &mut large.whole, whole_sends, 4 * ch, 7 * ch);
+    println!("CHUNKS {ch}");
+    Ok(())
+}
+
+fn worker(args: &[String], o: Options) -> Result<(), String> {
+    let roles = Roles::new().role(1, move |c| bench_client(c, &o));
+    run(roles, args.iter().cloned()).map_err(|e| e.to_string())
+}
+
+// ----------------------------------------------------------- orchestrator
+
+fn orchestrate(o: &Options) -> Result<(), String> {
+    let satrun = SatRun::find()?;
+    let mut worker = vec![
+        "--worker".to_string(),
+        "--small-iters".into(),
+        o.small_iters.to_string(),
+        "--large-iters".into(),
+        o.large_iters.to_string(),
+        "--large".into(),
+        o.large.to_string(),
+    ];
+    if let Some(s) = o.chunk_size {
+        worker.extend(["--chunk-size".into(), s.to_string()]);
+    }
+    let worker: Vec<&str> = worker.iter().map(String::as_str).collect();
+    if !o.results {
+        println!(
+            "Hand-offs between two clients of one server, medians ({} small hand-offs; {} large \
+             operations after 1 warm-up)",
+            o.small_iters, o.large_iters
+        );
+        println!(
+            "{:<9} {:<12} {:>7} {:>12} {:>8} {:>22} {:>9} {:>9} {:>9}",
+            "provider",
+            "operation",
+            "size",
+            "median us",
+            "GB/s",
+            "min-max us",
+            "sends",
+            "min sends",
+            "protocol"
+        );
+    }
+    for provider in &o.providers {
+        let lines = satrun.results(3, None, provider, &worker, "RESULT")?;
+        for f in &lines {
+            if o.results {
+                println!("RESULT {provider} {}", f.join(" "));
+                continue;
+            }
+            let num =
+                |i: usize| -> f64 { f.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN) };
+            let size = num(1) as usize;
+            let gbps = if size >= 1 << 20 {
+                format!("{:.2}", size as f64 / (num(2) * 1e3))
+            } else {
+                "-".into()
+            };
+            println!(
+                "{:<9} {:<12} {:>7} {:>12.2} {:>8} {:>22} {:>9.1} {:>9} {:>9}",
+                provider,
+                f.first().map_or("?", String::as_str),
+                human(size),
+                num(2),
+                gbps,
+                format!("{:.1}-{:.1}", num(3), num(4)),
+                num(5),
+                num(6),
+                num(7)
+            );
+        }
+    }
+    if !o.results {
+        println!(
+            "put-release: A's WRITE scope on the chain until its RELEASE returns; put: until the \
+             home holds the version;\n  get: B's READ scope of the fresh version; handoff (large): \
+             A's acquire to the end of B's release;\n  handoff (64 B): half a round of \
+             write-release / read-until-seen between A and B. sends: the clients' per operation;\n  \
+             min sends, protocol: what home-based MESI needs (clients only, all messages)."
+        );
+    }
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let o = match parse_options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sat-handoff-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let result = if std::env::var_os("SAT_RANK").is_some() {
+        if o.worker {
+            worker(&args, o)
+        } else {
+            Err("a worker needs --worker".into())
+        }
+    } else {
+        orchestrate(&o)
+    };
+    if let Err(e) = result {
+        eprintln!("sat-handoff-bench: {e}");
+        std::process::exit(1);
+    }
+}
