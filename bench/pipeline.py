@@ -99,33 +99,45 @@ def shm_entries():
         return set()
 
 
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def shm_in_use():
+    """The /dev/shm files some process has open or mapped."""
+    used = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    i = line.find("/dev/shm/")
+                    if i >= 0:
+                        used.add(line[i + 9 :].split(" (deleted)")[0].strip())
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    used.add(target[9:])
+        except OSError:
+            pass
+    return used
 
 
 def left_in_shm(before, started):
     """/dev/shm entries a run left: new since `before`, made after `started`,
-    and not owned by a process still alive (other programs on the machine
-    may make their own files meanwhile; SAT's names begin with the pid)."""
-    left = []
+    and open or mapped by no process (other programs on the machine may make
+    their own files meanwhile)."""
+    new = []
     for name in sorted(shm_entries() - before):
-        path = os.path.join("/dev/shm", name)
         try:
-            if os.stat(path).st_mtime < started - 1:
-                continue
+            if os.stat(os.path.join("/dev/shm", name)).st_mtime >= started - 1:
+                new.append(name)
         except FileNotFoundError:
-            continue
-        m = re.match(r"(\d+):", name)
-        if m and pid_alive(int(m.group(1))):
-            continue
-        left.append(name)
-    return left
+            pass
+    if not new:
+        return []
+    used = shm_in_use()
+    return [name for name in new if name not in used]
 
 
 def kill_group(proc):
