@@ -10,6 +10,9 @@
 
 #include <sat.h>
 
+/* EXPECT(cond, ...): a condition of the program itself. */
+#include "expect.h"
+
 /* A call returning a status. */
 #define CHECK(call)                                                              \
     do {                                                                         \
@@ -31,16 +34,5 @@ static inline void *check_ptr_(void *p, const char *what, const char *file, int 
     }
     return p;
 }
-
-/* A condition of the program itself. */
-#define EXPECT(cond, ...)                                                        \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                      \
-            fprintf(stderr, __VA_ARGS__);                                        \
-            fputc('\n', stderr);                                                 \
-            exit(EXIT_FAILURE);                                                  \
-        }                                                                        \
-    } while (0)
 
 #endif

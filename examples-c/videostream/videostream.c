@@ -15,13 +15,24 @@
  *                     first missing file or after N frames
  *   --output PATTERN  write each result frame (edges in gray, detected lines
  *                     in red) to a file: PGM if PATTERN ends in .pgm, else BMP
+ *   --no-check        the output role does not recompute the synthetic
+ *                     frames to check them (for benchmarks: the check costs
+ *                     it as much as a processing task); it still checks that
+ *                     each frame comes out exactly once
  *   --reference       no S-DSM and no satrun: one plain process makes the
  *                     same frames and processes them one after the other
  *                     with the same code, writing the same files (the
  *                     sequential reference the pipeline's output must equal)
  *
  * The output role prints a line for each frame it receives ("output: got
- * frame N from task P") and a summary at the end.
+ * frame N from task P"), a summary, and last the rate of the pipeline,
+ * "output: N frames in S.SSS s: F.F frames/s": from the input starting to
+ * produce frame 0 (its CLOCK_MONOTONIC stamp travels in the frame headers)
+ * to the output holding the last result.
+ *
+ * The frames, the processing, the checks and the printed lines are those of
+ * common/video.c, which the MPI and ZeroMQ versions of the same pipeline
+ * (bench/pipeline) share.
  *
  * The topology has one input (role 1), one output (role 3) and any number
  * of processing tasks (role 2), as in Figure 16 (topology.xml: 3 of them,
@@ -36,7 +47,6 @@
  * eager dynamic scheduler. Each side subscribes and then looks once, so no
  * notification sent before its subscription is missed. The frame format is
  * a symbol the input writes, which the others wait for. */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +55,7 @@
 #include <sat_compat.h>
 
 #include "../common/check.h"
-#include "../common/image.h"
+#include "../common/video.h"
 
 #define FORMAT_SYMBOL "videostream/format"
 #define TICKET_ID 10
@@ -53,269 +63,33 @@
 #define IN_BASE 1000
 #define OUT_BASE 1000000
 #define STRIDE 1000
-#define MAX_LINES 8
 
 /* Input buffer states (0: never written). */
 enum { FULL = 1, TAKEN = 2, END = 3 };
 /* Output buffer states (0: never written). */
 enum { READY = 1, CONSUMED = 2 };
 
-/* What the input publishes as FORMAT_SYMBOL. */
-struct format {
-    uint32_t width;
-    uint32_t height;
-    uint32_t frames;
-    uint32_t workers;
-};
+/* The input publishes the format (struct video_format) as FORMAT_SYMBOL. */
 
 /* An input buffer: this header, then width * height gray pixels. */
 struct in_header {
     uint64_t state;
-    uint64_t frame;
-};
-
-/* A line found by the Hough transform: x cos(theta) + y sin(theta) = rho. */
-struct line {
-    int32_t theta; /* degrees, 0 to 179 */
-    int32_t rho;   /* pixels */
-    int32_t votes;
-    int32_t reserved;
+    struct video_frame f;
 };
 
 /* An output buffer: this header, then the width * height edge image. */
 struct out_header {
     uint64_t state;
-    uint64_t frame;
-    uint32_t nlines;
-    uint32_t reserved;
-    struct line lines[MAX_LINES];
+    struct video_result r;
 };
 
-static struct {
-    uint32_t frames, width, height;
-    const char *input;
-    const char *output;
-    int reference;
-} opt = {20, 320, 240, NULL, NULL, 0};
-
-static struct format fmt;
-
-/* ------------------------------------------------------------- the frames */
-
-#define PI 3.14159265358979323846
-static double cos_table[180], sin_table[180];
-
-static void init_tables(void) {
-    for (int t = 0; t < 180; t++) {
-        cos_table[t] = cos(t * PI / 180.0);
-        sin_table[t] = sin(t * PI / 180.0);
-    }
-}
-
-/* PATTERN with its %d (or %0Nd) replaced by n. */
-static void frame_path(char *out, size_t len, const char *pattern, uint32_t n) {
-    const char *p = strchr(pattern, '%');
-    size_t i = 0;
-    if (p == NULL) {
-        snprintf(out, len, "%s", pattern);
-        return;
-    }
-    const char *q = p + 1;
-    int zero = *q == '0';
-    int width = (int)strtol(q, (char **)&q, 10);
-    if (*q != 'd') {
-        snprintf(out, len, "%s", pattern);
-        return;
-    }
-    i = (size_t)(p - pattern) < len ? (size_t)(p - pattern) : len - 1;
-    memcpy(out, pattern, i);
-    snprintf(out + i, len - i, zero ? "%0*u%s" : "%*u%s", width, n, q + 1);
-}
-
-/* The line drawn in synthetic frame `id`. */
-static void drawn_line(uint32_t id, int *theta, int *rho) {
-    *theta = 10 + (int)((37u * id) % 160u);
-    double cx = fmt.width / 2.0, cy = fmt.height / 2.0;
-    *rho = (int)lround(cx * cos_table[*theta] + cy * sin_table[*theta]) + ((int)(id % 11) - 5) * 4;
-}
-
-/* Synthetic frame `id`: a smooth, slightly noisy background and one bright
- * straight line, a different one in each frame. */
-static void synthetic(uint32_t id, uint8_t *pixels) {
-    int theta, rho;
-    drawn_line(id, &theta, &rho);
-    for (uint32_t y = 0; y < fmt.height; y++) {
-        for (uint32_t x = 0; x < fmt.width; x++) {
-            uint32_t noise = (x * 7919u + y * 104729u + id * 31u) % 9u;
-            double d = x * cos_table[theta] + y * sin_table[theta] - rho;
-            pixels[(size_t)y * fmt.width + x] =
-                fabs(d) < 1.0 ? 230 : (uint8_t)(40 + x * 48 / fmt.width + y * 48 / fmt.height + noise);
-        }
-    }
-}
-
-/* Frame `id` from the --input files, as gray; 0, or -1 if it is missing. */
-static int from_file(uint32_t id, uint8_t *pixels) {
-    char path[4096], err[512];
-    struct image img, gray;
-    frame_path(path, sizeof path, opt.input, id);
-    if (image_read(path, &img, err, sizeof err) != 0) {
-        return -1;
-    }
-    EXPECT(img.width == fmt.width && img.height == fmt.height,
-           "input: %s is %ux%u, the stream is %ux%u", path, img.width, img.height, fmt.width,
-           fmt.height);
-    EXPECT(image_to_gray(&img, &gray) == 0, "out of memory");
-    memcpy(pixels, gray.pixels, image_bytes(&gray));
-    image_free(&gray);
-    image_free(&img);
-    return 0;
-}
-
-static void produce(uint32_t id, uint8_t *pixels) {
-    if (opt.input == NULL) {
-        synthetic(id, pixels);
-    } else {
-        EXPECT(from_file(id, pixels) == 0, "input: frame %u disappeared", id);
-    }
-}
-
-/* --------------------------------------------------------- the processing */
-
-/* 3x3 Sobel gradient magnitude, (|gx| + |gy|) / 4 clamped to 255; the
- * border is 0. */
-static void edges(const uint8_t *src, uint8_t *out) {
-    uint32_t w = fmt.width, h = fmt.height;
-    memset(out, 0, (size_t)w * h);
-    for (uint32_t y = 1; y + 1 < h; y++) {
-        for (uint32_t x = 1; x + 1 < w; x++) {
-            const uint8_t *p = src + (size_t)y * w + x;
-            int gx = (p[-(long)w + 1] + 2 * p[1] + p[w + 1]) - (p[-(long)w - 1] + 2 * p[-1] + p[w - 1]);
-            int gy = (p[w - 1] + 2 * p[w] + p[w + 1]) - (p[-(long)w - 1] + 2 * p[-(long)w] + p[-(long)w + 1]);
-            int m = (abs(gx) + abs(gy)) / 4;
-            out[(size_t)y * w + x] = (uint8_t)(m > 255 ? 255 : m);
-        }
-    }
-}
-
-#define EDGE_THRESHOLD 100
-#define PEAK_WINDOW 3
-
-/* The Hough transform of the edge image: every pixel above EDGE_THRESHOLD
- * votes for the lines through it; the local maxima above a second
- * threshold, strongest first, are the lines found. */
-static uint32_t hough(const uint8_t *edge, struct line *lines) {
-    int w = (int)fmt.width, h = (int)fmt.height;
-    int maxrho = (int)ceil(sqrt((double)w * w + (double)h * h));
-    int nrho = 2 * maxrho + 1;
-    int32_t *acc = calloc((size_t)180 * nrho, sizeof *acc);
-    EXPECT(acc != NULL, "out of memory");
-    for (int y = 0; y < h; y++) {
-        for (int x = 0; x < w; x++) {
-            if (edge[(size_t)y * w + x] < EDGE_THRESHOLD) {
-                continue;
-            }
-            for (int t = 0; t < 180; t++) {
-                int r = (int)lround(x * cos_table[t] + y * sin_table[t]);
-                acc[t * nrho + r + maxrho]++;
-            }
-        }
-    }
-    int32_t threshold = (w < h ? w : h) / 4;
-    uint32_t n = 0;
-    for (int t = 0; t < 180; t++) {
-        for (int r = 0; r < nrho; r++) {
-            int32_t v = acc[t * nrho + r];
-            if (v < threshold) {
-                continue;
-            }
-            int peak = 1;
-            for (int dt = -PEAK_WINDOW; peak && dt <= PEAK_WINDOW; dt++) {
-                for (int dr = -PEAK_WINDOW; peak && dr <= PEAK_WINDOW; dr++) {
-                    int t2 = t + dt, r2 = r + dr;
-                    if ((dt == 0 && dr == 0) || t2 < 0 || t2 >= 180 || r2 < 0 || r2 >= nrho) {
-                        continue;
-                    }
-                    int32_t u = acc[t2 * nrho + r2];
-                    /* ties go to the first cell in scan order */
-                    if (u > v || (u == v && (dt < 0 || (dt == 0 && dr < 0)))) {
-                        peak = 0;
-                    }
-                }
-            }
-            if (!peak) {
-                continue;
-            }
-            struct line l = {t, r - maxrho, v, 0};
-            uint32_t i = n < MAX_LINES ? n++ : MAX_LINES;
-            if (i == MAX_LINES) {
-                if (lines[MAX_LINES - 1].votes >= v) {
-                    continue;
-                }
-                i = MAX_LINES - 1;
-            }
-            while (i > 0 && lines[i - 1].votes < v) {
-                lines[i] = lines[i - 1];
-                i--;
-            }
-            lines[i] = l;
-        }
-    }
-    free(acc);
-    return n;
-}
-
-/* The whole processing of one frame. */
-static uint32_t process_frame(const uint8_t *frame, uint8_t *edge, struct line *lines) {
-    edges(frame, edge);
-    return hough(edge, lines);
-}
-
-/* Whether the strongest of the lines found in synthetic frame `id` is the
- * line drawn there; if not, says so (`who` is the role). */
-static int drawn_line_found(const char *who, uint32_t id, const struct line *lines, uint32_t n) {
-    int theta, rho;
-    drawn_line(id, &theta, &rho);
-    if (n > 0 && abs(lines[0].theta - theta) <= 2 && abs(lines[0].rho - rho) <= 4) {
-        return 1;
-    }
-    printf("%s: frame %u: drew theta %d rho %d, found theta %d rho %d\n", who, id, theta, rho,
-           n > 0 ? lines[0].theta : -1, n > 0 ? lines[0].rho : -1);
-    return 0;
-}
-
-/* The size of the stream and its number of frames, from the options or
- * the --input files: fmt.width, fmt.height, fmt.frames. */
-static void stream_format(void) {
-    fmt.width = opt.width;
-    fmt.height = opt.height;
-    fmt.frames = opt.frames;
-    if (opt.input == NULL) {
-        return;
-    }
-    char path[4096], err[512];
-    struct image img;
-    frame_path(path, sizeof path, opt.input, 0);
-    EXPECT(image_read(path, &img, err, sizeof err) == 0, "input: %s", err);
-    fmt.width = img.width;
-    fmt.height = img.height;
-    image_free(&img);
-    uint32_t n = 0;
-    for (; n < opt.frames; n++) {
-        frame_path(path, sizeof path, opt.input, n);
-        FILE *f = fopen(path, "rb");
-        if (f == NULL) {
-            break;
-        }
-        fclose(f);
-    }
-    fmt.frames = n;
-}
+static struct video_options opt;
+static struct video_format fmt;
 
 /* ---------------------------------------------------------------- buffers */
 
-static size_t in_size(void) { return sizeof(struct in_header) + (size_t)fmt.width * fmt.height; }
-static size_t out_size(void) { return sizeof(struct out_header) + (size_t)fmt.width * fmt.height; }
+static size_t in_size(void) { return sizeof(struct in_header) + video_frame_bytes(&fmt); }
+static size_t out_size(void) { return sizeof(struct out_header) + video_frame_bytes(&fmt); }
 
 static Chunk_t *buffer(uint64_t base, uint32_t p, size_t size) {
     Chunk_t *c = CHECK_PTR(MALLOC(NULL, base + (uint64_t)p * STRIDE, size));
@@ -341,6 +115,7 @@ static struct {
     int64_t *given; /* the frame each task was last given, -1: none */
     uint32_t consumed;
     uint32_t *index; /* index[p] == p: the handlers' parameters */
+    uint64_t start_ns; /* the clock before producing frame 0 */
 } input_state;
 
 /* Gives task p the next frame, or the end of the stream. */
@@ -349,13 +124,18 @@ static void give(uint32_t p) {
     struct in_header *hd = (struct in_header *)in->data;
     CHECK(WRITE(in));
     if (input_state.next < fmt.frames) {
+        if (input_state.next == 0) {
+            input_state.start_ns = video_now_ns();
+        }
         hd->state = FULL;
-        hd->frame = input_state.next;
-        produce(input_state.next, (uint8_t *)in->data + sizeof *hd);
+        hd->f.frame = input_state.next;
+        hd->f.start_ns = input_state.start_ns;
+        video_produce(&opt, &fmt, input_state.next, (uint8_t *)in->data + sizeof *hd);
         input_state.given[p] = input_state.next++;
     } else {
         hd->state = END;
-        hd->frame = 0;
+        hd->f.frame = 0;
+        hd->f.start_ns = input_state.start_ns;
         input_state.given[p] = -1;
     }
     CHECK(RELEASE(in));
@@ -372,7 +152,7 @@ static void input_handler(Chunk_t *out, void *params) {
     struct out_header hd;
     memcpy(&hd, out->data, sizeof hd);
     CHECK(RELEASE(out));
-    if (hd.state != CONSUMED || (int64_t)hd.frame != input_state.given[p]) {
+    if (hd.state != CONSUMED || (int64_t)hd.r.frame != input_state.given[p]) {
         return;
     }
     input_state.consumed++;
@@ -390,7 +170,7 @@ static void input_handler(Chunk_t *out, void *params) {
 
 static void input(_SAT_Bootstrap_t *b) {
     (void)b;
-    stream_format();
+    video_stream_format(&opt, &fmt);
     int clients = clientGetClientNr();
     EXPECT(clients >= 3, "the run needs an input, an output and a processing task");
     fmt.workers = (uint32_t)clients - 2;
@@ -440,8 +220,7 @@ static void worker_handler(Chunk_t *in, void *params) {
     CHECK(READWRITE(in));
     struct in_header taken = *(struct in_header *)in->data;
     if (taken.state == FULL) {
-        memcpy(worker_state.frame, (uint8_t *)in->data + sizeof taken,
-               (size_t)fmt.width * fmt.height);
+        memcpy(worker_state.frame, (uint8_t *)in->data + sizeof taken, video_frame_bytes(&fmt));
         ((struct in_header *)in->data)->state = TAKEN;
     }
     CHECK(RELEASE(in));
@@ -456,14 +235,15 @@ static void worker_handler(Chunk_t *in, void *params) {
     struct out_header out;
     memset(&out, 0, sizeof out);
     out.state = READY;
-    out.frame = taken.frame;
-    out.nlines = process_frame(worker_state.frame, worker_state.edge, out.lines);
+    out.r.frame = taken.f.frame;
+    out.r.start_ns = taken.f.start_ns;
+    out.r.nlines = video_process_frame(&fmt, worker_state.frame, worker_state.edge, out.r.lines);
     /* The input gives this task a frame only once its last result was
      * consumed, so OUT(p) is free. */
     CHECK(WRITE(worker_state.out));
     memcpy(worker_state.out->data, &out, sizeof out);
     memcpy((uint8_t *)worker_state.out->data + sizeof out, worker_state.edge,
-           (size_t)fmt.width * fmt.height);
+           video_frame_bytes(&fmt));
     CHECK(RELEASE(worker_state.out));
     worker_state.done++;
 }
@@ -480,8 +260,8 @@ static void worker(_SAT_Bootstrap_t *b) {
     worker_state.p = (uint32_t)p;
     worker_state.in = buffer(IN_BASE, worker_state.p, in_size());
     worker_state.out = buffer(OUT_BASE, worker_state.p, out_size());
-    worker_state.frame = malloc((size_t)fmt.width * fmt.height);
-    worker_state.edge = malloc((size_t)fmt.width * fmt.height);
+    worker_state.frame = malloc(video_frame_bytes(&fmt));
+    worker_state.edge = malloc(video_frame_bytes(&fmt));
     EXPECT(worker_state.frame && worker_state.edge, "out of memory");
     printf("worker %u: rank %u\n", worker_state.p, b->rank);
     CHECK(SUBSCRIBE(worker_state.in, worker_handler, NULL));
@@ -493,37 +273,10 @@ static void worker(_SAT_Bootstrap_t *b) {
 
 static struct {
     Chunk_t **out;
-    uint8_t *seen;
-    uint32_t nseen, right, found;
     uint32_t *index;
-    uint8_t *frame, *edge;
+    uint8_t *edge;
+    struct video_collector results;
 } output_state;
-
-/* Writes a result frame: the edges in gray, the lines found in red. */
-static void write_result(uint32_t id, const uint8_t *edge, const struct line *lines,
-                         uint32_t nlines) {
-    char path[4096], err[512];
-    struct image img = {fmt.width, fmt.height, 3, malloc((size_t)fmt.width * fmt.height * 3)};
-    EXPECT(img.pixels != NULL, "out of memory");
-    for (uint32_t y = 0; y < fmt.height; y++) {
-        for (uint32_t x = 0; x < fmt.width; x++) {
-            size_t i = (size_t)y * fmt.width + x;
-            uint8_t *px = img.pixels + 3 * i;
-            px[0] = px[1] = px[2] = edge[i];
-            for (uint32_t k = 0; k < nlines; k++) {
-                double d = x * cos_table[lines[k].theta] + y * sin_table[lines[k].theta] - lines[k].rho;
-                if (fabs(d) < 0.6) {
-                    px[0] = 0;
-                    px[1] = 0;
-                    px[2] = 255;
-                }
-            }
-        }
-    }
-    frame_path(path, sizeof path, opt.output, id);
-    EXPECT(image_write(path, &img, err, sizeof err) == 0, "output: %s", err);
-    image_free(&img);
-}
 
 /* OUT(p) changed: record a result not consumed yet, once. */
 static void output_handler(Chunk_t *out, void *params) {
@@ -532,58 +285,26 @@ static void output_handler(Chunk_t *out, void *params) {
     CHECK(READ(out));
     uint64_t state = hd->state;
     CHECK(RELEASE(out));
-    if (state != READY || output_state.nseen == fmt.frames) {
+    if (state != READY || output_state.results.nseen == fmt.frames) {
         return;
     }
     CHECK(READWRITE(out));
     struct out_header got = *hd;
     if (got.state == READY) {
-        memcpy(output_state.edge, (uint8_t *)out->data + sizeof got,
-               (size_t)fmt.width * fmt.height);
+        memcpy(output_state.edge, (uint8_t *)out->data + sizeof got, video_frame_bytes(&fmt));
         ((struct out_header *)out->data)->state = CONSUMED;
     }
     CHECK(RELEASE(out));
     if (got.state != READY) {
         return;
     }
-    uint32_t id = (uint32_t)got.frame;
-    EXPECT(id < fmt.frames, "output: frame %u from task %u: there are %u frames", id, p,
-           fmt.frames);
-    EXPECT(!output_state.seen[id], "output: frame %u came out twice", id);
-    EXPECT(got.nlines <= MAX_LINES, "output: frame %u has %u lines", id, got.nlines);
-    output_state.seen[id] = 1;
-    output_state.nseen++;
-    printf("output: got frame %u from task %u\n", id, p);
-    if (opt.input == NULL) {
-        /* Synthetic frames can be checked: the same computation here, and
-         * the line drawn must be the strongest one found. */
-        struct line lines[MAX_LINES];
-        synthetic(id, output_state.frame);
-        uint8_t *edge = malloc((size_t)fmt.width * fmt.height);
-        EXPECT(edge != NULL, "out of memory");
-        uint32_t n = process_frame(output_state.frame, edge, lines);
-        EXPECT(n == got.nlines && memcmp(lines, got.lines, n * sizeof *lines) == 0 &&
-                   memcmp(edge, output_state.edge, (size_t)fmt.width * fmt.height) == 0,
-               "output: frame %u came out wrong", id);
-        free(edge);
-        output_state.right++;
-        output_state.found += (uint32_t)drawn_line_found("output", id, got.lines, got.nlines);
-    }
-    if (opt.output != NULL) {
-        write_result(id, output_state.edge, got.lines, got.nlines);
-    }
-    if (output_state.nseen < fmt.frames) {
+    if (!video_collect(&output_state.results, p, &got.r, output_state.edge)) {
         return;
     }
     for (uint32_t q = 0; q < fmt.workers; q++) {
         CHECK(UNSUBSCRIBE(output_state.out[q]));
     }
-    if (opt.input == NULL) {
-        printf("output: %u frames, each exactly once, %u right; the drawn line found in %u of %u\n",
-               output_state.nseen, output_state.right, output_state.found, fmt.frames);
-    } else {
-        printf("output: %u frames, each exactly once\n", output_state.nseen);
-    }
+    video_collector_finish(&output_state.results);
 }
 
 static void output(_SAT_Bootstrap_t *b) {
@@ -592,18 +313,15 @@ static void output(_SAT_Bootstrap_t *b) {
     uint32_t n = fmt.workers;
     output_state.out = calloc(n, sizeof *output_state.out);
     output_state.index = calloc(n, sizeof *output_state.index);
-    output_state.seen = calloc(fmt.frames, 1);
-    output_state.frame = malloc((size_t)fmt.width * fmt.height);
-    output_state.edge = malloc((size_t)fmt.width * fmt.height);
-    EXPECT(output_state.out && output_state.index && output_state.seen && output_state.frame &&
-               output_state.edge,
-           "out of memory");
+    output_state.edge = malloc(video_frame_bytes(&fmt));
+    EXPECT(output_state.out && output_state.index && output_state.edge, "out of memory");
+    video_collector_init(&output_state.results, &opt, &fmt);
     for (uint32_t p = 0; p < n; p++) {
         output_state.index[p] = p;
         output_state.out[p] = buffer(OUT_BASE, p, out_size());
         CHECK(SUBSCRIBE(output_state.out[p], output_handler, &output_state.index[p]));
     }
-    for (uint32_t p = 0; p < n && output_state.nseen < fmt.frames; p++) {
+    for (uint32_t p = 0; p < n && output_state.results.nseen < fmt.frames; p++) {
         output_handler(output_state.out[p], &output_state.index[p]);
     }
 }
@@ -614,21 +332,21 @@ static void output(_SAT_Bootstrap_t *b) {
  * other in one plain process, no S-DSM; the same result files as the
  * output role writes. */
 static int reference(void) {
-    stream_format();
+    video_stream_format(&opt, &fmt);
     EXPECT(fmt.frames > 0, "reference: no frames");
-    size_t size = (size_t)fmt.width * fmt.height;
+    size_t size = video_frame_bytes(&fmt);
     uint8_t *frame = malloc(size), *edge = malloc(size);
     EXPECT(frame && edge, "out of memory");
     uint32_t found = 0;
     for (uint32_t id = 0; id < fmt.frames; id++) {
-        struct line lines[MAX_LINES];
-        produce(id, frame);
-        uint32_t n = process_frame(frame, edge, lines);
+        struct video_line lines[VIDEO_MAX_LINES];
+        video_produce(&opt, &fmt, id, frame);
+        uint32_t n = video_process_frame(&fmt, frame, edge, lines);
         if (opt.input == NULL) {
-            found += (uint32_t)drawn_line_found("reference", id, lines, n);
+            found += (uint32_t)video_drawn_line_found(&fmt, "reference", id, lines, n);
         }
         if (opt.output != NULL) {
-            write_result(id, edge, lines, n);
+            video_write_result(&opt, &fmt, id, edge, lines, n);
         }
     }
     free(frame);
@@ -644,27 +362,9 @@ static int reference(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    for (int i = 1; i < argc; i++) {
-        int more = i + 1 < argc;
-        if (strcmp(argv[i], "--reference") == 0) {
-            opt.reference = 1;
-        } else if (more && strcmp(argv[i], "--frames") == 0) {
-            opt.frames = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (more && strcmp(argv[i], "--width") == 0) {
-            opt.width = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (more && strcmp(argv[i], "--height") == 0) {
-            opt.height = (uint32_t)strtoul(argv[++i], NULL, 10);
-        } else if (more && strcmp(argv[i], "--input") == 0) {
-            opt.input = argv[++i];
-        } else if (more && strcmp(argv[i], "--output") == 0) {
-            opt.output = argv[++i];
-        }
-    }
-    if (opt.width < 8 || opt.height < 8 || opt.width > 4096 || opt.height > 4096) {
-        fprintf(stderr, "videostream: frames must be 8x8 to 4096x4096\n");
+    if (video_options(argc, argv, "videostream", &opt) != 0) {
         return 1;
     }
-    init_tables();
     if (opt.reference) {
         return reference();
     }

@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""The video pipeline of section 3.2 of the SAT report (Figure 16) measured
+three ways: SAT (examples-c/videostream), MPI (bench/pipeline/videostream_mpi,
+Open MPI) and ZeroMQ (bench/pipeline/videostream_zmq, libzmq), with the same
+frames, roles, scheduling, processing code and number of application
+processes: 1 input, W processing tasks and 1 output (plus the SAT server).
+
+    python3 bench/pipeline.py --satrun target/release/satrun \\
+        --sat-prog examples-c/build/videostream \\
+        --mpi-prog bench/pipeline/build/videostream_mpi \\
+        --zmq-prog bench/pipeline/build/videostream_zmq [--runs 5] [--json]
+
+Each run prints the rate the output role measured ("output: N frames in S s:
+F frames/s", from the input starting to produce frame 0 to the output holding
+the last result; the output does not recompute frames: --no-check); the
+script takes N / S. The systems run interleaved (run 1 of each, then run 2 of
+each, ...), so that a slow spell of the machine hits all of them; it prints
+the median frames/s of each, the range, and the ratios of SAT's medians to
+MPI's and ZeroMQ's, all from this one invocation.
+
+Systems (--systems, comma-separated; the default is the first five):
+  sat-shm        SAT over libfabric's shm provider
+  sat-tcp        SAT over libfabric's tcp provider
+  sat-shm-stats  sat-shm with SAT_STATS=<a temporary folder>: the cost of the
+                 statistics stream (the folder is removed afterwards)
+  mpi            Open MPI, shared-memory BTL vader (`--mca pml ob1 --mca btl
+                 self,vader`) with `--mca mpi_yield_when_idle 1`
+  zmq            ZeroMQ over ipc:// endpoints (Unix domain sockets)
+  mpi-poll       Open MPI as `mpi` but polling while it waits (Open MPI's
+                 default), to compare: on a machine with fewer cores than
+                 processes the polling input and output take CPU time from
+                 the processing tasks
+
+The number of processing tasks W is the number of role-2 entries of the SAT
+topology (--topology, default bench/pipeline/sat-1server.xml: 1 server, 1
+input, 2 tasks, 1 output); MPI gets W + 2 ranks, ZeroMQ --workers W.
+
+Every run must end within --timeout seconds (its whole process group is
+killed otherwise), must succeed, must report every frame exactly once (the
+output's summary line, the input's, and the tasks' counts adding up), and
+must leave nothing behind in /dev/shm; the script fails loudly otherwise.
+
+Python 3 standard library only. `run_all(...)` is the measurement as a
+function returning the dict `--json` prints.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_TOPOLOGY = os.path.join(HERE, "pipeline", "sat-1server.xml")
+DEFAULT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats", "mpi", "zmq"]
+ALL_SYSTEMS = DEFAULT_SYSTEMS + ["mpi-poll"]
+SAT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats"]
+# Open MPI on one node: its shared-memory BTL only (and self).
+MPI_TRANSPORT = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+MPI_YIELD = ["--mca", "mpi_yield_when_idle", "1"]
+
+# 640x480 (VGA) frames, 300 of them: with 2 processing tasks on a 2-core
+# machine a run of each system takes about 2 to 5 s (README of bench/pipeline).
+DEFAULT_FRAMES = 300
+DEFAULT_WIDTH = 640
+DEFAULT_HEIGHT = 480
+DEFAULT_TIMEOUT = 120.0
+
+RATE = re.compile(r"output: (\d+) frames in ([0-9.]+) s: ([0-9.]+) frames/s")
+SUMMARY = re.compile(r"output: (\d+) frames, each exactly once")
+GIVEN = re.compile(r"input: (\d+) frames given and consumed")
+PROCESSED = re.compile(r"worker (\d+): processed (\d+) frames")
+
+
+class BenchError(Exception):
+    """A run that failed, timed out, miscounted or left files behind."""
+
+
+def workers_of(topology):
+    """The number of processing tasks (role 2) and of processes of a topology."""
+    root = ET.parse(topology).getroot()
+    entries = root.iter("topology")
+    roles = [e.get("role") for e in entries]
+    return roles.count("2"), len(roles)
+
+
+def shm_entries():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def shm_in_use():
+    """The /dev/shm files some process has open or mapped."""
+    used = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    i = line.find("/dev/shm/")
+                    if i >= 0:
+                        used.add(line[i + 9 :].split(" (deleted)")[0].strip())
+        except OSError:
+            pass
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("/dev/shm/"):
+                    used.add(target[9:])
+        except OSError:
+            pass
+    return used
+
+
+def left_in_shm(before, started):
+    """/dev/shm entries a run left: new since `before`, made after `started`,
+    and open or mapped by no process (other programs on the machine may make
+    their own files meanwhile)."""
+    new = []
+    for name in sorted(shm_entries() - before):
+        try:
+            if os.stat(os.path.join("/dev/shm", name)).st_mtime >= started - 1:
+                new.append(name)
+        except FileNotFoundError:
+            pass
+    if not new:
+        return []
+    used = shm_in_use()
+    return [name for name in new if name not in used]
+
+
+def kill_group(proc):
+    """Ends the run's whole process group: SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def run_once(name, cmd, env, timeout, frames, workers):
+    """Runs one command (its own session and process group) and returns
+    the frames/s and seconds its output role reported."""
+    before = shm_entries()
+    started = time.time()
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        raise BenchError(
+            f"{name}: no end after {timeout:g} s, stopped\n$ {' '.join(cmd)}\n{tail(out, err)}"
+        )
+    except BaseException:
+        kill_group(proc)
+        proc.communicate()
+        raise
+    # Whatever the run started must have ended with it.
+    try:
+        os.killpg(proc.pid, 0)
+        kill_group(proc)
+        stray = True
+    except ProcessLookupError:
+        stray = False
+
+    def fail(why):
+        return BenchError(f"{name}: {why}\n$ {' '.join(cmd)}\n{tail(out, err)}")
+
+    if proc.returncode != 0:
+        raise fail(f"exit status {proc.returncode}")
+    if stray:
+        raise fail("processes of the run outlived it (now killed)")
+    time.sleep(0.05)
+    left = left_in_shm(before, started)
+    if left:
+        raise fail(f"files left in /dev/shm: {', '.join(left)}")
+    rates = RATE.findall(out)
+    if len(rates) != 1:
+        raise fail(f"{len(rates)} frames/s lines, not 1")
+    n, seconds = int(rates[0][0]), float(rates[0][1])
+    if n != frames or seconds <= 0:
+        raise fail(f"the output role timed {n} frames in {seconds} s, not {frames}")
+    summary = [int(x) for x in SUMMARY.findall(out)]
+    if summary != [frames]:
+        raise fail(f"the output role did not report {frames} frames, each exactly once")
+    given = [int(x) for x in GIVEN.findall(out)]
+    if given != [frames]:
+        raise fail(f"the input did not report {frames} frames given and consumed")
+    done = {int(p): int(k) for p, k in PROCESSED.findall(out)}
+    if sorted(done) != list(range(workers)) or sum(done.values()) != frames:
+        raise fail(f"the tasks processed {done}, not {frames} frames among {workers}")
+    return n / seconds, seconds
+
+
+def tail(out, err, lines=15):
+    def last(s):
+        return "\n".join((s or "").rstrip().splitlines()[-lines:])
+
+    return f"--- stdout (end)\n{last(out)}\n--- stderr (end)\n{last(err)}"
+
+
+def commands(args, workers, nprocs, stats_dir):
+    """The command line and environment of each system."""
+    prog_args = [
+        "--frames",
+        str(args["frames"]),
+        "--width",
+        str(args["width"]),
+        "--height",
+        str(args["height"]),
+    ]
+    if not args["check"]:
+        prog_args.append("--no-check")
+    env = dict(os.environ)
+    env.pop("SAT_STATS", None)
+
+    def sat(provider):
+        return [
+            args["satrun"],
+            "-n",
+            str(nprocs),
+            "--topology",
+            args["topology"],
+            "--provider",
+            provider,
+            "--",
+            args["sat_prog"],
+        ] + prog_args
+
+    def mpi(yield_when_idle):
+        cmd = [args["mpirun"]]
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+        cmd += ["--oversubscribe"] + MPI_TRANSPORT
+        if yield_when_idle:
+            cmd += MPI_YIELD
+        return cmd + ["-n", str(workers + 2), args["mpi_prog"]] + prog_args
+
+    stats_env = dict(env, SAT_STATS=stats_dir)
+    return {
+        "sat-shm": (sat("shm"), env),
+        "sat-tcp": (sat("tcp"), env),
+        "sat-shm-stats": (sat("shm"), stats_env),
+        "mpi": (mpi(True), env),
+        "mpi-poll": (mpi(False), env),
+        "zmq": ([args["zmq_prog"], "--workers", str(workers)] + prog_args, env),
+    }
+
+
+def run_all(
+    satrun,
+    sat_prog,
+    mpi_prog,
+    zmq_prog,
+    runs=5,
+    frames=DEFAULT_FRAMES,
+    width=DEFAULT_WIDTH,
+    height=DEFAULT_HEIGHT,
+    systems=None,
+    topology=DEFAULT_TOPOLOGY,
+    mpirun="mpirun",
+    timeout=DEFAULT_TIMEOUT,
+    check=False,
+    log=None,
+):
+    """Measures the systems, interleaved, `runs` times each. Returns a dict:
+    the parameters, and for each system its samples (frames/s, seconds),
+    median, min and max, its command line, and for each SAT system the
+    ratios of its median to MPI's and ZeroMQ's (when measured). `log(text)`
+    is told of each run. Raises BenchError on any bad run."""
+    systems = list(systems or DEFAULT_SYSTEMS)
+    unknown = [s for s in systems if s not in ALL_SYSTEMS]
+    if unknown:
+        raise BenchError(f"unknown systems {unknown}; known: {', '.join(ALL_SYSTEMS)}")
+    if runs < 1 or frames < 1:
+        raise BenchError("--runs and --frames must be at least 1")
+    workers, nprocs = workers_of(topology)
+    if workers < 1:
+        raise BenchError(f"{topology}: no processing task (role 2)")
+    progs = {"sat": [satrun, sat_prog], "mpi": [mpi_prog], "zmq": [zmq_prog]}
+    for s in systems:
+        for p in progs[s.split("-")[0]]:
+            if not (p and os.path.isfile(p) and os.access(p, os.X_OK)):
+                raise BenchError(f"{s}: no program {p!r} (build it first, see bench/pipeline.py -h)")
+    if any(s.startswith("mpi") for s in systems) and shutil.which(mpirun) is None:
+        raise BenchError(f"no {mpirun}: run scripts/setup.sh --bench")
+
+    load_before = os.getloadavg()
+    stats_dir = tempfile.mkdtemp(prefix="sat-pipeline-stats-")
+    try:
+        cmds = commands(
+            {
+                "satrun": satrun,
+                "sat_prog": sat_prog,
+                "mpi_prog": mpi_prog,
+                "zmq_prog": zmq_prog,
+                "topology": topology,
+                "mpirun": mpirun,
+                "frames": frames,
+                "width": width,
+                "height": height,
+                "check": check,
+            },
+            workers,
+            nprocs,
+            stats_dir,
+        )
+        samples = {s: [] for s in systems}
+        seconds = {s: [] for s in systems}
+        for r in range(runs):
+            for s in systems:
+                cmd, env = cmds[s]
+                fps, secs = run_once(s, cmd, env, timeout, frames, workers)
+                samples[s].append(fps)
+                seconds[s].append(secs)
+                if log:
+                    log(f"run {r + 1}/{runs} {s}: {fps:.1f} frames/s ({secs:.3f} s)")
+        stats_files = len(os.listdir(stats_dir))
+    finally:
+        shutil.rmtree(stats_dir, ignore_errors=True)
+
+    result = {
+        "frames": frames,
+        "width": width,
+        "height": height,
+        "workers": workers,
+        "processes": {"sat": nprocs, "mpi": workers + 2, "zmq": workers + 2},
+        "runs": runs,
+        "check": check,
+        "cpus": os.cpu_count(),
+        # The machine's load averages (1, 5, 15 min) before and after: other
+        # work on it shows here, and in the spread of the samples.
+        "loadavg": {"before": list(load_before), "after": list(os.getloadavg())},
+        "topology": os.path.abspath(topology),
+        "systems": {},
+        "ratios": {},
+    }
+    for s in systems:
+        v = samples[s]
+        result["systems"][s] = {
+            "median": statistics.median(v),
+            "min": min(v),
+            "max": max(v),
+            "samples": v,
+            "seconds": seconds[s],
+            "command": cmds[s][0],
+        }
+    if "sat-shm-stats" in systems:
+        result["systems"]["sat-shm-stats"]["stats_files"] = stats_files
+    for s in systems:
+        if s not in SAT_SYSTEMS:
+            continue
+        ratios = {}
+        for peer in ("mpi", "zmq"):
+            if peer in systems:
+                ratios[peer] = result["systems"][s]["median"] / result["systems"][peer]["median"]
+        result["ratios"][s] = ratios
+    return result
+
+
+def table(result):
+    """The result as a text table."""
+    lines = [
+        f"video pipeline: {result['frames']} frames of {result['width']}x{result['height']}, "
+        f"1 input, {result['workers']} processing tasks, 1 output "
+        f"(SAT: + {result['processes']['sat'] - result['workers'] - 2} server); "
+        f"median of {result['runs']} runs, interleaved; {result['cpus']} CPUs, load average "
+        f"{result['loadavg']['before'][0]:.2f} before, {result['loadavg']['after'][0]:.2f} after",
+        "",
+        f"{'system':<15} {'median f/s':>10} {'min-max f/s':>15} {'SAT/MPI':>8} {'SAT/ZeroMQ':>10}",
+    ]
+    for s, d in result["systems"].items():
+        r = result["ratios"].get(s, {})
+        mpi = f"{r['mpi']:.2f}" if "mpi" in r else ""
+        zmq = f"{r['zmq']:.2f}" if "zmq" in r else ""
+        span = f"{d['min']:.1f}-{d['max']:.1f}"
+        lines.append(f"{s:<15} {d['median']:>10.1f} {span:>15} {mpi:>8} {zmq:>10}")
+    if "sat-shm-stats" in result["systems"]:
+        n = result["systems"]["sat-shm-stats"].get("stats_files", 0)
+        lines.append("")
+        lines.append(
+            f"sat-shm-stats: SAT_STATS wrote {n} file(s)"
+            + ("" if n else " (the statistics stream is not there: the variable was ignored)")
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--satrun", default=os.path.join(ROOT, "target", "release", "satrun"))
+    p.add_argument("--sat-prog", default=os.path.join(ROOT, "examples-c", "build", "videostream"))
+    p.add_argument(
+        "--mpi-prog", default=os.path.join(HERE, "pipeline", "build", "videostream_mpi")
+    )
+    p.add_argument(
+        "--zmq-prog", default=os.path.join(HERE, "pipeline", "build", "videostream_zmq")
+    )
+    p.add_argument("--mpirun", default="mpirun")
+    p.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="the SAT topology (and W)")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--frames", type=int, default=DEFAULT_FRAMES)
+    p.add_argument("--width", type=int, default=DEFAULT_WIDTH)
+    p.add_argument("--height", type=int, default=DEFAULT_HEIGHT)
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS))
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per run")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="the output role recomputes and checks every frame (slower; not for the figures)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the table"
+    )
+    p.add_argument("--quiet", action="store_true", help="no line per run on stderr")
+    a = p.parse_args(argv)
+
+    def log(text):
+        if not a.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    try:
+        result = run_all(
+            a.satrun,
+            a.sat_prog,
+            a.mpi_prog,
+            a.zmq_prog,
+            runs=a.runs,
+            frames=a.frames,
+            width=a.width,
+            height=a.height,
+            systems=[s.strip() for s in a.systems.split(",") if s.strip()],
+            topology=a.topology,
+            mpirun=a.mpirun,
+            timeout=a.timeout,
+            check=a.check,
+            log=log,
+        )
+    except BenchError as e:
+        print(f"pipeline.py: FAILED: {e}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
