@@ -39,14 +39,22 @@
  * 2workers.xml: 2, each with 2 servers). As in the report, the
  * channels are shared buffers and there is no explicit synchronization in
  * the user code: exclusive write scopes and publish-subscribe carry it.
- * For each processing task p, an input buffer IN(p) and an output buffer
+ * For each processing task p, an input channel IN(p) and an output channel
  * OUT(p). The input task writes a frame into IN(p); that notifies task p,
  * which takes the frame, computes, and writes OUT(p); that notifies the
  * output task, which records the result and marks it consumed; that
  * notifies the input task, for which task p is free for the next frame: an
  * eager dynamic scheduler. Each side subscribes and then looks once, so no
  * notification sent before its subscription is missed. The frame format is
- * a symbol the input writes, which the others wait for. */
+ * a symbol the input writes, which the others wait for.
+ *
+ * A channel is two objects: a small control chunk (the state and the
+ * frame's header), which the handlers watch and flip, and the pixels, a
+ * chain written once per frame and read once. Flipping a state therefore
+ * moves a few bytes, not the frame: the pixels cross the S-DSM once on
+ * their way in and once on their way out of a processing task. The pixels
+ * are released before the control chunk that announces them, so whoever
+ * sees the announcement and then acquires the pixels gets this frame's. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +67,8 @@
 
 #define FORMAT_SYMBOL "videostream/format"
 #define TICKET_ID 10
-/* Buffer p takes chunk ids from IN_BASE + p * STRIDE (and OUT_BASE ...). */
+/* Channel p's control chunk is IN_BASE + p * STRIDE (OUT_BASE ...); its
+ * pixels are the next chunk id. */
 #define IN_BASE 1000
 #define OUT_BASE 1000000
 #define STRIDE 1000
@@ -71,16 +80,22 @@ enum { READY = 1, CONSUMED = 2 };
 
 /* The input publishes the format (struct video_format) as FORMAT_SYMBOL. */
 
-/* An input buffer: this header, then width * height gray pixels. */
+/* The control chunk of IN(p); its pixels are width * height gray bytes. */
 struct in_header {
     uint64_t state;
     struct video_frame f;
 };
 
-/* An output buffer: this header, then the width * height edge image. */
+/* The control chunk of OUT(p); its pixels are the width * height edge image. */
 struct out_header {
     uint64_t state;
     struct video_result r;
+};
+
+/* A channel: its control chunk and its pixels. */
+struct channel {
+    Chunk_t *ctl;
+    Chunk_t *pixels;
 };
 
 static struct video_options opt;
@@ -88,14 +103,19 @@ static struct video_format fmt;
 
 /* ---------------------------------------------------------------- buffers */
 
-static size_t in_size(void) { return sizeof(struct in_header) + video_frame_bytes(&fmt); }
-static size_t out_size(void) { return sizeof(struct out_header) + video_frame_bytes(&fmt); }
-
-static Chunk_t *buffer(uint64_t base, uint32_t p, size_t size) {
-    Chunk_t *c = CHECK_PTR(MALLOC(NULL, base + (uint64_t)p * STRIDE, size));
-    EXPECT(c->nchunks <= STRIDE, "a frame buffer takes %zu chunks; at most %d fit", c->nchunks,
-           STRIDE);
-    return c;
+/* Channel p at `base` (IN_BASE or OUT_BASE), its control chunk of
+ * `header` bytes (allocated by whichever process comes first). */
+static struct channel channel(uint64_t base, uint32_t p, size_t header) {
+    uint64_t id = base + (uint64_t)p * STRIDE;
+    struct channel ch;
+    ch.ctl = CHECK_PTR(MALLOC(NULL, id, header));
+    /* The pixels are one chunk of a frame's size (MALLOC_LST sets sizes),
+     * not a chain of default-sized chunks: a chain's chunks are acquired
+     * one after the other, one round trip to the home each. */
+    unsigned long pixels_id = (unsigned long)(id + 1);
+    unsigned long pixels_size = (unsigned long)video_frame_bytes(&fmt);
+    ch.pixels = CHECK_PTR(MALLOC_LST(NULL, SAT_LIST(pixels_id), SAT_LIST(pixels_size)));
+    return ch;
 }
 
 static void read_format(void) {
@@ -110,7 +130,8 @@ static void read_format(void) {
 /* ------------------------------------------------------------------ input */
 
 static struct {
-    Chunk_t **in;
+    struct channel *in;
+    Chunk_t **out_ctl;
     uint32_t next;
     int64_t *given; /* the frame each task was last given, -1: none */
     uint32_t consumed;
@@ -120,25 +141,27 @@ static struct {
 
 /* Gives task p the next frame, or the end of the stream. */
 static void give(uint32_t p) {
-    Chunk_t *in = input_state.in[p];
-    struct in_header *hd = (struct in_header *)in->data;
-    CHECK(WRITE(in));
+    struct channel in = input_state.in[p];
+    struct in_header hd = {END, {0, input_state.start_ns}};
     if (input_state.next < fmt.frames) {
         if (input_state.next == 0) {
             input_state.start_ns = video_now_ns();
         }
-        hd->state = FULL;
-        hd->f.frame = input_state.next;
-        hd->f.start_ns = input_state.start_ns;
-        video_produce(&opt, &fmt, input_state.next, (uint8_t *)in->data + sizeof *hd);
+        /* The pixels first: the control chunk announces them. */
+        CHECK(WRITE(in.pixels));
+        video_produce(&opt, &fmt, input_state.next, (uint8_t *)in.pixels->data);
+        CHECK(RELEASE(in.pixels));
+        hd.state = FULL;
+        hd.f.frame = input_state.next;
+        hd.f.start_ns = input_state.start_ns;
         input_state.given[p] = input_state.next++;
     } else {
-        hd->state = END;
-        hd->f.frame = 0;
-        hd->f.start_ns = input_state.start_ns;
+        hd.f.start_ns = input_state.start_ns;
         input_state.given[p] = -1;
     }
-    CHECK(RELEASE(in));
+    CHECK(WRITE(in.ctl));
+    memcpy(in.ctl->data, &hd, sizeof hd);
+    CHECK(RELEASE(in.ctl));
 }
 
 /* OUT(p) changed: once the output consumed the frame p was given, p is
@@ -163,7 +186,7 @@ static void input_handler(Chunk_t *out, void *params) {
         }
     }
     for (uint32_t q = 0; q < fmt.workers; q++) {
-        CHECK(UNSUBSCRIBE(buffer(OUT_BASE, q, out_size())));
+        CHECK(UNSUBSCRIBE(input_state.out_ctl[q]));
     }
     printf("input: %u frames given and consumed\n", input_state.consumed);
 }
@@ -178,15 +201,17 @@ static void input(_SAT_Bootstrap_t *b) {
 
     uint32_t n = fmt.workers;
     input_state.in = calloc(n, sizeof *input_state.in);
+    input_state.out_ctl = calloc(n, sizeof *input_state.out_ctl);
     input_state.given = calloc(n, sizeof *input_state.given);
     input_state.index = calloc(n, sizeof *input_state.index);
-    EXPECT(input_state.in && input_state.given && input_state.index, "out of memory");
+    EXPECT(input_state.in && input_state.out_ctl && input_state.given && input_state.index,
+           "out of memory");
     for (uint32_t p = 0; p < n; p++) {
-        input_state.in[p] = buffer(IN_BASE, p, in_size());
+        input_state.in[p] = channel(IN_BASE, p, sizeof(struct in_header));
         input_state.given[p] = -1;
         input_state.index[p] = p;
-        Chunk_t *out = buffer(OUT_BASE, p, out_size());
-        CHECK(SUBSCRIBE(out, input_handler, &input_state.index[p]));
+        input_state.out_ctl[p] = channel(OUT_BASE, p, sizeof(struct out_header)).ctl;
+        CHECK(SUBSCRIBE(input_state.out_ctl[p], input_handler, &input_state.index[p]));
     }
     /* The others allocate the same buffers once they know the format. */
     CHECK(writeSymbol(sdsm, FORMAT_SYMBOL, &fmt, sizeof fmt));
@@ -203,7 +228,7 @@ static void input(_SAT_Bootstrap_t *b) {
 static struct {
     uint32_t p;
     uint32_t done;
-    Chunk_t *in, *out;
+    struct channel in, out;
     uint8_t *frame, *edge;
 } worker_state;
 
@@ -220,7 +245,11 @@ static void worker_handler(Chunk_t *in, void *params) {
     CHECK(READWRITE(in));
     struct in_header taken = *(struct in_header *)in->data;
     if (taken.state == FULL) {
-        memcpy(worker_state.frame, (uint8_t *)in->data + sizeof taken, video_frame_bytes(&fmt));
+        /* The pixels were released before this announcement. */
+        Chunk_t *pixels = worker_state.in.pixels;
+        CHECK(READ(pixels));
+        memcpy(worker_state.frame, pixels->data, video_frame_bytes(&fmt));
+        CHECK(RELEASE(pixels));
         ((struct in_header *)in->data)->state = TAKEN;
     }
     CHECK(RELEASE(in));
@@ -240,11 +269,12 @@ static void worker_handler(Chunk_t *in, void *params) {
     out.r.nlines = video_process_frame(&fmt, worker_state.frame, worker_state.edge, out.r.lines);
     /* The input gives this task a frame only once its last result was
      * consumed, so OUT(p) is free. */
-    CHECK(WRITE(worker_state.out));
-    memcpy(worker_state.out->data, &out, sizeof out);
-    memcpy((uint8_t *)worker_state.out->data + sizeof out, worker_state.edge,
-           video_frame_bytes(&fmt));
-    CHECK(RELEASE(worker_state.out));
+    CHECK(WRITE(worker_state.out.pixels));
+    memcpy(worker_state.out.pixels->data, worker_state.edge, video_frame_bytes(&fmt));
+    CHECK(RELEASE(worker_state.out.pixels));
+    CHECK(WRITE(worker_state.out.ctl));
+    memcpy(worker_state.out.ctl->data, &out, sizeof out);
+    CHECK(RELEASE(worker_state.out.ctl));
     worker_state.done++;
 }
 
@@ -258,21 +288,21 @@ static void worker(_SAT_Bootstrap_t *b) {
     EXPECT(p < fmt.workers, "worker: ticket %llu, but there are %u processing tasks",
            (unsigned long long)p, fmt.workers);
     worker_state.p = (uint32_t)p;
-    worker_state.in = buffer(IN_BASE, worker_state.p, in_size());
-    worker_state.out = buffer(OUT_BASE, worker_state.p, out_size());
+    worker_state.in = channel(IN_BASE, worker_state.p, sizeof(struct in_header));
+    worker_state.out = channel(OUT_BASE, worker_state.p, sizeof(struct out_header));
     worker_state.frame = malloc(video_frame_bytes(&fmt));
     worker_state.edge = malloc(video_frame_bytes(&fmt));
     EXPECT(worker_state.frame && worker_state.edge, "out of memory");
     printf("worker %u: rank %u\n", worker_state.p, b->rank);
-    CHECK(SUBSCRIBE(worker_state.in, worker_handler, NULL));
+    CHECK(SUBSCRIBE(worker_state.in.ctl, worker_handler, NULL));
     /* Look once: a frame given before the subscription is not missed. */
-    worker_handler(worker_state.in, NULL);
+    worker_handler(worker_state.in.ctl, NULL);
 }
 
 /* ----------------------------------------------------------------- output */
 
 static struct {
-    Chunk_t **out;
+    struct channel *out;
     uint32_t *index;
     uint8_t *edge;
     struct video_collector results;
@@ -291,7 +321,10 @@ static void output_handler(Chunk_t *out, void *params) {
     CHECK(READWRITE(out));
     struct out_header got = *hd;
     if (got.state == READY) {
-        memcpy(output_state.edge, (uint8_t *)out->data + sizeof got, video_frame_bytes(&fmt));
+        Chunk_t *pixels = output_state.out[p].pixels;
+        CHECK(READ(pixels));
+        memcpy(output_state.edge, pixels->data, video_frame_bytes(&fmt));
+        CHECK(RELEASE(pixels));
         ((struct out_header *)out->data)->state = CONSUMED;
     }
     CHECK(RELEASE(out));
@@ -302,7 +335,7 @@ static void output_handler(Chunk_t *out, void *params) {
         return;
     }
     for (uint32_t q = 0; q < fmt.workers; q++) {
-        CHECK(UNSUBSCRIBE(output_state.out[q]));
+        CHECK(UNSUBSCRIBE(output_state.out[q].ctl));
     }
     video_collector_finish(&output_state.results);
 }
@@ -318,11 +351,11 @@ static void output(_SAT_Bootstrap_t *b) {
     video_collector_init(&output_state.results, &opt, &fmt);
     for (uint32_t p = 0; p < n; p++) {
         output_state.index[p] = p;
-        output_state.out[p] = buffer(OUT_BASE, p, out_size());
-        CHECK(SUBSCRIBE(output_state.out[p], output_handler, &output_state.index[p]));
+        output_state.out[p] = channel(OUT_BASE, p, sizeof(struct out_header));
+        CHECK(SUBSCRIBE(output_state.out[p].ctl, output_handler, &output_state.index[p]));
     }
     for (uint32_t p = 0; p < n && output_state.results.nseen < fmt.frames; p++) {
-        output_handler(output_state.out[p], &output_state.index[p]);
+        output_handler(output_state.out[p].ctl, &output_state.index[p]);
     }
 }
 
