@@ -220,10 +220,13 @@ impl Client {
         });
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
             let got = match self.state.try_lock() {
-                Ok(mut st) => st.progress(self.rank, self.server).unwrap_or_else(|e| {
-                    tracing::warn!("background progress: {e}");
-                    0
-                }),
+                Ok(mut st) => {
+                    let got = st.progress(self.rank, self.server).unwrap_or_else(|e| {
+                        tracing::warn!("background progress: {e}");
+                        0
+                    });
+                    got + usize::from(st.transport.sends_queued())
+                }
                 Err(_) => 0,
             };
             if got > 0 {
@@ -1028,7 +1031,8 @@ impl Client {
                 if let Some(v) = ready(&mut st) {
                     return Ok(Some(v));
                 }
-                if got > 0 {
+                // Queued sends leave only while this process polls.
+                if got > 0 || st.transport.sends_queued() {
                     idle.traffic();
                 }
                 st.mail.events.pending()

@@ -189,7 +189,7 @@ fn serve(
         if st.alloc.has_parked() {
             st.expire_lookups(transport);
         }
-        if n > 0 {
+        if n > 0 || transport.sends_queued() {
             idle.traffic();
         } else {
             idle.idle();

@@ -2075,6 +2075,10 @@ impl Transport for FabricTransport {
         Ok(n)
     }
 
+    fn sends_queued(&self) -> bool {
+        !self.core.queued_dests.is_empty()
+    }
+
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
         let _mp = stats::doing(Activity::MessagePassing);
         self.core.progress()?;

@@ -186,6 +186,14 @@ pub trait Transport: Sender + Send {
     /// (checked before shutdown so that closing early loses no message).
     fn sends_drained(&mut self) -> Result<bool, TransportError>;
 
+    /// Whether sends are queued in this process, waiting for room in the
+    /// provider or in a large-message window: only polling posts them, so a
+    /// waiting process must not sleep meanwhile (a 64 MiB release of 64 KiB
+    /// chunks is 1,024 large sends, four in flight at a time).
+    fn sends_queued(&self) -> bool {
+        false
+    }
+
     /// Gives `rank` (a service's client slot) the endpoint `address`, which
     /// replaces the slot's previous one if any. Only transports whose
     /// membership can change (the service mode) support it.
