@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test python-test bench bench-python clean header install
+.PHONY: setup demo test python-test bench bench-detail bench-python clean header install
 
 setup:
 	@scripts/setup.sh
@@ -39,8 +39,26 @@ python-test:
 	$(RELEASE_BUILD)
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests tools/tests
 
-# The transport benchmark: SAT's raw transport against fi_pingpong, same run.
-bench: setup
+# SAT against its peers, one table (bench/run.py, docs/PERFORMANCE.md): the video pipeline against
+# Open MPI and ZeroMQ, hand-off latency and 64 MiB PUT/GET against the raw transport, fi_pingpong
+# and MPI (point-to-point and RMA), and the statistics stream's cost. About 5 minutes.
+BENCH_BUILD := $(abspath $(TARGET_DIR))/bench
+bench:
+	@scripts/setup.sh --peers
+	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun \
+		--bin sat-handoff-bench --bin sat-transport-bench
+	@mkdir -p $(BENCH_BUILD)
+	@printf 'Name: sat\nDescription: SAT (this workspace)\nVersion: $(VERSION)\nCflags: -I%s\nLibs: -L%s -Wl,-rpath,%s -lsat\n' \
+		'$(CURDIR)/include' '$(abspath $(TARGET_DIR))/release' '$(abspath $(TARGET_DIR))/release' \
+		> $(BENCH_BUILD)/sat.pc
+	PKG_CONFIG_PATH=$(BENCH_BUILD) $(MAKE) --no-print-directory -C examples-c BUILD=$(BENCH_BUILD) \
+		$(BENCH_BUILD)/videostream
+	$(MAKE) --no-print-directory -C bench/pipeline BUILD=$(BENCH_BUILD)
+	$(MAKE) --no-print-directory -C bench/mpi OUT=$(BENCH_BUILD)/mpi_bench
+	python3 bench/run.py --target-dir $(TARGET_DIR) --build $(BENCH_BUILD)
+
+# The transport, coherence and synchronization benchmarks of docs/PERFORMANCE.md's later sections.
+bench-detail: setup
 	$(CARGO) build --release -j $(JOBS) --bin satrun --bin sat-transport-bench
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
 	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
