@@ -26,10 +26,11 @@ Systems (--systems, comma-separated; the default is the first five):
   mpi            Open MPI, shared-memory BTL vader (`--mca pml ob1 --mca btl
                  self,vader`) with `--mca mpi_yield_when_idle 1`
   zmq            ZeroMQ over ipc:// endpoints (Unix domain sockets)
-  mpi-poll       Open MPI as `mpi` but polling while it waits (Open MPI's
-                 default), to compare: on a machine with fewer cores than
-                 processes the polling input and output take CPU time from
-                 the processing tasks
+  mpi-poll       Open MPI as `mpi` but polling while it waits
+                 (`--mca mpi_yield_when_idle 0`, its default when it has a
+                 core per rank), to compare: on a machine with fewer cores
+                 than processes the polling input and output take CPU time
+                 from the processing tasks
 
 The number of processing tasks W is the number of role-2 entries of the SAT
 topology (--topology, default bench/pipeline/sat-1server.xml: 1 server, 1
@@ -63,13 +64,28 @@ DEFAULT_TOPOLOGY = os.path.join(HERE, "pipeline", "sat-1server.xml")
 DEFAULT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats", "mpi", "zmq"]
 ALL_SYSTEMS = DEFAULT_SYSTEMS + ["mpi-poll"]
 SAT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats"]
-# Open MPI on one node: its shared-memory BTL only (and self).
+# Open MPI on one node: its shared-memory BTL only (and self); ob1 picks
+# vader by itself, naming it keeps any other transport out. vader's
+# single-copy mechanism (CMA) measured the same as none; the tcp BTL no
+# faster.
 MPI_TRANSPORT = ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"]
+# With 4 ranks on 2 cores, Open MPI's polling input and output keep both
+# cores busy (6.2 s of CPU for a 3.2 s run of 400 frames, 115 to 135
+# frames/s); yielding while idle leaves the processing tasks the CPU (3.8 s
+# of CPU in 2 s, 180 to 250 frames/s). mpirun already yields by itself when
+# it sees more ranks than cores (as here, with --oversubscribe); `mpi` says
+# so explicitly, as the faster, and `mpi-poll` forces polling, to compare.
 MPI_YIELD = ["--mca", "mpi_yield_when_idle", "1"]
+MPI_POLL = ["--mca", "mpi_yield_when_idle", "0"]
 
-# 640x480 (VGA) frames, 300 of them: with 2 processing tasks on a 2-core
-# machine a run of each system takes about 2 to 5 s (README of bench/pipeline).
-DEFAULT_FRAMES = 300
+# 640x480 (VGA) frames, 400 of them, through 2 processing tasks: on an idle
+# 2-core machine a run takes about 1.7 to 2 s with MPI or ZeroMQ (200 to 250
+# frames/s), 3.5 s with SAT over shm and 5 s over tcp; enough frames that
+# the start of a run (the first frames, while the roles still set up) counts
+# little, few enough that 5 interleaved runs of the 5 systems take under 2
+# minutes. One processing task per core: more tasks than cores would only
+# time-share them.
+DEFAULT_FRAMES = 400
 DEFAULT_WIDTH = 640
 DEFAULT_HEIGHT = 480
 DEFAULT_TIMEOUT = 120.0
@@ -259,8 +275,7 @@ def commands(args, workers, nprocs, stats_dir):
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
         cmd += ["--oversubscribe"] + MPI_TRANSPORT
-        if yield_when_idle:
-            cmd += MPI_YIELD
+        cmd += MPI_YIELD if yield_when_idle else MPI_POLL
         return cmd + ["-n", str(workers + 2), args["mpi_prog"]] + prog_args
 
     stats_env = dict(env, SAT_STATS=stats_dir)
