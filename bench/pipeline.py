@@ -36,6 +36,13 @@ The number of processing tasks W is the number of role-2 entries of the SAT
 topology (--topology, default bench/pipeline/sat-1server.xml: 1 server, 1
 input, 2 tasks, 1 output); MPI gets W + 2 ranks, ZeroMQ --workers W.
 
+The machine must be otherwise idle for the numbers to mean much. Each run
+also records the share of the machine's CPU time that went elsewhere while
+it ran: stolen by the hypervisor (on a virtual machine) and used by other
+processes (/proc/stat, less the run's own CPU time); the table shows their
+medians, the JSON every sample. Ratios taken from one invocation, the
+systems interleaved, hold better than absolute rates across such spells.
+
 Every run must end within --timeout seconds (its whole process group is
 killed otherwise), must succeed, must report every frame exactly once (the
 output's summary line, the input's, and the tasks' counts adding up), and
@@ -49,6 +56,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -156,6 +164,41 @@ def left_in_shm(before, started):
     return [name for name in new if name not in used]
 
 
+def cpu_times():
+    """The machine's CPU time so far (/proc/stat, all CPUs), in clock ticks:
+    (busy, stolen, total). Stolen is time the hypervisor of a virtual
+    machine gave to someone else while this one wanted to run."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    fields += [0] * (8 - len(fields))
+    user, nice, system, idle, iowait, irq, softirq, steal = fields[:8]
+    busy = user + nice + system + irq + softirq
+    return busy, steal, busy + steal + idle + iowait
+
+
+def children_cpu():
+    """CPU seconds of this process's ended (and waited for) descendants."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def disturbance(cpu_before, cpu_after, ours_seconds):
+    """What else happened on the machine during a run, as shares of its CPU
+    time: `steal` (taken by the hypervisor) and `others` (busy with
+    processes not of the run)."""
+    if cpu_before is None or cpu_after is None:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    busy, steal, total = (a - b for a, b in zip(cpu_after, cpu_before))
+    if total <= 0:
+        return None
+    others = max(0.0, busy / hz - ours_seconds) * hz
+    return {"steal": steal / total, "others": others / total}
+
+
 def kill_group(proc):
     """Ends the run's whole process group: SIGTERM, then SIGKILL."""
     for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
@@ -174,9 +217,11 @@ def kill_group(proc):
 
 def run_once(name, cmd, env, timeout, frames, workers):
     """Runs one command (its own session and process group) and returns
-    the frames/s and seconds its output role reported."""
+    the frames/s and seconds its output role reported, and the disturbance
+    of the run (or None where /proc/stat is missing)."""
     before = shm_entries()
     started = time.time()
+    cpu_before, ours_before = cpu_times(), children_cpu()
     proc = subprocess.Popen(
         cmd,
         env=env,
@@ -198,6 +243,7 @@ def run_once(name, cmd, env, timeout, frames, workers):
         kill_group(proc)
         proc.communicate()
         raise
+    noise = disturbance(cpu_before, cpu_times(), children_cpu() - ours_before)
     # Whatever the run started must have ended with it.
     try:
         os.killpg(proc.pid, 0)
@@ -232,7 +278,7 @@ def run_once(name, cmd, env, timeout, frames, workers):
     done = {int(p): int(k) for p, k in PROCESSED.findall(out)}
     if sorted(done) != list(range(workers)) or sum(done.values()) != frames:
         raise fail(f"the tasks processed {done}, not {frames} frames among {workers}")
-    return n / seconds, seconds
+    return n / seconds, seconds, noise
 
 
 def tail(out, err, lines=15):
@@ -349,14 +395,21 @@ def run_all(
         )
         samples = {s: [] for s in systems}
         seconds = {s: [] for s in systems}
+        noises = {s: [] for s in systems}
         for r in range(runs):
             for s in systems:
                 cmd, env = cmds[s]
-                fps, secs = run_once(s, cmd, env, timeout, frames, workers)
+                fps, secs, noise = run_once(s, cmd, env, timeout, frames, workers)
                 samples[s].append(fps)
                 seconds[s].append(secs)
+                noises[s].append(noise)
                 if log:
-                    log(f"run {r + 1}/{runs} {s}: {fps:.1f} frames/s ({secs:.3f} s)")
+                    extra = (
+                        f"; CPU stolen {noise['steal']:.0%}, others {noise['others']:.0%}"
+                        if noise
+                        else ""
+                    )
+                    log(f"run {r + 1}/{runs} {s}: {fps:.1f} frames/s ({secs:.3f} s{extra})")
         stats_files = len(os.listdir(stats_dir))
     finally:
         shutil.rmtree(stats_dir, ignore_errors=True)
@@ -385,6 +438,10 @@ def run_all(
             "max": max(v),
             "samples": v,
             "seconds": seconds[s],
+            # Per run, the shares of the machine's CPU time the hypervisor
+            # stole and other processes used (None: unknown).
+            "steal": [n["steal"] if n else None for n in noises[s]],
+            "others": [n["others"] if n else None for n in noises[s]],
             "command": cmds[s][0],
         }
     if "sat-shm-stats" in systems:
@@ -409,14 +466,28 @@ def table(result):
         f"median of {result['runs']} runs, interleaved; {result['cpus']} CPUs, load average "
         f"{result['loadavg']['before'][0]:.2f} before, {result['loadavg']['after'][0]:.2f} after",
         "",
-        f"{'system':<15} {'median f/s':>10} {'min-max f/s':>15} {'SAT/MPI':>8} {'SAT/ZeroMQ':>10}",
+        f"{'system':<15} {'median f/s':>10} {'min-max f/s':>15} {'SAT/MPI':>8} {'SAT/ZeroMQ':>10}"
+        f" {'stolen':>7} {'others':>7}",
     ]
+
+    def share(values):
+        known = [v for v in values if v is not None]
+        return f"{statistics.median(known):.0%}" if known else "?"
+
     for s, d in result["systems"].items():
         r = result["ratios"].get(s, {})
         mpi = f"{r['mpi']:.2f}" if "mpi" in r else ""
         zmq = f"{r['zmq']:.2f}" if "zmq" in r else ""
         span = f"{d['min']:.1f}-{d['max']:.1f}"
-        lines.append(f"{s:<15} {d['median']:>10.1f} {span:>15} {mpi:>8} {zmq:>10}")
+        lines.append(
+            f"{s:<15} {d['median']:>10.1f} {span:>15} {mpi:>8} {zmq:>10}"
+            f" {share(d['steal']):>7} {share(d['others']):>7}"
+        )
+    lines.append("")
+    lines.append(
+        "stolen, others: the median share of the machine's CPU time, during the runs, that the"
+        " hypervisor gave elsewhere and that processes outside the runs used"
+    )
     if "sat-shm-stats" in result["systems"]:
         n = result["systems"]["sat-shm-stats"].get("stats_files", 0)
         lines.append("")
