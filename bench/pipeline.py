@@ -371,7 +371,7 @@ def run_all(
             if not (p and os.path.isfile(p) and os.access(p, os.X_OK)):
                 raise BenchError(f"{s}: no program {p!r} (build it first, see bench/pipeline.py -h)")
     if any(s.startswith("mpi") for s in systems) and shutil.which(mpirun) is None:
-        raise BenchError(f"no {mpirun}: run scripts/setup.sh --bench")
+        raise BenchError(f"no {mpirun}: run scripts/setup.sh --peers")
 
     load_before = os.getloadavg()
     stats_dir = tempfile.mkdtemp(prefix="sat-pipeline-stats-")

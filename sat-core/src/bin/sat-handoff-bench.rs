@@ -50,9 +50,9 @@ mod bench_common;
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bench_common::{human, median, micros, warmup, SatRun};
+use bench_common::{human, median, micros, warmup, Coord, SatRun};
 use sat_core::bootstrap::{run, RoleResult, Roles};
-use sat_core::client::{Chain, Client, UserMessage};
+use sat_core::client::{Chain, Client};
 use sat_core::protocol::{Access, ProtocolId};
 use sat_core::{Rank, SatError, SatResult};
 
@@ -99,55 +99,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
 
 // ----------------------------------------------------------------- worker
 
-/// Relayed coordination between the two clients: messages that arrive
-/// before they are waited for are kept, and the relays sent are counted so
-/// that [`Coord::protocol_sent`] counts coherence messages only.
-struct Coord<'a> {
-    c: &'a Client,
-    stash: Vec<UserMessage>,
-    relays: u64,
-}
-
 const WROTE: u32 = 1;
 const READ: u32 = 2;
 const FLUSH: u32 = 3;
 const FIGURES: u32 = 4;
-
-impl Coord<'_> {
-    fn send(&mut self, to: Rank, tag: u32, data: &[u8]) -> SatResult<()> {
-        self.c.send(to, tag, data)?;
-        self.relays += 1;
-        Ok(())
-    }
-
-    fn expect(&mut self, from: Rank, tag: u32) -> SatResult<Vec<u8>> {
-        if let Some(i) = self
-            .stash
-            .iter()
-            .position(|m| m.from == from && m.tag == tag)
-        {
-            return Ok(self.stash.remove(i).data);
-        }
-        loop {
-            let m = self.c.recv()?;
-            if m.from == from && m.tag == tag {
-                return Ok(m.data);
-            }
-            self.stash.push(m);
-        }
-    }
-
-    fn progress(&mut self) -> SatResult<()> {
-        if let Some(m) = self.c.try_recv()? {
-            self.stash.push(m);
-        }
-        Ok(())
-    }
-
-    fn protocol_sent(&self) -> u64 {
-        self.c.messages_sent() - self.relays
-    }
-}
 
 fn bad(what: &str) -> SatError {
     SatError::Usage(format!("hand-off bench: {what}"))
@@ -402,11 +357,7 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
         .into());
     }
     let (a, b) = (clients[0], clients[1]);
-    let mut co = Coord {
-        c,
-        stash: Vec::new(),
-        relays: 0,
-    };
+    let mut co = Coord::new(c);
     let (mut small, small_sent) = small_handoff(&mut co, b, o.small_iters)?;
     let mut large = large_handoff(&mut co, a, b, o.large, o.large_iters, o.chunk_size)?;
     if c.rank() == b {

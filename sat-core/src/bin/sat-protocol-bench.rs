@@ -25,9 +25,9 @@ mod bench_common;
 use std::path::Path;
 use std::time::Instant;
 
-use bench_common::{human, median, micros, raw_ping_pong, warmup, SatRun};
+use bench_common::{human, median, micros, raw_ping_pong, warmup, Coord, SatRun};
 use sat_core::bootstrap::{run, RoleResult, Roles};
-use sat_core::client::{Client, UserMessage};
+use sat_core::client::Client;
 use sat_core::protocol::Access;
 use sat_core::{Rank, SatError, SatResult};
 
@@ -141,16 +141,6 @@ fn alloc_one(c: &Client, id: u64, size: usize) -> SatResult<()> {
         .map(|_| ())
 }
 
-/// Relayed coordination between the clients: a stash for messages that
-/// arrive before they are waited for (messages from different senders
-/// interleave), and a count of the relays sent, which `protocol_sent` leaves
-/// out so that only coherence messages are counted.
-struct Coord<'a> {
-    c: &'a Client,
-    stash: Vec<UserMessage>,
-    relays: u64,
-}
-
 /// Steps of a phase, in the low bits of a relay's tag (the phase is above).
 const READY: u32 = 1;
 const DONE: u32 = 2;
@@ -163,63 +153,24 @@ fn tag(phase: u32, step: u32) -> u32 {
     phase << 4 | step
 }
 
-impl<'a> Coord<'a> {
-    fn send(&mut self, to: Rank, tag: u32, data: &[u8]) -> SatResult<()> {
-        self.c.send(to, tag, data)?;
-        self.relays += 1;
-        Ok(())
+/// Ends a phase: every client hands the leader its message count for the
+/// phase; the leader returns their sum once all have arrived.
+fn phase_barrier(co: &mut Coord<'_>, clients: &[Rank], phase: u32, count: u64) -> SatResult<u64> {
+    let leader = clients[0];
+    if co.c.rank() != leader {
+        co.send(leader, tag(phase, ARRIVE), &count.to_le_bytes())?;
+        co.expect(leader, tag(phase, GO))?;
+        return Ok(0);
     }
-
-    /// Waits for the message `tag` from `from`; others are kept for later.
-    fn expect(&mut self, from: Rank, tag: u32) -> SatResult<Vec<u8>> {
-        if let Some(i) = self
-            .stash
-            .iter()
-            .position(|m| m.from == from && m.tag == tag)
-        {
-            return Ok(self.stash.remove(i).data);
-        }
-        loop {
-            let m = self.c.recv()?;
-            if m.from == from && m.tag == tag {
-                return Ok(m.data);
-            }
-            self.stash.push(m);
-        }
+    let mut sum = count;
+    for &r in &clients[1..] {
+        let d = co.expect(r, tag(phase, ARRIVE))?;
+        sum += u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short count"))?);
     }
-
-    /// Drives this client's progress once from the calling thread.
-    fn progress(&mut self) -> SatResult<()> {
-        if let Some(m) = self.c.try_recv()? {
-            self.stash.push(m);
-        }
-        Ok(())
+    for &r in &clients[1..] {
+        co.send(r, tag(phase, GO), &[])?;
     }
-
-    /// Coherence messages this client has sent so far.
-    fn protocol_sent(&self) -> u64 {
-        self.c.messages_sent() - self.relays
-    }
-
-    /// Ends a phase: every client hands the leader its message count for
-    /// the phase; the leader returns their sum once all have arrived.
-    fn barrier(&mut self, clients: &[Rank], phase: u32, count: u64) -> SatResult<u64> {
-        let leader = clients[0];
-        if self.c.rank() != leader {
-            self.send(leader, tag(phase, ARRIVE), &count.to_le_bytes())?;
-            self.expect(leader, tag(phase, GO))?;
-            return Ok(0);
-        }
-        let mut sum = count;
-        for &r in &clients[1..] {
-            let d = self.expect(r, tag(phase, ARRIVE))?;
-            sum += u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short count"))?);
-        }
-        for &r in &clients[1..] {
-            self.send(r, tag(phase, GO), &[])?;
-        }
-        Ok(sum)
-    }
+    Ok(sum)
 }
 
 fn bad(what: &str) -> SatError {
@@ -307,11 +258,7 @@ fn bench_client(c: &Client, iters: usize) -> RoleResult {
     }
     let me = c.rank();
     let leader = clients[0];
-    let mut co = Coord {
-        c,
-        stash: Vec::new(),
-        relays: 0,
-    };
+    let mut co = Coord::new(c);
     for (i, row) in ROWS.iter().enumerate() {
         let phase = i as u32 + 1;
         let chunk = 100 + phase as u64;
@@ -323,7 +270,7 @@ fn bench_client(c: &Client, iters: usize) -> RoleResult {
             "write-3" => write_miss(&mut co, &clients, phase, chunk, n, 3)?,
             _ => hand_off(&mut co, &clients, chunk, row.size, n)?,
         };
-        let total = co.barrier(&clients, phase, count)?;
+        let total = phase_barrier(&mut co, &clients, phase, count)?;
         if me == leader {
             let mut m = measured.ok_or("the leader measured nothing")?;
             println!(

@@ -1,5 +1,5 @@
 //! What the benchmark programs (sat-transport-bench, sat-protocol-bench,
-//! sat-sync-bench) share; each includes it with `mod bench_common;`.
+//! sat-handoff-bench, sat-sync-bench) share; each includes it with `mod bench_common;`.
 //!
 //! Each program is both an orchestrator, which starts `satrun` on itself and
 //! prints a table of what its workers print, and the worker those runs start.
@@ -234,5 +234,62 @@ impl SatRun {
                 Some(f[i + 1..].to_vec())
             })
             .collect())
+    }
+}
+
+/// The clients of a benchmark run order their phases with relayed user
+/// messages, never with sleeps; this keeps the messages that arrive early
+/// for later and counts the relays, so that the coherence messages a client
+/// sent are its total minus them.
+pub struct Coord<'a> {
+    pub c: &'a sat_core::client::Client,
+    stash: Vec<sat_core::client::UserMessage>,
+    relays: u64,
+}
+
+impl<'a> Coord<'a> {
+    pub fn new(c: &'a sat_core::client::Client) -> Coord<'a> {
+        Coord {
+            c,
+            stash: Vec::new(),
+            relays: 0,
+        }
+    }
+
+    pub fn send(&mut self, to: sat_core::Rank, tag: u32, data: &[u8]) -> sat_core::SatResult<()> {
+        self.c.send(to, tag, data)?;
+        self.relays += 1;
+        Ok(())
+    }
+
+    /// Waits for the message `tag` from `from`; others are kept for later.
+    pub fn expect(&mut self, from: sat_core::Rank, tag: u32) -> sat_core::SatResult<Vec<u8>> {
+        if let Some(i) = self
+            .stash
+            .iter()
+            .position(|m| m.from == from && m.tag == tag)
+        {
+            return Ok(self.stash.remove(i).data);
+        }
+        loop {
+            let m = self.c.recv()?;
+            if m.from == from && m.tag == tag {
+                return Ok(m.data);
+            }
+            self.stash.push(m);
+        }
+    }
+
+    /// Drives this client's progress once from the calling thread.
+    pub fn progress(&mut self) -> sat_core::SatResult<()> {
+        if let Some(m) = self.c.try_recv()? {
+            self.stash.push(m);
+        }
+        Ok(())
+    }
+
+    /// Coherence messages this client has sent so far.
+    pub fn protocol_sent(&self) -> u64 {
+        self.c.messages_sent() - self.relays
     }
 }
