@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test python-test bench bench-detail bench-python clean header install
+.PHONY: setup demo test abe-test python-test bench bench-detail bench-python clean header install
 
 setup:
 	@scripts/setup.sh
@@ -28,7 +28,16 @@ test:
 	$(CARGO) build -j $(JOBS) --workspace --all-targets
 	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
+	$(MAKE) --no-print-directory abe-test
 	$(MAKE) --no-print-directory python-test
+
+# The encryption layer (feature `abe`): its tests, and no ABE or AEAD crate in the default build.
+abe-test:
+	$(CARGO) test -j $(JOBS) -p sat-core --features abe --lib abe
+	@if $(CARGO) tree -e normal --workspace | grep -E -i 'rabe|aes-gcm|aead|chacha20'; then \
+		echo "the default build pulls in an ABE or AEAD crate (above): it must stay behind feature abe" >&2; \
+		exit 1; \
+	else echo "default build: no ABE or AEAD crate"; fi
 
 # The `sat` Python module built (release) into .venv, and its tests; then tools/sat-stats's.
 VENV := $(CURDIR)/.venv

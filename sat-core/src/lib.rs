@@ -27,6 +27,8 @@
 //! - [`os`]: the few system calls made outside libfabric;
 //! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
 
+#[cfg(feature = "abe")]
+pub mod abe;
 pub mod bootstrap;
 pub mod chunk;
 pub mod client;
