@@ -38,11 +38,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import kill_group, left_in_shm, shm_entries  # noqa: E402
 
 SMALL = 64
 LARGE = 64 << 20
@@ -102,52 +104,12 @@ def run(cmd, timeout, env=None):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        end_group(p)
+        kill_group(p)
+        p.communicate()
         raise Failed(f"{Path(str(cmd[0])).name}: no result within {timeout} s")
     if p.returncode != 0:
         tail = "\n".join((out + err).strip().splitlines()[-8:])
         raise Failed(f"{Path(str(cmd[0])).name} exited with {p.returncode}:\n{tail}")
-    return out
-
-
-def end_group(p):
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            p.communicate(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def shm_entries():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
-
-def pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def leftovers(before):
-    """/dev/shm entries that appeared during the run and whose owner (the
-    pid their libfabric name starts with) has ended."""
-    out = []
-    for name in sorted(shm_entries() - before):
-        m = re.match(r"(\d+)[:_]", name)
-        if m and not pid_alive(int(m.group(1))):
-            out.append(name)
     return out
 
 
@@ -418,6 +380,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
     before = shm_entries()
+    started = time.time()
     t0 = time.monotonic()
     log = lambda msg: print(f"# {msg}", file=sys.stderr, flush=True)
     try:
@@ -435,7 +398,7 @@ def main(argv=None):
         print(f"micro.py: {e}", file=sys.stderr)
         return 1
     seconds = time.monotonic() - t0
-    left = leftovers(before)
+    left = left_in_shm(before, started)
     if a.json:
         print(json.dumps(rows, indent=1))
     else:

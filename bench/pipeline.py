@@ -58,13 +58,15 @@ import os
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import kill_group, left_in_shm, shm_entries  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -116,54 +118,6 @@ def workers_of(topology):
     return roles.count("2"), len(roles)
 
 
-def shm_entries():
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:
-        return set()
-
-
-def shm_in_use():
-    """The /dev/shm files some process has open or mapped."""
-    used = set()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as maps:
-                for line in maps:
-                    i = line.find("/dev/shm/")
-                    if i >= 0:
-                        used.add(line[i + 9 :].split(" (deleted)")[0].strip())
-        except OSError:
-            pass
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if target.startswith("/dev/shm/"):
-                    used.add(target[9:])
-        except OSError:
-            pass
-    return used
-
-
-def left_in_shm(before, started):
-    """/dev/shm entries a run left: new since `before`, made after `started`,
-    and open or mapped by no process (other programs on the machine may make
-    their own files meanwhile)."""
-    new = []
-    for name in sorted(shm_entries() - before):
-        try:
-            if os.stat(os.path.join("/dev/shm", name)).st_mtime >= started - 1:
-                new.append(name)
-        except FileNotFoundError:
-            pass
-    if not new:
-        return []
-    used = shm_in_use()
-    return [name for name in new if name not in used]
-
-
 def cpu_times():
     """The machine's CPU time so far (/proc/stat, all CPUs), in clock ticks:
     (busy, stolen, total). Stolen is time the hypervisor of a virtual
@@ -197,22 +151,6 @@ def disturbance(cpu_before, cpu_after, ours_seconds):
         return None
     others = max(0.0, busy / hz - ours_seconds) * hz
     return {"steal": steal / total, "others": others / total}
-
-
-def kill_group(proc):
-    """Ends the run's whole process group: SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
 
 
 def run_once(name, cmd, env, timeout, frames, workers):
