@@ -14,6 +14,17 @@ use std::collections::HashSet;
 /// An address in the S-DSM logical space.
 pub type ChunkId = u64;
 
+/// An allocation's **label**: 32 opaque bytes a chunk gets at its first
+/// MALLOC and keeps for its life. Every later MALLOC must give the same
+/// label (or it is refused, as another size is) and every LOOKUP returns it.
+/// Plain chunks have [`NO_LABEL`]; the encryption layer (feature `abe`)
+/// stores there the digest of a protected chunk's write policy, which is
+/// what lets a reader know, from the home alone, who may write the chunk.
+pub type Label = [u8; 32];
+
+/// The label of a chunk allocated without one.
+pub const NO_LABEL: Label = [0; 32];
+
 /// The chunk size `MALLOC` splits by when the run sets none.
 pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
 

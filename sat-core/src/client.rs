@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::chunk::{ChainLayout, ChunkError, ChunkId, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE};
+use crate::chunk::{
+    ChainLayout, ChunkError, ChunkId, Label, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, NO_LABEL,
+};
 use crate::error::{SatError, SatResult};
 use crate::progress::{Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
@@ -32,6 +34,26 @@ const REPLY_SPIN: Duration = Duration::from_micros(500);
 
 /// Allocation requests in flight at once for one chain.
 const ALLOC_WINDOW: usize = 32;
+
+fn label_mismatch(chunk: ChunkId, asked: Label, has: Label) -> SatError {
+    let what = |l: Label| {
+        if l == NO_LABEL {
+            "no label (a plain chunk)"
+        } else {
+            "a label (a protected chunk)"
+        }
+    };
+    SatError::Usage(format!(
+        "MALLOC of chunk {chunk} with {}: it already exists with {}; a chunk keeps the \
+         protection it was created with: allocate it the same way, or LOOKUP it",
+        if asked == NO_LABEL { "no label" } else { "a label" },
+        if asked != NO_LABEL && has != NO_LABEL {
+            "another label (another write policy)"
+        } else {
+            what(has)
+        }
+    ))
+}
 
 fn unknown(chunk: u64) -> SatError {
     SatError::Usage(format!(
@@ -145,6 +167,8 @@ struct ClientState {
     mail: Mailbox,
     /// The chunks this process allocated or looked up, and their data.
     store: Store,
+    /// The labels of the chunks allocated or looked up with one.
+    labels: HashMap<ChunkId, Label>,
     header: [u8; MAX_HEADER],
 }
 
@@ -167,6 +191,7 @@ impl Client {
                 transport,
                 mail: Mailbox::default(),
                 store: Store::new(capacity),
+                labels: HashMap::new(),
                 header: [0; MAX_HEADER],
             }),
         }
@@ -459,11 +484,17 @@ impl Client {
         let outcomes = self.allocation(&requests, Some(timeout + Duration::from_secs(30)))?;
         let mut sizes = Vec::with_capacity(ids.len());
         let mut protocols = Vec::with_capacity(ids.len());
+        let mut labels = Vec::with_capacity(ids.len());
         for (&chunk, outcome) in ids.iter().zip(outcomes) {
             match outcome {
-                AllocOutcome::Allocated { size, protocol } => {
+                AllocOutcome::Allocated {
+                    size,
+                    protocol,
+                    label,
+                } => {
                     sizes.push(size as usize);
                     protocols.push(protocol);
+                    labels.push(label);
                 }
                 AllocOutcome::NotAllocated => {
                     return Err(SatError::Timeout(format!(
@@ -489,7 +520,7 @@ impl Client {
                 )));
             }
         }
-        Ok(self.add_chain(ChunkEvent::Lookup, layout, &protocols, memory))
+        Ok(self.add_chain(ChunkEvent::Lookup, layout, &protocols, &labels, memory))
     }
 
     /// Adds a chain the homes confirmed to the store; `event` says how it
@@ -499,9 +530,15 @@ impl Client {
         event: ChunkEvent,
         layout: ChainLayout,
         protocols: &[ProtocolId],
+        labels: &[Label],
         memory: Option<Box<dyn LocalMemory>>,
     ) -> Chain {
         let mut st = self.lock();
+        for (&(id, _), &label) in layout.chunks().iter().zip(labels) {
+            if label != NO_LABEL {
+                st.labels.insert(id, label);
+            }
+        }
         let chain = st.store.add_chain(layout, protocols, memory);
         if stats::on() {
             let (chunks, footprint) = st.store.stats_counts();
@@ -541,6 +578,38 @@ impl Client {
         memory: Option<Box<dyn LocalMemory>>,
         reserved_ok: bool,
     ) -> SatResult<Chain> {
+        self.allocate_labelled(protocol, layout, memory, reserved_ok, NO_LABEL)
+    }
+
+    /// MALLOC_LST of chunks that all carry `label` (see [`Label`]): a chunk
+    /// that exists with another label is refused as one of another size is.
+    pub fn malloc_lst_labelled(
+        &self,
+        protocol: ProtocolId,
+        ids: &[ChunkId],
+        sizes: &[usize],
+        label: Label,
+    ) -> SatResult<Chain> {
+        let layout = ChainLayout::malloc_lst(ids, sizes)?;
+        self.allocate_labelled(protocol, layout, None, false, label)
+    }
+
+    /// The label `chunk` was allocated with ([`NO_LABEL`] for a plain
+    /// chunk), or None when this process has not allocated or looked it up.
+    pub fn label_of(&self, chunk: ChunkId) -> Option<Label> {
+        let st = self.lock();
+        st.store.get(chunk)?;
+        Some(st.labels.get(&chunk).copied().unwrap_or(NO_LABEL))
+    }
+
+    fn allocate_labelled(
+        &self,
+        protocol: ProtocolId,
+        layout: ChainLayout,
+        memory: Option<Box<dyn LocalMemory>>,
+        reserved_ok: bool,
+        label: Label,
+    ) -> SatResult<Chain> {
         let _sat = stats::doing(Activity::Sdsm);
         if !reserved_ok {
             if let Some(&(id, _)) = layout
@@ -562,6 +631,7 @@ impl Client {
         if memory.is_none() {
             let existing = self.lock().store.existing(&layout);
             if let Some(chain) = existing {
+                self.check_labels(&chain, label)?;
                 if stats::on() {
                     let (chunks, footprint) = self.lock().store.stats_counts();
                     for &(id, size) in chain.layout().chunks() {
@@ -579,6 +649,7 @@ impl Client {
                 size: size as u64,
                 client: self.rank,
                 protocol,
+                label,
             })
             .collect::<Vec<_>>();
         let outcomes = self.allocation(&requests, None)?;
@@ -586,8 +657,12 @@ impl Client {
             match outcome {
                 AllocOutcome::Allocated { .. } => {}
                 AllocOutcome::Mismatch {
+                    label: labelled, ..
+                } if labelled != label => return Err(label_mismatch(chunk, label, labelled)),
+                AllocOutcome::Mismatch {
                     size: existing,
                     protocol: has,
+                    ..
                 } => {
                     return Err(SatError::Usage(format!(
                         "MALLOC of chunk {chunk} with {size} bytes [{}]: it already exists with \
@@ -605,7 +680,20 @@ impl Client {
             }
         }
         let protocols = vec![protocol; layout.len()];
-        Ok(self.add_chain(ChunkEvent::Alloc, layout, &protocols, memory))
+        let labels = vec![label; layout.len()];
+        Ok(self.add_chain(ChunkEvent::Alloc, layout, &protocols, &labels, memory))
+    }
+
+    /// A chain found in the local store is joined only with its own label.
+    fn check_labels(&self, chain: &Chain, label: Label) -> SatResult<()> {
+        let st = self.lock();
+        for id in chain.ids() {
+            let has = st.labels.get(&id).copied().unwrap_or(NO_LABEL);
+            if has != label {
+                return Err(label_mismatch(id, label, has));
+            }
+        }
+        Ok(())
     }
 
     /// READ, WRITE or READWRITE: opens a scope on `chunk` (allocated or

@@ -12,14 +12,15 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::chunk::Label;
 use crate::protocol::ProtocolId;
 use crate::transport::Rank;
 use crate::wire::AllocOutcome;
 
 #[derive(Debug, Default)]
 pub struct AllocDirectory {
-    /// Size and protocol of every chunk allocated here.
-    chunks: HashMap<u64, (u64, ProtocolId)>,
+    /// Size, protocol and label of every chunk allocated here.
+    chunks: HashMap<u64, (u64, ProtocolId, Label)>,
     parked: HashMap<u64, Vec<(Rank, Instant)>>,
 }
 
@@ -31,20 +32,30 @@ impl AllocDirectory {
         chunk: u64,
         size: u64,
         protocol: ProtocolId,
+        label: Label,
     ) -> (AllocOutcome, Vec<(Rank, AllocOutcome)>) {
-        if let Some(&(existing, has)) = self.chunks.get(&chunk) {
-            let outcome = if (existing, has) == (size, protocol) {
-                AllocOutcome::Allocated { size, protocol }
+        if let Some(&(existing, has, labelled)) = self.chunks.get(&chunk) {
+            let outcome = if (existing, has, labelled) == (size, protocol, label) {
+                AllocOutcome::Allocated {
+                    size,
+                    protocol,
+                    label,
+                }
             } else {
                 AllocOutcome::Mismatch {
                     size: existing,
                     protocol: has,
+                    label: labelled,
                 }
             };
             return (outcome, Vec::new());
         }
-        self.chunks.insert(chunk, (size, protocol));
-        let done = AllocOutcome::Allocated { size, protocol };
+        self.chunks.insert(chunk, (size, protocol, label));
+        let done = AllocOutcome::Allocated {
+            size,
+            protocol,
+            label,
+        };
         let woken = self
             .parked
             .remove(&chunk)
@@ -57,8 +68,12 @@ impl AllocDirectory {
 
     /// A LOOKUP: the answer now, or None when it is parked until `deadline`.
     pub fn lookup(&mut self, chunk: u64, client: Rank, deadline: Instant) -> Option<AllocOutcome> {
-        if let Some(&(size, protocol)) = self.chunks.get(&chunk) {
-            return Some(AllocOutcome::Allocated { size, protocol });
+        if let Some(&(size, protocol, label)) = self.chunks.get(&chunk) {
+            return Some(AllocOutcome::Allocated {
+                size,
+                protocol,
+                label,
+            });
         }
         self.parked
             .entry(chunk)
@@ -97,7 +112,7 @@ impl AllocDirectory {
     }
 
     pub fn size_of(&self, chunk: u64) -> Option<u64> {
-        self.chunks.get(&chunk).map(|&(size, _)| size)
+        self.chunks.get(&chunk).map(|&(size, ..)| size)
     }
 }
 
@@ -108,10 +123,13 @@ mod tests {
 
     const MESI: ProtocolId = ProtocolId::HomeMesi;
 
+    const NONE: Label = crate::chunk::NO_LABEL;
+
     fn allocated(size: u64) -> AllocOutcome {
         AllocOutcome::Allocated {
             size,
             protocol: MESI,
+            label: NONE,
         }
     }
 
@@ -121,7 +139,7 @@ mod tests {
         let later = Instant::now() + Duration::from_secs(60);
         assert_eq!(d.lookup(42, 3, later), None, "parked");
         assert_eq!(d.lookup(42, 4, later), None, "parked");
-        let (mine, woken) = d.malloc(42, 256, MESI);
+        let (mine, woken) = d.malloc(42, 256, MESI, NONE);
         assert_eq!(mine, allocated(256));
         assert_eq!(woken, vec![(3, allocated(256)), (4, allocated(256))]);
         assert!(!d.has_parked());
@@ -131,24 +149,40 @@ mod tests {
     #[test]
     fn malloc_joins_the_same_size_and_refuses_another() {
         let mut d = AllocDirectory::default();
-        assert_eq!(d.malloc(7, 100, MESI).0, allocated(100));
-        assert_eq!(d.malloc(7, 100, MESI).0, allocated(100));
+        assert_eq!(d.malloc(7, 100, MESI, NONE).0, allocated(100));
+        assert_eq!(d.malloc(7, 100, MESI, NONE).0, allocated(100));
+        let has = AllocOutcome::Mismatch {
+            size: 100,
+            protocol: MESI,
+            label: NONE,
+        };
+        assert_eq!(d.malloc(7, 50, MESI, NONE).0, has);
         assert_eq!(
-            d.malloc(7, 50, MESI).0,
-            AllocOutcome::Mismatch {
-                size: 100,
-                protocol: MESI
-            }
-        );
-        assert_eq!(
-            d.malloc(7, 100, ProtocolId::HomeOnly).0,
-            AllocOutcome::Mismatch {
-                size: 100,
-                protocol: MESI
-            },
+            d.malloc(7, 100, ProtocolId::HomeOnly, NONE).0,
+            has,
             "a chunk keeps the protocol it was created with"
         );
+        assert_eq!(
+            d.malloc(7, 100, MESI, [1; 32]).0,
+            has,
+            "a chunk keeps the label it was created with"
+        );
         assert_eq!(d.size_of(7), Some(100));
+    }
+
+    #[test]
+    fn a_label_is_kept_and_returned_to_lookups() {
+        let mut d = AllocDirectory::default();
+        let later = Instant::now() + Duration::from_secs(60);
+        let labelled = AllocOutcome::Allocated {
+            size: 64,
+            protocol: MESI,
+            label: [9; 32],
+        };
+        assert_eq!(d.lookup(3, 4, later), None);
+        assert_eq!(d.malloc(3, 64, MESI, [9; 32]), (labelled, vec![(4, labelled)]));
+        assert_eq!(d.malloc(3, 64, MESI, [9; 32]).0, labelled);
+        assert_eq!(d.lookup(3, 5, later), Some(labelled));
     }
 
     #[test]
@@ -160,6 +194,6 @@ mod tests {
         assert_eq!(d.expire(now), Vec::<(u64, Rank)>::new());
         assert_eq!(d.expire(now + Duration::from_millis(20)), vec![(1, 3)]);
         assert!(d.has_parked());
-        assert_eq!(d.malloc(1, 8, MESI).1, vec![(4, allocated(8))]);
+        assert_eq!(d.malloc(1, 8, MESI, NONE).1, vec![(4, allocated(8))]);
     }
 }

@@ -482,7 +482,12 @@ impl ServerState<'_> {
             return;
         }
         match *msg {
-            Message::Malloc { size, protocol, .. } => {
+            Message::Malloc {
+                size,
+                protocol,
+                label,
+                ..
+            } => {
                 if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
                     tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
                     return;
@@ -498,7 +503,7 @@ impl ServerState<'_> {
                         },
                     );
                 }
-                let (outcome, woken) = self.alloc.malloc(chunk, size, protocol);
+                let (outcome, woken) = self.alloc.malloc(chunk, size, protocol, label);
                 tracing::debug!(
                     "malloc baseid {chunk} size {size} [{}] for {client}: {outcome:?}",
                     protocol.name()
@@ -860,6 +865,7 @@ mod tests {
                 size: 8,
                 client: 3,
                 protocol: ProtocolId::HomeMesi,
+                label: crate::chunk::NO_LABEL,
             },
             Message::Lookup {
                 chunk: 0,

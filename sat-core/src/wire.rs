@@ -8,6 +8,7 @@
 
 use bincode::{Decode, Encode};
 
+use crate::chunk::Label;
 use crate::protocol::ProtocolId;
 use crate::transport::{Rank, MAX_HEADER};
 
@@ -61,6 +62,7 @@ pub enum Message {
         size: u64,
         client: Rank,
         protocol: ProtocolId,
+        label: Label,
     },
     /// LOOKUP of `chunk` for `client`, which waits at most `wait_ms` for a
     /// MALLOC of it anywhere.
@@ -194,11 +196,19 @@ pub enum CoherenceOp {
 /// What the home says about an allocation request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum AllocOutcome {
-    /// The chunk exists with this size and protocol.
-    Allocated { size: u64, protocol: ProtocolId },
-    /// A MALLOC asked for another size or protocol than the chunk has: this
-    /// is what it has.
-    Mismatch { size: u64, protocol: ProtocolId },
+    /// The chunk exists with this size, protocol and label.
+    Allocated {
+        size: u64,
+        protocol: ProtocolId,
+        label: Label,
+    },
+    /// A MALLOC asked for another size, protocol or label than the chunk
+    /// has: this is what it has.
+    Mismatch {
+        size: u64,
+        protocol: ProtocolId,
+        label: Label,
+    },
     /// A LOOKUP waited its whole time and nobody allocated the chunk.
     NotAllocated,
 }
@@ -326,6 +336,7 @@ mod tests {
                 size: 1 << 40,
                 client: 3,
                 protocol: ProtocolId::HomeOnly,
+                label: [7; 32],
             },
             Message::Lookup {
                 chunk: 42,
@@ -338,6 +349,7 @@ mod tests {
                 outcome: AllocOutcome::Mismatch {
                     size: 9,
                     protocol: ProtocolId::HomeOnly,
+                    label: [0xAB; 32],
                 },
             },
             Message::AllocReply {

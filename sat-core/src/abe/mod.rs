@@ -12,6 +12,7 @@
 //! it as nested pairs ([`policy::Policy::to_pairs`]) and any panic inside the
 //! scheme becomes an error.
 
+pub mod keys;
 pub mod policy;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

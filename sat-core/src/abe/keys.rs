@@ -1,0 +1,555 @@
+//! The keys of the encryption layer and the files that hold them.
+//!
+//! - The **authority** (an operator, with `sat-abe setup`) holds the CP-ABE
+//!   master key and an Ed25519 signing key. Its public half
+//!   ([`AuthorityPublic`]) is the root every process trusts.
+//! - A **tenant** (`sat-abe keygen`) gets one file ([`TenantKey`]): its
+//!   CP-ABE attribute key, an Ed25519 signing key of its own, the
+//!   authority's [`Certificate`] binding that signing key to the tenant's
+//!   name and attributes, and a copy of the authority's public keys. One
+//!   file is all a process needs (`SAT_ABE_KEY`).
+//!
+//! Why a certificate next to the attribute key: CP-ABE decides who may
+//! *read*; anyone who can read could also encrypt a new version. Versions
+//! are therefore signed, and a reader checks that the signer's certified
+//! attributes satisfy the chunk's write policy (see [`super::seal`]).
+//!
+//! Files are JSON with a `sat_abe` field naming their kind, binary fields in
+//! hex. Secret files are created with mode 0600 and never overwritten.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{Abe, AbeError, Ac17, Policy};
+
+/// What went wrong with a key or a key file.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} already exists: SAT never overwrites a key file; remove it first or choose another path", path.display())]
+    Exists { path: PathBuf },
+    #[error("{}: not a SAT key file, or a damaged one ({why}); use the file `sat-abe` wrote", path.display())]
+    Corrupt { path: PathBuf, why: String },
+    #[error("{} holds {found}; {wanted} is needed here ({hint})", path.display())]
+    WrongKind {
+        path: PathBuf,
+        found: String,
+        wanted: &'static str,
+        hint: &'static str,
+    },
+    #[error("certificate of tenant {tenant:?}: {why}")]
+    BadCertificate { tenant: String, why: String },
+    #[error("tenant name {0:?}: use 1 to 64 letters, digits, '_', '-', '.' or '@'")]
+    BadTenant(String),
+    #[error(transparent)]
+    Abe(#[from] AbeError),
+}
+
+/// 32 bytes from the operating system's generator.
+pub(crate) fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::getrandom(&mut b).expect("the operating system's random generator failed");
+    b
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn unhex(text: &str) -> Result<Vec<u8>, String> {
+    if text.len() % 2 != 0 {
+        return Err("odd-length hex".into());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| "bad hex".to_string()))
+        .collect()
+}
+
+fn unhex_array<const N: usize>(field: &str, text: &str) -> Result<[u8; N], String> {
+    let v = unhex(text).map_err(|e| format!("{field}: {e}"))?;
+    v.try_into()
+        .map_err(|v: Vec<u8>| format!("{field}: {} bytes, not {N}", v.len()))
+}
+
+/// The authority's public keys: what every process trusts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorityPublic {
+    /// The CP-ABE public key (opaque bytes of the scheme).
+    pub abe_public: Vec<u8>,
+    /// The Ed25519 key that signs certificates.
+    pub verifying: [u8; 32],
+}
+
+/// The authority: CP-ABE master key and certificate-signing key.
+pub struct AuthorityKeys {
+    public: AuthorityPublic,
+    abe_master: Vec<u8>,
+    signing: SigningKey,
+}
+
+/// A tenant's signing key certified by the authority with its attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    pub tenant: String,
+    pub attributes: Vec<String>,
+    /// The tenant's Ed25519 verifying key, hex.
+    key: String,
+    /// The authority's signature over the fields above, hex.
+    signature: String,
+}
+
+/// What one tenant's process holds.
+pub struct TenantKey {
+    authority: AuthorityPublic,
+    certificate: Certificate,
+    abe_key: Vec<u8>,
+    signing: SigningKey,
+}
+
+impl std::fmt::Debug for AuthorityKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthorityKeys { .. }")
+    }
+}
+
+impl std::fmt::Debug for TenantKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantKey")
+            .field("tenant", &self.certificate.tenant)
+            .field("attributes", &self.certificate.attributes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_tenant(name: &str) -> Result<(), KeyError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.@".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(KeyError::BadTenant(name.to_string()))
+    }
+}
+
+impl AuthorityKeys {
+    /// A new authority.
+    pub fn setup() -> Result<AuthorityKeys, KeyError> {
+        let (abe_public, abe_master) = Ac17.setup()?;
+        let signing = SigningKey::from_bytes(&random::<32>());
+        Ok(AuthorityKeys {
+            public: AuthorityPublic {
+                abe_public,
+                verifying: signing.verifying_key().to_bytes(),
+            },
+            abe_master,
+            signing,
+        })
+    }
+
+    pub fn public(&self) -> &AuthorityPublic {
+        &self.public
+    }
+
+    /// A key for `tenant` with `attributes`: an attribute key, a fresh
+    /// signing key and its certificate.
+    pub fn issue(&self, tenant: &str, attributes: &[&str]) -> Result<TenantKey, KeyError> {
+        check_tenant(tenant)?;
+        let abe_key = Ac17.keygen(&self.abe_master, attributes)?;
+        let signing = SigningKey::from_bytes(&random::<32>());
+        let mut certificate = Certificate {
+            tenant: tenant.to_string(),
+            attributes: attributes.iter().map(|a| a.to_string()).collect(),
+            key: hex(&signing.verifying_key().to_bytes()),
+            signature: String::new(),
+        };
+        certificate.signature = hex(&self.signing.sign(&certificate.signed_bytes()).to_bytes());
+        Ok(TenantKey {
+            authority: self.public.clone(),
+            certificate,
+            abe_key,
+            signing,
+        })
+    }
+}
+
+impl Certificate {
+    /// What the authority signs: every field but the signature, each
+    /// length-prefixed so that no two certificates share these bytes.
+    fn signed_bytes(&self) -> Vec<u8> {
+        let mut b = b"sat-abe certificate 1\0".to_vec();
+        let mut field = |f: &[u8]| {
+            b.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            b.extend_from_slice(f);
+        };
+        field(self.tenant.as_bytes());
+        field(&(self.attributes.len() as u32).to_le_bytes());
+        for a in &self.attributes {
+            field(a.as_bytes());
+        }
+        field(self.key.as_bytes());
+        b
+    }
+
+    /// The certificate's id: SHA-256 of its encoding. Versions name their
+    /// writer by it.
+    pub fn id(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(self.signed_bytes());
+        h.update(self.signature.as_bytes());
+        h.finalize().into()
+    }
+
+    /// The tenant's verifying key.
+    pub fn verifying_key(&self) -> Result<VerifyingKey, KeyError> {
+        let bytes = unhex_array::<32>("key", &self.key).map_err(|why| self.bad(why))?;
+        VerifyingKey::from_bytes(&bytes).map_err(|e| self.bad(e.to_string()))
+    }
+
+    fn bad(&self, why: impl Into<String>) -> KeyError {
+        KeyError::BadCertificate {
+            tenant: self.tenant.clone(),
+            why: why.into(),
+        }
+    }
+
+    /// Checks the authority's signature.
+    pub fn verify(&self, authority: &AuthorityPublic) -> Result<(), KeyError> {
+        let key = VerifyingKey::from_bytes(&authority.verifying)
+            .map_err(|e| self.bad(format!("the authority's key: {e}")))?;
+        let sig = unhex_array::<64>("signature", &self.signature).map_err(|w| self.bad(w))?;
+        key.verify(&self.signed_bytes(), &Signature::from_bytes(&sig))
+            .map_err(|_| self.bad("not signed by this authority (forged, damaged, or of another authority)"))?;
+        self.verifying_key().map(|_| ())
+    }
+
+    /// Whether the certified attributes satisfy `policy`.
+    pub fn satisfies(&self, policy: &Policy) -> bool {
+        let attrs: Vec<&str> = self.attributes.iter().map(String::as_str).collect();
+        policy.satisfied_by(&attrs)
+    }
+
+    /// Checks `signature` over `message` under the certified key.
+    pub fn verify_signature(&self, message: &[u8], signature: &[u8; 64]) -> bool {
+        self.verifying_key()
+            .map(|k| k.verify(message, &Signature::from_bytes(signature)).is_ok())
+            .unwrap_or(false)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a certificate serializes")
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Certificate, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+}
+
+impl TenantKey {
+    pub fn certificate(&self) -> &Certificate {
+        &self.certificate
+    }
+
+    pub fn authority(&self) -> &AuthorityPublic {
+        &self.authority
+    }
+
+    pub fn attributes(&self) -> &[String] {
+        &self.certificate.attributes
+    }
+
+    /// The CP-ABE attribute key (opaque bytes of the scheme).
+    pub fn abe_key(&self) -> &[u8] {
+        &self.abe_key
+    }
+
+    pub fn sign(&self, message: &[u8]) -> [u8; 64] {
+        self.signing.sign(message).to_bytes()
+    }
+}
+
+// ---- files ----
+
+#[derive(Serialize, Deserialize)]
+struct File {
+    sat_abe: String,
+    format: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abe_public: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verifying: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abe_master: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signing: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    abe_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    certificate: Option<Certificate>,
+}
+
+const AUTHORITY: &str = "authority";
+const PUBLIC: &str = "public";
+const TENANT: &str = "tenant";
+
+impl File {
+    fn new(kind: &str) -> File {
+        File {
+            sat_abe: kind.into(),
+            format: 1,
+            abe_public: None,
+            verifying: None,
+            abe_master: None,
+            signing: None,
+            abe_key: None,
+            certificate: None,
+        }
+    }
+
+    fn field<'a>(v: &'a Option<String>, name: &str) -> Result<&'a str, String> {
+        v.as_deref().ok_or_else(|| format!("no {name}"))
+    }
+
+    fn public(&self) -> Result<AuthorityPublic, String> {
+        Ok(AuthorityPublic {
+            abe_public: unhex(File::field(&self.abe_public, "abe_public")?)?,
+            verifying: unhex_array("verifying", File::field(&self.verifying, "verifying")?)?,
+        })
+    }
+
+    fn signing(&self) -> Result<SigningKey, String> {
+        Ok(SigningKey::from_bytes(&unhex_array(
+            "signing",
+            File::field(&self.signing, "signing")?,
+        )?))
+    }
+}
+
+fn write_new(path: &Path, bytes: &[u8], secret: bool) -> Result<(), KeyError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| KeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if secret { 0o600 } else { 0o644 })
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                KeyError::Exists {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io(e)
+            }
+        })?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io)
+}
+
+fn read(path: &Path, wanted: &'static str, hint: &'static str) -> Result<File, KeyError> {
+    let bytes = std::fs::read(path).map_err(|source| KeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file: File = serde_json::from_slice(&bytes).map_err(|e| KeyError::Corrupt {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    if file.format != 1 {
+        return Err(KeyError::Corrupt {
+            path: path.to_path_buf(),
+            why: format!("format {} (this SAT reads format 1)", file.format),
+        });
+    }
+    if file.sat_abe != wanted {
+        return Err(KeyError::WrongKind {
+            path: path.to_path_buf(),
+            found: match file.sat_abe.as_str() {
+                AUTHORITY => "the authority's secret keys".into(),
+                PUBLIC => "the authority's public keys".into(),
+                TENANT => "a tenant's key".into(),
+                other => format!("an unknown kind of key ({other:?})"),
+            },
+            wanted: match wanted {
+                AUTHORITY => "the authority's secret keys",
+                PUBLIC => "the authority's public keys",
+                _ => "a tenant's key",
+            },
+            hint,
+        });
+    }
+    Ok(file)
+}
+
+fn corrupt(path: &Path) -> impl Fn(String) -> KeyError + '_ {
+    move |why| KeyError::Corrupt {
+        path: path.to_path_buf(),
+        why,
+    }
+}
+
+impl AuthorityKeys {
+    /// Writes the authority's secret file (mode 0600, never over a file).
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let mut f = File::new(AUTHORITY);
+        f.abe_public = Some(hex(&self.public.abe_public));
+        f.verifying = Some(hex(&self.public.verifying));
+        f.abe_master = Some(hex(&self.abe_master));
+        f.signing = Some(hex(&self.signing.to_bytes()));
+        write_new(path, &serde_json::to_vec_pretty(&f).expect("json"), true)
+    }
+
+    pub fn load(path: &Path) -> Result<AuthorityKeys, KeyError> {
+        let f = read(path, AUTHORITY, "the file `sat-abe setup` wrote as authority.key")?;
+        let bad = corrupt(path);
+        let public = f.public().map_err(&bad)?;
+        let abe_master = unhex(File::field(&f.abe_master, "abe_master").map_err(&bad)?).map_err(&bad)?;
+        let signing = f.signing().map_err(&bad)?;
+        if signing.verifying_key().to_bytes() != public.verifying {
+            return Err(bad("its signing and verifying keys do not match".into()));
+        }
+        Ok(AuthorityKeys {
+            public,
+            abe_master,
+            signing,
+        })
+    }
+}
+
+impl AuthorityPublic {
+    /// Writes the public file (mode 0644, never over a file).
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let mut f = File::new(PUBLIC);
+        f.abe_public = Some(hex(&self.abe_public));
+        f.verifying = Some(hex(&self.verifying));
+        write_new(path, &serde_json::to_vec_pretty(&f).expect("json"), false)
+    }
+
+    pub fn load(path: &Path) -> Result<AuthorityPublic, KeyError> {
+        let f = read(path, PUBLIC, "the file `sat-abe setup` wrote as public.key")?;
+        f.public().map_err(corrupt(path))
+    }
+}
+
+impl TenantKey {
+    /// Writes the tenant's file (mode 0600, never over a file).
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let mut f = File::new(TENANT);
+        f.abe_public = Some(hex(&self.authority.abe_public));
+        f.verifying = Some(hex(&self.authority.verifying));
+        f.abe_key = Some(hex(&self.abe_key));
+        f.signing = Some(hex(&self.signing.to_bytes()));
+        f.certificate = Some(self.certificate.clone());
+        write_new(path, &serde_json::to_vec_pretty(&f).expect("json"), true)
+    }
+
+    /// Reads a tenant's file and checks it: the certificate is the
+    /// authority's, and certifies this file's signing key.
+    pub fn load(path: &Path) -> Result<TenantKey, KeyError> {
+        let f = read(path, TENANT, "the file `sat-abe keygen` wrote for the tenant")?;
+        let bad = corrupt(path);
+        let authority = f.public().map_err(&bad)?;
+        let abe_key = unhex(File::field(&f.abe_key, "abe_key").map_err(&bad)?).map_err(&bad)?;
+        let signing = f.signing().map_err(&bad)?;
+        let certificate = f.certificate.ok_or_else(|| bad("no certificate".into()))?;
+        certificate.verify(&authority)?;
+        if certificate.verifying_key()?.to_bytes() != signing.verifying_key().to_bytes() {
+            return Err(bad("its certificate is for another signing key".into()));
+        }
+        Ok(TenantKey {
+            authority,
+            certificate,
+            abe_key,
+            signing,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sat-abe-keys-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn files_round_trip_with_private_modes_and_are_never_overwritten() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = temp_dir("round");
+        let auth = AuthorityKeys::setup().unwrap();
+        auth.save(&d.join("authority.key")).unwrap();
+        auth.public().save(&d.join("public.key")).unwrap();
+        let t = auth.issue("alice", &["tenant_a", "analyst"]).unwrap();
+        t.save(&d.join("alice.key")).unwrap();
+        let mode = |p: &str| std::fs::metadata(d.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("authority.key"), 0o600);
+        assert_eq!(mode("alice.key"), 0o600);
+        assert_eq!(mode("public.key"), 0o644);
+        assert!(matches!(t.save(&d.join("alice.key")), Err(KeyError::Exists { .. })));
+
+        let again = AuthorityKeys::load(&d.join("authority.key")).unwrap();
+        assert_eq!(again.public(), auth.public());
+        assert_eq!(AuthorityPublic::load(&d.join("public.key")).unwrap(), *auth.public());
+        let alice = TenantKey::load(&d.join("alice.key")).unwrap();
+        assert_eq!(alice.certificate(), t.certificate());
+        assert_eq!(alice.attributes(), ["tenant_a", "analyst"]);
+        let sig = alice.sign(b"hello");
+        assert!(t.certificate().verify_signature(b"hello", &sig));
+        assert!(!t.certificate().verify_signature(b"hellO", &sig));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn wrong_kinds_and_damaged_files_say_so() {
+        let d = temp_dir("bad");
+        let auth = AuthorityKeys::setup().unwrap();
+        auth.public().save(&d.join("public.key")).unwrap();
+        let e = TenantKey::load(&d.join("public.key")).unwrap_err();
+        assert!(matches!(e, KeyError::WrongKind { .. }), "{e}");
+        assert!(e.to_string().contains("the authority's public keys"), "{e}");
+        std::fs::write(d.join("junk.key"), b"{ not json").unwrap();
+        assert!(matches!(
+            AuthorityKeys::load(&d.join("junk.key")),
+            Err(KeyError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            TenantKey::load(&d.join("missing.key")),
+            Err(KeyError::Io { .. })
+        ));
+        // A tenant file whose attributes were edited: its certificate fails.
+        let t = auth.issue("bob", &["tenant_b"]).unwrap();
+        t.save(&d.join("bob.key")).unwrap();
+        let text = std::fs::read_to_string(d.join("bob.key")).unwrap();
+        std::fs::write(d.join("bob2.key"), text.replace("\"tenant_b\"", "\"tenant_a\"")).unwrap();
+        let e = TenantKey::load(&d.join("bob2.key")).unwrap_err();
+        assert!(matches!(e, KeyError::BadCertificate { .. }), "{e}");
+        // A certificate of another authority.
+        let other = AuthorityKeys::setup().unwrap();
+        assert!(t.certificate().verify(other.public()).is_err());
+        assert!(t.certificate().verify(auth.public()).is_ok());
+        assert!(matches!(auth.issue("a b", &["x"]), Err(KeyError::BadTenant(_))));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
