@@ -14,6 +14,7 @@
 
 pub mod keys;
 pub mod policy;
+pub mod seal;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
