@@ -31,6 +31,12 @@ pub enum sat_status {
     SAT_ERR_ROLE = -9,
     /// A bug in SAT: an internal panic, caught at the boundary.
     SAT_ERR_INTERNAL = -10,
+    /// Protected data (the encryption layer) that this tenant's attributes
+    /// do not allow it to read, or no tenant key loaded (`SAT_ABE_KEY`).
+    SAT_ERR_ACCESS_DENIED = -11,
+    /// Protected data failed its integrity checks (changed bytes, a writer
+    /// the write policy does not allow, an older version replayed).
+    SAT_ERR_INTEGRITY = -12,
 }
 
 use sat_status::*;
@@ -70,6 +76,8 @@ pub(crate) fn fail(e: &SatError) -> sat_status {
         SatError::Usage(_) => SAT_ERR_USAGE,
         SatError::Role(_) => SAT_ERR_ROLE,
         SatError::Timeout(_) => SAT_ERR_TIMEOUT,
+        SatError::AccessDenied(_) => SAT_ERR_ACCESS_DENIED,
+        SatError::Integrity(_) => SAT_ERR_INTEGRITY,
     };
     set_error_status(status, &e.to_string());
     status
@@ -159,6 +167,8 @@ pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
         -8 => b"the run was aborted\0",
         -9 => b"a role or handler failed\0",
         -10 => b"internal error in SAT\0",
+        -11 => b"access denied to protected data\0",
+        -12 => b"protected data failed its integrity check\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -40,4 +40,16 @@ pub enum SatError {
     /// An operation did not complete in the time it is allowed.
     #[error("timed out: {0}")]
     Timeout(String),
+
+    /// The encryption layer (feature `abe`) refused: this tenant's
+    /// attributes do not satisfy the data's read policy, or no tenant key
+    /// is loaded for protected data.
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+
+    /// Protected data failed its checks: its bytes were changed, its writer
+    /// may not write it, or an older version came back. Nothing of it was
+    /// returned.
+    #[error("integrity check failed: {0}")]
+    Integrity(String),
 }

@@ -56,6 +56,19 @@ create_exception!(
     "An operation did not complete in the time it is allowed."
 );
 
+create_exception!(
+    sat,
+    AccessDenied,
+    SatError,
+    "Protected data this tenant's attributes may not read (or no tenant key is loaded)."
+);
+create_exception!(
+    sat,
+    IntegrityError,
+    SatError,
+    "Protected data failed its checks: changed bytes, a writer not allowed to write it, or an older version."
+);
+
 /// The Python exception of a core error: the group's class, the core's message.
 pub(crate) fn to_py(e: CoreError) -> PyErr {
     let msg = e.to_string();
@@ -68,6 +81,8 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
         CoreError::Aborted(_) => AbortedError::new_err(msg),
         CoreError::Role(_) => RoleError::new_err(msg),
         CoreError::Timeout(_) => TimeoutError::new_err(msg),
+        CoreError::AccessDenied(_) => AccessDenied::new_err(msg),
+        CoreError::Integrity(_) => IntegrityError::new_err(msg),
     }
 }
 
@@ -86,5 +101,7 @@ pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AbortedError", py.get_type::<AbortedError>())?;
     m.add("RoleError", py.get_type::<RoleError>())?;
     m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    m.add("AccessDenied", py.get_type::<AccessDenied>())?;
+    m.add("IntegrityError", py.get_type::<IntegrityError>())?;
     Ok(())
 }

@@ -15,6 +15,9 @@
 pub mod keys;
 pub mod policy;
 pub mod seal;
+pub mod vault;
+
+pub use vault::{Protection, SecureChain, Vault};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

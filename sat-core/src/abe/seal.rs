@@ -130,20 +130,56 @@ pub fn write_policy_label(write: &Policy) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A key epoch of one object.
+/// What one epoch's KEK protects: the chunks of a chain (one CP-ABE wrap
+/// for the whole chain, not one per chunk: a 64 MiB chain of 64 KiB chunks
+/// would otherwise cost 1,024 wraps, about 40 s) or one symbol. Each
+/// chunk's data keys still differ, as the chunk id goes into the HKDF.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cover {
+    Chunks(Vec<u64>),
+    Symbol(String),
+}
+
+impl Cover {
+    pub fn covers(&self, object: &Object) -> bool {
+        match (self, object) {
+            (Cover::Chunks(ids), Object::Chunk(id)) => ids.contains(id),
+            (Cover::Symbol(a), Object::Symbol(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Cover::Chunks(ids) => {
+                let mut b = vec![1u8];
+                for id in ids {
+                    b.extend_from_slice(&id.to_le_bytes());
+                }
+                b
+            }
+            Cover::Symbol(name) => [&[2u8][..], name.as_bytes()].concat(),
+        }
+    }
+}
+
+/// One key epoch. Epochs are named by a random 64-bit id rather than a
+/// counter: two writers that start epochs for the same chunks at once
+/// (each inside its own write scope, on chunks of different chains) can
+/// then never give two records the same name. The order of versions is
+/// kept by their version numbers, not by epochs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochRecord {
-    pub object: Object,
+    pub cover: Cover,
     pub epoch: u64,
     /// Read and write policies, normalized ([`Policy::to_pairs`]).
     pub read_policy: String,
     pub write_policy: String,
     /// The KEK, wrapped with CP-ABE under the read policy.
     pub wrapped_kek: Vec<u8>,
-    /// When the epoch began (seconds since 1970), and its first version:
-    /// what a KEK lifetime is measured from.
+    /// When the epoch began (seconds since 1970): what a KEK lifetime is
+    /// measured from.
     pub created: u64,
-    pub first_version: u64,
     /// The certificate id of the writer that made the epoch.
     pub author: [u8; 32],
     #[serde(with = "serde_sig")]
@@ -165,16 +201,14 @@ mod serde_sig {
 impl EpochRecord {
     /// A new epoch: a fresh KEK wrapped under `read`, signed by `author`.
     /// Returns the record and the KEK.
-    #[allow(clippy::too_many_arguments)]
     pub fn create(
         abe: &dyn super::Abe,
         author: &TenantKey,
-        object: Object,
-        epoch: u64,
+        cover: Cover,
         read: &Policy,
         write: &Policy,
-        first_version: u64,
     ) -> Result<(EpochRecord, [u8; 32]), super::AbeError> {
+        let epoch = u64::from_le_bytes(random::<8>());
         let kek = random::<32>();
         let wrapped_kek = abe.wrap(&author.authority().abe_public, read, &kek)?;
         let created = std::time::SystemTime::now()
@@ -182,13 +216,12 @@ impl EpochRecord {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let mut record = EpochRecord {
-            object,
+            cover,
             epoch,
             read_policy: read.to_pairs(),
             write_policy: write.to_pairs(),
             wrapped_kek,
             created,
-            first_version,
             author: author.certificate().id(),
             signature: [0; 64],
         };
@@ -202,13 +235,12 @@ impl EpochRecord {
             b.extend_from_slice(&(f.len() as u64).to_le_bytes());
             b.extend_from_slice(f);
         };
-        field(&self.object.bytes());
+        field(&self.cover.bytes());
         field(&self.epoch.to_le_bytes());
         field(self.read_policy.as_bytes());
         field(self.write_policy.as_bytes());
         field(&self.wrapped_kek);
         field(&self.created.to_le_bytes());
-        field(&self.first_version.to_le_bytes());
         field(&self.author);
         b
     }
@@ -251,30 +283,32 @@ impl EpochRecord {
         label: Option<&[u8; 32]>,
         author: &Certificate,
     ) -> Result<(), SealError> {
-        if &self.object != object || self.epoch != epoch {
+        if !self.cover.covers(object) || self.epoch != epoch {
             return Err(SealError::Integrity(format!(
-                "the epoch record found for {object:?} epoch {epoch} is for {:?} epoch {}",
-                self.object, self.epoch
+                "the record found for epoch {epoch:016x} of {object:?} is for {:?}, epoch {:016x}",
+                self.cover, self.epoch
             )));
         }
         let (_, write) = self.policies()?;
         if let Some(label) = label {
             if &write_policy_label(&write) != label {
                 return Err(SealError::Writer(format!(
-                    "epoch {epoch} names the write policy {write}, which is not the one the \
-                     chunk was created with"
+                    "epoch {epoch:016x} names the write policy {write}, which is not the one \
+                     the chunk was created with"
                 )));
             }
         }
-        if author.id() != self.author || !author.verify_signature(&self.signed_bytes(), &self.signature) {
+        if author.id() != self.author
+            || !author.verify_signature(&self.signed_bytes(), &self.signature)
+        {
             return Err(SealError::Integrity(format!(
-                "epoch {epoch}'s record is not signed by its author"
+                "epoch {epoch:016x}'s record is not signed by its author"
             )));
         }
         if !author.satisfies(&write) {
             return Err(SealError::Writer(format!(
-                "epoch {epoch} was made by tenant {:?} with attributes {:?}, which do not \
-                 satisfy the write policy {write}",
+                "epoch {epoch:016x} was made by tenant {:?} with attributes {:?}, which do \
+                 not satisfy the write policy {write}",
                 author.tenant, author.attributes
             )));
         }
@@ -521,7 +555,7 @@ mod tests {
         let read = Policy::parse("tenant_a").unwrap();
         let write = Policy::parse("tenant_a and writer").unwrap();
         let (r, kek) =
-            EpochRecord::create(&Ac17, &w.alice, Object::Chunk(7), 0, &read, &write, 1).unwrap();
+            EpochRecord::create(&Ac17, &w.alice, Cover::Chunks(vec![7, 9]), &read, &write).unwrap();
         (r, kek, write)
     }
 
@@ -530,15 +564,28 @@ mod tests {
         let w = world();
         let (rec, kek, write) = record(&w);
         let label = write_policy_label(&write);
-        rec.verify(&Object::Chunk(7), 0, Some(&label), w.alice.certificate())
-            .unwrap();
+        rec.verify(
+            &Object::Chunk(7),
+            rec.epoch,
+            Some(&label),
+            w.alice.certificate(),
+        )
+        .unwrap();
+        assert!(rec
+            .verify(
+                &Object::Chunk(8),
+                rec.epoch,
+                Some(&label),
+                w.alice.certificate()
+            )
+            .is_err());
         // The reader unwraps the KEK with its own key.
         let unwrapped = Ac17.unwrap(w.reader.abe_key(), &rec.wrapped_kek).unwrap();
         assert_eq!(unwrapped, kek);
         let object = Object::Chunk(7);
         let key = SealKey {
             object: &object,
-            epoch: 0,
+            epoch: rec.epoch,
             record: rec.digest(),
             kek: &kek,
         };
@@ -551,9 +598,16 @@ mod tests {
                 "plaintext visible"
             );
             let h = Header::parse(&sealed).unwrap().unwrap();
-            assert_eq!((h.aead, h.epoch, h.version), (aead, 0, 5));
-            verify_writer(&h, &object, &key.record, &write, w.alice.certificate(), &sealed)
-                .unwrap();
+            assert_eq!((h.aead, h.epoch, h.version), (aead, rec.epoch, 5));
+            verify_writer(
+                &h,
+                &object,
+                &key.record,
+                &write,
+                w.alice.certificate(),
+                &sealed,
+            )
+            .unwrap();
             let mut out = vec![0u8; plain.len()];
             open(&h, &key, &sealed, &mut out).unwrap();
             assert_eq!(out, plain);
@@ -566,8 +620,15 @@ mod tests {
                     Err(_) => true,
                     Ok(None) => false,
                     Ok(Some(h)) => {
-                        verify_writer(&h, &object, &key.record, &write, w.alice.certificate(), &bad)
-                            .is_err()
+                        verify_writer(
+                            &h,
+                            &object,
+                            &key.record,
+                            &write,
+                            w.alice.certificate(),
+                            &bad,
+                        )
+                        .is_err()
                             || open(&h, &key, &bad, &mut out).is_err()
                     }
                 };
@@ -590,27 +651,51 @@ mod tests {
         let object = Object::Chunk(7);
         let key = SealKey {
             object: &object,
-            epoch: 0,
+            epoch: rec.epoch,
             record: rec.digest(),
             kek: &kek,
         };
         let mut sealed = vec![0u8; 10 + OVERHEAD];
-        seal(&key, 6, Aead::Aes256Gcm, &w.reader, b"forged!!!!", &mut sealed);
+        seal(
+            &key,
+            6,
+            Aead::Aes256Gcm,
+            &w.reader,
+            b"forged!!!!",
+            &mut sealed,
+        );
         let h = Header::parse(&sealed).unwrap().unwrap();
-        let e = verify_writer(&h, &object, &key.record, &write, w.reader.certificate(), &sealed)
-            .unwrap_err();
+        let e = verify_writer(
+            &h,
+            &object,
+            &key.record,
+            &write,
+            w.reader.certificate(),
+            &sealed,
+        )
+        .unwrap_err();
         assert!(matches!(e, SealError::Writer(_)), "{e}");
         // Nor can it pass alice's certificate off as its own.
-        assert!(
-            verify_writer(&h, &object, &key.record, &write, w.alice.certificate(), &sealed)
-                .is_err()
-        );
+        assert!(verify_writer(
+            &h,
+            &object,
+            &key.record,
+            &write,
+            w.alice.certificate(),
+            &sealed
+        )
+        .is_err());
         // Nor make an epoch of its own with a write policy it satisfies.
         let mine = Policy::parse("tenant_a").unwrap();
         let (rogue, _) =
-            EpochRecord::create(&Ac17, &w.reader, object.clone(), 1, &mine, &mine, 7).unwrap();
+            EpochRecord::create(&Ac17, &w.reader, Cover::Chunks(vec![7]), &mine, &mine).unwrap();
         let e = rogue
-            .verify(&object, 1, Some(&write_policy_label(&write)), w.reader.certificate())
+            .verify(
+                &object,
+                rogue.epoch,
+                Some(&write_policy_label(&write)),
+                w.reader.certificate(),
+            )
             .unwrap_err();
         assert!(matches!(e, SealError::Writer(_)), "{e}");
         let _ = &w.auth;

@@ -559,7 +559,7 @@ impl Client {
     }
 
     /// The version of this process's copy of `chunk`.
-    fn local_version(&self, chunk: ChunkId) -> Option<Version> {
+    pub(crate) fn local_version(&self, chunk: ChunkId) -> Option<Version> {
         self.lock().store.get(chunk).and_then(|c| c.side.version())
     }
 
@@ -572,7 +572,7 @@ impl Client {
     /// Handlers of events may run meanwhile (on the role's thread), as in
     /// other waits on other processes: no scope is open here, and one of
     /// them may be the writer this read waits for.
-    fn wait_for_bucket_change(
+    pub(crate) fn wait_for_bucket_change(
         &self,
         bucket_id: ChunkId,
         seen: Option<Version>,

@@ -1,0 +1,341 @@
+//! Two tenants on one S-DSM, with the encryption layer (feature `abe`).
+//!
+//! ```text
+//! SAT_ABE_KEY=keys/tenant-{rank}.key \
+//!   satrun -n 6 --topology sat-core/topologies/two-servers.xml -- target/debug/examples/tenants
+//! ```
+//! Four clients, each with its own tenant key (`{rank}` in `SAT_ABE_KEY`):
+//! - rank 2, alice: `tenant_a writer dept-1`
+//! - rank 3, bob: `tenant_b writer`
+//! - rank 4, rita: `tenant_a` (reads tenant_a's data, may not write it)
+//! - rank 5, carl: `contractor` (reads tenant_a's data until revoked)
+//!
+//! Steps, separated by barriers; every check panics when it fails, which
+//! fails the run:
+//! 1. alice allocates and writes chain A (3 chunks, read `tenant_a or
+//!    contractor`, write `tenant_a and writer`) and chunk C (read with a
+//!    three-child AND), bob chain B (`tenant_b`); each writes a protected
+//!    symbol.
+//! 2. Everyone reads everything: own tenant's data opens with the right
+//!    bytes, the other's gives access denied (chains and symbols).
+//! 3. rank 5 reads A's chunks through the plain API (the bytes the homes
+//!    serve): they hold no plaintext.
+//! 4. rita, who may read A but not write it, writes a version through the
+//!    layer and then a forged epoch of her own: readers refuse both with an
+//!    integrity error; alice writes again and readers accept.
+//! 5. carl flips one byte of a stored version: the next read fails with an
+//!    integrity error, and the plaintext holds no part of it. alice repairs.
+//! 6. alice starts a new epoch whose read policy drops `contractor` and
+//!    writes: carl is denied the new version, rita still reads it.
+//! 7. An older version put back in place is refused.
+
+use std::time::Duration;
+
+use sat_core::abe::keys::TenantKey;
+use sat_core::abe::seal::{self, Aead, Cover, EpochRecord, Object, SealKey};
+use sat_core::abe::{Ac17, Policy, Protection, SecureChain, Vault};
+use sat_core::bootstrap::{run, RoleResult, Roles};
+use sat_core::client::Client;
+use sat_core::protocol::{Access, ProtocolId};
+use sat_core::SatError;
+
+const WAIT: Duration = Duration::from_secs(30);
+const A: u64 = 100;
+const B: u64 = 200;
+const C: u64 = 300;
+const SIZE_A: usize = 1000;
+const CHUNK: usize = 400;
+
+const ALICE: u32 = 2;
+const BOB: u32 = 3;
+const RITA: u32 = 4;
+const CARL: u32 = 5;
+
+fn main() {
+    let roles = Roles::new().role(1, tenant).role(2, tenant);
+    if let Err(e) = run(roles, std::env::args()) {
+        eprintln!("{e}");
+        std::process::exit(1);
+    }
+}
+
+fn pattern(tag: u8, size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i as u8).wrapping_mul(7) ^ tag).collect()
+}
+
+fn protection_a() -> Protection {
+    Protection::new("tenant_a or contractor", "tenant_a and writer").unwrap()
+}
+
+fn protection_b() -> Protection {
+    Protection::new("tenant_b", "tenant_b and writer").unwrap()
+}
+
+fn protection_c() -> Protection {
+    Protection::new(
+        "(tenant_a and writer and dept-1) or admin_x",
+        "tenant_a and writer",
+    )
+    .unwrap()
+}
+
+fn expect_denied<T: std::fmt::Debug>(what: &str, r: Result<T, SatError>) {
+    match r {
+        Err(SatError::AccessDenied(m)) => println!("  {what}: access denied ({m})"),
+        other => panic!(
+            "{what}: expected access denied, got {:?}",
+            other.map(|_| "data")
+        ),
+    }
+}
+
+fn expect_integrity<T: std::fmt::Debug>(what: &str, r: Result<T, SatError>) {
+    match r {
+        Err(SatError::Integrity(m)) => println!("  {what}: integrity error ({m})"),
+        other => panic!(
+            "{what}: expected an integrity error, got {:?}",
+            other.map(|_| "data")
+        ),
+    }
+}
+
+fn read_a(v: &Vault, c: &Client, a: &SecureChain) -> Result<Vec<u8>, SatError> {
+    v.get(c, a)
+}
+
+fn tenant(c: &Client) -> RoleResult {
+    let me = c.rank();
+    let v = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
+    c.set_chunk_size(CHUNK)?;
+    let n = c.client_count();
+    println!(
+        "rank {me}: tenant {:?} {:?}",
+        v.tenant().certificate().tenant,
+        v.tenant().attributes()
+    );
+
+    // 1. Allocation and first writes.
+    let a0 = pattern(0xA0, SIZE_A);
+    let b0 = pattern(0xB0, 500);
+    let c0 = pattern(0xC0, 64);
+    if me == ALICE {
+        let a = v.malloc(c, ProtocolId::default(), A, SIZE_A, &protection_a())?;
+        assert_eq!(a.len(), 3, "A spans three chunks");
+        v.put(c, &a, &a0)?;
+        let cc = v.malloc(c, ProtocolId::default(), C, 64, &protection_c())?;
+        v.put(c, &cc, &c0)?;
+        v.write_symbol(c, "a-secret", b"tenant a's symbol", &protection_a())?;
+        // A plain MALLOC of a protected chunk is refused, as is another
+        // write policy.
+        assert!(matches!(c.malloc(A, SIZE_A), Err(SatError::Usage(_))));
+    }
+    if me == BOB {
+        let b = v.malloc(c, ProtocolId::HomeOnly, B, 500, &protection_b())?;
+        v.put(c, &b, &b0)?;
+        v.write_symbol(c, "b-secret", b"tenant b's symbol", &protection_b())?;
+    }
+    c.barrier(1, n)?;
+
+    // 2. Everyone reads everything.
+    let ids_a: Vec<u64> = (A..A + 3).collect();
+    let a = v.lookup_lst(c, &ids_a, WAIT)?;
+    let b = v.lookup_lst(c, &[B, B + 1], WAIT)?;
+    let cc = v.lookup_lst(c, &[C], WAIT)?;
+    assert_eq!((a.size(), b.size()), (SIZE_A, 500));
+    match me {
+        ALICE | RITA | CARL => {
+            assert_eq!(read_a(&v, c, &a)?, a0, "rank {me} reads A");
+            assert_eq!(v.read_symbol(c, "a-secret", WAIT)?, b"tenant a's symbol");
+            expect_denied("B by a tenant_a key", v.get(c, &b));
+            expect_denied(
+                "b-secret by a tenant_a key",
+                v.read_symbol(c, "b-secret", WAIT),
+            );
+        }
+        _ => {
+            assert_eq!(v.get(c, &b)?, b0, "bob reads B");
+            assert_eq!(v.read_symbol(c, "b-secret", WAIT)?, b"tenant b's symbol");
+            expect_denied("A by a tenant_b key", v.get(c, &a));
+            expect_denied(
+                "a-secret by a tenant_b key",
+                v.read_symbol(c, "a-secret", WAIT),
+            );
+        }
+    }
+    if me == ALICE {
+        assert_eq!(v.get(c, &cc)?, c0, "alice satisfies the three-child AND");
+    } else {
+        expect_denied("C without dept-1", v.get(c, &cc));
+    }
+    println!("rank {me}: step 2 done");
+    c.barrier(2, n)?;
+
+    // 3. What the homes serve for A: no plaintext.
+    if me == CARL {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::Read)?;
+        let bytes = c.with_chain(&sealed, |b| b.to_vec())?;
+        c.release_chain(&sealed)?;
+        assert_eq!(bytes.len(), SIZE_A + 3 * seal::OVERHEAD);
+        for window in a0.chunks(16) {
+            assert!(
+                !bytes.windows(16).any(|w| w == window),
+                "plaintext found in the sealed chunks"
+            );
+        }
+        assert_eq!(&bytes[..4], b"SATe");
+        println!("rank {me}: step 3 done: the homes hold ciphertext only");
+    }
+    c.barrier(3, n)?;
+
+    // 4. A reader that may not write.
+    if me == RITA {
+        // Through the layer: it seals under the current epoch and signs
+        // with her own certificate; nothing stops the write itself.
+        v.acquire(c, &a, Access::ReadWrite)?;
+        a.with_data_mut(|d| d[..6].copy_from_slice(b"forged"))?;
+        v.release(c, &a)?;
+        // Nor can she start an epoch through the layer.
+        expect_denied("an epoch by a reader", v.new_epoch(c, &a, None));
+    }
+    c.barrier(4, n)?;
+    if me == ALICE || me == CARL {
+        expect_integrity("A after rita's write", v.get(c, &a));
+    }
+    c.barrier(5, n)?;
+    if me == RITA {
+        forge_epoch(c, &v, &ids_a)?;
+    }
+    c.barrier(6, n)?;
+    if me == ALICE || me == CARL {
+        expect_integrity("A under rita's own epoch", v.get(c, &a));
+    }
+    c.barrier(7, n)?;
+    let a1 = pattern(0xA1, SIZE_A);
+    if me == ALICE {
+        v.put(c, &a, &a1)?;
+    }
+    c.barrier(8, n)?;
+    if me != BOB {
+        assert_eq!(v.get(c, &a)?, a1, "rank {me} reads alice's repair");
+        println!("rank {me}: step 4 done");
+    }
+    c.barrier(9, n)?;
+
+    // 5. One flipped byte.
+    if me == CARL {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::ReadWrite)?;
+        c.with_chain_mut(&sealed, |b| {
+            b[seal::HEADER + CHUNK + seal::OVERHEAD + 5] ^= 1
+        })?;
+        c.release_chain(&sealed)?;
+    }
+    c.barrier(10, n)?;
+    if me == ALICE || me == RITA {
+        expect_integrity("A with a flipped byte", v.get(c, &a));
+        // Nothing of the damaged chunk reached the plaintext.
+        v.acquire(c, &a, Access::Write)?;
+        let zeros = a.with_data(|d| d[CHUNK..2 * CHUNK].iter().all(|&x| x == 0))?;
+        v.release(c, &a).ok();
+        assert!(
+            zeros || me == ALICE,
+            "the damaged chunk's plaintext is not zeros"
+        );
+    }
+    c.barrier(11, n)?;
+    let a2 = pattern(0xA2, SIZE_A);
+    if me == ALICE {
+        v.put(c, &a, &a2)?;
+    }
+    c.barrier(12, n)?;
+    if me != BOB {
+        assert_eq!(v.get(c, &a)?, a2);
+        println!("rank {me}: step 5 done");
+    }
+    c.barrier(13, n)?;
+
+    // 6. Revocation: a new epoch without `contractor`.
+    let a3 = pattern(0xA3, SIZE_A);
+    if me == ALICE {
+        v.new_epoch(c, &a, Some(&Policy::parse("tenant_a").unwrap()))?;
+        v.put(c, &a, &a3)?;
+    }
+    c.barrier(14, n)?;
+    match me {
+        CARL => expect_denied("A after contractor was dropped", v.get(c, &a)),
+        RITA | ALICE => assert_eq!(v.get(c, &a)?, a3),
+        _ => {}
+    }
+    println!("rank {me}: step 6 done");
+    c.barrier(15, n)?;
+
+    // 7. An older version put back.
+    if me == RITA {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::Read)?;
+        let old = c.with_chain(&sealed, |b| b.to_vec())?;
+        c.release_chain(&sealed)?;
+        c.barrier(16, n)?;
+        c.barrier(17, n)?; // alice writes a newer version
+        assert_eq!(v.get(c, &a)?, pattern(0xA4, SIZE_A));
+        c.acquire_chain(&sealed, Access::Write)?;
+        c.with_chain_mut(&sealed, |b| b.copy_from_slice(&old))?;
+        c.release_chain(&sealed)?;
+        expect_integrity("A rolled back", v.get(c, &a));
+        println!("rank {me}: step 7 done");
+    } else {
+        c.barrier(16, n)?;
+        if me == ALICE {
+            v.put(c, &a, &pattern(0xA4, SIZE_A))?;
+        }
+        c.barrier(17, n)?;
+    }
+    c.barrier(18, n)?;
+    println!("rank {me}: all steps passed");
+    Ok(())
+}
+
+/// rita writes an epoch record with a write policy she satisfies, and a
+/// version sealed under it, with the plain API.
+fn forge_epoch(c: &Client, v: &Vault, ids: &[u64]) -> RoleResult {
+    let key = TenantKey::load(std::path::Path::new(
+        &std::env::var("SAT_ABE_KEY")
+            .unwrap()
+            .replace("{rank}", &c.rank().to_string()),
+    ))
+    .map_err(|e| e.to_string())?;
+    let mine = Policy::parse("tenant_a").unwrap();
+    let (record, kek) = EpochRecord::create(&Ac17, &key, Cover::Chunks(ids.to_vec()), &mine, &mine)
+        .map_err(|e| e.to_string())?;
+    c.write_symbol(
+        &format!("sat.abe/epoch/{:016x}", record.epoch),
+        &record.to_bytes(),
+    )?;
+    let sealed = c.lookup_lst(ids, WAIT)?;
+    c.acquire_chain(&sealed, Access::ReadWrite)?;
+    c.with_chain_mut(&sealed, |bytes| {
+        let layout = sealed.layout();
+        for (i, &(id, size)) in layout.chunks().iter().enumerate() {
+            let object = Object::Chunk(id);
+            let k = SealKey {
+                object: &object,
+                epoch: record.epoch,
+                record: record.digest(),
+                kek: &kek,
+            };
+            let plain = vec![0x66u8; size - seal::OVERHEAD];
+            seal::seal(
+                &k,
+                1_000,
+                Aead::Aes256Gcm,
+                &key,
+                &plain,
+                &mut bytes[layout.range(i)],
+            );
+        }
+    })?;
+    c.release_chain(&sealed)?;
+    let _ = v;
+    Ok(())
+}

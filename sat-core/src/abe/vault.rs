@@ -1,0 +1,1198 @@
+//! The encryption layer at run time: a tenant's [`Vault`] between the
+//! application and the S-DSM.
+//!
+//! A **protected chain** ([`SecureChain`]) is two things: the chain of
+//! sealed chunks the S-DSM keeps (each chunk [`seal::OVERHEAD`] bytes
+//! larger than its plaintext, labelled at its home with the digest of the
+//! write policy), and a plaintext buffer in this process, where the
+//! application reads and writes inside scopes as it would in a plain chain.
+//!
+//! - **Acquire** (READ, READWRITE): the sealed chunks are acquired through
+//!   the usual protocol; each version is checked (writer certificate, write
+//!   policy, signature, no older version than one already seen) and
+//!   decrypted into the plaintext buffer. A version already decrypted here
+//!   is not decrypted again, so a read hit costs what a plain read hit does.
+//!   WRITE acquires without decrypting (its data may be stale, as in SAT).
+//! - **Release** after a write: every chunk is sealed again, as version
+//!   n + 1, and released; what travels and what the homes keep is
+//!   ciphertext only.
+//!
+//! Epoch records and certificates travel through the symbol table, under
+//! names starting with `sat.abe/`. Both are signed and checked on arrival,
+//! so a tenant that overwrites one can make reads fail, never succeed with
+//! data it chose.
+//!
+//! # Semantics where the SAT report is silent
+//!
+//! - A protected chunk never written reads as zeros, as a plain one does.
+//!   MALLOC seals a first version of zeros right away, so this is only seen
+//!   by a process that looks the chunk up in the moment between the home's
+//!   allocation and that first version.
+//! - A process that only looked a chain up and writes it before its creator
+//!   sealed the first version waits for that version (it needs the epoch the
+//!   creator chose), up to [`Vault::WAIT`].
+//! - The read policy given to a MALLOC that joins an existing protected
+//!   chain is not used; the write policy must be the chain's own, or the
+//!   MALLOC is refused as one of another size is.
+
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::keys::{Certificate, KeyError, TenantKey};
+use super::seal::{self, Aead, Cover, EpochRecord, Header, Object, SealError, SealKey};
+use super::{Abe, AbeError, Ac17, Policy};
+use crate::chunk::{ChainLayout, ChunkId, Label, NO_LABEL};
+use crate::client::{Chain, Client};
+use crate::error::{SatError, SatResult};
+use crate::protocol::{Access, ProtocolId};
+
+/// The read and write policies of protected data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protection {
+    pub read: Policy,
+    pub write: Policy,
+}
+
+impl Protection {
+    /// Parses both policies (`(tenant_a and analyst) or admin`).
+    pub fn new(read: &str, write: &str) -> SatResult<Protection> {
+        let parse = |which: &str, text: &str| {
+            Policy::parse(text)
+                .map_err(|e| SatError::Usage(format!("the {which} policy {text:?}: {e}")))
+        };
+        Ok(Protection {
+            read: parse("read", read)?,
+            write: parse("write", write)?,
+        })
+    }
+}
+
+fn key_error(e: KeyError) -> SatError {
+    SatError::Usage(format!("the tenant key: {e}"))
+}
+
+fn abe_error(what: &str, e: AbeError) -> SatError {
+    match e {
+        AbeError::AccessDenied { .. } => SatError::AccessDenied(format!("{what}: {e}")),
+        AbeError::Policy(_) => SatError::Usage(format!("{what}: {e}")),
+        _ => SatError::Integrity(format!("{what}: {e}")),
+    }
+}
+
+fn seal_error(what: &str, e: SealError) -> SatError {
+    SatError::Integrity(format!("{what}: {e}"))
+}
+
+/// A verified epoch record, with its KEK once unwrapped (or made) here.
+struct Epoch {
+    record: EpochRecord,
+    digest: [u8; 32],
+    read: Policy,
+    write: Policy,
+    kek: Option<[u8; 32]>,
+}
+
+#[derive(Default)]
+struct VaultState {
+    /// Verified records, by epoch id.
+    epochs: HashMap<u64, Arc<Epoch>>,
+    /// Certificates checked against the authority, by id.
+    certs: HashMap<[u8; 32], Arc<Certificate>>,
+    /// The newest version seen of each chunk: an older one is a replay.
+    newest: HashMap<ChunkId, u64>,
+    /// The epoch this process seals each symbol under.
+    symbol_epochs: HashMap<String, u64>,
+    /// The protected chains of this process, by their chunk ids: the same
+    /// chain allocated or looked up again is the same plaintext.
+    chains: HashMap<Vec<ChunkId>, SecureChain>,
+    published: bool,
+}
+
+/// One tenant's keys and caches; one per process is enough.
+pub struct Vault {
+    key: TenantKey,
+    abe: Ac17,
+    aead: Aead,
+    kek_lifetime: Option<Duration>,
+    state: Mutex<VaultState>,
+}
+
+impl std::fmt::Debug for Vault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vault")
+            .field("tenant", &self.key.certificate().tenant)
+            .field("aead", &self.aead)
+            .field("kek_lifetime", &self.kek_lifetime)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Plaintext memory: zeroed, 64-byte aligned, never moved, so that C and
+/// Python can hold its address for the whole run.
+struct PlainMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain bytes; access is ordered by scopes, as for chain data.
+unsafe impl Send for PlainMemory {}
+unsafe impl Sync for PlainMemory {}
+
+impl PlainMemory {
+    fn new(len: usize) -> SatResult<PlainMemory> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 64)
+            .map_err(|e| SatError::Usage(format!("a plaintext buffer of {len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| {
+            SatError::Usage(format!("cannot allocate a plaintext buffer of {len} bytes"))
+        })?;
+        Ok(PlainMemory { ptr, len })
+    }
+}
+
+impl Drop for PlainMemory {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len.max(1), 64).expect("valid");
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+type Decrypted = (Option<crate::protocol::mesi::Version>, u64, u64, [u8; 12]);
+
+/// What a scope on a protected chain remembers between acquire and release.
+#[derive(Default)]
+struct ChainState {
+    access: Option<Access>,
+    /// Each chunk's header when the scope opened (None: never written).
+    headers: Vec<Option<Header>>,
+    /// What each chunk's plaintext was decrypted from: the local copy's
+    /// coherence version and the sealed version's (epoch, version, nonce).
+    /// A read whose copy still has that coherence version is a hit and is
+    /// not checked again; any write in between (even one that kept the
+    /// header, as a flipped byte does) gives the copy another version, so
+    /// the new bytes are checked in full.
+    decrypted: Vec<Option<Decrypted>>,
+}
+
+struct SecureInner {
+    sealed: Chain,
+    /// The plaintext layout (same ids, sizes less the overhead).
+    plain: ChainLayout,
+    memory: PlainMemory,
+    label: Label,
+    /// The policies this process allocated the chain with (None after a
+    /// LOOKUP: they then come from the chain's epoch records).
+    protection: Option<Protection>,
+    state: Mutex<ChainState>,
+}
+
+/// A protected chain: its plaintext, in this process.
+#[derive(Clone)]
+pub struct SecureChain {
+    inner: Arc<SecureInner>,
+}
+
+impl std::fmt::Debug for SecureChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureChain")
+            .field("first", &self.first())
+            .field("size", &self.size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecureChain {
+    pub fn first(&self) -> ChunkId {
+        self.inner.plain.chunks()[0].0
+    }
+
+    /// The chain's plaintext size.
+    pub fn size(&self) -> usize {
+        self.inner.plain.total_size()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.plain.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.plain.is_empty()
+    }
+
+    pub fn ids(&self) -> impl Iterator<Item = ChunkId> + '_ {
+        self.inner.sealed.ids()
+    }
+
+    /// Plaintext sizes of the chunks, in chain order.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.inner.plain.chunks().iter().map(|&(_, s)| s).collect()
+    }
+
+    /// The chain of sealed chunks in the S-DSM.
+    pub fn sealed(&self) -> &Chain {
+        &self.inner.sealed
+    }
+
+    /// The plaintext's address, fixed for the chain's life: what C's
+    /// `chunk->data` and Python's buffers point to. Its bytes are the
+    /// chain's data inside a scope only.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.memory.ptr.as_ptr()
+    }
+
+    fn scope_access(&self) -> Option<Access> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .access
+    }
+
+    /// Runs `f` on the plaintext inside a scope.
+    pub fn with_data<R>(&self, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
+        if self.scope_access().is_none() {
+            return Err(SatError::Usage(format!(
+                "the protected chain at chunk {} is read outside a scope: acquire it first",
+                self.first()
+            )));
+        }
+        // SAFETY: the buffer holds `len` bytes for the chain's life; the
+        // scope orders this access with the layer's own.
+        Ok(f(unsafe {
+            std::slice::from_raw_parts(self.as_ptr(), self.inner.memory.len)
+        }))
+    }
+
+    /// Runs `f` on the plaintext inside a WRITE or READWRITE scope.
+    pub fn with_data_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
+        match self.scope_access() {
+            Some(a) if a.exclusive() => {}
+            _ => {
+                return Err(SatError::Usage(format!(
+                    "the protected chain at chunk {} is written outside a WRITE or READWRITE \
+                     scope: acquire it for writing first",
+                    self.first()
+                )))
+            }
+        }
+        // SAFETY: as in `with_data`, and the scope is exclusive.
+        Ok(f(unsafe {
+            std::slice::from_raw_parts_mut(self.as_ptr(), self.inner.memory.len)
+        }))
+    }
+
+    fn plain_mut(&self, i: usize) -> &mut [u8] {
+        let r = self.inner.plain.range(i);
+        // SAFETY: inside the buffer; called by the layer inside a scope it
+        // holds, one chunk at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.as_ptr().add(r.start), r.len()) }
+    }
+}
+
+/// Symbol-table names of the layer's own records.
+fn epoch_name(epoch: u64) -> String {
+    format!("sat.abe/epoch/{epoch:016x}")
+}
+
+fn cert_name(id: &[u8; 32]) -> String {
+    format!("sat.abe/cert/{}", super::keys::hex(id))
+}
+
+impl Vault {
+    /// How long the layer waits for a record or certificate that a version
+    /// names (they are written before the version, so this is a bound for
+    /// the lost, not a delay of the living), and for a creator's first
+    /// version.
+    pub const WAIT: Duration = Duration::from_secs(10);
+
+    /// A vault for `key`. The AEAD is [`Aead::preferred`]; KEKs live until
+    /// an explicit new epoch unless `SAT_ABE_KEK_LIFETIME` (seconds) is set.
+    pub fn new(key: TenantKey) -> Vault {
+        let kek_lifetime = std::env::var("SAT_ABE_KEK_LIFETIME")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        Vault {
+            key,
+            abe: Ac17,
+            aead: Aead::preferred(),
+            kek_lifetime,
+            state: Mutex::new(VaultState::default()),
+        }
+    }
+
+    /// A vault for the tenant key file `path`.
+    pub fn load(path: &std::path::Path) -> SatResult<Vault> {
+        TenantKey::load(path).map(Vault::new).map_err(key_error)
+    }
+
+    /// A vault for the key file named by `SAT_ABE_KEY`, None when unset.
+    /// `{rank}` in the path is replaced by `rank`, so that one launch can
+    /// give each process of a run its own tenant's key.
+    pub fn from_env(rank: u32) -> SatResult<Option<Vault>> {
+        match std::env::var("SAT_ABE_KEY") {
+            Err(_) => Ok(None),
+            Ok(p) => {
+                let p = p.replace("{rank}", &rank.to_string());
+                Vault::load(std::path::Path::new(&p)).map(Some)
+            }
+        }
+    }
+
+    /// Chooses the AEAD of the versions this process seals (the trade-off
+    /// knob: see docs/ENCRYPTION.md).
+    pub fn set_aead(&mut self, aead: Aead) {
+        self.aead = aead;
+    }
+
+    /// Sets how long a KEK is used for new versions before a writer starts
+    /// a new epoch (None: until an explicit [`Vault::new_epoch`]).
+    pub fn set_kek_lifetime(&mut self, lifetime: Option<Duration>) {
+        self.kek_lifetime = lifetime;
+    }
+
+    pub fn tenant(&self) -> &TenantKey {
+        &self.key
+    }
+
+    fn lock(&self) -> MutexGuard<'_, VaultState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- allocation ----
+
+    /// MALLOC of a protected chain: `size` plaintext bytes from chunk
+    /// `base` on, split by the client's chunk size, readable by keys that
+    /// satisfy `protection.read` and writable by certificates that satisfy
+    /// `protection.write`.
+    pub fn malloc(
+        &self,
+        client: &Client,
+        protocol: ProtocolId,
+        base: ChunkId,
+        size: usize,
+        protection: &Protection,
+    ) -> SatResult<SecureChain> {
+        crate::chunk::check_chain_size(size as u64)?;
+        let plain = ChainLayout::malloc(base, size, client.chunk_size())?;
+        self.allocate(client, protocol, plain, protection)
+    }
+
+    /// MALLOC_LST of a protected chain (sizes are plaintext sizes).
+    pub fn malloc_lst(
+        &self,
+        client: &Client,
+        protocol: ProtocolId,
+        ids: &[ChunkId],
+        sizes: &[usize],
+        protection: &Protection,
+    ) -> SatResult<SecureChain> {
+        let plain = ChainLayout::malloc_lst(ids, sizes)?;
+        self.allocate(client, protocol, plain, protection)
+    }
+
+    fn allocate(
+        &self,
+        client: &Client,
+        protocol: ProtocolId,
+        plain: ChainLayout,
+        protection: &Protection,
+    ) -> SatResult<SecureChain> {
+        let ids: Vec<ChunkId> = plain.chunks().iter().map(|&(id, _)| id).collect();
+        let sealed_sizes: Vec<usize> = plain
+            .chunks()
+            .iter()
+            .map(|&(_, s)| s + seal::OVERHEAD)
+            .collect();
+        let label = seal::write_policy_label(&protection.write);
+        let sealed = client.malloc_lst_labelled(protocol, &ids, &sealed_sizes, label)?;
+        if let Some(known) = self.known(&ids) {
+            if known.inner.protection.is_some() {
+                return Ok(known);
+            }
+        }
+        let chain = SecureChain::new(sealed, plain, label, Some(protection.clone()))?;
+        self.seal_first_versions(client, &chain)?;
+        self.lock().chains.insert(ids, chain.clone());
+        Ok(chain)
+    }
+
+    /// The chain with exactly these ids, if this process has it.
+    fn known(&self, ids: &[ChunkId]) -> Option<SecureChain> {
+        self.lock().chains.get(ids).cloned()
+    }
+
+    /// LOOKUP of a protected chain: chunks `ids`, waiting at most `timeout`
+    /// for them to be allocated.
+    pub fn lookup_lst(
+        &self,
+        client: &Client,
+        ids: &[ChunkId],
+        timeout: Duration,
+    ) -> SatResult<SecureChain> {
+        let sealed = client.lookup_lst(ids, timeout)?;
+        self.adopt(client, sealed)
+    }
+
+    /// The protected chain whose sealed chunks are `sealed` (a chain the
+    /// client allocated or looked up, each chunk with a label). Plain
+    /// chunks are refused.
+    pub fn adopt(&self, client: &Client, sealed: Chain) -> SatResult<SecureChain> {
+        let ids: Vec<ChunkId> = sealed.ids().collect();
+        if let Some(known) = self.known(&ids) {
+            return Ok(known);
+        }
+        let mut label = None;
+        let mut chunks = Vec::with_capacity(sealed.len());
+        for &(id, size) in sealed.layout().chunks() {
+            let l = client.label_of(id).unwrap_or(NO_LABEL);
+            if l == NO_LABEL {
+                return Err(SatError::Usage(format!(
+                    "chunk {id} is not protected: use the plain API for it"
+                )));
+            }
+            if *label.get_or_insert(l) != l {
+                return Err(SatError::Usage(format!(
+                    "chunk {id} has another write policy than the chain's first chunk: \
+                     a protected chain has one write policy"
+                )));
+            }
+            if size <= seal::OVERHEAD {
+                return Err(SatError::Integrity(format!(
+                    "chunk {id} has {size} bytes, too few for a sealed version"
+                )));
+            }
+            chunks.push((id, size - seal::OVERHEAD));
+        }
+        let ids: Vec<ChunkId> = chunks.iter().map(|&(id, _)| id).collect();
+        let sizes: Vec<usize> = chunks.iter().map(|&(_, s)| s).collect();
+        let plain = ChainLayout::malloc_lst(&ids, &sizes)?;
+        let chain = SecureChain::new(sealed, plain, label.expect("a chain has a chunk"), None)?;
+        self.lock().chains.insert(ids, chain.clone());
+        Ok(chain)
+    }
+
+    /// Seals version 1 (zeros) in every chunk that has no version yet, in
+    /// a new epoch under the creator's policies.
+    fn seal_first_versions(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+        client.acquire_chain(chain.sealed(), Access::ReadWrite)?;
+        let r = self.first_versions_in_scope(client, chain);
+        let released = client.release_chain(chain.sealed());
+        r.and(released)
+    }
+
+    fn first_versions_in_scope(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+        let headers = self.headers(client, chain)?;
+        if headers.iter().all(Option::is_some) {
+            return Ok(());
+        }
+        let protection = chain.inner.protection.as_ref().expect("allocated here");
+        let epoch = self.create_epoch(client, chain, &protection.read, &protection.write)?;
+        let kek = epoch.kek.expect("made here");
+        let layout = chain.inner.sealed.layout();
+        let plain_sizes = chain.sizes();
+        client.with_chain_mut(chain.sealed(), |sealed| {
+            for (i, h) in headers.iter().enumerate() {
+                if h.is_some() {
+                    continue;
+                }
+                let id = chain.inner.plain.chunks()[i].0;
+                let object = Object::Chunk(id);
+                let key = SealKey {
+                    object: &object,
+                    epoch: epoch.record.epoch,
+                    record: epoch.digest,
+                    kek: &kek,
+                };
+                let zeros = vec![0u8; plain_sizes[i]];
+                seal::seal(
+                    &key,
+                    1,
+                    self.aead,
+                    &self.key,
+                    &zeros,
+                    &mut sealed[layout.range(i)],
+                );
+            }
+        })?;
+        let mut st = self.lock();
+        for (i, h) in headers.iter().enumerate() {
+            if h.is_none() {
+                st.newest.insert(chain.inner.plain.chunks()[i].0, 1);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- scopes ----
+
+    /// READ, WRITE or READWRITE on a protected chain: see the module docs.
+    /// On an error nothing stays acquired and the plaintext of the chunks
+    /// that failed holds zeros, never unverified bytes.
+    pub fn acquire(&self, client: &Client, chain: &SecureChain, access: Access) -> SatResult<()> {
+        {
+            let st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.access.is_some() {
+                return Err(SatError::Usage(format!(
+                    "the protected chain at chunk {} is already inside a scope in this \
+                     process: release it first",
+                    chain.first()
+                )));
+            }
+        }
+        // A write needs the current header (epoch and version) even when
+        // its data may be stale, so the sealed chunks are always acquired
+        // up to date.
+        let under = if access == Access::Read {
+            Access::Read
+        } else {
+            Access::ReadWrite
+        };
+        let deadline = Instant::now() + Vault::WAIT;
+        loop {
+            client.acquire_chain(chain.sealed(), under)?;
+            match self.open_scope(client, chain, access) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    // A write of a chain whose creator has not sealed its
+                    // first version yet: wait for that version.
+                    let first = chain.first();
+                    let seen = client.local_version(first);
+                    client.release_chain(chain.sealed())?;
+                    if Instant::now() >= deadline {
+                        return Err(SatError::Timeout(format!(
+                            "protected chain at chunk {first}: its creator sealed no first \
+                             version within {:?}",
+                            Vault::WAIT
+                        )));
+                    }
+                    client.wait_for_bucket_change(first, seen, deadline)?;
+                }
+                Err(e) => {
+                    let _ = client.release_chain(chain.sealed());
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Checks and decrypts inside the sealed scope. Ok(false): a write
+    /// found a chunk with no version and no policies to start one with.
+    fn open_scope(&self, client: &Client, chain: &SecureChain, access: Access) -> SatResult<bool> {
+        let headers = self.headers(client, chain)?;
+        if access != Access::Read
+            && chain.inner.protection.is_none()
+            && headers.iter().any(Option::is_none)
+        {
+            return Ok(false);
+        }
+        let mut decrypted = {
+            let st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.decrypted.clone()
+        };
+        if access != Access::Write {
+            let layout = chain.inner.sealed.layout();
+            for (i, h) in headers.iter().enumerate() {
+                let id = chain.inner.plain.chunks()[i].0;
+                let Some(h) = h else {
+                    chain.plain_mut(i).fill(0);
+                    decrypted[i] = None;
+                    continue;
+                };
+                let now = (client.local_version(id), h.epoch, h.version, h.nonce);
+                if now.0.is_some() && decrypted[i] == Some(now) {
+                    continue;
+                }
+                decrypted[i] = None;
+                let r = self.open_chunk(client, chain, i, id, h, layout.range(i));
+                if let Err(e) = r {
+                    chain.plain_mut(i).fill(0);
+                    let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+                    st.decrypted = decrypted;
+                    return Err(e);
+                }
+                decrypted[i] = Some(now);
+            }
+        }
+        let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.access = Some(access);
+        st.headers = headers;
+        st.decrypted = decrypted;
+        Ok(true)
+    }
+
+    fn open_chunk(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        i: usize,
+        id: ChunkId,
+        h: &Header,
+        range: std::ops::Range<usize>,
+    ) -> SatResult<()> {
+        let what = format!("protected chunk {id}");
+        if let Some(&newest) = self.lock().newest.get(&id) {
+            if h.version < newest {
+                return Err(SatError::Integrity(format!(
+                    "{what}: version {} came back after version {newest} was seen: an older \
+                     version was put back in place",
+                    h.version
+                )));
+            }
+        }
+        let object = Object::Chunk(id);
+        let epoch = self.epoch(client, h.epoch, &object, Some(&chain.inner.label))?;
+        let writer = self.certificate(client, &h.writer)?;
+        let kek = self.kek(&epoch, &what)?;
+        let key = SealKey {
+            object: &object,
+            epoch: h.epoch,
+            record: epoch.digest,
+            kek: &kek,
+        };
+        let plain = chain.plain_mut(i);
+        client
+            .with_chain(chain.sealed(), |sealed| {
+                let sealed = &sealed[range];
+                seal::verify_writer(h, &object, &epoch.digest, &epoch.write, &writer, sealed)
+                    .and_then(|()| seal::open(h, &key, sealed, plain))
+            })?
+            .map_err(|e| seal_error(&what, e))?;
+        let mut st = self.lock();
+        let n = st.newest.entry(id).or_insert(0);
+        *n = (*n).max(h.version);
+        Ok(())
+    }
+
+    /// RELEASE of a protected chain: after WRITE or READWRITE, the
+    /// plaintext is sealed as each chunk's next version first.
+    pub fn release(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+        let (access, headers) = {
+            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(access) = st.access.take() else {
+                return Err(SatError::Usage(format!(
+                    "RELEASE of the protected chain at chunk {} without an acquire",
+                    chain.first()
+                )));
+            };
+            (access, std::mem::take(&mut st.headers))
+        };
+        let sealed = if access.exclusive() {
+            self.seal_scope(client, chain, &headers)
+        } else {
+            Ok(())
+        };
+        let released = client.release_chain(chain.sealed());
+        if access.exclusive() {
+            self.note_own_versions(client, chain);
+        }
+        sealed.and(released)
+    }
+
+    /// After this process's write: its plaintext is the version it sealed,
+    /// at whatever coherence version the release gave the local copy.
+    fn note_own_versions(&self, client: &Client, chain: &SecureChain) {
+        let mut cs = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, id) in chain.inner.sealed.ids().enumerate() {
+            if let Some(Some(d)) = cs.decrypted.get_mut(i) {
+                d.0 = client.local_version(id);
+            }
+        }
+    }
+
+    fn seal_scope(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        headers: &[Option<Header>],
+    ) -> SatResult<()> {
+        // The epoch to seal under: the chunks' own while this process holds
+        // its KEK and its lifetime lasts, else a new one for the chain.
+        let mut epochs: Vec<Option<Arc<Epoch>>> = Vec::with_capacity(headers.len());
+        let mut policies = None;
+        for (i, h) in headers.iter().enumerate() {
+            let id = chain.inner.plain.chunks()[i].0;
+            // A version under an epoch that does not verify (damaged, or
+            // forged) is replaced under a new epoch: a legitimate writer
+            // can always repair the chunk.
+            let current = match h {
+                Some(h) => match self.epoch(
+                    client,
+                    h.epoch,
+                    &Object::Chunk(id),
+                    Some(&chain.inner.label),
+                ) {
+                    Ok(e) => Some(e),
+                    Err(SatError::Integrity(why)) => {
+                        tracing::warn!("protected chunk {id}: replacing a version whose epoch does not verify: {why}");
+                        None
+                    }
+                    Err(e) => return Err(e),
+                },
+                None => None,
+            };
+            if let Some(e) = &current {
+                policies.get_or_insert((e.read.clone(), e.write.clone()));
+            }
+            epochs.push(current.filter(|e| self.usable(e)));
+        }
+        if epochs.iter().any(Option::is_none) {
+            let (read, write) = match (&chain.inner.protection, policies) {
+                (_, Some(p)) => p,
+                (Some(p), None) => (p.read.clone(), p.write.clone()),
+                (None, None) => {
+                    return Err(SatError::Usage(format!(
+                        "the protected chain at chunk {} has no version to take its policies \
+                         from",
+                        chain.first()
+                    )))
+                }
+            };
+            let fresh = self.create_epoch(client, chain, &read, &write)?;
+            for e in epochs.iter_mut().filter(|e| e.is_none()) {
+                *e = Some(fresh.clone());
+            }
+        }
+        self.seal_chunks(client, chain, headers, &epochs)
+    }
+
+    fn seal_chunks(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        headers: &[Option<Header>],
+        epochs: &[Option<Arc<Epoch>>],
+    ) -> SatResult<()> {
+        self.publish(client)?;
+        let layout = chain.inner.sealed.layout();
+        let mut decrypted = Vec::with_capacity(headers.len());
+        client.with_chain_mut(chain.sealed(), |sealed| {
+            for (i, h) in headers.iter().enumerate() {
+                let id = chain.inner.plain.chunks()[i].0;
+                let epoch = epochs[i].as_ref().expect("chosen");
+                let kek = epoch.kek.expect("usable epochs have their KEK");
+                let version = h.map_or(1, |h| h.version + 1);
+                let object = Object::Chunk(id);
+                let key = SealKey {
+                    object: &object,
+                    epoch: epoch.record.epoch,
+                    record: epoch.digest,
+                    kek: &kek,
+                };
+                let plain = chain.plain_mut(i);
+                let out = &mut sealed[layout.range(i)];
+                seal::seal(&key, version, self.aead, &self.key, plain, out);
+                let h = Header::parse(out).ok().flatten().expect("just sealed");
+                decrypted.push((id, Some((None, h.epoch, h.version, h.nonce))));
+            }
+        })?;
+        let mut st = self.lock();
+        for &(id, d) in &decrypted {
+            if let Some((_, _, v, _)) = d {
+                st.newest.insert(id, v);
+            }
+        }
+        drop(st);
+        let mut cs = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        cs.decrypted = decrypted.into_iter().map(|(_, d)| d).collect();
+        Ok(())
+    }
+
+    /// Whether new versions may be sealed under `epoch` by this process.
+    fn usable(&self, epoch: &Epoch) -> bool {
+        if epoch.kek.is_none() {
+            return false;
+        }
+        match self.kek_lifetime {
+            None => true,
+            Some(life) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0);
+                now - (epoch.record.created as f64) < life.as_secs_f64()
+            }
+        }
+    }
+
+    /// A new key epoch for `chain`: every chunk's current version is read
+    /// (which needs read access) and sealed again, as its next version,
+    /// under a fresh KEK wrapped under `read` (the current read policy when
+    /// None). Keys that do not satisfy the new policy cannot read any
+    /// version written from now on: this is how an attribute is revoked.
+    pub fn new_epoch(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        read: Option<&Policy>,
+    ) -> SatResult<()> {
+        self.acquire(client, chain, Access::ReadWrite)?;
+        let r = (|| {
+            let headers = {
+                let st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.headers.clone()
+            };
+            let current = match headers.iter().flatten().next() {
+                Some(h) => {
+                    let id = chain.first();
+                    Some(self.epoch(
+                        client,
+                        h.epoch,
+                        &Object::Chunk(id),
+                        Some(&chain.inner.label),
+                    ))
+                    .transpose()?
+                }
+                None => None,
+            };
+            let (cur_read, write) = match (&current, &chain.inner.protection) {
+                (Some(e), _) => (e.read.clone(), e.write.clone()),
+                (None, Some(p)) => (p.read.clone(), p.write.clone()),
+                (None, None) => {
+                    return Err(SatError::Usage(
+                        "a new epoch of a chain with no version: write it first".into(),
+                    ))
+                }
+            };
+            let read = read.cloned().unwrap_or(cur_read);
+            let fresh = self.create_epoch(client, chain, &read, &write)?;
+            let epochs = vec![Some(fresh); headers.len()];
+            self.seal_chunks(client, chain, &headers, &epochs)
+        })();
+        // The scope is closed without sealing again.
+        {
+            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.access = None;
+            st.headers.clear();
+        }
+        let released = client.release_chain(chain.sealed());
+        self.note_own_versions(client, chain);
+        r.and(released)
+    }
+
+    /// PUT: a write scope that replaces the chain's plaintext with `data`.
+    pub fn put(&self, client: &Client, chain: &SecureChain, data: &[u8]) -> SatResult<()> {
+        if data.len() != chain.size() {
+            return Err(SatError::Usage(format!(
+                "PUT of {} bytes into the protected chain at chunk {}, which has {}",
+                data.len(),
+                chain.first(),
+                chain.size()
+            )));
+        }
+        self.acquire(client, chain, Access::Write)?;
+        chain.with_data_mut(|d| d.copy_from_slice(data))?;
+        self.release(client, chain)
+    }
+
+    /// GET: a read scope that copies the chain's plaintext out.
+    pub fn get(&self, client: &Client, chain: &SecureChain) -> SatResult<Vec<u8>> {
+        self.acquire(client, chain, Access::Read)?;
+        let data = chain.with_data(|d| d.to_vec());
+        let released = self.release(client, chain);
+        let data = data?;
+        released.map(|()| data)
+    }
+
+    // ---- symbols ----
+
+    /// Stores `data` under `name` in the symbol table, sealed: readable by
+    /// keys that satisfy `protection.read`. The value carries its epoch and
+    /// writer. A symbol's write policy travels with its value (the table
+    /// has no home label per name): readers check the writer against it,
+    /// but a tenant that may read the symbol could replace it by a value
+    /// under a write policy of its own. Use a protected chain where writers
+    /// must be held to a fixed policy.
+    pub fn write_symbol(
+        &self,
+        client: &Client,
+        name: &str,
+        data: &[u8],
+        protection: &Protection,
+    ) -> SatResult<()> {
+        self.publish(client)?;
+        let object = Object::Symbol(name.to_string());
+        let mine = self.lock().symbol_epochs.get(name).copied();
+        let epoch = match mine.and_then(|e| self.lock().epochs.get(&e).cloned()) {
+            Some(e)
+                if e.read == protection.read && e.write == protection.write && self.usable(&e) =>
+            {
+                e
+            }
+            _ => {
+                let e = self.make_epoch(
+                    client,
+                    Cover::Symbol(name.to_string()),
+                    &protection.read,
+                    &protection.write,
+                )?;
+                self.lock()
+                    .symbol_epochs
+                    .insert(name.to_string(), e.record.epoch);
+                e
+            }
+        };
+        let kek = epoch.kek.expect("made here");
+        let key = SealKey {
+            object: &object,
+            epoch: epoch.record.epoch,
+            record: epoch.digest,
+            kek: &kek,
+        };
+        // Versions of a symbol are ordered by the writer's clock: a reader
+        // of one name cannot know the previous version without a read.
+        let version = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1);
+        let mut sealed = vec![0u8; data.len() + seal::OVERHEAD];
+        seal::seal(&key, version, self.aead, &self.key, data, &mut sealed);
+        client.write_symbol(name, &sealed)
+    }
+
+    /// Reads a protected symbol, waiting at most `timeout` for it to be
+    /// written.
+    pub fn read_symbol(
+        &self,
+        client: &Client,
+        name: &str,
+        timeout: Duration,
+    ) -> SatResult<Vec<u8>> {
+        let sealed = client.read_symbol(name, timeout)?;
+        let what = format!("protected symbol {name:?}");
+        let h = Header::parse(&sealed)
+            .map_err(|e| seal_error(&what, e))?
+            .ok_or_else(|| SatError::Integrity(format!("{what}: holds no sealed version")))?;
+        let object = Object::Symbol(name.to_string());
+        let epoch = self.epoch(client, h.epoch, &object, None)?;
+        let writer = self.certificate(client, &h.writer)?;
+        let kek = self.kek(&epoch, &what)?;
+        let key = SealKey {
+            object: &object,
+            epoch: h.epoch,
+            record: epoch.digest,
+            kek: &kek,
+        };
+        let mut plain = vec![0u8; sealed.len() - seal::OVERHEAD];
+        seal::verify_writer(&h, &object, &epoch.digest, &epoch.write, &writer, &sealed)
+            .and_then(|()| seal::open(&h, &key, &sealed, &mut plain))
+            .map_err(|e| seal_error(&what, e))?;
+        Ok(plain)
+    }
+
+    // ---- epochs, certificates ----
+
+    /// Makes, publishes and caches a new epoch covering `chain`.
+    fn create_epoch(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        read: &Policy,
+        write: &Policy,
+    ) -> SatResult<Arc<Epoch>> {
+        let ids: Vec<ChunkId> = chain.ids().collect();
+        self.make_epoch(client, Cover::Chunks(ids), read, write)
+    }
+
+    fn make_epoch(
+        &self,
+        client: &Client,
+        cover: Cover,
+        read: &Policy,
+        write: &Policy,
+    ) -> SatResult<Arc<Epoch>> {
+        if !self.key.certificate().satisfies(write) {
+            return Err(SatError::AccessDenied(format!(
+                "tenant {:?} with attributes {:?} may not write data whose write policy is {write}",
+                self.key.certificate().tenant,
+                self.key.attributes()
+            )));
+        }
+        self.publish(client)?;
+        let (record, kek) = EpochRecord::create(&self.abe, &self.key, cover, read, write)
+            .map_err(|e| abe_error("a new key epoch", e))?;
+        client.write_symbol(&epoch_name(record.epoch), &record.to_bytes())?;
+        let epoch = Arc::new(Epoch {
+            digest: record.digest(),
+            read: read.clone(),
+            write: write.clone(),
+            kek: Some(kek),
+            record,
+        });
+        self.lock().epochs.insert(epoch.record.epoch, epoch.clone());
+        Ok(epoch)
+    }
+
+    /// The verified record of `epoch` for `object`: cached, or read from
+    /// the symbol table and checked.
+    fn epoch(
+        &self,
+        client: &Client,
+        epoch: u64,
+        object: &Object,
+        label: Option<&Label>,
+    ) -> SatResult<Arc<Epoch>> {
+        let what = format!("{object:?}, epoch {epoch:016x}");
+        let cached = self.lock().epochs.get(&epoch).cloned();
+        let e = match cached {
+            Some(e) => e,
+            None => {
+                let bytes = client
+                    .read_symbol(&epoch_name(epoch), Vault::WAIT)
+                    .map_err(|e| match e {
+                        SatError::Timeout(_) => SatError::Integrity(format!(
+                            "{what}: the version names an epoch whose record was never written"
+                        )),
+                        other => other,
+                    })?;
+                let record = EpochRecord::from_bytes(&bytes).map_err(|e| seal_error(&what, e))?;
+                let (read, write) = record.policies().map_err(|e| seal_error(&what, e))?;
+                let author = self.certificate(client, &record.author)?;
+                record
+                    .verify(object, epoch, label, &author)
+                    .map_err(|e| seal_error(&what, e))?;
+                let e = Arc::new(Epoch {
+                    digest: record.digest(),
+                    read,
+                    write,
+                    kek: None,
+                    record,
+                });
+                self.lock().epochs.insert(epoch, e.clone());
+                e
+            }
+        };
+        // The signatures were checked on arrival; what depends on the user
+        // is checked on every use: one record covers several chunks, and
+        // each must be covered and carry the record's write policy label.
+        if !e.record.cover.covers(object)
+            || label.is_some_and(|l| *l != seal::write_policy_label(&e.write))
+        {
+            return Err(SatError::Integrity(format!(
+                "{what}: the epoch's record does not cover this data or names another write policy"
+            )));
+        }
+        Ok(e)
+    }
+
+    /// The KEK of `epoch`, unwrapped with this tenant's attribute key once
+    /// and cached; access denied when the attributes do not satisfy the
+    /// epoch's read policy.
+    fn kek(&self, epoch: &Arc<Epoch>, what: &str) -> SatResult<[u8; 32]> {
+        if let Some(k) = epoch.kek {
+            return Ok(k);
+        }
+        let attrs: Vec<&str> = self.key.attributes().iter().map(String::as_str).collect();
+        if !epoch.read.satisfied_by(&attrs) {
+            return Err(SatError::AccessDenied(format!(
+                "{what}: tenant {:?} with attributes {:?} may not read it (read policy {})",
+                self.key.certificate().tenant,
+                self.key.attributes(),
+                epoch.read
+            )));
+        }
+        let kek: [u8; 32] = self
+            .abe
+            .unwrap(self.key.abe_key(), &epoch.record.wrapped_kek)
+            .map_err(|e| abe_error(what, e))?
+            .try_into()
+            .map_err(|_| SatError::Integrity(format!("{what}: the KEK has the wrong size")))?;
+        let with_kek = Arc::new(Epoch {
+            record: epoch.record.clone(),
+            digest: epoch.digest,
+            read: epoch.read.clone(),
+            write: epoch.write.clone(),
+            kek: Some(kek),
+        });
+        self.lock().epochs.insert(epoch.record.epoch, with_kek);
+        Ok(kek)
+    }
+
+    /// The certificate `id`, checked against the authority.
+    fn certificate(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
+        if id == &self.key.certificate().id() {
+            return Ok(Arc::new(self.key.certificate().clone()));
+        }
+        if let Some(c) = self.lock().certs.get(id) {
+            return Ok(c.clone());
+        }
+        let bytes = client
+            .read_symbol(&cert_name(id), Vault::WAIT)
+            .map_err(|e| match e {
+                SatError::Timeout(_) => SatError::Integrity(
+                    "the data names a writer whose certificate was never published".into(),
+                ),
+                other => other,
+            })?;
+        let cert = Certificate::from_bytes(&bytes)
+            .map_err(|e| SatError::Integrity(format!("a writer's certificate is damaged: {e}")))?;
+        if &cert.id() != id {
+            return Err(SatError::Integrity(
+                "the certificate published under a writer's id is another one".into(),
+            ));
+        }
+        cert.verify(self.key.authority())
+            .map_err(|e| SatError::Integrity(e.to_string()))?;
+        let cert = Arc::new(cert);
+        self.lock().certs.insert(*id, cert.clone());
+        Ok(cert)
+    }
+
+    /// Publishes this tenant's certificate, once per process.
+    fn publish(&self, client: &Client) -> SatResult<()> {
+        if self.lock().published {
+            return Ok(());
+        }
+        let cert = self.key.certificate();
+        client.write_symbol(&cert_name(&cert.id()), &cert.to_bytes())?;
+        self.lock().published = true;
+        Ok(())
+    }
+
+    /// Every chunk's header, inside a sealed scope.
+    fn headers(&self, client: &Client, chain: &SecureChain) -> SatResult<Vec<Option<Header>>> {
+        let layout = chain.inner.sealed.layout();
+        client.with_chain(chain.sealed(), |bytes| {
+            layout
+                .chunks()
+                .iter()
+                .enumerate()
+                .map(|(i, &(id, _))| {
+                    Header::parse(&bytes[layout.range(i)])
+                        .map_err(|e| seal_error(&format!("protected chunk {id}"), e))
+                })
+                .collect()
+        })?
+    }
+}
+
+impl SecureChain {
+    fn new(
+        sealed: Chain,
+        plain: ChainLayout,
+        label: Label,
+        protection: Option<Protection>,
+    ) -> SatResult<SecureChain> {
+        let memory = PlainMemory::new(plain.total_size())?;
+        let n = plain.len();
+        Ok(SecureChain {
+            inner: Arc::new(SecureInner {
+                sealed,
+                plain,
+                memory,
+                label,
+                protection,
+                state: Mutex::new(ChainState {
+                    access: None,
+                    headers: Vec::new(),
+                    decrypted: vec![None; n],
+                }),
+            }),
+        })
+    }
+}
