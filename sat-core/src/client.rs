@@ -46,7 +46,11 @@ fn label_mismatch(chunk: ChunkId, asked: Label, has: Label) -> SatError {
     SatError::Usage(format!(
         "MALLOC of chunk {chunk} with {}: it already exists with {}; a chunk keeps the \
          protection it was created with: allocate it the same way, or LOOKUP it",
-        if asked == NO_LABEL { "no label" } else { "a label" },
+        if asked == NO_LABEL {
+            "no label"
+        } else {
+            "a label"
+        },
         if asked != NO_LABEL && has != NO_LABEL {
             "another label (another write policy)"
         } else {

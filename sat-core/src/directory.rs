@@ -180,7 +180,10 @@ mod tests {
             label: [9; 32],
         };
         assert_eq!(d.lookup(3, 4, later), None);
-        assert_eq!(d.malloc(3, 64, MESI, [9; 32]), (labelled, vec![(4, labelled)]));
+        assert_eq!(
+            d.malloc(3, 64, MESI, [9; 32]),
+            (labelled, vec![(4, labelled)])
+        );
         assert_eq!(d.malloc(3, 64, MESI, [9; 32]).0, labelled);
         assert_eq!(d.lookup(3, 5, later), Some(labelled));
     }

@@ -235,7 +235,9 @@ impl Certificate {
             .map_err(|e| self.bad(format!("the authority's key: {e}")))?;
         let sig = unhex_array::<64>("signature", &self.signature).map_err(|w| self.bad(w))?;
         key.verify(&self.signed_bytes(), &Signature::from_bytes(&sig))
-            .map_err(|_| self.bad("not signed by this authority (forged, damaged, or of another authority)"))?;
+            .map_err(|_| {
+                self.bad("not signed by this authority (forged, damaged, or of another authority)")
+            })?;
         self.verifying_key().map(|_| ())
     }
 
@@ -418,10 +420,15 @@ impl AuthorityKeys {
     }
 
     pub fn load(path: &Path) -> Result<AuthorityKeys, KeyError> {
-        let f = read(path, AUTHORITY, "the file `sat-abe setup` wrote as authority.key")?;
+        let f = read(
+            path,
+            AUTHORITY,
+            "the file `sat-abe setup` wrote as authority.key",
+        )?;
         let bad = corrupt(path);
         let public = f.public().map_err(&bad)?;
-        let abe_master = unhex(File::field(&f.abe_master, "abe_master").map_err(&bad)?).map_err(&bad)?;
+        let abe_master =
+            unhex(File::field(&f.abe_master, "abe_master").map_err(&bad)?).map_err(&bad)?;
         let signing = f.signing().map_err(&bad)?;
         if signing.verifying_key().to_bytes() != public.verifying {
             return Err(bad("its signing and verifying keys do not match".into()));
@@ -464,7 +471,11 @@ impl TenantKey {
     /// Reads a tenant's file and checks it: the certificate is the
     /// authority's, and certifies this file's signing key.
     pub fn load(path: &Path) -> Result<TenantKey, KeyError> {
-        let f = read(path, TENANT, "the file `sat-abe keygen` wrote for the tenant")?;
+        let f = read(
+            path,
+            TENANT,
+            "the file `sat-abe keygen` wrote for the tenant",
+        )?;
         let bad = corrupt(path);
         let authority = f.public().map_err(&bad)?;
         let abe_key = unhex(File::field(&f.abe_key, "abe_key").map_err(&bad)?).map_err(&bad)?;
@@ -507,11 +518,17 @@ mod tests {
         assert_eq!(mode("authority.key"), 0o600);
         assert_eq!(mode("alice.key"), 0o600);
         assert_eq!(mode("public.key"), 0o644);
-        assert!(matches!(t.save(&d.join("alice.key")), Err(KeyError::Exists { .. })));
+        assert!(matches!(
+            t.save(&d.join("alice.key")),
+            Err(KeyError::Exists { .. })
+        ));
 
         let again = AuthorityKeys::load(&d.join("authority.key")).unwrap();
         assert_eq!(again.public(), auth.public());
-        assert_eq!(AuthorityPublic::load(&d.join("public.key")).unwrap(), *auth.public());
+        assert_eq!(
+            AuthorityPublic::load(&d.join("public.key")).unwrap(),
+            *auth.public()
+        );
         let alice = TenantKey::load(&d.join("alice.key")).unwrap();
         assert_eq!(alice.certificate(), t.certificate());
         assert_eq!(alice.attributes(), ["tenant_a", "analyst"]);
@@ -542,14 +559,21 @@ mod tests {
         let t = auth.issue("bob", &["tenant_b"]).unwrap();
         t.save(&d.join("bob.key")).unwrap();
         let text = std::fs::read_to_string(d.join("bob.key")).unwrap();
-        std::fs::write(d.join("bob2.key"), text.replace("\"tenant_b\"", "\"tenant_a\"")).unwrap();
+        std::fs::write(
+            d.join("bob2.key"),
+            text.replace("\"tenant_b\"", "\"tenant_a\""),
+        )
+        .unwrap();
         let e = TenantKey::load(&d.join("bob2.key")).unwrap_err();
         assert!(matches!(e, KeyError::BadCertificate { .. }), "{e}");
         // A certificate of another authority.
         let other = AuthorityKeys::setup().unwrap();
         assert!(t.certificate().verify(other.public()).is_err());
         assert!(t.certificate().verify(auth.public()).is_ok());
-        assert!(matches!(auth.issue("a b", &["x"]), Err(KeyError::BadTenant(_))));
+        assert!(matches!(
+            auth.issue("a b", &["x"]),
+            Err(KeyError::BadTenant(_))
+        ));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
