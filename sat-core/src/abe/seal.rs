@@ -19,10 +19,8 @@
 //! A sealed region of all zeros is "never written", as an unwritten plain
 //! chunk reads as zeros; any other content must verify in full.
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::Aes256Gcm;
-use chacha20poly1305::ChaCha20Poly1305;
 use hkdf::Hkdf;
+use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -92,6 +90,17 @@ impl Aead {
             2 => Some(Aead::ChaCha20Poly1305),
             _ => None,
         }
+    }
+
+    fn algorithm(self) -> &'static ring::aead::Algorithm {
+        match self {
+            Aead::Aes256Gcm => &AES_256_GCM,
+            Aead::ChaCha20Poly1305 => &CHACHA20_POLY1305,
+        }
+    }
+
+    fn key(self, data_key: &[u8; 32]) -> LessSafeKey {
+        LessSafeKey::new(UnboundKey::new(self.algorithm(), data_key).expect("a 32-byte key"))
     }
 
     pub fn name(self) -> &'static str {
@@ -387,12 +396,15 @@ impl Header {
         a
     }
 
-    /// What the writer signs: the authenticated data, the nonce and a
-    /// digest of the ciphertext and tag.
+    /// What the writer signs: a BLAKE3 digest of the authenticated data,
+    /// the nonce, the ciphertext and the tag. BLAKE3 rather than SHA-256
+    /// because this pass runs over every byte of every version on both
+    /// sides: measured here on 1 MiB, SHA-256 took about as long as the
+    /// AEAD itself, BLAKE3 a fraction of it.
     fn signed_digest(&self, object: &Object, record: &[u8; 32], body: &[u8]) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(self.aad(object, record));
-        h.update(self.nonce);
+        let mut h = blake3::Hasher::new();
+        h.update(&self.aad(object, record));
+        h.update(&self.nonce);
         h.update(body);
         h.finalize().into()
     }
@@ -444,17 +456,18 @@ pub fn seal(
     let dk = data_key(key.kek, key.object, key.epoch, version);
     let (body, tag_out) = out[HEADER..].split_at_mut(plain.len());
     body.copy_from_slice(plain);
-    let nonce = aes_gcm::Nonce::from_slice(&header.nonce);
-    let tag = match aead {
-        Aead::Aes256Gcm => Aes256Gcm::new_from_slice(&dk)
-            .expect("32-byte key")
-            .encrypt_in_place_detached(nonce, &aad, body),
-        Aead::ChaCha20Poly1305 => ChaCha20Poly1305::new_from_slice(&dk)
-            .expect("32-byte key")
-            .encrypt_in_place_detached(nonce, &aad, body),
-    }
-    .expect("in-memory sealing does not fail");
-    tag_out.copy_from_slice(&tag);
+    // Each data key seals exactly one version, and the nonce is random on
+    // top of that: a writer that crashed and sealed the same version twice
+    // still never reuses a (key, nonce) pair.
+    let tag = aead
+        .key(&dk)
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(header.nonce),
+            Aad::from(&aad),
+            body,
+        )
+        .expect("in-memory sealing does not fail");
+    tag_out.copy_from_slice(tag.as_ref());
     let digest = header.signed_digest(key.object, &key.record, &out[HEADER..]);
     header.signature = writer.sign(&digest);
     header.write(out);
@@ -509,17 +522,15 @@ pub fn open(
     let dk = data_key(key.kek, key.object, key.epoch, header.version);
     let n = plain.len();
     plain.copy_from_slice(&sealed[HEADER..HEADER + n]);
-    let tag = aes_gcm::Tag::from_slice(&sealed[HEADER + n..]);
-    let nonce = aes_gcm::Nonce::from_slice(&header.nonce);
-    let r = match header.aead {
-        Aead::Aes256Gcm => Aes256Gcm::new_from_slice(&dk)
-            .expect("32-byte key")
-            .decrypt_in_place_detached(nonce, &aad, plain, tag),
-        Aead::ChaCha20Poly1305 => ChaCha20Poly1305::new_from_slice(&dk)
-            .expect("32-byte key")
-            .decrypt_in_place_detached(nonce, &aad, plain, tag),
-    };
-    r.map_err(|_| {
+    let tag: [u8; TAG] = sealed[HEADER + n..].try_into().expect("16-byte tag");
+    let r = header.aead.key(&dk).open_in_place_separate_tag(
+        Nonce::assume_unique_for_key(header.nonce),
+        Aad::from(&aad),
+        Tag::from(tag),
+        plain,
+        0..,
+    );
+    r.map(|_| ()).map_err(|_| {
         plain.fill(0);
         SealError::Integrity(format!(
             "version {} does not decrypt: its bytes, epoch or binding were changed",
