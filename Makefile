@@ -34,6 +34,7 @@ test:
 # The encryption layer (feature `abe`): its tests, and no ABE or AEAD crate in the default build.
 abe-test:
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --lib abe
+	$(CARGO) build -j $(JOBS) -p sat-core --features abe --example tenants
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants
 	@if $(CARGO) tree -e normal --workspace | grep -E -i -w 'rabe|ring|blake3|ed25519-dalek|aes-gcm|aead|chacha20|chacha20poly1305'; then \
 		echo "the default build pulls in an ABE, AEAD or signature crate (above): it must stay behind feature abe" >&2; \

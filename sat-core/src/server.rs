@@ -219,11 +219,36 @@ fn serve(
         .collect();
     tracing::debug!("server {rank} shut down after its clients {returned:?} returned");
     drop(serving);
+    if let Some(dir) = std::env::var_os("SAT_HOME_DUMP") {
+        st.dump_homes(std::path::Path::new(&dir));
+    }
     stats::finish();
     Ok(())
 }
 
 impl ServerState<'_> {
+    /// `SAT_HOME_DUMP=DIR`: at the end of the run, each chunk's last
+    /// version as its home keeps it, in `DIR/home.<rank>.<chunk in hex>`.
+    /// For looking at what a server holds: with the encryption layer,
+    /// protected chunks must show ciphertext only. A folder that cannot be
+    /// written is reported and the run goes on.
+    fn dump_homes(&self, dir: &std::path::Path) {
+        let written = std::fs::create_dir_all(dir).and_then(|()| {
+            for (chunk, home) in &self.homes {
+                let path = dir.join(format!("home.{}.{chunk:016x}", self.rank));
+                std::fs::write(path, &home.side.data()[..])?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            tracing::warn!(
+                "server {}: SAT_HOME_DUMP={}: {e}; the homes were not dumped",
+                self.rank,
+                dir.display()
+            );
+        }
+    }
+
     fn finished(&self) -> bool {
         if self.rank == SEED {
             self.shutdown_sent && self.acks_left == 0

@@ -2,7 +2,8 @@
 //! and real providers: `examples/tenants.rs` holds the steps and their
 //! checks (access denied across tenants, ciphertext at the homes, a reader
 //! that may not write, a flipped byte, revocation by a new epoch, a
-//! replayed version). Here: the keys, the runs, and that every step ran.
+//! replayed version). Here: the keys, the runs, that every step ran, and
+//! what the servers kept of the protected chunks (read at the homes).
 #![cfg(feature = "abe")]
 
 mod common;
@@ -45,14 +46,49 @@ impl Drop for Keys {
     }
 }
 
+/// The example's data: what must never be found at a home.
+fn pattern(tag: u8, size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i as u8).wrapping_mul(7) ^ tag).collect()
+}
+
+/// What the homes kept of the protected chunks (`SAT_HOME_DUMP`): sealed
+/// versions, with no 16-byte run of any plaintext the tenants wrote.
+fn check_homes(dump: &std::path::Path) {
+    let mut seen = 0;
+    let plaintexts: Vec<Vec<u8>> = [0xA0, 0xA1, 0xA2, 0xA3, 0xA4]
+        .iter()
+        .map(|&t| pattern(t, 1000))
+        .chain([pattern(0xB0, 500), pattern(0xC0, 64)])
+        .collect();
+    for entry in std::fs::read_dir(dump).expect("the servers dumped their homes") {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let chunk = u64::from_str_radix(name.rsplit('.').next().unwrap(), 16).unwrap();
+        if ![100, 101, 102, 200, 201, 300].contains(&chunk) {
+            continue;
+        }
+        seen += 1;
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..4], b"SATe", "{name} is not a sealed version");
+        for p in &plaintexts {
+            for w in p.chunks(16).filter(|w| w.len() == 16) {
+                assert!(!bytes.windows(16).any(|b| b == w), "{name} holds plaintext");
+            }
+        }
+    }
+    assert_eq!(seen, 6, "the homes of the 6 protected chunks");
+}
+
 fn two_tenants(provider: &str) {
     let keys = Keys::new(provider);
+    let dump = keys.0.join("homes");
     let out = run(Command::new(satrun())
         .args(["-n", "6", "--provider", provider, "--topology"])
         .arg(topology("two-servers.xml"))
         .arg("--")
         .arg(example("tenants"))
-        .env("SAT_ABE_KEY", keys.pattern()));
+        .env("SAT_ABE_KEY", keys.pattern())
+        .env("SAT_HOME_DUMP", &dump));
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),
@@ -78,6 +114,7 @@ fn two_tenants(provider: &str) {
     ] {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
     }
+    check_homes(&dump);
 }
 
 #[test]
