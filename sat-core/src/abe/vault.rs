@@ -765,6 +765,7 @@ impl Vault {
             if let Some(e) = &current {
                 policies.get_or_insert((e.read.clone(), e.write.clone()));
             }
+            let current = current.map(|e| self.unwrapped_if_readable(e));
             epochs.push(current.filter(|e| self.usable(e)));
         }
         if epochs.iter().any(Option::is_none) {
@@ -827,6 +828,25 @@ impl Vault {
         let mut cs = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         cs.decrypted = decrypted.into_iter().map(|(_, d)| d).collect();
         Ok(())
+    }
+
+    /// `epoch` with its KEK when this tenant may read it (unwrapping it
+    /// once), else as it is: a writer that can read continues the current
+    /// epoch rather than start one of its own.
+    fn unwrapped_if_readable(&self, epoch: Arc<Epoch>) -> Arc<Epoch> {
+        let attrs: Vec<&str> = self.key.attributes().iter().map(String::as_str).collect();
+        if epoch.kek.is_some() || !epoch.read.satisfied_by(&attrs) {
+            return epoch;
+        }
+        match self.kek(&epoch, "the current epoch") {
+            Ok(_) => self
+                .lock()
+                .epochs
+                .get(&epoch.record.epoch)
+                .cloned()
+                .unwrap_or(epoch),
+            Err(_) => epoch,
+        }
     }
 
     /// Whether new versions may be sealed under `epoch` by this process.
