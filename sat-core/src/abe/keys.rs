@@ -70,7 +70,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    if text.len() % 2 != 0 {
+    if text.len() & 1 == 1 {
         return Err("odd-length hex".into());
     }
     (0..text.len())

@@ -285,6 +285,10 @@ impl SecureChain {
         }))
     }
 
+    // The plaintext is shared memory in the S-DSM's sense: its accesses
+    // are ordered by scopes, not by Rust borrows (C and Python hold its
+    // address for the whole run).
+    #[allow(clippy::mut_from_ref)]
     fn plain_mut(&self, i: usize) -> &mut [u8] {
         let r = self.inner.plain.range(i);
         // SAFETY: inside the buffer; called by the layer inside a scope it

@@ -127,7 +127,7 @@ impl Target<'_> {
     }
 
     fn read(&self, c: &Client, v: u64) -> SatResult<()> {
-        let seen = match self {
+        match self {
             Target::Plain(ch) => {
                 c.acquire_chain(ch, Access::Read)?;
                 let seen = c.with_chain(ch, |d| check(d, v))?;
@@ -140,8 +140,7 @@ impl Target<'_> {
                 vault.release(c, ch)?;
                 seen
             }
-        };
-        seen
+        }
     }
 }
 
