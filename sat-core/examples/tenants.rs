@@ -176,7 +176,10 @@ fn tenant(c: &Client) -> RoleResult {
         c.acquire_chain(&sealed, Access::Read)?;
         let bytes = c.with_chain(&sealed, |b| b.to_vec())?;
         c.release_chain(&sealed)?;
-        assert_eq!(bytes.len(), SIZE_A + 3 * seal::OVERHEAD);
+        assert_eq!(
+            bytes.len(),
+            2 * seal::sealed_len(CHUNK) + seal::sealed_len(SIZE_A - 2 * CHUNK)
+        );
         for window in a0.chunks(16) {
             assert!(
                 !bytes.windows(16).any(|w| w == window),
@@ -227,7 +230,7 @@ fn tenant(c: &Client) -> RoleResult {
         let sealed = c.lookup_lst(&ids_a, WAIT)?;
         c.acquire_chain(&sealed, Access::ReadWrite)?;
         c.with_chain_mut(&sealed, |b| {
-            b[seal::HEADER + CHUNK + seal::OVERHEAD + 5] ^= 1
+            b[seal::sealed_len(CHUNK) + seal::HEADER + 5] ^= 1
         })?;
         c.release_chain(&sealed)?;
     }
@@ -324,7 +327,7 @@ fn forge_epoch(c: &Client, v: &Vault, ids: &[u64]) -> RoleResult {
                 record: record.digest(),
                 kek: &kek,
             };
-            let plain = vec![0x66u8; size - seal::OVERHEAD];
+            let plain = vec![0x66u8; seal::plain_len(size).unwrap()];
             seal::seal(
                 &k,
                 1_000,

@@ -29,10 +29,40 @@ use super::Policy;
 
 /// Bytes before the ciphertext in a sealed version.
 pub const HEADER: usize = 136;
-/// The AEAD tag after the ciphertext.
+/// One AEAD tag, after the ciphertext, per segment.
 pub const TAG: usize = 16;
-/// What sealing adds to each chunk's bytes.
-pub const OVERHEAD: usize = HEADER + TAG;
+/// A version is sealed as segments of this many bytes (the last one
+/// shorter), each with its own nonce and tag: two threads then seal or open
+/// a large version at once, each its half of the segments (an AEAD pass
+/// cannot be split otherwise).
+pub const SEGMENT: usize = 256 << 10;
+/// From this size on, a version's segments are sealed and opened on two
+/// threads: below it a thread costs more than it saves.
+const PARALLEL: usize = 2 * SEGMENT;
+
+/// The number of segments of `plain` bytes (at least one).
+pub fn segments(plain: usize) -> usize {
+    plain.div_ceil(SEGMENT).max(1)
+}
+
+/// The sealed size of `plain` bytes: header, ciphertext, tags.
+pub fn sealed_len(plain: usize) -> usize {
+    plain + HEADER + TAG * segments(plain)
+}
+
+/// The plaintext size of a sealed region of `sealed` bytes, None when no
+/// plaintext size seals to it.
+pub fn plain_len(sealed: usize) -> Option<usize> {
+    let mut k = 1;
+    loop {
+        let plain = sealed.checked_sub(HEADER + TAG * k)?;
+        match segments(plain) {
+            n if n == k => return Some(plain),
+            n if n < k => return None,
+            _ => k += 1,
+        }
+    }
+}
 
 const MAGIC: [u8; 4] = *b"SATe";
 const FORMAT: u8 = 1;
@@ -344,9 +374,9 @@ pub struct Header {
 impl Header {
     /// The header of `sealed`, None when the region was never written.
     pub fn parse(sealed: &[u8]) -> Result<Option<Header>, SealError> {
-        if sealed.len() < OVERHEAD {
+        if plain_len(sealed.len()).is_none() {
             return Err(SealError::Integrity(format!(
-                "{} bytes cannot hold a sealed version (at least {OVERHEAD})",
+                "{} bytes cannot hold a sealed version",
                 sealed.len()
             )));
         }
@@ -397,16 +427,34 @@ impl Header {
     }
 
     /// What the writer signs: a BLAKE3 digest of the authenticated data,
-    /// the nonce, the ciphertext and the tag. BLAKE3 rather than SHA-256
-    /// because this pass runs over every byte of every version on both
-    /// sides: measured here on 1 MiB, SHA-256 took about as long as the
-    /// AEAD itself, BLAKE3 a fraction of it.
-    fn signed_digest(&self, object: &Object, record: &[u8; 32], body: &[u8]) -> [u8; 32] {
+    /// the nonce and each segment's digest (of its ciphertext and tag), in
+    /// order. BLAKE3 rather than SHA-256 because this pass runs over every
+    /// byte of every version on both sides: measured here on 1 MiB, SHA-256
+    /// took about as long as the AEAD itself, BLAKE3 a fraction of it.
+    fn signed_digest(&self, aad: &[u8], segments: &[[u8; 32]]) -> [u8; 32] {
         let mut h = blake3::Hasher::new();
-        h.update(&self.aad(object, record));
+        h.update(aad);
         h.update(&self.nonce);
-        h.update(body);
+        h.update(&(segments.len() as u64).to_le_bytes());
+        for d in segments {
+            h.update(d);
+        }
         h.finalize().into()
+    }
+
+    /// Segment `i` of `count`: its nonce (the version's, with the index
+    /// folded into the last 4 bytes; each data key seals one version, so
+    /// no (key, nonce) pair repeats) and authenticated data (the index
+    /// and count, so segments cannot be reordered, dropped or added).
+    fn segment(&self, aad: &[u8], i: usize, count: usize) -> (Nonce, Vec<u8>) {
+        let mut nonce = self.nonce;
+        for (b, x) in nonce[8..].iter_mut().zip((i as u32).to_be_bytes()) {
+            *b ^= x;
+        }
+        let mut a = aad.to_vec();
+        a.extend_from_slice(&(i as u64).to_le_bytes());
+        a.extend_from_slice(&(count as u64).to_le_bytes());
+        (Nonce::assume_unique_for_key(nonce), a)
     }
 }
 
@@ -433,8 +481,43 @@ pub struct SealKey<'a> {
     pub kek: &'a [u8; 32],
 }
 
-/// Seals `plain` as `version` into `out` (exactly `plain.len() + OVERHEAD`
-/// bytes), signed by `writer`.
+fn segment_digest(ciphertext: &[u8], tag: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new();
+    h.update(ciphertext);
+    h.update(tag);
+    h.finalize().into()
+}
+
+/// Splits `bytes` into its segments (one, empty, when it is empty).
+fn split_segments(bytes: &mut [u8]) -> Vec<&mut [u8]> {
+    if bytes.is_empty() {
+        return vec![bytes];
+    }
+    bytes.chunks_mut(SEGMENT).collect()
+}
+
+/// `f` over `items` in order, on two threads when `parallel` (each its
+/// half of the items), else on this one.
+fn in_order<T: Send, R: Send>(
+    mut items: Vec<T>,
+    parallel: bool,
+    f: &(impl Fn(T) -> R + Sync),
+) -> Vec<R> {
+    if !parallel || items.len() < 2 {
+        return items.into_iter().map(f).collect();
+    }
+    let second = items.split_off(items.len() / 2);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| items.into_iter().map(f).collect::<Vec<R>>());
+        let second: Vec<R> = second.into_iter().map(f).collect();
+        let mut all = first.join().expect("a sealing thread does not panic");
+        all.extend(second);
+        all
+    })
+}
+
+/// Seals `plain` as `version` into `out` (exactly [`sealed_len`] bytes),
+/// signed by `writer`.
 pub fn seal(
     key: &SealKey<'_>,
     version: u64,
@@ -443,7 +526,7 @@ pub fn seal(
     plain: &[u8],
     out: &mut [u8],
 ) {
-    assert_eq!(out.len(), plain.len() + OVERHEAD, "sealed size");
+    assert_eq!(out.len(), sealed_len(plain.len()), "sealed size");
     let mut header = Header {
         aead,
         epoch: key.epoch,
@@ -453,36 +536,36 @@ pub fn seal(
         signature: [0; 64],
     };
     let aad = header.aad(key.object, &key.record);
-    let dk = data_key(key.kek, key.object, key.epoch, version);
-    let (body, tag_out) = out[HEADER..].split_at_mut(plain.len());
-    body.copy_from_slice(plain);
-    // Each data key seals exactly one version, and the nonce is random on
-    // top of that: a writer that crashed and sealed the same version twice
-    // still never reuses a (key, nonce) pair.
-    let tag = aead
-        .key(&dk)
-        .seal_in_place_separate_tag(
-            Nonce::assume_unique_for_key(header.nonce),
-            Aad::from(&aad),
-            body,
-        )
-        .expect("in-memory sealing does not fail");
-    tag_out.copy_from_slice(tag.as_ref());
-    let digest = header.signed_digest(key.object, &key.record, &out[HEADER..]);
-    header.signature = writer.sign(&digest);
+    let lsk = aead.key(&data_key(key.kek, key.object, key.epoch, version));
+    let count = segments(plain.len());
+    let (body, tags) = out[HEADER..].split_at_mut(plain.len());
+    let items: Vec<_> = split_segments(body)
+        .into_iter()
+        .zip(tags.chunks_mut(TAG))
+        .enumerate()
+        .collect();
+    let digests = in_order(items, plain.len() >= PARALLEL, &|(i, (b, t))| {
+        let from = i * SEGMENT;
+        b.copy_from_slice(&plain[from..from + b.len()]);
+        let (nonce, a) = header.segment(&aad, i, count);
+        let tag = lsk
+            .seal_in_place_separate_tag(nonce, Aad::from(&a), b)
+            .expect("in-memory sealing does not fail");
+        t.copy_from_slice(tag.as_ref());
+        segment_digest(b, t)
+    });
+    header.signature = writer.sign(&header.signed_digest(&aad, &digests));
     header.write(out);
 }
 
-/// Checks that `writer` (the certificate the header names, checked against
-/// the authority by the caller) signed `sealed` and may write it under
-/// `write`.
-pub fn verify_writer(
+/// The checks that need no pass over the bytes: the certificate is the
+/// one the version names, it satisfies the write policy, the epoch is the
+/// key's.
+fn check_writer(
     header: &Header,
-    object: &Object,
-    record: &[u8; 32],
+    key: &SealKey<'_>,
     write: &Policy,
     writer: &Certificate,
-    sealed: &[u8],
 ) -> Result<(), SealError> {
     if writer.id() != header.writer {
         return Err(SealError::Integrity(
@@ -496,47 +579,76 @@ pub fn verify_writer(
             header.version, writer.tenant, writer.attributes
         )));
     }
-    let digest = header.signed_digest(object, record, &sealed[HEADER..]);
-    if !writer.verify_signature(&digest, &header.signature) {
-        return Err(SealError::Integrity(format!(
-            "version {}'s signature does not match its bytes",
-            header.version
-        )));
+    if header.epoch != key.epoch {
+        return Err(SealError::Integrity("opened under another epoch".into()));
     }
     Ok(())
 }
 
-/// Opens `sealed` into `plain` (exactly `sealed.len() - OVERHEAD` bytes).
-/// On an integrity error `plain` holds no part of the data.
+/// Checks and opens `sealed` into `plain` (exactly
+/// `plain_len(sealed.len())` bytes): the writer (the certificate the header
+/// names, checked against the authority by the caller) must satisfy
+/// `write` and have signed these bytes, and every segment must decrypt.
+/// On any failure `plain` holds zeros, never a part of the data.
 pub fn open(
     header: &Header,
     key: &SealKey<'_>,
+    write: &Policy,
+    writer: &Certificate,
     sealed: &[u8],
     plain: &mut [u8],
 ) -> Result<(), SealError> {
-    assert_eq!(sealed.len(), plain.len() + OVERHEAD, "sealed size");
-    if header.epoch != key.epoch {
-        return Err(SealError::Integrity("opened under another epoch".into()));
+    assert_eq!(sealed.len(), sealed_len(plain.len()), "sealed size");
+    let checked = check_writer(header, key, write, writer);
+    if checked.is_err() {
+        plain.fill(0);
+        return checked;
     }
     let aad = header.aad(key.object, &key.record);
-    let dk = data_key(key.kek, key.object, key.epoch, header.version);
+    let lsk = header
+        .aead
+        .key(&data_key(key.kek, key.object, key.epoch, header.version));
+    let count = segments(plain.len());
     let n = plain.len();
-    plain.copy_from_slice(&sealed[HEADER..HEADER + n]);
-    let tag: [u8; TAG] = sealed[HEADER + n..].try_into().expect("16-byte tag");
-    let r = header.aead.key(&dk).open_in_place_separate_tag(
-        Nonce::assume_unique_for_key(header.nonce),
-        Aad::from(&aad),
-        Tag::from(tag),
-        plain,
-        0..,
-    );
-    r.map(|_| ()).map_err(|_| {
-        plain.fill(0);
-        SealError::Integrity(format!(
+    let (body, tags) = sealed[HEADER..].split_at(n);
+    let large = n >= PARALLEL;
+    let items: Vec<_> = split_segments(plain)
+        .into_iter()
+        .zip(tags.chunks(TAG))
+        .enumerate()
+        .collect();
+    // Each segment: its digest, then its decryption (the ciphertext copied
+    // into the plaintext and opened there), on two threads when large.
+    let results = in_order(items, large, &|(i, (p, t))| {
+        let from = i * SEGMENT;
+        let b = &body[from..from + p.len()];
+        let digest = segment_digest(b, t);
+        p.copy_from_slice(b);
+        let (nonce, a) = header.segment(&aad, i, count);
+        let tag: [u8; TAG] = t.try_into().expect("16-byte tag");
+        let ok = lsk
+            .open_in_place_separate_tag(nonce, Aad::from(&a), Tag::from(tag), p, 0..)
+            .is_ok();
+        (digest, ok)
+    });
+    let digests: Vec<[u8; 32]> = results.iter().map(|&(d, _)| d).collect();
+    let signed = writer.verify_signature(&header.signed_digest(&aad, &digests), &header.signature);
+    let decrypted = results.iter().all(|&(_, ok)| ok);
+    if signed && decrypted {
+        return Ok(());
+    }
+    plain.fill(0);
+    Err(SealError::Integrity(if signed {
+        format!(
             "version {} does not decrypt: its bytes, epoch or binding were changed",
             header.version
-        ))
-    })
+        )
+    } else {
+        format!(
+            "version {}'s signature does not match its bytes",
+            header.version
+        )
+    }))
 }
 
 #[cfg(test)]
@@ -600,9 +712,16 @@ mod tests {
             record: rec.digest(),
             kek: &kek,
         };
-        for aead in [Aead::Aes256Gcm, Aead::ChaCha20Poly1305] {
-            let plain: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
-            let mut sealed = vec![0u8; plain.len() + OVERHEAD];
+        let alice = w.alice.certificate();
+        // One segment, several, and several on two threads (the last short).
+        for (aead, size) in [
+            (Aead::Aes256Gcm, 1000),
+            (Aead::ChaCha20Poly1305, SEGMENT + 10),
+            (Aead::Aes256Gcm, 3 * SEGMENT + 5),
+        ] {
+            let plain: Vec<u8> = (0..size as u32).map(|i| (i * 7) as u8).collect();
+            let mut sealed = vec![0u8; sealed_len(plain.len())];
+            assert_eq!(plain_len(sealed.len()), Some(size));
             seal(&key, 5, aead, &w.alice, &plain, &mut sealed);
             assert!(
                 !sealed.windows(64).any(|win| win == &plain[100..164]),
@@ -610,40 +729,41 @@ mod tests {
             );
             let h = Header::parse(&sealed).unwrap().unwrap();
             assert_eq!((h.aead, h.epoch, h.version), (aead, rec.epoch, 5));
-            verify_writer(
-                &h,
-                &object,
-                &key.record,
-                &write,
-                w.alice.certificate(),
-                &sealed,
-            )
-            .unwrap();
             let mut out = vec![0u8; plain.len()];
-            open(&h, &key, &sealed, &mut out).unwrap();
+            open(&h, &key, &write, alice, &sealed, &mut out).unwrap();
             assert_eq!(out, plain);
 
-            // Every byte of the version is covered: flip each one in turn.
-            for at in (0..sealed.len()).step_by(37) {
+            // Every byte of the version is covered: flip bytes all over it,
+            // every tag included.
+            let tags = HEADER + size..sealed.len();
+            let mut at_list: Vec<usize> =
+                (0..sealed.len()).step_by(sealed.len() / 97 + 1).collect();
+            at_list.extend(tags.step_by(5));
+            for at in at_list {
                 let mut bad = sealed.clone();
                 bad[at] ^= 0x20;
                 let refused = match Header::parse(&bad) {
                     Err(_) => true,
                     Ok(None) => false,
                     Ok(Some(h)) => {
-                        verify_writer(
-                            &h,
-                            &object,
-                            &key.record,
-                            &write,
-                            w.alice.certificate(),
-                            &bad,
-                        )
-                        .is_err()
-                            || open(&h, &key, &bad, &mut out).is_err()
+                        let r = open(&h, &key, &write, alice, &bad, &mut out);
+                        if r.is_err() {
+                            assert!(
+                                out.iter().all(|&x| x == 0),
+                                "plaintext left after a failure"
+                            );
+                        }
+                        r.is_err()
                     }
                 };
-                assert!(refused, "a flip at byte {at} went unnoticed");
+                assert!(refused, "a flip at byte {at} of {size} went unnoticed");
+            }
+            // Two segments swapped: refused.
+            if size >= 2 * SEGMENT {
+                let mut bad = sealed.clone();
+                let (a, b) = bad[HEADER..HEADER + 2 * SEGMENT].split_at_mut(SEGMENT);
+                a.swap_with_slice(&mut b[..SEGMENT]);
+                assert!(open(&h, &key, &write, alice, &bad, &mut out).is_err());
             }
             // Moved to another chunk: refused.
             let other = Object::Chunk(8);
@@ -651,8 +771,10 @@ mod tests {
                 object: &other,
                 ..key
             };
-            assert!(open(&h, &moved, &sealed, &mut out).is_err());
+            assert!(open(&h, &moved, &write, alice, &sealed, &mut out).is_err());
         }
+        assert_eq!(plain_len(HEADER + TAG + 7), Some(7));
+        assert_eq!(plain_len(HEADER + TAG - 1), None);
     }
 
     #[test]
@@ -666,7 +788,7 @@ mod tests {
             record: rec.digest(),
             kek: &kek,
         };
-        let mut sealed = vec![0u8; 10 + OVERHEAD];
+        let mut sealed = vec![0u8; sealed_len(10)];
         seal(
             &key,
             6,
@@ -676,26 +798,12 @@ mod tests {
             &mut sealed,
         );
         let h = Header::parse(&sealed).unwrap().unwrap();
-        let e = verify_writer(
-            &h,
-            &object,
-            &key.record,
-            &write,
-            w.reader.certificate(),
-            &sealed,
-        )
-        .unwrap_err();
+        let mut out = [0u8; 10];
+        let e = open(&h, &key, &write, w.reader.certificate(), &sealed, &mut out).unwrap_err();
         assert!(matches!(e, SealError::Writer(_)), "{e}");
         // Nor can it pass alice's certificate off as its own.
-        assert!(verify_writer(
-            &h,
-            &object,
-            &key.record,
-            &write,
-            w.alice.certificate(),
-            &sealed
-        )
-        .is_err());
+        assert!(open(&h, &key, &write, w.alice.certificate(), &sealed, &mut out).is_err());
+        assert_eq!(out, [0u8; 10]);
         // Nor make an epoch of its own with a write policy it satisfies.
         let mine = Policy::parse("tenant_a").unwrap();
         let (rogue, _) =
@@ -714,9 +822,9 @@ mod tests {
 
     #[test]
     fn never_written_is_all_zeros_and_nothing_else() {
-        assert_eq!(Header::parse(&[0u8; OVERHEAD + 10]).unwrap(), None);
-        let mut b = vec![0u8; OVERHEAD + 10];
-        b[OVERHEAD + 3] = 1;
+        assert_eq!(Header::parse(&vec![0u8; sealed_len(10)]).unwrap(), None);
+        let mut b = vec![0u8; sealed_len(10)];
+        b[HEADER + 3] = 1;
         assert!(Header::parse(&b).is_err());
         assert!(Header::parse(&[0u8; 5]).is_err());
     }

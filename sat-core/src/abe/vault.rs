@@ -2,8 +2,8 @@
 //! application and the S-DSM.
 //!
 //! A **protected chain** ([`SecureChain`]) is two things: the chain of
-//! sealed chunks the S-DSM keeps (each chunk [`seal::OVERHEAD`] bytes
-//! larger than its plaintext, labelled at its home with the digest of the
+//! sealed chunks the S-DSM keeps (each chunk [`seal::sealed_len`] bytes
+//! for its plaintext, labelled at its home with the digest of the
 //! write policy), and a plaintext buffer in this process, where the
 //! application reads and writes inside scopes as it would in a plain chain.
 //!
@@ -297,10 +297,6 @@ impl SecureChain {
     }
 }
 
-/// From this size on, a version's signature check and its decryption run
-/// on two threads: below it a thread costs more than it saves.
-const PARALLEL_OPEN: usize = 256 << 10;
-
 /// Symbol-table names of the layer's own records.
 fn epoch_name(epoch: u64) -> String {
     format!("sat.abe/epoch/{epoch:016x}")
@@ -415,7 +411,7 @@ impl Vault {
         let sealed_sizes: Vec<usize> = plain
             .chunks()
             .iter()
-            .map(|&(_, s)| s + seal::OVERHEAD)
+            .map(|&(_, s)| seal::sealed_len(s))
             .collect();
         let label = seal::write_policy_label(&protection.write);
         let sealed = client.malloc_lst_labelled(protocol, &ids, &sealed_sizes, label)?;
@@ -470,12 +466,14 @@ impl Vault {
                      a protected chain has one write policy"
                 )));
             }
-            if size <= seal::OVERHEAD {
-                return Err(SatError::Integrity(format!(
-                    "chunk {id} has {size} bytes, too few for a sealed version"
-                )));
+            match seal::plain_len(size) {
+                Some(plain) if plain > 0 => chunks.push((id, plain)),
+                _ => {
+                    return Err(SatError::Integrity(format!(
+                        "chunk {id} has {size} bytes, which is not the size of a sealed version"
+                    )))
+                }
             }
-            chunks.push((id, size - seal::OVERHEAD));
         }
         let ids: Vec<ChunkId> = chunks.iter().map(|&(id, _)| id).collect();
         let sizes: Vec<usize> = chunks.iter().map(|&(_, s)| s).collect();
@@ -666,31 +664,7 @@ impl Vault {
         let plain = chain.plain_mut(i);
         client
             .with_chain(chain.sealed(), |sealed| {
-                let sealed = &sealed[range];
-                let verify = || {
-                    seal::verify_writer(h, &object, &epoch.digest, &epoch.write, &writer, sealed)
-                };
-                if sealed.len() < PARALLEL_OPEN {
-                    return verify().and_then(|()| seal::open(h, &key, sealed, plain));
-                }
-                // The signature's digest and the decryption each take one
-                // pass over the bytes and need nothing from each other:
-                // run them on two cores. The plaintext is wiped if either
-                // fails, so nothing unverified is ever left in it.
-                let (checked, opened) = std::thread::scope(|s| {
-                    let checker = s.spawn(verify);
-                    let opened = seal::open(h, &key, sealed, plain);
-                    let checked = checker.join().unwrap_or_else(|_| {
-                        Err(SealError::Integrity(
-                            "the check of the version failed".into(),
-                        ))
-                    });
-                    (checked, opened)
-                });
-                if checked.is_err() {
-                    plain.fill(0);
-                }
-                checked.and(opened)
+                seal::open(h, &key, &epoch.write, &writer, &sealed[range], plain)
             })?
             .map_err(|e| seal_error(&what, e))?;
         let mut st = self.lock();
@@ -1000,7 +974,7 @@ impl Vault {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(1);
-        let mut sealed = vec![0u8; data.len() + seal::OVERHEAD];
+        let mut sealed = vec![0u8; seal::sealed_len(data.len())];
         seal::seal(&key, version, self.aead, &self.key, data, &mut sealed);
         client.write_symbol(name, &sealed)
     }
@@ -1028,9 +1002,9 @@ impl Vault {
             record: epoch.digest,
             kek: &kek,
         };
-        let mut plain = vec![0u8; sealed.len() - seal::OVERHEAD];
-        seal::verify_writer(&h, &object, &epoch.digest, &epoch.write, &writer, &sealed)
-            .and_then(|()| seal::open(&h, &key, &sealed, &mut plain))
+        let size = seal::plain_len(sealed.len()).expect("a parsed header has a valid size");
+        let mut plain = vec![0u8; size];
+        seal::open(&h, &key, &epoch.write, &writer, &sealed, &mut plain)
             .map_err(|e| seal_error(&what, e))?;
         Ok(plain)
     }
