@@ -35,7 +35,7 @@ test:
 abe-test:
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --lib abe
 	$(CARGO) build -j $(JOBS) -p sat-core --features abe --example tenants
-	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants
+	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants --test sat_abe_cli
 	@if $(CARGO) tree -e normal --workspace | grep -E -i -w 'rabe|ring|blake3|ed25519-dalek|aes-gcm|aead|chacha20|chacha20poly1305'; then \
 		echo "the default build pulls in an ABE, AEAD or signature crate (above): it must stay behind feature abe" >&2; \
 		exit 1; \

@@ -39,7 +39,7 @@ pub enum KeyError {
     Exists { path: PathBuf },
     #[error("{}: not a SAT key file, or a damaged one ({why}); use the file `sat-abe` wrote", path.display())]
     Corrupt { path: PathBuf, why: String },
-    #[error("{} holds {found}; {wanted} is needed here ({hint})", path.display())]
+    #[error("{} holds {found}; give {wanted} here ({hint})", path.display())]
     WrongKind {
         path: PathBuf,
         found: String,
