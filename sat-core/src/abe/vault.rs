@@ -652,9 +652,8 @@ impl Vault {
             }
         }
         let object = Object::Chunk(id);
-        let epoch = self.epoch(client, h.epoch, &object, Some(&chain.inner.label))?;
-        let writer = self.certificate(client, &h.writer)?;
-        let kek = self.kek(&epoch, &what)?;
+        let (epoch, writer, kek) =
+            self.opening(client, h, &object, Some(&chain.inner.label), &what)?;
         let key = SealKey {
             object: &object,
             epoch: h.epoch,
@@ -993,9 +992,7 @@ impl Vault {
             .map_err(|e| seal_error(&what, e))?
             .ok_or_else(|| SatError::Integrity(format!("{what}: holds no sealed version")))?;
         let object = Object::Symbol(name.to_string());
-        let epoch = self.epoch(client, h.epoch, &object, None)?;
-        let writer = self.certificate(client, &h.writer)?;
-        let kek = self.kek(&epoch, &what)?;
+        let (epoch, writer, kek) = self.opening(client, &h, &object, None, &what)?;
         let key = SealKey {
             object: &object,
             epoch: h.epoch,
@@ -1010,6 +1007,23 @@ impl Vault {
     }
 
     // ---- epochs, certificates ----
+
+    /// What opening version `h` of `object` needs: its verified epoch, its
+    /// writer's certificate and the epoch's KEK (access denied when this
+    /// tenant may not read it).
+    fn opening(
+        &self,
+        client: &Client,
+        h: &Header,
+        object: &Object,
+        label: Option<&Label>,
+        what: &str,
+    ) -> SatResult<(Arc<Epoch>, Arc<Certificate>, [u8; 32])> {
+        let epoch = self.epoch(client, h.epoch, object, label)?;
+        let writer = self.certificate(client, &h.writer)?;
+        let kek = self.kek(&epoch, what)?;
+        Ok((epoch, writer, kek))
+    }
 
     /// Makes, publishes and caches a new epoch covering `chain`.
     fn create_epoch(

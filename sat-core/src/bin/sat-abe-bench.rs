@@ -33,7 +33,7 @@ mod bench_common;
 
 use std::time::Instant;
 
-use bench_common::{human, median, micros, Coord, SatRun};
+use bench_common::{human, median, micros, push_f64s, take_f64s, Coord, SatRun};
 use sat_core::abe::keys::AuthorityKeys;
 use sat_core::abe::{Protection, SecureChain, Vault};
 use sat_core::bootstrap::{run, RoleResult, Roles};
@@ -251,30 +251,6 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     println!("RESULT first-read - {:.1}", m(&mut f.first_read));
     println!("RESULT new-epoch - {:.1}", m(&mut f.new_epoch));
     Ok(())
-}
-
-fn push_f64s(buf: &mut Vec<u8>, v: &[f64]) {
-    buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
-    for x in v {
-        buf.extend_from_slice(&x.to_bits().to_le_bytes());
-    }
-}
-
-fn take_u64(d: &[u8], at: &mut usize) -> SatResult<u64> {
-    let w = d
-        .get(*at..*at + 8)
-        .ok_or_else(|| bad("short figures"))?
-        .try_into()
-        .unwrap();
-    *at += 8;
-    Ok(u64::from_le_bytes(w))
-}
-
-fn take_f64s(d: &[u8], at: &mut usize) -> SatResult<Vec<f64>> {
-    let len = take_u64(d, at)? as usize;
-    (0..len)
-        .map(|_| take_u64(d, at).map(f64::from_bits))
-        .collect()
 }
 
 // ----------------------------------------------------------- orchestrator

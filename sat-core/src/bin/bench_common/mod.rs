@@ -293,3 +293,32 @@ impl<'a> Coord<'a> {
         self.c.messages_sent() - self.relays
     }
 }
+
+// ------------------------------------------------------ figures between clients
+
+/// Appends a list of figures to a message.
+pub fn push_f64s(buf: &mut Vec<u8>, v: &[f64]) {
+    buf.extend_from_slice(&(v.len() as u64).to_le_bytes());
+    for x in v {
+        buf.extend_from_slice(&x.to_bits().to_le_bytes());
+    }
+}
+
+/// The next word of a message of figures.
+pub fn take_u64(d: &[u8], at: &mut usize) -> sat_core::SatResult<u64> {
+    let w = d
+        .get(*at..*at + 8)
+        .ok_or_else(|| sat_core::SatError::Usage("bench: a short message of figures".into()))?
+        .try_into()
+        .expect("8 bytes");
+    *at += 8;
+    Ok(u64::from_le_bytes(w))
+}
+
+/// The next list of figures of a message.
+pub fn take_f64s(d: &[u8], at: &mut usize) -> sat_core::SatResult<Vec<f64>> {
+    let len = take_u64(d, at)? as usize;
+    (0..len)
+        .map(|_| take_u64(d, at).map(f64::from_bits))
+        .collect()
+}
