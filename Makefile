@@ -46,8 +46,9 @@ VENV := $(CURDIR)/.venv
 python-test:
 	@scripts/setup.sh --python
 	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
-		-j $(JOBS) -m sat-python/Cargo.toml
+		-j $(JOBS) -m sat-python/Cargo.toml --features abe
 	$(RELEASE_BUILD)
+	$(CARGO) build -j $(JOBS) -p sat-core --features abe --bin sat-abe
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python -m pytest -q sat-python/tests tools/tests
 
 # SAT against its peers, one table (bench/run.py, docs/PERFORMANCE.md): the video pipeline against
@@ -86,8 +87,9 @@ bench-detail: setup
 bench-python:
 	@scripts/setup.sh --bench
 	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
-		-j $(JOBS) -m sat-python/Cargo.toml
+		-j $(JOBS) -m sat-python/Cargo.toml --features abe
 	$(RELEASE_BUILD)
+	$(CARGO) build -j $(JOBS) -p sat-core --features abe --bin sat-abe
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider shm
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider tcp \
 		--only sat,shared_memory

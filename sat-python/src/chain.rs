@@ -27,6 +27,7 @@ use sat_core::client::{Chain as CoreChain, LocalMemory};
 use sat_core::protocol::{Access, ProtocolId};
 use sat_core::SatError as CoreError;
 
+use crate::abe;
 use crate::errors::{to_py, usage};
 use crate::handle::Handle;
 
@@ -70,6 +71,9 @@ enum Owner {
     /// where it is (a bytearray cannot be resized, a numpy array stays
     /// alive). Dropping it releases the export, taking the GIL if needed.
     Exporter(#[allow(dead_code)] PyUntypedBuffer),
+    /// The encryption layer: the plaintext of a protected chain, which the
+    /// layer keeps for the chain's life (held here).
+    Secure(#[allow(dead_code)] abe::Secure),
 }
 
 /// The local bytes of a chain: this module's (zeroed, 64-byte aligned) or
@@ -211,6 +215,13 @@ fn allocate(
     let (ids, sizes) = ids_and_sizes(&layout);
     if let Some(existing) = h.chain(py, &ids) {
         let had = existing.get();
+        if had.secure.is_some() {
+            return Err(usage(format!(
+                "{call} of chunk {}: this process has that chain protected (allocated with \
+                 policies); allocate it with the same policies, or LOOKUP it",
+                ids[0]
+            )));
+        }
         let had_sizes = ids_and_sizes(had.chain.layout()).1;
         // A chain this process looked up has no known protocol (the core
         // does not tell it): it is taken as it is, as the C API does.
@@ -230,7 +241,7 @@ fn allocate(
     let region = Region::allocate(size).ok_or_else(|| Region::out_of_memory(size))?;
     let memory = Box::new(Mapped(region.clone()));
     let chain = h.blocking(py, |c| c.map_lst(protocol, &ids, &sizes, memory))?;
-    record(py, h, ids, chain, region, Some(protocol))
+    record(py, h, ids, chain, region, Some(protocol), None)
 }
 
 /// MAP: the chain of `buffer`'s size from chunk `base` on (split by the
@@ -308,7 +319,7 @@ pub(crate) fn map(
     });
     let memory = Box::new(Mapped(region.clone()));
     let chain = h.blocking(py, |c| c.map_lst(protocol, &ids, &sizes, memory))?;
-    record(py, h, ids, chain, region, Some(protocol))
+    record(py, h, ids, chain, region, Some(protocol), None)
 }
 
 /// LOOKUP of chunks `base` to `base + nbchunks - 1`.
@@ -355,7 +366,60 @@ pub(crate) fn lookup_lst(
         })
     })?;
     let region = region.ok_or_else(|| Region::out_of_memory(wanted))?;
-    record(py, h, ids, chain, region, None)
+    // A chain whose chunks carry a label is protected: the layer opens it.
+    match h.blocking(py, |c| abe::adopt(c, &chain))? {
+        None => record(py, h, ids, chain, region, None, None),
+        Some(secure) => record_secure(py, h, ids, secure, None),
+    }
+}
+
+/// MALLOC or MALLOC_LST of a protected chain (the encryption layer):
+/// `allocate` makes it in the layer, which owns its plaintext.
+pub(crate) fn allocate_protected(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    call: &str,
+    ids: Vec<u64>,
+    protocol: ProtocolId,
+    allocate: impl FnOnce(&sat_core::client::Client) -> Result<abe::Secure, CoreError> + Send,
+) -> PyResult<Py<PyChain>> {
+    h.check_process()?;
+    if let Some(existing) = h.chain(py, &ids) {
+        if existing.get().secure.is_none() {
+            return Err(usage(format!(
+                "{call} of chunk {} with policies: this process has that chain unprotected; a \
+                 chain is protected from its first MALLOC on",
+                ids[0]
+            )));
+        }
+    }
+    let secure = h.blocking(py, allocate)?;
+    record_secure(py, h, ids, secure, Some(protocol))
+}
+
+/// The Chain of a protected chain: its bytes are the layer's plaintext.
+fn record_secure(
+    py: Python<'_>,
+    h: &Arc<Handle>,
+    ids: Vec<u64>,
+    secure: abe::Secure,
+    protocol: Option<ProtocolId>,
+) -> PyResult<Py<PyChain>> {
+    let ptr = NonNull::new(abe::ptr(&secure)).expect("the layer's plaintext is allocated");
+    let region = Arc::new(Region {
+        ptr,
+        len: abe::size(&secure),
+        owner: Owner::Secure(secure.clone()),
+    });
+    record(
+        py,
+        h,
+        ids,
+        abe::sealed(&secure),
+        region,
+        protocol,
+        Some(secure),
+    )
 }
 
 /// The Chain of a chain the core has just added; when another thread
@@ -367,6 +431,7 @@ fn record(
     chain: CoreChain,
     region: Arc<Region>,
     protocol: Option<ProtocolId>,
+    secure: Option<abe::Secure>,
 ) -> PyResult<Py<PyChain>> {
     let chain = Py::new(
         py,
@@ -375,6 +440,7 @@ fn record(
             chain,
             region,
             protocol,
+            secure,
         },
     )?;
     Ok(h.add_chain(py, ids, chain))
@@ -390,9 +456,74 @@ pub(crate) struct PyChain {
     /// The protocol it was allocated or mapped with here; None for a chain
     /// looked up, whose protocol the core does not tell.
     protocol: Option<ProtocolId>,
+    /// For a protected chain (the encryption layer): the layer's chain,
+    /// whose plaintext `region` shows; `chain` is then its sealed chunks.
+    ///
+    /// One class for both kinds rather than a ProtectedChain class: a
+    /// reader's LOOKUP does not know in advance which kind it gets, and
+    /// code written for plain chains (scopes, arrays, put and get) works
+    /// unchanged on protected ones.
+    pub(crate) secure: Option<abe::Secure>,
 }
 
 impl PyChain {
+    /// Opens a scope on the chain, through the layer when it is protected.
+    pub(crate) fn acquire_in(
+        &self,
+        c: &sat_core::client::Client,
+        access: Access,
+    ) -> Result<(), CoreError> {
+        match &self.secure {
+            Some(s) => abe::acquire(c, s, access),
+            None => c.acquire_chain(&self.chain, access),
+        }
+    }
+
+    /// Closes the scope on the chain.
+    pub(crate) fn release_in(&self, c: &sat_core::client::Client) -> Result<(), CoreError> {
+        match &self.secure {
+            Some(s) => abe::release(c, s),
+            None => c.release_chain(&self.chain),
+        }
+    }
+
+    /// `f` on the chain's bytes (the plaintext when protected), in a scope.
+    pub(crate) fn with_bytes<R>(
+        &self,
+        c: &sat_core::client::Client,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, CoreError> {
+        match &self.secure {
+            Some(s) => abe::with_data(s, f),
+            None => c.with_chain(&self.chain, f),
+        }
+    }
+
+    /// `f` on the chain's bytes, in a write scope.
+    pub(crate) fn with_bytes_mut<R>(
+        &self,
+        c: &sat_core::client::Client,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, CoreError> {
+        match &self.secure {
+            Some(s) => abe::with_data_mut(s, f),
+            None => c.with_chain_mut(&self.chain, f),
+        }
+    }
+
+    /// The size of the chain's data (the plaintext's when protected).
+    pub(crate) fn data_len(&self) -> usize {
+        self.region.len
+    }
+
+    /// The size of each chunk's data (the plaintext's when protected).
+    fn data_sizes(&self) -> Vec<usize> {
+        match &self.secure {
+            Some(s) => abe::sizes(s),
+            None => ids_and_sizes(self.chain.layout()).1,
+        }
+    }
+
     /// Whether its local bytes are a caller's buffer (`Client.map`).
     fn mapped(&self) -> bool {
         matches!(self.region.owner, Owner::Exporter(_))
@@ -412,7 +543,7 @@ impl PyChain {
     #[getter]
     fn size(&self) -> PyResult<usize> {
         self.h.check_process()?;
-        Ok(self.chain.size())
+        Ok(self.region.len)
     }
 
     /// The number of chunks.
@@ -433,15 +564,31 @@ impl PyChain {
     #[getter]
     fn sizes(&self) -> PyResult<Vec<usize>> {
         self.h.check_process()?;
-        Ok(ids_and_sizes(self.chain.layout()).1)
+        Ok(self.data_sizes())
     }
 
     /// Where each chunk starts in the chain's bytes, in chain order.
     #[getter]
     fn offsets(&self) -> PyResult<Vec<usize>> {
         self.h.check_process()?;
-        let layout = self.chain.layout();
-        Ok((0..layout.len()).map(|i| layout.range(i).start).collect())
+        let mut at = 0;
+        Ok(self
+            .data_sizes()
+            .into_iter()
+            .map(|s| {
+                at += s;
+                at - s
+            })
+            .collect())
+    }
+
+    /// Whether the chain is protected by the encryption layer (allocated
+    /// with read and write policies): its bytes here are the plaintext,
+    /// the S-DSM keeps them sealed.
+    #[getter]
+    fn protected(&self) -> PyResult<bool> {
+        self.h.check_process()?;
+        Ok(self.secure.is_some())
     }
 
     /// The protocol: 'mesi' or 'home-only' as this process allocated or
@@ -497,7 +644,7 @@ impl PyChain {
             None => np.call_method1("dtype", ("u1",))?,
         };
         let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
-        let size = me.chain.size();
+        let size = me.region.len;
         if itemsize == 0 {
             return Err(PyValueError::new_err(format!(
                 "dtype {dtype} has items of 0 bytes: give a dtype with a size"
@@ -554,12 +701,17 @@ impl PyChain {
 
     fn __repr__(&self) -> String {
         format!(
-            "<sat.Chain base {} of {} chunks, {} bytes, {}{}>",
+            "<sat.Chain base {} of {} chunks, {} bytes, {}{}{}>",
             self.chain.first(),
             self.chain.len(),
-            self.chain.size(),
+            self.region.len,
             self.protocol.map_or("looked up", protocol_name),
-            if self.mapped() { ", mapped" } else { "" }
+            if self.mapped() { ", mapped" } else { "" },
+            if self.secure.is_some() {
+                ", protected"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -610,10 +762,7 @@ impl PyScope {
             *st = ScopeState::Open;
         }
         let access = self.access;
-        if let Err(e) = chain
-            .h
-            .blocking(py, |c| c.acquire_chain(&chain.chain, access))
-        {
+        if let Err(e) = chain.h.blocking(py, |c| chain.acquire_in(c, access)) {
             *self.state() = ScopeState::Closed;
             return Err(e);
         }
@@ -641,7 +790,7 @@ impl PyScope {
             }
             *st = ScopeState::Closed;
         }
-        chain.h.blocking(py, |c| c.release_chain(&chain.chain))?;
+        chain.h.blocking(py, |c| chain.release_in(c))?;
         Ok(false)
     }
 }

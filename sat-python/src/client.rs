@@ -7,10 +7,12 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 
+use sat_core::chunk::ChainLayout;
 use sat_core::protocol::Access;
 
+use crate::abe;
 use crate::chain::{self, PyChain};
-use crate::errors::usage;
+use crate::errors::{to_py, usage};
 use crate::events::{self, Target};
 use crate::handle::Handle;
 use crate::symbols::PySymbols;
@@ -59,6 +61,20 @@ fn int_list<T>(
             PyTypeError::new_err(msg)
         }
     })
+}
+
+/// Both policies or neither: a protected chain or symbol needs both.
+fn policies<'a>(
+    read: Option<&'a str>,
+    write: Option<&'a str>,
+) -> PyResult<Option<(&'a str, &'a str)>> {
+    match (read, write) {
+        (None, None) => Ok(None),
+        (Some(r), Some(w)) => Ok(Some((r, w))),
+        _ => Err(usage(
+            "give both read_policy and write_policy to protect data, or neither for plain data",
+        )),
+    }
 }
 
 fn parse_access(mode: &str) -> PyResult<Access> {
@@ -219,33 +235,96 @@ impl PyClient {
     /// MALLOC: `size` bytes from chunk `base` on, as a chain of chunks of
     /// `chunk_size` bytes, with `protocol` ('mesi' or 'home-only'); the
     /// same chain again gives the same Chain.
-    #[pyo3(signature = (base, size, protocol = "mesi"))]
+    ///
+    /// With `read_policy` and `write_policy` (the encryption layer, when
+    /// the module has it: `sat.HAS_ABE`), the chain is protected: its bytes
+    /// here are plaintext, the S-DSM keeps them sealed; keys whose
+    /// attributes satisfy `read_policy` may read it, certificates that
+    /// satisfy `write_policy` may write it.
+    #[pyo3(signature = (base, size, protocol = "mesi", *, read_policy = None, write_policy = None))]
     fn malloc(
         &self,
         py: Python<'_>,
         base: u64,
         size: usize,
         protocol: &str,
+        read_policy: Option<&str>,
+        write_policy: Option<&str>,
     ) -> PyResult<Py<PyChain>> {
         let protocol = chain::parse_protocol(protocol)?;
-        chain::malloc(py, &self.h, base, size, protocol)
+        match policies(read_policy, write_policy)? {
+            None => chain::malloc(py, &self.h, base, size, protocol),
+            Some((read, write)) => {
+                let ids = self.h.with(|c| {
+                    Ok(ChainLayout::malloc(base, size, c.chunk_size())?
+                        .chunks()
+                        .iter()
+                        .map(|&(id, _)| id)
+                        .collect::<Vec<u64>>())
+                })?;
+                chain::allocate_protected(py, &self.h, "MALLOC", ids, protocol, |c| {
+                    abe::malloc(c, protocol, base, size, read, write)
+                })
+            }
+        }
     }
 
     /// MALLOC_LST: chunk `ids[i]` gets `sizes[i % len(sizes)]` bytes, all in
     /// one chain whose bytes hold the chunks one after the other in the
     /// order of `ids`.
-    #[pyo3(signature = (ids, sizes, protocol = "mesi"))]
+    /// `read_policy` and `write_policy` make it protected, as in `malloc`.
+    #[pyo3(signature = (ids, sizes, protocol = "mesi", *, read_policy = None, write_policy = None))]
     fn malloc_lst(
         &self,
         py: Python<'_>,
         ids: &Bound<'_, PyAny>,
         sizes: &Bound<'_, PyAny>,
         protocol: &str,
+        read_policy: Option<&str>,
+        write_policy: Option<&str>,
     ) -> PyResult<Py<PyChain>> {
         let ids = int_list(py, "ids", "[30, 10, 20]", ids.extract())?;
         let sizes = int_list(py, "sizes", "[4096]", sizes.extract())?;
         let protocol = chain::parse_protocol(protocol)?;
-        chain::malloc_lst(py, &self.h, &ids, &sizes, protocol)
+        match policies(read_policy, write_policy)? {
+            None => chain::malloc_lst(py, &self.h, &ids, &sizes, protocol),
+            Some((read, write)) => {
+                let list = ids.clone();
+                chain::allocate_protected(py, &self.h, "MALLOC_LST", list, protocol, |c| {
+                    abe::malloc_lst(c, protocol, &ids, &sizes, read, write)
+                })
+            }
+        }
+    }
+
+    /// Loads the tenant key file `path` (made by `sat-abe keygen`) for this
+    /// process's protected data; without it, `SAT_ABE_KEY` is read at the
+    /// first protected call.
+    fn load_key(&self, path: &str) -> PyResult<()> {
+        self.h.check_process()?;
+        abe::load_key(path).map_err(to_py)
+    }
+
+    /// Starts a new key epoch of a protected chain: a new key wrapped under
+    /// `read_policy` (the current one when None), every chunk sealed again.
+    /// Keys that do not satisfy it cannot read any version written from
+    /// now on.
+    #[pyo3(signature = (chain, read_policy = None))]
+    fn new_epoch(
+        &self,
+        py: Python<'_>,
+        chain: &PyChain,
+        read_policy: Option<&str>,
+    ) -> PyResult<()> {
+        let chain = self.own(chain)?;
+        let Some(secure) = &chain.secure else {
+            return Err(usage(format!(
+                "new_epoch of the chain at chunk {}: it is not protected",
+                chain.chain.first()
+            )));
+        };
+        self.h
+            .blocking(py, |c| abe::new_epoch(c, secure, read_policy))
     }
 
     /// MAP: the chain of `len(buffer)` bytes from chunk `base` on (split as
@@ -295,14 +374,13 @@ impl PyClient {
     fn acquire(&self, py: Python<'_>, chain: &PyChain, access: &str) -> PyResult<()> {
         let chain = self.own(chain)?;
         let access = parse_access(access)?;
-        self.h
-            .blocking(py, |c| c.acquire_chain(&chain.chain, access))
+        self.h.blocking(py, |c| chain.acquire_in(c, access))
     }
 
     /// Closes the scope on `chain`.
     fn release(&self, py: Python<'_>, chain: &PyChain) -> PyResult<()> {
         let chain = self.own(chain)?;
-        self.h.blocking(py, |c| c.release_chain(&chain.chain))
+        self.h.blocking(py, |c| chain.release_in(c))
     }
 
     /// PUT: a write scope on `chain`, `data` (exactly the chain's size)
@@ -318,10 +396,13 @@ impl PyClient {
         let chain = self.own(chain)?;
         let Some(data) = data else {
             // A WRITE acquire fetches no data, so the bytes stay as they are.
-            return self.h.blocking(py, |c| c.put_chain(&chain.chain));
+            return self.h.blocking(py, |c| {
+                chain.acquire_in(c, Access::Write)?;
+                chain.release_in(c)
+            });
         };
         let data = bytes_of(data)?;
-        let size = chain.chain.size();
+        let size = chain.data_len();
         if data.len() != size {
             return Err(usage(format!(
                 "PUT of the chain at chunk {} with {} bytes: the chain has {size}",
@@ -330,9 +411,9 @@ impl PyClient {
             )));
         }
         self.h.blocking(py, |c| {
-            c.acquire_chain(&chain.chain, Access::Write)?;
-            let copied = c.with_chain_mut(&chain.chain, |d| d.copy_from_slice(&data));
-            let released = c.release_chain(&chain.chain);
+            chain.acquire_in(c, Access::Write)?;
+            let copied = chain.with_bytes_mut(c, |d| d.copy_from_slice(&data));
+            let released = chain.release_in(c);
             copied.and(released)
         })
     }
@@ -341,9 +422,9 @@ impl PyClient {
     fn get<'py>(&self, py: Python<'py>, chain: &PyChain) -> PyResult<Bound<'py, PyBytes>> {
         let chain = self.own(chain)?;
         let data = self.h.blocking(py, |c| {
-            c.acquire_chain(&chain.chain, Access::Read)?;
-            let data = c.with_chain(&chain.chain, |d| d.to_vec());
-            let released = c.release_chain(&chain.chain);
+            chain.acquire_in(c, Access::Read)?;
+            let data = chain.with_bytes(c, |d| d.to_vec());
+            let released = chain.release_in(c);
             data.and_then(|d| released.map(|()| d))
         })?;
         Ok(PyBytes::new(py, &data))
@@ -366,14 +447,31 @@ impl PyClient {
         self.h.blocking(py, |c| c.wakeup(id))
     }
 
-    /// Publishes `data` under the symbol `name`, as it is.
-    fn write_symbol(&self, py: Python<'_>, name: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Publishes `data` under the symbol `name`, as it is; with
+    /// `read_policy` and `write_policy`, sealed by the encryption layer.
+    #[pyo3(signature = (name, data, *, read_policy = None, write_policy = None))]
+    fn write_symbol(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        data: &Bound<'_, PyAny>,
+        read_policy: Option<&str>,
+        write_policy: Option<&str>,
+    ) -> PyResult<()> {
         let data = bytes_of(data)?;
-        self.h.blocking(py, |c| c.write_symbol(name, &data))
+        match policies(read_policy, write_policy)? {
+            None => self.h.blocking(py, |c| c.write_symbol(name, &data)),
+            Some((read, write)) => self
+                .h
+                .blocking(py, |c| abe::write_symbol(c, name, &data, read, write)),
+        }
     }
 
     /// The bytes of symbol `name`, as written, waiting at most `timeout`
-    /// seconds for a writer. Callbacks of subscriptions run meanwhile.
+    /// seconds for a writer. Callbacks of subscriptions run meanwhile. A
+    /// value the encryption layer sealed is opened (or refused with
+    /// `AccessDenied` or `IntegrityError`): a value is taken as sealed when
+    /// it starts with a sealed version's header.
     #[pyo3(signature = (name, timeout = 10.0))]
     fn read_symbol<'py>(
         &self,
@@ -382,7 +480,10 @@ impl PyClient {
         timeout: f64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let timeout = duration(timeout)?;
-        let data = self.h.blocking(py, |c| c.read_symbol(name, timeout))?;
+        let data = self.h.blocking(py, |c| {
+            let raw = c.read_symbol(name, timeout)?;
+            abe::open_symbol(c, name, raw, timeout)
+        })?;
         Ok(PyBytes::new(py, &data))
     }
 

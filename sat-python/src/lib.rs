@@ -7,6 +7,7 @@
 //! show their bytes with no copy ([`chain`]). Errors are `sat.SatError`
 //! subclasses, one per group of the core's errors ([`errors`]).
 
+mod abe;
 mod chain;
 mod client;
 mod errors;
@@ -110,5 +111,6 @@ fn _sat(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(service::connect, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("HAS_ABE", abe::HAS_ABE)?;
     Ok(())
 }

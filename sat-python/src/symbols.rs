@@ -9,6 +9,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::abe;
 use crate::client::duration;
 use crate::errors::TimeoutError;
 use crate::handle::Handle;
@@ -34,8 +35,12 @@ impl PySymbols {
         *self.timeout.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The value as stored, opened when the encryption layer sealed it.
     fn raw(&self, py: Python<'_>, name: &str, timeout: Duration) -> PyResult<Vec<u8>> {
-        self.h.blocking(py, |c| c.read_symbol(name, timeout))
+        self.h.blocking(py, |c| {
+            let raw = c.read_symbol(name, timeout)?;
+            abe::open_symbol(c, name, raw, timeout)
+        })
     }
 
     fn decode<'py>(&self, py: Python<'py>, name: &str, data: &[u8]) -> PyResult<Bound<'py, PyAny>> {
@@ -83,6 +88,27 @@ impl PySymbols {
     /// Whether some process has written `name`, without waiting for one.
     /// It reads the name's bucket (a round trip to its home when this
     /// process's copy is not valid) and, when there, the value.
+    /// `symbols[name] = value`, sealed by the encryption layer: readable by
+    /// keys that satisfy `read_policy`, written by certificates that satisfy
+    /// `write_policy`. Reading it back is the usual `symbols[name]`.
+    #[pyo3(signature = (name, value, *, read_policy, write_policy))]
+    fn protect(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        value: &Bound<'_, PyAny>,
+        read_policy: &str,
+        write_policy: &str,
+    ) -> PyResult<()> {
+        let encoded = py
+            .import("sat._symbols")?
+            .call_method1("encode", (name, value))?;
+        let data = encoded.cast::<PyBytes>()?.as_bytes();
+        self.h.blocking(py, |c| {
+            abe::write_symbol(c, name, data, read_policy, write_policy)
+        })
+    }
+
     fn __contains__(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
         match self.raw(py, name, Duration::ZERO) {
             Ok(_) => Ok(true),

@@ -68,18 +68,27 @@ a notebook or any script, and detach when done; what it wrote stays for those th
 ``client.detach()`` does the same without a block; a client still attached when the interpreter
 exits is detached then.
 
+Protected data (``sat.HAS_ABE``, docs/ENCRYPTION.md): ``client.malloc(base, size,
+read_policy=..., write_policy=...)`` makes a chain whose bytes here are plaintext and whose chunks
+the S-DSM keeps sealed; a LOOKUP of one gives a protected chain too. The process's tenant key comes
+from ``SAT_ABE_KEY`` or ``client.load_key(path)``. Another tenant's data raises ``AccessDenied``, a
+damaged or forged version ``IntegrityError``.
+
 Every call that can block releases the GIL. Errors are ``SatError`` subclasses. A ``Client``
 or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
 """
 
 from ._sat import (
+    HAS_ABE,
     AbortedError,
+    AccessDenied,
     BootstrapError,
     Buffer,
     Chain,
     ChunkError,
     ChunkEvent,
     Client,
+    IntegrityError,
     RoleError,
     SatError,
     Scope,
@@ -95,13 +104,16 @@ from ._sat import (
 
 
 __all__ = [
+    "HAS_ABE",
     "AbortedError",
+    "AccessDenied",
     "BootstrapError",
     "Buffer",
     "Chain",
     "ChunkError",
     "ChunkEvent",
     "Client",
+    "IntegrityError",
     "RoleError",
     "SatError",
     "Scope",

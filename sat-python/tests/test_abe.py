@@ -1,0 +1,168 @@
+"""Protected chains and symbols (the encryption layer), two tenants over real processes.
+
+Keys come from the `sat-abe` command (built by `make test` before these tests run).
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import sat
+from conftest import REPO
+
+pytestmark = pytest.mark.skipif(
+    not sat.HAS_ABE, reason="the sat module was built without the encryption layer (feature abe)"
+)
+
+# Ranks 1 to 4 are the clients of the one server (satrun -n 5).
+TENANTS = {
+    1: ("alice", "tenant_a,writer"),
+    2: ("rita", "tenant_a"),
+    3: ("bob", "tenant_b,writer"),
+    4: ("carl", "contractor"),
+}
+
+
+def sat_abe() -> Path:
+    target = Path(os.environ.get("SAT_TARGET_DIR", REPO / "target"))
+    for profile in ("release", "debug"):
+        exe = target / profile / "sat-abe"
+        if exe.is_file():
+            return exe
+    pytest.fail(f"sat-abe is missing in {target}: build it with 'cargo build -p sat-core --features abe --bin sat-abe'")
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> str:
+    """An authority and one key file per client rank; the SAT_ABE_KEY pattern."""
+    tool = str(sat_abe())
+    subprocess.run([tool, "setup", "--out", str(tmp_path / "auth")], check=True, capture_output=True)
+    for rank, (name, attrs) in TENANTS.items():
+        subprocess.run(
+            [tool, "keygen", "--authority", str(tmp_path / "auth" / "authority.key"), "--tenant", name,
+             "--attrs", attrs, "--out", str(tmp_path / f"tenant-{rank}.key")],
+            check=True, capture_output=True,
+        )
+    return str(tmp_path / "tenant-{rank}.key")
+
+
+SCRIPT = """
+import numpy as np
+import sat
+
+A, B = 100, 200
+A_DATA = np.arange(1000, dtype=np.float64)
+
+def role(client):
+    me = client.rank
+    if me == 1:
+        a = client.malloc(A, A_DATA.nbytes, read_policy="tenant_a or contractor",
+                          write_policy="tenant_a and writer")
+        assert a.protected and a.size == A_DATA.nbytes
+        with a.write() as view:
+            np.frombuffer(view, dtype=np.float64)[:] = A_DATA
+        client.symbols.protect("a-array", A_DATA[:10], read_policy="tenant_a", write_policy="tenant_a and writer")
+        client.write_symbol("a-bytes", b"tenant a only", read_policy="tenant_a", write_policy="tenant_a")
+    if me == 3:
+        b = client.malloc(B, 64, read_policy="tenant_b", write_policy="tenant_b and writer")
+        client.put(b, bytes(range(64)))
+    client.barrier(1, 4)
+
+    a = client.lookup(A, nbchunks=a_chunks(client))
+    b = client.lookup(B)
+    assert a.protected and b.protected and a.size == A_DATA.nbytes and b.size == 64
+    if me in (1, 2, 4):
+        with a.read():
+            got = a.array(np.float64).copy()
+        assert (got == A_DATA).all(), me
+        try:
+            client.get(b)
+        except sat.AccessDenied as e:
+            print("B denied:", "access denied" in str(e))
+    if me in (1, 2):
+        assert (client.symbols["a-array"] == A_DATA[:10]).all()
+        assert client.read_symbol("a-bytes") == b"tenant a only"
+    if me == 3:
+        assert client.get(b) == bytes(range(64))
+        try:
+            with a.read():
+                pass
+        except sat.AccessDenied as e:
+            print("A denied:", "tenant_b" in str(e))
+        try:
+            client.symbols["a-array"]
+        except sat.AccessDenied:
+            print("a-array denied")
+    client.barrier(2, 4)
+
+    # A reader that may not write: its version is refused by the others.
+    if me == 2:
+        client.put(a, np.zeros(1000).tobytes())
+    client.barrier(3, 4)
+    if me == 4:
+        try:
+            client.get(a)
+        except sat.IntegrityError as e:
+            print("forged refused:", "write policy" in str(e))
+    client.barrier(4, 4)
+
+    # Revocation: a new epoch without `contractor` (after alice has written
+    # over rita's version: a new epoch re-seals what it can read and verify).
+    if me == 1:
+        client.put(a, A_DATA.tobytes())
+        client.new_epoch(a, read_policy="tenant_a")
+        client.put(a, (A_DATA * 2).tobytes())
+    client.barrier(5, 4)
+    if me == 4:
+        try:
+            client.get(a)
+        except sat.AccessDenied:
+            print("revoked")
+    if me == 2:
+        assert (np.frombuffer(client.get(a), dtype=np.float64) == A_DATA * 2).all()
+        print("still reads")
+    client.barrier(6, 4)
+
+def a_chunks(client):
+    return -(-A_DATA.nbytes // client.chunk_size)
+
+sat.run({1: role})
+"""
+
+
+def test_two_tenants(satrun, keys, provider):
+    out = satrun(SCRIPT, n=5, provider=provider, env={"SAT_ABE_KEY": keys, "SAT_CHUNK_SIZE": "4096"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["B denied: True"]
+    assert out.lines(3) == ["A denied: True", "a-array denied"]
+    assert out.lines(2) == ["B denied: True", "still reads"]
+    assert out.lines(4) == ["B denied: True", "forged refused: True", "revoked"]
+
+
+def test_protected_calls_need_both_policies_and_a_key(satrun):
+    out = satrun(
+        """
+        import sat
+
+        def role(client):
+            try:
+                client.malloc(10, 64, read_policy="x")
+            except sat.UsageError as e:
+                print("one policy:", "both" in str(e))
+            try:
+                client.malloc(10, 64, read_policy="x", write_policy="y")
+            except sat.AccessDenied as e:
+                print("no key:", "SAT_ABE_KEY" in str(e))
+            try:
+                client.load_key("/nonexistent/tenant.key")
+            except sat.UsageError as e:
+                print("bad key:", "tenant.key" in str(e))
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["one policy: True", "no key: True", "bad key: True"]
