@@ -31,11 +31,16 @@ test:
 	$(MAKE) --no-print-directory abe-test
 	$(MAKE) --no-print-directory python-test
 
-# The encryption layer (feature `abe`): its tests, and no ABE or AEAD crate in the default build.
+# The encryption layer (feature `abe`): its tests (sat-core's, and the C ABI's), and no ABE or AEAD
+# crate in the default build.
 abe-test:
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --lib abe
 	$(CARGO) build -j $(JOBS) -p sat-core --features abe --example tenants
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants --test sat_abe_cli
+# The C ABI's protected calls (bindings-tests/abe_tenants.c): the test links the libsat that cargo
+# builds with the feature next to it (target/debug/deps), and runs target/debug/satrun.
+	$(CARGO) build -j $(JOBS) -p sat-core --bin satrun
+	$(CARGO) test -j $(JOBS) -p sat-capi --features abe --test c_abe
 	@if $(CARGO) tree -e normal --workspace | grep -E -i -w 'rabe|ring|blake3|ed25519-dalek|aes-gcm|aead|chacha20|chacha20poly1305'; then \
 		echo "the default build pulls in an ABE, AEAD or signature crate (above): it must stay behind feature abe" >&2; \
 		exit 1; \

@@ -34,6 +34,15 @@
  *   sat_rendezvous or sat_barrier.
  * - sat_last_error() is per thread; sat_version(), sat_status_string(),
  *   sat_home_based_mesi() and sat_home_only() are safe anywhere, any time.
+ *
+ * The encryption layer
+ * - A libsat built with cargo feature `abe` has protected chains and
+ *   symbols (sat_malloc_protected, sat_write_symbol_protected, ...,
+ *   docs/ENCRYPTION.md). Their declarations are seen only when SAT_ABE is
+ *   defined (-DSAT_ABE): define it only against such a libsat.
+ * - Protected data is read as plain data is: LOOKUP, READ and
+ *   sat_read_symbol open it for the process's tenant key (SAT_ABE_KEY or
+ *   sat_abe_load_key), or fail with SAT_ERR_ACCESS_DENIED.
  */
 
 
@@ -111,6 +120,16 @@ typedef enum sat_status {
      * A bug in SAT: an internal panic, caught at the boundary.
      */
     SAT_ERR_INTERNAL = -10,
+    /**
+     * Protected data (the encryption layer) that this tenant's attributes
+     * do not allow it to read, or no tenant key loaded (`SAT_ABE_KEY`).
+     */
+    SAT_ERR_ACCESS_DENIED = -11,
+    /**
+     * Protected data failed its integrity checks (changed bytes, a writer
+     * the write policy does not allow, an older version replayed).
+     */
+    SAT_ERR_INTEGRITY = -12,
 } sat_status;
 
 /**
@@ -263,6 +282,11 @@ struct sat_chunk_t *sat_map(const struct sat_consistency_t *consistency,
  * READ: opens a read scope on the whole chain; `chunk->data` holds the
  * current data until RELEASE. Changes made inside a READ scope are never
  * sent anywhere (Figure 5): do not write in one.
+ *
+ * On a protected chain (feature `abe`), every version is checked and
+ * decrypted into `chunk->data`: `SAT_ERR_ACCESS_DENIED` when this tenant
+ * may not read it, `SAT_ERR_INTEGRITY` when a check fails (the data then
+ * holds zeros, never unverified bytes); either way no scope is open.
  */
 int32_t sat_read(struct sat_chunk_t *chunk);
 
@@ -278,7 +302,7 @@ int32_t sat_readwrite(struct sat_chunk_t *chunk);
 
 /**
  * RELEASE: closes the scope; after WRITE or READWRITE the new data goes
- * to the chunks' homes.
+ * to the chunks' homes (of a protected chain: sealed as its next version).
  */
 int32_t sat_release(struct sat_chunk_t *chunk);
 
@@ -418,6 +442,14 @@ int32_t sat_write_symbol(const char *name, const void *data, size_t size);
  * allocated with malloc (free it with `free` or `sat_free`). Waits up to
  * `SAT_LOOKUP_TIMEOUT` seconds (60 by default) for a writer.
  *
+ * With the encryption layer (a libsat built with feature `abe`, SAT_ABE),
+ * a value that is a sealed version (what `sat_write_symbol_protected`
+ * writes: it begins with a sealed version's header, "SATe" and its
+ * format) is opened for this process's tenant: `*data` is then the
+ * plaintext, or the call fails with `SAT_ERR_ACCESS_DENIED` (this tenant
+ * may not read it, or no tenant key) or `SAT_ERR_INTEGRITY`. Any other
+ * value is returned as it is.
+ *
  * # Safety
  * `data` and `size` point at writable variables.
  */
@@ -453,6 +485,94 @@ int32_t sat_signal_subscribe(uint32_t id, sat_signal_handler handler, void *para
  * Stops the handler of signal `id`.
  */
 int32_t sat_signal_unsubscribe(uint32_t id);
+
+#if defined(SAT_ABE)
+/**
+ * Loads the tenant key file `path` for this process (a file `sat-abe
+ * keygen` made): the key every protected call of this run uses, instead
+ * of `SAT_ABE_KEY`'s. Call it inside the run (from the role function),
+ * before the first protected call; the key is forgotten when the run ends
+ * (`sat_bootstrap` returns, `sat_detach`). `SAT_ERR_ARGUMENT` for a NULL
+ * path; `SAT_ERR_USAGE` for a file that cannot be read, is another kind
+ * of key (the authority's) or is damaged (`sat_last_error` names the file
+ * and why), and when this process already has its key for the run (a
+ * process acts for one tenant).
+ *
+ * # Safety
+ * `path` is a NUL-terminated string.
+ */
+int32_t sat_abe_load_key(const char *path);
+#endif
+
+#if defined(SAT_ABE)
+/**
+ * MALLOC of a protected chain: `size` plaintext bytes from chunk `baseid`
+ * on, split as `sat_malloc` splits, readable by tenant keys whose
+ * attributes satisfy `read_policy` and writable by those that satisfy
+ * `write_policy` (`"(tenant_a and analyst) or admin"`: attributes, `and`,
+ * `or`, parentheses). `chunk->data` is this process's plaintext and
+ * `chunk->size` its size: read and write it inside scopes as for a plain
+ * chain; the S-DSM only ever holds sealed versions. NULL `consistency`
+ * means home-based MESI. Allocating the same chain again returns the same
+ * handle; joining a chain another process created needs its write policy
+ * (the read policy is the creator's). NULL on error: `SAT_ERR_ARGUMENT`
+ * for a NULL policy, `SAT_ERR_USAGE` for a malformed one (the message
+ * says where) or a chain that exists otherwise, `SAT_ERR_ACCESS_DENIED`
+ * with no tenant key (`SAT_ABE_KEY`, `sat_abe_load_key`) or when this
+ * tenant may not write under `write_policy`. A protected chain is in at
+ * most one scope per process at a time: a thread that acquires it while
+ * another thread of this process holds it may get `SAT_ERR_USAGE` rather
+ * than wait.
+ *
+ * # Safety
+ * The policies are NUL-terminated strings.
+ */
+struct sat_chunk_t *sat_malloc_protected(const struct sat_consistency_t *consistency,
+                                         uint64_t baseid,
+                                         size_t size,
+                                         const char *read_policy,
+                                         const char *write_policy);
+#endif
+
+#if defined(SAT_ABE)
+/**
+ * Writes `size` bytes at `data` as the value of symbol `name`, sealed:
+ * `sat_read_symbol` gives the bytes back to tenant keys whose attributes
+ * satisfy `read_policy`, and `SAT_ERR_ACCESS_DENIED` to the others. The
+ * value names its writer, checked against `write_policy` by readers; the
+ * symbol table keeps no policy per name, so a tenant that may read the
+ * symbol could replace it by a value under a write policy of its own (use
+ * a protected chain where writers must be held to a fixed policy). Errors
+ * as `sat_malloc_protected`'s.
+ *
+ * # Safety
+ * `name` and the policies are NUL-terminated strings; `data` holds
+ * `size` readable bytes.
+ */
+int32_t sat_write_symbol_protected(const char *name,
+                                   const void *data,
+                                   size_t size,
+                                   const char *read_policy,
+                                   const char *write_policy);
+#endif
+
+#if defined(SAT_ABE)
+/**
+ * Starts a new key epoch for the protected chain `chunk`: its current
+ * data is read (this tenant must be allowed to read it) and sealed again
+ * as its next version under a fresh key, wrapped under `read_policy`
+ * (NULL keeps the current read policy). Keys that do not satisfy the new
+ * policy get `SAT_ERR_ACCESS_DENIED` on every version written from then
+ * on: this is how a tenant's attribute is revoked. The chunk must not be
+ * inside a scope of this process. `SAT_ERR_ARGUMENT` for a NULL chunk,
+ * `SAT_ERR_USAGE` for a plain chunk or a malformed policy.
+ *
+ * # Safety
+ * `chunk` comes from this library; `read_policy` is NULL or a
+ * NUL-terminated string.
+ */
+int32_t sat_abe_new_epoch(struct sat_chunk_t *chunk, const char *read_policy);
+#endif
 
 #ifdef __cplusplus
 }  // extern "C"

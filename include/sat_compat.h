@@ -30,6 +30,9 @@
  * - The report's `sleep(id)` is rendezvous(id) only: `sleep` is POSIX's.
  * - LOOKUP waits for chunks nobody has allocated yet, for at most
  *   SAT_LOOKUP_TIMEOUT seconds (60 by default), then returns NULL.
+ * - The report has no encryption layer: MALLOC_PROTECTED and
+ *   writeSymbolProtected are SAT's, in the report's style, declared only
+ *   with SAT_ABE defined (a libsat built with feature `abe`, as in sat.h).
  */
 
 #ifndef SAT_COMPAT_H
@@ -121,6 +124,26 @@ typedef sat_bootstrap_t _SAT_Bootstrap_t;
 /** handler is `void handler(Chunk_t *chunk, void *params)`. */
 #define SUBSCRIBE(chunk, handler, params) sat_subscribe((chunk), (handler), (params))
 #define UNSUBSCRIBE(chunk) sat_unsubscribe(chunk)
+
+/* ------------------------ protected data (libsat with feature abe) */
+
+#if defined(SAT_ABE)
+/** MALLOC_PROTECTED(consistency, baseid, size, read_policy, write_policy) or
+ *  MALLOC_PROTECTED(baseid, size, read_policy, write_policy) (home-based
+ *  MESI): MALLOC of a chain readable and writable by the tenants whose
+ *  attributes satisfy the policies. LOOKUP, READ, WRITE, ... work on it as
+ *  on any chain; the S-DSM holds it sealed. */
+#define MALLOC_PROTECTED(...) \
+    SAT_COMPAT_PICK(SAT_COMPAT_MALLOC_PROTECTED_, __VA_ARGS__)(__VA_ARGS__)
+#define SAT_COMPAT_MALLOC_PROTECTED_5(consistency, baseid, size, read_policy, write_policy) \
+    sat_malloc_protected((consistency), (baseid), (size), (read_policy), (write_policy))
+#define SAT_COMPAT_MALLOC_PROTECTED_4(baseid, size, read_policy, write_policy) \
+    sat_malloc_protected(NULL, (baseid), (size), (read_policy), (write_policy))
+/** writeSymbol of a sealed value: readSymbol opens it for the tenants whose
+ *  attributes satisfy read_policy. */
+#define writeSymbolProtected(sdsm, name, data, size, read_policy, write_policy) \
+    sat_write_symbol_protected((name), (data), (size), (read_policy), (write_policy))
+#endif
 
 /* --------------------------------------------------- bootstrap (Figure 10) */
 

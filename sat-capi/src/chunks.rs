@@ -6,6 +6,11 @@
 //! `chunk->data` never moves while the run lasts: such chains are never
 //! evicted (the topology's memory capacity applies to the Rust API's own
 //! chains only). Chunk handles stay valid until `sat_bootstrap` returns.
+//!
+//! With feature `abe`, a handle may also be a protected chain (the
+//! encryption layer, [`crate::abe`]): its `data` is then the vault's
+//! plaintext buffer, which the vault owns and never moves, and its scopes go
+//! through the vault. Plain handles keep the plain path.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_ulong, c_void};
@@ -53,11 +58,32 @@ pub struct sat_ulong_list_t {
 
 /// What C does not touch in a chunk handle.
 pub struct sat_chunk_internal {
+    /// The chain in the S-DSM (of a protected chain: its sealed chunks).
     chain: Chain,
     /// The chunk sizes of the chain, to tell a repeated allocation of the
-    /// same chain from a conflicting one.
+    /// same chain from a conflicting one (of a protected chain: plaintext
+    /// sizes).
     sizes: Vec<usize>,
     protocol: Option<ProtocolId>,
+    /// Set for a protected chain: scopes go through its vault, and `data`
+    /// is the vault's plaintext (not memory of this module).
+    #[cfg(feature = "abe")]
+    protected: Option<crate::abe::Protected>,
+}
+
+#[cfg(feature = "abe")]
+impl sat_chunk_internal {
+    pub(crate) fn sizes(&self) -> &[usize] {
+        &self.sizes
+    }
+
+    pub(crate) fn protocol(&self) -> Option<ProtocolId> {
+        self.protocol
+    }
+
+    pub(crate) fn protected(&self) -> Option<&crate::abe::Protected> {
+        self.protected.as_ref()
+    }
 }
 
 /// A chunk chain as C sees it (the report's `Chunk_t`). C reads every
@@ -145,18 +171,25 @@ fn handles() -> std::sync::MutexGuard<'static, Option<Handles>> {
     HANDLES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Frees every handle (the run is over).
+/// Frees every handle (the run is over), and with feature `abe` the
+/// process's vault.
 pub(crate) fn forget_all() {
-    let Some(h) = handles().take() else { return };
-    for p in h.all {
-        // SAFETY: made by Box::into_raw in `register`, freed once here.
-        let chunk = unsafe { Box::from_raw(p as *mut sat_chunk_t) };
-        // SAFETY: as above.
-        drop(unsafe { Box::from_raw(chunk.internal) });
+    if let Some(h) = handles().take() {
+        for p in h.all {
+            // SAFETY: made by Box::into_raw in `insert`, freed once here.
+            let chunk = unsafe { Box::from_raw(p as *mut sat_chunk_t) };
+            // SAFETY: as above. A handle owns no chain memory: plain chains'
+            // memory belongs to the client's store, protected chains'
+            // plaintext to their vault.
+            drop(unsafe { Box::from_raw(chunk.internal) });
+        }
     }
+    #[cfg(feature = "abe")]
+    crate::abe::forget();
 }
 
-fn existing(ids: &[u64]) -> Option<*mut sat_chunk_t> {
+/// The handle this process has for the chain of exactly `ids`.
+pub(crate) fn existing(ids: &[u64]) -> Option<*mut sat_chunk_t> {
     handles()
         .as_ref()
         .and_then(|h| h.by_ids.get(ids))
@@ -169,21 +202,75 @@ fn register(
     dedup: bool,
     protocol: Option<ProtocolId>,
 ) -> *mut sat_chunk_t {
-    let ids: Vec<u64> = chain.ids().collect();
     let sizes: Vec<usize> = chain.layout().chunks().iter().map(|&(_, s)| s).collect();
-    let handle = Box::into_raw(Box::new(sat_chunk_t {
+    let chunk = sat_chunk_t {
         id: chain.first(),
         size: chain.size(),
         data: data.cast(),
         nchunks: chain.len(),
-        internal: Box::into_raw(Box::new(sat_chunk_internal {
+        internal: std::ptr::null_mut(),
+    };
+    insert(
+        chunk,
+        sat_chunk_internal {
             chain,
             sizes,
             protocol,
-        })),
-    }));
+            #[cfg(feature = "abe")]
+            protected: None,
+        },
+        dedup,
+    )
+}
+
+/// The handle of a protected chain: `data` is the vault's plaintext, whose
+/// address is fixed for the chain's life; the registry gives the same
+/// handle for the same chain.
+#[cfg(feature = "abe")]
+pub(crate) fn register_protected(
+    protected: crate::abe::Protected,
+    protocol: Option<ProtocolId>,
+) -> *mut sat_chunk_t {
+    let secure = protected.chain();
+    let chunk = sat_chunk_t {
+        id: secure.first(),
+        size: secure.size(),
+        data: secure.as_ptr().cast(),
+        nchunks: secure.len(),
+        internal: std::ptr::null_mut(),
+    };
+    let chain = secure.sealed().clone();
+    let sizes = secure.sizes();
+    insert(
+        chunk,
+        sat_chunk_internal {
+            chain,
+            sizes,
+            protocol,
+            protected: Some(protected),
+        },
+        true,
+    )
+}
+
+/// Adds a handle to the registry (by its chain's ids when `dedup`). When a
+/// handle for the same ids already shows the same data (the same protected
+/// chain, reached twice at once), that one is kept and returned.
+fn insert(mut chunk: sat_chunk_t, internal: sat_chunk_internal, dedup: bool) -> *mut sat_chunk_t {
+    let ids: Vec<u64> = internal.chain.ids().collect();
     let mut g = handles();
     let h = g.get_or_insert_with(Handles::default);
+    if dedup {
+        if let Some(&p) = h.by_ids.get(&ids) {
+            let p = p as *mut sat_chunk_t;
+            // SAFETY: a live handle of the registry, read under its lock.
+            if unsafe { (*p).data } == chunk.data {
+                return p;
+            }
+        }
+    }
+    chunk.internal = Box::into_raw(Box::new(internal));
+    let handle = Box::into_raw(Box::new(chunk));
     h.all.push(handle as usize);
     if dedup {
         h.by_ids.insert(ids, handle as usize);
@@ -191,7 +278,7 @@ fn register(
     handle
 }
 
-fn protocol_of(consistency: *const sat_consistency_t) -> ProtocolId {
+pub(crate) fn protocol_of(consistency: *const sat_consistency_t) -> ProtocolId {
     if consistency.is_null() {
         ProtocolId::default()
     } else {
@@ -216,6 +303,16 @@ fn allocate(
     if let Some(h) = existing(&ids) {
         // SAFETY: a live handle of this library.
         let inner = unsafe { &*(*h).internal };
+        #[cfg(feature = "abe")]
+        if inner.protected.is_some() {
+            fail(&sat_core::SatError::Usage(format!(
+                "{name} of chunk {}: this process holds that chain protected (from \
+                 sat_malloc_protected, or a LOOKUP of protected chunks); use that handle, or \
+                 sat_malloc_protected with the chain's write policy",
+                ids[0]
+            )));
+            return std::ptr::null_mut();
+        }
         if inner.sizes == sizes && inner.protocol.is_none_or(|p| p == protocol) {
             return h;
         }
@@ -373,7 +470,16 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
             ));
             std::ptr::null_mut()
         }
-        Ok(chain) => register(chain, data, true, None),
+        Ok(chain) => {
+            // Chunks with a label are protected: the handle is the vault's
+            // plaintext, so that a reader written for plain chains works
+            // unchanged.
+            #[cfg(feature = "abe")]
+            if crate::abe::is_protected(c, &chain) {
+                return crate::abe::adopt(name, c, chain);
+            }
+            register(chain, data, true, None)
+        }
         Err(e) => {
             fail(&e);
             std::ptr::null_mut()
@@ -465,21 +571,48 @@ pub(crate) fn chain_of(name: &str, chunk: *const sat_chunk_t) -> Result<Chain, i
     }
 }
 
-fn scope(
-    name: &str,
-    chunk: *mut sat_chunk_t,
-    f: impl FnOnce(&sat_core::client::Client, &Chain) -> sat_core::SatResult<()>,
-) -> i32 {
+/// A scope call on a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScopeOp {
+    Read,
+    Write,
+    ReadWrite,
+    Release,
+    Put,
+    Get,
+}
+
+fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
     boundary(name, || {
-        let chain = match chain_of(name, chunk) {
-            Ok(c) => c,
-            Err(s) => return s,
+        // SAFETY: NULL-checked; handles come from this library and stay
+        // valid (and unchanged) until the run ends.
+        let Some(inner) = unsafe { chunk.as_ref() }.and_then(|c| unsafe { c.internal.as_ref() })
+        else {
+            return bad_argument(&format!(
+                "{name}: chunk is NULL; give a chunk from MALLOC, LOOKUP or MAP"
+            )) as i32;
         };
         let c = match client() {
             Ok(c) => c,
             Err(s) => return s as i32,
         };
-        match f(c, &chain) {
+        #[cfg(feature = "abe")]
+        if let Some(p) = &inner.protected {
+            return match p.scope(c, op) {
+                Ok(()) => 0,
+                Err(e) => fail(&e) as i32,
+            };
+        }
+        let ch = &inner.chain;
+        let outcome = match op {
+            ScopeOp::Read => c.acquire_chain(ch, Access::Read),
+            ScopeOp::Write => c.acquire_chain(ch, Access::Write),
+            ScopeOp::ReadWrite => c.acquire_chain(ch, Access::ReadWrite),
+            ScopeOp::Release => c.release_chain(ch),
+            ScopeOp::Put => c.put_chain(ch),
+            ScopeOp::Get => c.get_chain(ch),
+        };
+        match outcome {
             Ok(()) => 0,
             Err(e) => fail(&e) as i32,
         }
@@ -489,40 +622,43 @@ fn scope(
 /// READ: opens a read scope on the whole chain; `chunk->data` holds the
 /// current data until RELEASE. Changes made inside a READ scope are never
 /// sent anywhere (Figure 5): do not write in one.
+///
+/// On a protected chain (feature `abe`), every version is checked and
+/// decrypted into `chunk->data`: `SAT_ERR_ACCESS_DENIED` when this tenant
+/// may not read it, `SAT_ERR_INTEGRITY` when a check fails (the data then
+/// holds zeros, never unverified bytes); either way no scope is open.
 #[no_mangle]
 pub extern "C" fn sat_read(chunk: *mut sat_chunk_t) -> i32 {
-    scope("READ", chunk, |c, ch| c.acquire_chain(ch, Access::Read))
+    scope("READ", chunk, ScopeOp::Read)
 }
 
 /// WRITE: opens an exclusive scope; the data may be stale (Figure 5).
 #[no_mangle]
 pub extern "C" fn sat_write(chunk: *mut sat_chunk_t) -> i32 {
-    scope("WRITE", chunk, |c, ch| c.acquire_chain(ch, Access::Write))
+    scope("WRITE", chunk, ScopeOp::Write)
 }
 
 /// READWRITE: opens an exclusive scope on up-to-date data.
 #[no_mangle]
 pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> i32 {
-    scope("READWRITE", chunk, |c, ch| {
-        c.acquire_chain(ch, Access::ReadWrite)
-    })
+    scope("READWRITE", chunk, ScopeOp::ReadWrite)
 }
 
 /// RELEASE: closes the scope; after WRITE or READWRITE the new data goes
-/// to the chunks' homes.
+/// to the chunks' homes (of a protected chain: sealed as its next version).
 #[no_mangle]
 pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> i32 {
-    scope("RELEASE", chunk, |c, ch| c.release_chain(ch))
+    scope("RELEASE", chunk, ScopeOp::Release)
 }
 
 /// PUT: WRITE then RELEASE: publishes what the chain's memory holds.
 #[no_mangle]
 pub extern "C" fn sat_put(chunk: *mut sat_chunk_t) -> i32 {
-    scope("PUT", chunk, |c, ch| c.put_chain(ch))
+    scope("PUT", chunk, ScopeOp::Put)
 }
 
 /// GET: READ then RELEASE: the chain's memory then holds its current data.
 #[no_mangle]
 pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> i32 {
-    scope("GET", chunk, |c, ch| c.get_chain(ch))
+    scope("GET", chunk, ScopeOp::Get)
 }

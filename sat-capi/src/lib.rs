@@ -13,7 +13,8 @@
 //! Modules: [`status`] (codes, last error, the boundary), [`run`] (the
 //! bootstrap and the process's client), [`chunks`] (`sat_chunk_t`,
 //! allocation and scopes), [`sync`] (rendezvous, barriers, symbols,
-//! publish-subscribe, topology queries).
+//! publish-subscribe, topology queries); with feature `abe`, [`abe`] (the
+//! encryption layer: protected chains and symbols, the tenant key).
 
 #![allow(non_camel_case_types)]
 
@@ -21,6 +22,9 @@ pub mod chunks;
 pub mod run;
 pub mod status;
 pub mod sync;
+// Last, so that include/sat.h declares its calls after the plain ones.
+#[cfg(feature = "abe")]
+pub mod abe;
 
 pub use status::sat_status;
 

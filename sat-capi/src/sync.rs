@@ -85,7 +85,7 @@ pub extern "C" fn sat_server_count() -> i32 {
 
 // ----------------------------------------------------------------- symbols
 
-fn name_of(fname: &str, name: *const c_char) -> Result<String, i32> {
+pub(crate) fn name_of(fname: &str, name: *const c_char) -> Result<String, i32> {
     if name.is_null() {
         return Err(bad_argument(&format!("{fname}: name is NULL; give a symbol name")) as i32);
     }
@@ -129,6 +129,14 @@ pub extern "C" fn sat_write_symbol(name: *const c_char, data: *const c_void, siz
 /// allocated with malloc (free it with `free` or `sat_free`). Waits up to
 /// `SAT_LOOKUP_TIMEOUT` seconds (60 by default) for a writer.
 ///
+/// With the encryption layer (a libsat built with feature `abe`, SAT_ABE),
+/// a value that is a sealed version (what `sat_write_symbol_protected`
+/// writes: it begins with a sealed version's header, "SATe" and its
+/// format) is opened for this process's tenant: `*data` is then the
+/// plaintext, or the call fails with `SAT_ERR_ACCESS_DENIED` (this tenant
+/// may not read it, or no tenant key) or `SAT_ERR_INTEGRITY`. Any other
+/// value is returned as it is.
+///
 /// # Safety
 /// `data` and `size` point at writable variables.
 #[no_mangle]
@@ -154,8 +162,14 @@ pub unsafe extern "C" fn sat_read_symbol(
             .ok()
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(60.0);
-        match c.read_symbol(&name, Duration::from_secs_f64(secs.max(0.0))) {
+        let timeout = Duration::from_secs_f64(secs.max(0.0));
+        match c.read_symbol(&name, timeout) {
             Ok(bytes) => {
+                #[cfg(feature = "abe")]
+                let bytes = match crate::abe::open_symbol(c, &name, bytes, timeout) {
+                    Ok(b) => b,
+                    Err(s) => return s,
+                };
                 // SAFETY: malloc of at least one byte; the caller frees it.
                 let buf = unsafe { libc::malloc(bytes.len().max(1)) };
                 if buf.is_null() {

@@ -277,3 +277,69 @@ fn bootstrap_rejects_a_pointer_for_the_roles_array() {
         "_SAT_BOOTSTRAP must not count the roles of a pointer"
     );
 }
+
+/// The encryption layer's calls and macros are declared with SAT_ABE
+/// defined (strict C, and sat.h as C++), and not at all without it, so a
+/// program built against a libsat without feature `abe` cannot call them.
+#[test]
+fn protected_calls_are_declared_only_with_sat_abe() {
+    let scratch = Scratch::new("abe");
+    let c = scratch.0.join("abe.c");
+    std::fs::write(
+        &c,
+        r#"#include "sat.h"
+#include "sat_compat.h"
+#include "sat.h"
+#include "sat_compat.h"
+int use(void);
+int use(void) {
+    Chunk_t *chunk = sat_malloc_protected(sat_home_based_mesi(), 1, 10, "a", "a and w");
+    chunk = MALLOC_PROTECTED(newHomeBaseMESI(), 1, 10, "a", "a and w");
+    chunk = MALLOC_PROTECTED(1, 10, "a", "a and w");
+    return sat_abe_load_key("k") + sat_abe_new_epoch(chunk, 0) + sat_abe_new_epoch(chunk, "a")
+        + sat_write_symbol_protected("s", "v", 2, "a", "a and w")
+        + writeSymbolProtected(sdsm, "s", "v", 2, "a", "a and w") + SAT_ERR_ACCESS_DENIED
+        + SAT_ERR_INTEGRITY;
+}
+"#,
+    )
+    .unwrap();
+    let include = root().join("include");
+    let strict = ["-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only"];
+    for std in ["-std=c99", "-std=c11"] {
+        run(Command::new("cc")
+            .args([std, "-DSAT_ABE"])
+            .args(strict)
+            .arg("-I")
+            .arg(&include)
+            .arg(&c));
+        let out = Command::new("cc")
+            .arg(std)
+            .args(strict)
+            .arg("-I")
+            .arg(&include)
+            .arg(&c)
+            .output()
+            .expect("run cc");
+        let stderr = text(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("sat_malloc_protected"),
+            "{std} without SAT_ABE: the protected calls must be undeclared:\n{stderr}"
+        );
+    }
+    let cpp = scratch.0.join("abe.cpp");
+    std::fs::write(
+        &cpp,
+        "#include \"sat.h\"\n#include \"sat.h\"\nint main() {\n\
+         sat_chunk_t *c = sat_malloc_protected(nullptr, 1, 1, \"a\", \"a\");\n\
+         return sat_abe_new_epoch(c, nullptr) + sat_abe_load_key(\"k\")\n\
+         + sat_write_symbol_protected(\"s\", \"v\", 2, \"a\", \"a\"); }\n",
+    )
+    .unwrap();
+    run(Command::new("c++")
+        .args(["-std=c++11", "-DSAT_ABE"])
+        .args(strict)
+        .arg("-I")
+        .arg(&include)
+        .arg(&cpp));
+}
