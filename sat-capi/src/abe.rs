@@ -16,7 +16,6 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use sat_core::abe::seal::{write_policy_label, Header};
 use sat_core::abe::{Policy, Protection, SecureChain, Vault};
@@ -367,17 +366,12 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
 
 /// What `sat_read_symbol` returns for the value it read: a sealed version
 /// (its header parses) opened for this tenant, any other value as it is.
-pub(crate) fn open_symbol(
-    c: &Client,
-    name: &str,
-    value: Vec<u8>,
-    timeout: Duration,
-) -> Result<Vec<u8>, i32> {
+pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<u8>, i32> {
     if !matches!(Header::parse(&value), Ok(Some(_))) {
         return Ok(value);
     }
     let v = vault(&format!("readSymbol of protected symbol {name:?}"), c).map_err(|s| s as i32)?;
-    v.read_symbol(c, name, timeout).map_err(|e| fail(&e) as i32)
+    v.open_symbol(c, name, &value).map_err(|e| fail(&e) as i32)
 }
 
 /// Starts a new key epoch for the protected chain `chunk`: its current

@@ -166,7 +166,7 @@ pub unsafe extern "C" fn sat_read_symbol(
         match c.read_symbol(&name, timeout) {
             Ok(bytes) => {
                 #[cfg(feature = "abe")]
-                let bytes = match crate::abe::open_symbol(c, &name, bytes, timeout) {
+                let bytes = match crate::abe::open_symbol(c, &name, bytes) {
                     Ok(b) => b,
                     Err(s) => return s,
                 };

@@ -162,6 +162,16 @@ fn tenant(c: &Client) -> RoleResult {
             );
         }
     }
+    if me == RITA {
+        // Two threads of one process reading one protected chain: the
+        // second waits for the first's scope, as with a plain chain.
+        let (x, y) = std::thread::scope(|s| {
+            let other = s.spawn(|| v.get(c, &a));
+            let mine = v.get(c, &a);
+            (mine, other.join().expect("the reading thread"))
+        });
+        assert_eq!((x?, y?), (a0.clone(), a0.clone()), "two threads read A");
+    }
     if me == ALICE {
         assert_eq!(v.get(c, &cc)?, c0, "alice satisfies the three-child AND");
     } else {

@@ -19,7 +19,6 @@ pub(crate) const HAS_ABE: bool = cfg!(feature = "abe");
 #[cfg(feature = "abe")]
 mod enabled {
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     use sat_core::abe::seal::Header;
     use sat_core::abe::{Policy, Protection, SecureChain, Vault};
@@ -136,16 +135,11 @@ mod enabled {
 
     /// A symbol's value as read: opened when it is a sealed version (see
     /// `Client.read_symbol`), else as it is.
-    pub(crate) fn open_symbol(
-        c: &Client,
-        name: &str,
-        raw: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Vec<u8>, SatError> {
+    pub(crate) fn open_symbol(c: &Client, name: &str, raw: Vec<u8>) -> Result<Vec<u8>, SatError> {
         if !matches!(Header::parse(&raw), Ok(Some(_))) {
             return Ok(raw);
         }
-        vault(c)?.read_symbol(c, name, timeout)
+        vault(c)?.open_symbol(c, name, &raw)
     }
 
     pub(crate) fn ptr(s: &Secure) -> *mut u8 {
@@ -167,7 +161,6 @@ mod enabled {
 
 #[cfg(not(feature = "abe"))]
 mod disabled {
-    use std::time::Duration;
 
     use sat_core::chunk::NO_LABEL;
     use sat_core::client::{Chain, Client};
@@ -258,12 +251,7 @@ mod disabled {
         Err(absent())
     }
 
-    pub(crate) fn open_symbol(
-        _c: &Client,
-        _name: &str,
-        raw: Vec<u8>,
-        _timeout: Duration,
-    ) -> Result<Vec<u8>, SatError> {
+    pub(crate) fn open_symbol(_c: &Client, _name: &str, raw: Vec<u8>) -> Result<Vec<u8>, SatError> {
         Ok(raw)
     }
 

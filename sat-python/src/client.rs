@@ -482,7 +482,7 @@ impl PyClient {
         let timeout = duration(timeout)?;
         let data = self.h.blocking(py, |c| {
             let raw = c.read_symbol(name, timeout)?;
-            abe::open_symbol(c, name, raw, timeout)
+            abe::open_symbol(c, name, raw)
         })?;
         Ok(PyBytes::new(py, &data))
     }

@@ -39,7 +39,7 @@ impl PySymbols {
     fn raw(&self, py: Python<'_>, name: &str, timeout: Duration) -> PyResult<Vec<u8>> {
         self.h.blocking(py, |c| {
             let raw = c.read_symbol(name, timeout)?;
-            abe::open_symbol(c, name, raw, timeout)
+            abe::open_symbol(c, name, raw)
         })
     }
 

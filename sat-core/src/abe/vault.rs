@@ -167,6 +167,9 @@ type Decrypted = (Option<crate::protocol::mesi::Version>, u64, u64, [u8; 12]);
 #[derive(Default)]
 struct ChainState {
     access: Option<Access>,
+    /// The thread whose scope it is (from the start of its acquire): another
+    /// thread waits for the scope's end, as with a plain chain.
+    holder: Option<std::thread::ThreadId>,
     /// Each chunk's header when the scope opened (None: never written).
     headers: Vec<Option<Header>>,
     /// What each chunk's plaintext was decrypted from: the local copy's
@@ -188,6 +191,8 @@ struct SecureInner {
     /// LOOKUP: they then come from the chain's epoch records).
     protection: Option<Protection>,
     state: Mutex<ChainState>,
+    /// Signalled when a scope ends.
+    scope_ended: std::sync::Condvar,
 }
 
 /// A protected chain: its plaintext, in this process.
@@ -413,12 +418,26 @@ impl Vault {
             .iter()
             .map(|&(_, s)| seal::sealed_len(s))
             .collect();
+        // Refused before anything is allocated: chunks allocated by a
+        // tenant that cannot seal their first version would be left with
+        // none, and every writer after it would wait for one.
+        if !self.key.certificate().satisfies(&protection.write) {
+            return Err(SatError::AccessDenied(format!(
+                "MALLOC of protected chunk {}: tenant {:?} with attributes {:?} may not write \
+                 data whose write policy is {}",
+                ids[0],
+                self.key.certificate().tenant,
+                self.key.attributes(),
+                protection.write
+            )));
+        }
         let label = seal::write_policy_label(&protection.write);
         let sealed = client.malloc_lst_labelled(protocol, &ids, &sealed_sizes, label)?;
+        // Allocated or looked up here before: the same chain, one plaintext.
+        // (A chain looked up was allocated by another process, which seals
+        // its first versions.)
         if let Some(known) = self.known(&ids) {
-            if known.inner.protection.is_some() {
-                return Ok(known);
-            }
+            return Ok(known);
         }
         let chain = SecureChain::new(sealed, plain, label, Some(protection.clone()))?;
         self.seal_first_versions(client, &chain)?;
@@ -541,16 +560,20 @@ impl Vault {
     /// On an error nothing stays acquired and the plaintext of the chunks
     /// that failed holds zeros, never unverified bytes.
     pub fn acquire(&self, client: &Client, chain: &SecureChain, access: Access) -> SatResult<()> {
-        {
-            let st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-            if st.access.is_some() {
-                return Err(SatError::Usage(format!(
-                    "the protected chain at chunk {} is already inside a scope in this \
-                     process: release it first",
-                    chain.first()
-                )));
-            }
+        chain.claim()?;
+        let r = self.acquire_claimed(client, chain, access);
+        if r.is_err() {
+            chain.unclaim();
         }
+        r
+    }
+
+    fn acquire_claimed(
+        &self,
+        client: &Client,
+        chain: &SecureChain,
+        access: Access,
+    ) -> SatResult<()> {
         // A write needs the current header (epoch and version) even when
         // its data may be stale, so the sealed chunks are always acquired
         // up to date.
@@ -677,9 +700,11 @@ impl Vault {
     pub fn release(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
         let (access, headers) = {
             let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(access) = st.access.take() else {
+            let mine = st.holder == Some(std::thread::current().id());
+            let Some(access) = st.access.filter(|_| mine) else {
                 return Err(SatError::Usage(format!(
-                    "RELEASE of the protected chain at chunk {} without an acquire",
+                    "RELEASE of the protected chain at chunk {} without an acquire in this \
+                     thread",
                     chain.first()
                 )));
             };
@@ -694,6 +719,7 @@ impl Vault {
         if access.exclusive() {
             self.note_own_versions(client, chain);
         }
+        chain.unclaim();
         sealed.and(released)
     }
 
@@ -888,13 +914,16 @@ impl Vault {
             self.seal_chunks(client, chain, &headers, &epochs)
         })();
         // The scope is closed without sealing again.
-        {
-            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.access = None;
-            st.headers.clear();
-        }
+        chain
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .headers
+            .clear();
         let released = client.release_chain(chain.sealed());
         self.note_own_versions(client, chain);
+        chain.unclaim();
         r.and(released)
     }
 
@@ -987,8 +1016,14 @@ impl Vault {
         timeout: Duration,
     ) -> SatResult<Vec<u8>> {
         let sealed = client.read_symbol(name, timeout)?;
+        self.open_symbol(client, name, &sealed)
+    }
+
+    /// Opens the value of symbol `name` already read (`sealed`, which must
+    /// be a sealed version).
+    pub fn open_symbol(&self, client: &Client, name: &str, sealed: &[u8]) -> SatResult<Vec<u8>> {
         let what = format!("protected symbol {name:?}");
-        let h = Header::parse(&sealed)
+        let h = Header::parse(sealed)
             .map_err(|e| seal_error(&what, e))?
             .ok_or_else(|| SatError::Integrity(format!("{what}: holds no sealed version")))?;
         let object = Object::Symbol(name.to_string());
@@ -1001,7 +1036,7 @@ impl Vault {
         };
         let size = seal::plain_len(sealed.len()).expect("a parsed header has a valid size");
         let mut plain = vec![0u8; size];
-        seal::open(&h, &key, &epoch.write, &writer, &sealed, &mut plain)
+        seal::open(&h, &key, &epoch.write, &writer, sealed, &mut plain)
             .map_err(|e| seal_error(&what, e))?;
         Ok(plain)
     }
@@ -1210,6 +1245,39 @@ impl Vault {
 }
 
 impl SecureChain {
+    /// Takes the chain's scope for this thread, waiting while another
+    /// thread of the process holds it; this thread's own is misuse.
+    fn claim(&self) -> SatResult<()> {
+        let me = std::thread::current().id();
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(holder) = st.holder {
+            if holder == me {
+                return Err(SatError::Usage(format!(
+                    "the protected chain at chunk {} is already inside a scope of this thread: \
+                     release it first",
+                    self.first()
+                )));
+            }
+            st = self
+                .inner
+                .scope_ended
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        st.holder = Some(me);
+        st.access = None;
+        Ok(())
+    }
+
+    /// Ends this thread's hold on the chain's scope.
+    fn unclaim(&self) {
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.holder = None;
+        st.access = None;
+        drop(st);
+        self.inner.scope_ended.notify_all();
+    }
+
     fn new(
         sealed: Chain,
         plain: ChainLayout,
@@ -1227,9 +1295,11 @@ impl SecureChain {
                 protection,
                 state: Mutex::new(ChainState {
                     access: None,
+                    holder: None,
                     headers: Vec::new(),
                     decrypted: vec![None; n],
                 }),
+                scope_ended: std::sync::Condvar::new(),
             }),
         })
     }
