@@ -521,8 +521,7 @@ int32_t sat_abe_load_key(const char *path);
  * with no tenant key (`SAT_ABE_KEY`, `sat_abe_load_key`) or when this
  * tenant may not write under `write_policy`. A protected chain is in at
  * most one scope per process at a time: a thread that acquires it while
- * another thread of this process holds it may get `SAT_ERR_USAGE` rather
- * than wait.
+ * another thread of this process holds it waits for that scope's end.
  *
  * # Safety
  * The policies are NUL-terminated strings.

@@ -198,8 +198,7 @@ fn protection(call: &str, read: *const c_char, write: *const c_char) -> Result<P
 /// with no tenant key (`SAT_ABE_KEY`, `sat_abe_load_key`) or when this
 /// tenant may not write under `write_policy`. A protected chain is in at
 /// most one scope per process at a time: a thread that acquires it while
-/// another thread of this process holds it may get `SAT_ERR_USAGE` rather
-/// than wait.
+/// another thread of this process holds it waits for that scope's end.
 ///
 /// # Safety
 /// The policies are NUL-terminated strings.
