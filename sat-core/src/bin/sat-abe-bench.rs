@@ -20,6 +20,8 @@
 //!   then sends itself a relayed message, which its server forwards only
 //!   after it has applied A's release; one small round trip).
 //! - **read**: B's acquire to its release, a miss that fetches the version.
+//! - **read again**: the same read once more, the version unchanged: a hit
+//!   on B's copy, which the layer does not decrypt again.
 //! - **first read of an epoch**: B's read right after A started a new key
 //!   epoch (and wrote under it): B fetches the epoch's record and unwraps
 //!   its KEK with CP-ABE once, then caches it.
@@ -148,6 +150,7 @@ impl Target<'_> {
 struct Figures {
     write: [Vec<f64>; 2],
     read: [Vec<f64>; 2],
+    hit: [Vec<f64>; 2],
     first_read: Vec<f64>,
     new_epoch: Vec<f64>,
 }
@@ -206,9 +209,14 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
                 let t0 = Instant::now();
                 t.read(c, v)?;
                 let us = micros(t0.elapsed());
+                // Again, unchanged: a hit on the local copy.
+                let t1 = Instant::now();
+                t.read(c, v)?;
+                let hit = micros(t1.elapsed());
                 co.send(a, READ, &[])?;
                 if measured {
                     f.read[which].push(us);
+                    f.hit[which].push(hit);
                 }
             }
         }
@@ -232,7 +240,7 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     }
     if c.rank() == b {
         let mut buf = Vec::new();
-        for list in [&f.read[0], &f.read[1], &f.first_read] {
+        for list in [&f.read[0], &f.read[1], &f.hit[0], &f.hit[1], &f.first_read] {
             push_f64s(&mut buf, list);
         }
         co.send(a, FIGURES, &buf)?;
@@ -242,12 +250,16 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     let mut at = 0;
     f.read[0] = take_f64s(&d, &mut at)?;
     f.read[1] = take_f64s(&d, &mut at)?;
+    f.hit[0] = take_f64s(&d, &mut at)?;
+    f.hit[1] = take_f64s(&d, &mut at)?;
     f.first_read = take_f64s(&d, &mut at)?;
     let m = |v: &mut Vec<f64>| median(v);
     let (w0, w1) = (m(&mut f.write[0]), m(&mut f.write[1]));
     let (r0, r1) = (m(&mut f.read[0]), m(&mut f.read[1]));
     println!("RESULT write {w0:.1} {w1:.1}");
     println!("RESULT read {r0:.1} {r1:.1}");
+    let (h0, h1) = (m(&mut f.hit[0]), m(&mut f.hit[1]));
+    println!("RESULT read-hit {h0:.1} {h1:.1}");
     println!("RESULT first-read - {:.1}", m(&mut f.first_read));
     println!("RESULT new-epoch - {:.1}", m(&mut f.new_epoch));
     Ok(())
@@ -315,6 +327,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
             let name = match f.first().map(String::as_str) {
                 Some("write") => "write (steady)",
                 Some("read") => "read (steady)",
+                Some("read-hit") => "read again (a hit)",
                 Some("first-read") => "first read of an epoch",
                 Some("new-epoch") => "new epoch (writer)",
                 _ => "?",
@@ -343,7 +356,10 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     }
     println!(
         "write: A's WRITE scope until the home holds the version; read: B's READ scope of the \
-         fresh version;\n  first read of an epoch: B's read after A's new epoch (record fetch + \
+         fresh version;\n  read again: the same, unchanged (a hit);\n  first read of an epoch: \
+         B's read after A's new epoch (record fetch + CP-ABE unwrap);\n  new epoch: A's CP-ABE \
+         wrap, record and re-seal."
+    ); first read of an epoch: B's read after A's new epoch (record fetch + \
          CP-ABE unwrap);\n  new epoch: A's CP-ABE wrap, record and re-seal."
     );
     Ok(())
