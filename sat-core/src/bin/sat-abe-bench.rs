@@ -359,8 +359,6 @@ fn orchestrate(o: &Options) -> Result<(), String> {
          fresh version;\n  read again: the same, unchanged (a hit);\n  first read of an epoch: \
          B's read after A's new epoch (record fetch + CP-ABE unwrap);\n  new epoch: A's CP-ABE \
          wrap, record and re-seal."
-    ); first read of an epoch: B's read after A's new epoch (record fetch + \
-         CP-ABE unwrap);\n  new epoch: A's CP-ABE wrap, record and re-seal."
     );
     Ok(())
 }
