@@ -28,6 +28,7 @@
 //! 6. alice starts a new epoch whose read policy drops `contractor` and
 //!    writes: carl is denied the new version, rita still reads it.
 //! 7. An older version put back in place is refused.
+//! 8. bob's KEK lifetime: none keeps the epoch, zero starts one per write.
 
 use std::time::Duration;
 
@@ -105,7 +106,7 @@ fn read_a(v: &Vault, c: &Client, a: &SecureChain) -> Result<Vec<u8>, SatError> {
 
 fn tenant(c: &Client) -> RoleResult {
     let me = c.rank();
-    let v = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
+    let mut v = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
     c.set_chunk_size(CHUNK)?;
     let n = c.client_count();
     println!(
@@ -305,6 +306,48 @@ fn tenant(c: &Client) -> RoleResult {
         c.barrier(17, n)?;
     }
     c.barrier(18, n)?;
+
+    // 8. The KEK lifetime: unset, writes stay in their epoch; at zero,
+    // every write starts a new one (readers follow).
+    if me == BOB {
+        let epoch_of = |c: &Client| -> Result<Vec<u64>, SatError> {
+            let sealed = c.lookup_lst(&[B, B + 1], WAIT)?;
+            c.acquire_chain(&sealed, Access::Read)?;
+            let epochs = c.with_chain(&sealed, |bytes| {
+                (0..2)
+                    .map(|i| {
+                        let r = sealed.layout().range(i);
+                        u64::from_le_bytes(bytes[r.start + 8..r.start + 16].try_into().unwrap())
+                    })
+                    .collect()
+            })?;
+            c.release_chain(&sealed)?;
+            Ok(epochs)
+        };
+        let e0 = epoch_of(c)?;
+        v.put(c, &b, &pattern(0xB1, 500))?;
+        assert_eq!(
+            epoch_of(c)?,
+            e0,
+            "a write without a KEK lifetime keeps the epoch"
+        );
+        v.set_kek_lifetime(Some(Duration::ZERO));
+        v.put(c, &b, &pattern(0xB2, 500))?;
+        let e1 = epoch_of(c)?;
+        v.put(c, &b, &pattern(0xB3, 500))?;
+        let e2 = epoch_of(c)?;
+        assert!(
+            e1 != e0 && e2 != e1,
+            "a KEK lifetime of zero starts an epoch per write"
+        );
+        assert_eq!(e1[0], e1[1], "one epoch covers the chain");
+        assert_eq!(v.get(c, &b)?, pattern(0xB3, 500));
+        println!(
+            "rank {me}: step 8 done: epochs {:x?} -> {:x?} -> {:x?}",
+            e0[0], e1[0], e2[0]
+        );
+    }
+    c.barrier(19, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

@@ -104,6 +104,7 @@ fn two_tenants(provider: &str) {
     for line in [
         "rank 5: step 3 done: the homes hold ciphertext only",
         "rank 4: step 7 done",
+        "rank 3: step 8 done",
         "A after contractor was dropped: access denied",
         "A after rita's write: integrity error",
         "A under rita's own epoch: integrity error",
