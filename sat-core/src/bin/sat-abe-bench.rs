@@ -364,25 +364,16 @@ fn orchestrate(o: &Options) -> Result<(), String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let o = match parse_options(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("sat-abe-bench: {e}");
-            std::process::exit(2);
-        }
-    };
-    let result = if std::env::var_os("SAT_RANK").is_some() {
-        if o.worker {
-            worker(&args, o)
-        } else {
-            Err("a worker needs --worker".into())
-        }
-    } else {
-        orchestrate(&o)
-    };
-    if let Err(e) = result {
-        eprintln!("sat-abe-bench: {e}");
-        std::process::exit(1);
-    }
+    bench_common::main(
+        "sat-abe-bench",
+        parse_options,
+        |args, o| {
+            if o.worker {
+                worker(args, o)
+            } else {
+                Err("a worker needs --worker".into())
+            }
+        },
+        orchestrate,
+    );
 }

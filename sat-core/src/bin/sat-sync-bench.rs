@@ -410,27 +410,16 @@ fn orchestrate(o: &Options) -> Result<(), String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let o = match parse_options(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("sat-sync-bench: {e}");
-            std::process::exit(2);
-        }
-    };
-    let result = if std::env::var_os("SAT_RANK").is_some() {
-        match o.worker.as_deref() {
-            Some("raw") => raw_worker(&args, &o).map_err(|e| e.to_string()),
-            Some(kind @ ("barrier" | "pubsub")) => sat_worker(&args, &o, kind),
+    bench_common::main(
+        "sat-sync-bench",
+        parse_options,
+        |args, o| match o.worker.as_deref() {
+            Some("raw") => raw_worker(args, &o).map_err(|e| e.to_string()),
+            Some(kind @ ("barrier" | "pubsub")) => sat_worker(args, &o, kind),
             other => Err(format!(
                 "a worker needs --worker raw, barrier or pubsub, not {other:?}"
             )),
-        }
-    } else {
-        orchestrate(&o)
-    };
-    if let Err(e) = result {
-        eprintln!("sat-sync-bench: {e}");
-        std::process::exit(1);
-    }
+        },
+        orchestrate,
+    );
 }

@@ -260,21 +260,10 @@ fn orchestrate(o: &Options) -> Result<(), String> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let o = match parse_options(&args) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("sat-transport-bench: {e}");
-            std::process::exit(2);
-        }
-    };
-    let result = if std::env::var_os("SAT_RANK").is_some() {
-        worker(&args, &o).map_err(|e| e.to_string())
-    } else {
-        orchestrate(&o)
-    };
-    if let Err(e) = result {
-        eprintln!("sat-transport-bench: {e}");
-        std::process::exit(1);
-    }
+    bench_common::main(
+        "sat-transport-bench",
+        parse_options,
+        |args, o| worker(args, &o).map_err(|e| e.to_string()),
+        orchestrate,
+    );
 }

@@ -322,3 +322,33 @@ pub fn take_f64s(d: &[u8], at: &mut usize) -> sat_core::SatResult<Vec<f64>> {
         .map(|_| take_u64(d, at).map(f64::from_bits))
         .collect()
 }
+
+// ------------------------------------------------------------------ main
+
+/// A benchmark program's `main`: its options parsed (exit 2 on a bad one);
+/// then, under `satrun` (`SAT_RANK` set), the worker, else the orchestrator
+/// that starts the workers; a failure is printed and exits 1.
+pub fn main<O>(
+    name: &str,
+    parse: impl FnOnce(&[String]) -> Result<O, String>,
+    worker: impl FnOnce(&[String], O) -> Result<(), String>,
+    orchestrate: impl FnOnce(&O) -> Result<(), String>,
+) {
+    let args: Vec<String> = std::env::args().collect();
+    let o = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(2);
+        }
+    };
+    let result = if std::env::var_os("SAT_RANK").is_some() {
+        worker(&args, o)
+    } else {
+        orchestrate(&o)
+    };
+    if let Err(e) = result {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
