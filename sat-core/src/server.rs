@@ -530,7 +530,7 @@ impl ServerState<'_> {
                 }
                 let (outcome, woken) = self.alloc.malloc(chunk, size, protocol, label);
                 tracing::debug!(
-                    "malloc baseid {chunk} size {size} [{}] for {client}: {outcome:?}",
+                    "malloc baseid {chunk} size {size} [{}] for {client}: {outcome}",
                     protocol.name()
                 );
                 self.answer(out, chunk, client, outcome);
@@ -542,7 +542,7 @@ impl ServerState<'_> {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
                 match self.alloc.lookup(chunk, client, deadline) {
                     Some(outcome) => {
-                        tracing::debug!("lookup chunk {chunk} for {client}: {outcome:?}");
+                        tracing::debug!("lookup chunk {chunk} for {client}: {outcome}");
                         self.answer(out, chunk, client, outcome);
                     }
                     None => tracing::debug!(

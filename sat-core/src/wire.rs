@@ -213,6 +213,35 @@ pub enum AllocOutcome {
     NotAllocated,
 }
 
+/// As the debug stream shows it: the fields, a label only when the chunk
+/// has one (its first bytes, in hex).
+impl std::fmt::Display for AllocOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (name, size, protocol, label) = match *self {
+            AllocOutcome::NotAllocated => return f.write_str("NotAllocated"),
+            AllocOutcome::Allocated {
+                size,
+                protocol,
+                label,
+            } => ("Allocated", size, protocol, label),
+            AllocOutcome::Mismatch {
+                size,
+                protocol,
+                label,
+            } => ("Mismatch", size, protocol, label),
+        };
+        write!(f, "{name} {{ size: {size}, protocol: {protocol:?}")?;
+        if label != crate::chunk::NO_LABEL {
+            write!(f, ", label: ")?;
+            for b in &label[..8] {
+                write!(f, "{b:02x}")?;
+            }
+            write!(f, "...")?;
+        }
+        f.write_str(" }")
+    }
+}
+
 impl Message {
     /// A short name for the debug stream (Figure 14 prints message types).
     pub fn kind(&self) -> &'static str {

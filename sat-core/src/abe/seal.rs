@@ -506,14 +506,15 @@ fn in_order<T: Send, R: Send>(
     if !parallel || items.len() < 2 {
         return items.into_iter().map(f).collect();
     }
+    // rayon's pool keeps its threads: starting one per version cost 27 us
+    // here, a fifth of the work it shares on 1 MiB.
     let second = items.split_off(items.len() / 2);
-    std::thread::scope(|s| {
-        let first = s.spawn(|| items.into_iter().map(f).collect::<Vec<R>>());
-        let second: Vec<R> = second.into_iter().map(f).collect();
-        let mut all = first.join().expect("a sealing thread does not panic");
-        all.extend(second);
-        all
-    })
+    let (mut all, second) = rayon::join(
+        || items.into_iter().map(f).collect::<Vec<R>>(),
+        || second.into_iter().map(f).collect::<Vec<R>>(),
+    );
+    all.extend(second);
+    all
 }
 
 /// Seals `plain` as `version` into `out` (exactly [`sealed_len`] bytes),
