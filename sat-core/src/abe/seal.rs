@@ -506,15 +506,17 @@ fn in_order<T: Send, R: Send>(
     if !parallel || items.len() < 2 {
         return items.into_iter().map(f).collect();
     }
-    // rayon's pool keeps its threads: starting one per version cost 27 us
-    // here, a fifth of the work it shares on 1 MiB.
+    // A thread started per version (27 us here) rather than a pool's:
+    // rayon's pool, tried in alternated runs of the benchmark, did no
+    // better within this machine's noise, so no dependency for it.
     let second = items.split_off(items.len() / 2);
-    let (mut all, second) = rayon::join(
-        || items.into_iter().map(f).collect::<Vec<R>>(),
-        || second.into_iter().map(f).collect::<Vec<R>>(),
-    );
-    all.extend(second);
-    all
+    std::thread::scope(|s| {
+        let first = s.spawn(|| items.into_iter().map(f).collect::<Vec<R>>());
+        let second: Vec<R> = second.into_iter().map(f).collect();
+        let mut all = first.join().expect("a sealing thread does not panic");
+        all.extend(second);
+        all
+    })
 }
 
 /// Seals `plain` as `version` into `out` (exactly [`sealed_len`] bytes),
