@@ -69,13 +69,23 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Hex as [`hex`] writes it: lowercase digits only. Works on bytes, so that
+/// any text (a damaged file, a certificate another process published) is an
+/// error and never a panic; and one byte string has one spelling, so a
+/// certificate's id cannot be changed by re-spelling its signature.
 fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    if text.len() & 1 == 1 {
+    let bytes = text.as_bytes();
+    if bytes.len() & 1 == 1 {
         return Err("odd-length hex".into());
     }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| "bad hex".to_string()))
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        _ => Err("bad hex".to_string()),
+    };
+    bytes
+        .chunks_exact(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
         .collect()
 }
 
@@ -575,5 +585,28 @@ mod tests {
             Err(KeyError::BadTenant(_))
         ));
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn hex_is_lowercase_digits_and_other_text_is_an_error_not_a_panic() {
+        assert_eq!(unhex("00ff7a").unwrap(), [0x00, 0xff, 0x7a]);
+        assert_eq!(unhex(&hex(&[1, 2, 254])).unwrap(), [1, 2, 254]);
+        // A multi-byte character across a pair, other spellings of a byte.
+        for bad in ["a\u{e9}a", "\u{e9}\u{e9}", "+f", "FF", "0x", "g0", "abc"] {
+            assert!(unhex(bad).is_err(), "{bad:?}");
+        }
+        // A published certificate with such a signature fails to verify.
+        let auth = AuthorityKeys::setup().unwrap();
+        let t = auth.issue("carol", &["a"]).unwrap();
+        let mut c = t.certificate().clone();
+        c.signature = format!("a\u{e9}a{}", &c.signature[4..]);
+        assert!(matches!(
+            c.verify(auth.public()),
+            Err(KeyError::BadCertificate { .. })
+        ));
+        let mut c = t.certificate().clone();
+        c.signature = c.signature.to_uppercase();
+        assert!(c.verify(auth.public()).is_err());
+        assert!(t.certificate().verify(auth.public()).is_ok());
     }
 }
