@@ -376,7 +376,8 @@ fn write_new(path: &Path, bytes: &[u8], secret: bool) -> Result<(), KeyError> {
     f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io)
 }
 
-fn read(path: &Path, wanted: &'static str, hint: &'static str) -> Result<File, KeyError> {
+/// A key file of any kind, read and of format 1.
+fn parse(path: &Path) -> Result<File, KeyError> {
     let bytes = std::fs::read(path).map_err(|source| KeyError::Io {
         path: path.to_path_buf(),
         source,
@@ -391,6 +392,11 @@ fn read(path: &Path, wanted: &'static str, hint: &'static str) -> Result<File, K
             why: format!("format {} (this SAT reads format 1)", file.format),
         });
     }
+    Ok(file)
+}
+
+fn read(path: &Path, wanted: &'static str, hint: &'static str) -> Result<File, KeyError> {
+    let file = parse(path)?;
     if file.sat_abe != wanted {
         return Err(KeyError::WrongKind {
             path: path.to_path_buf(),
@@ -416,6 +422,51 @@ fn corrupt(path: &Path) -> impl Fn(String) -> KeyError + '_ {
         path: path.to_path_buf(),
         why,
     }
+}
+
+/// The kinds of key file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// The authority's secret keys (`authority.key`).
+    Authority,
+    /// The authority's public keys (`public.key`).
+    Public,
+    /// A tenant's key.
+    Tenant,
+}
+
+/// What a key file holds apart from its secrets, for `sat-abe show`.
+#[derive(Debug, Clone)]
+pub struct KeyFileInfo {
+    pub kind: KeyKind,
+    /// The authority's public keys (a tenant's file holds a copy).
+    pub authority: AuthorityPublic,
+    /// A tenant's certificate; `None` in the authority's files.
+    pub certificate: Option<Certificate>,
+}
+
+/// Reads the kind and the public part of a key file of any kind, without
+/// checking its certificate or its secret fields (and without returning
+/// those): to check a file, load it with its kind's `load`.
+pub fn inspect(path: &Path) -> Result<KeyFileInfo, KeyError> {
+    let f = parse(path)?;
+    let bad = corrupt(path);
+    let kind = match f.sat_abe.as_str() {
+        AUTHORITY => KeyKind::Authority,
+        PUBLIC => KeyKind::Public,
+        TENANT => KeyKind::Tenant,
+        other => return Err(bad(format!("an unknown kind of key ({other:?})"))),
+    };
+    let authority = f.public().map_err(&bad)?;
+    let certificate = match kind {
+        KeyKind::Tenant => Some(f.certificate.ok_or_else(|| bad("no certificate".into()))?),
+        _ => None,
+    };
+    Ok(KeyFileInfo {
+        kind,
+        authority,
+        certificate,
+    })
 }
 
 impl AuthorityKeys {
@@ -584,6 +635,41 @@ mod tests {
             auth.issue("a b", &["x"]),
             Err(KeyError::BadTenant(_))
         ));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn inspect_tells_the_kind_and_reads_a_certificate_that_does_not_verify() {
+        let d = temp_dir("inspect");
+        let auth = AuthorityKeys::setup().unwrap();
+        auth.save(&d.join("authority.key")).unwrap();
+        auth.public().save(&d.join("public.key")).unwrap();
+        let t = auth.issue("dave", &["tenant_d"]).unwrap();
+        t.save(&d.join("dave.key")).unwrap();
+        for (file, kind) in [
+            ("authority.key", KeyKind::Authority),
+            ("public.key", KeyKind::Public),
+            ("dave.key", KeyKind::Tenant),
+        ] {
+            let info = inspect(&d.join(file)).unwrap();
+            assert_eq!(info.kind, kind, "{file}");
+            assert_eq!(info.authority, *auth.public(), "{file}");
+            assert_eq!(info.certificate.is_some(), kind == KeyKind::Tenant);
+        }
+        // Edited attributes: `load` refuses the file, `inspect` shows it.
+        let text = std::fs::read_to_string(d.join("dave.key")).unwrap();
+        std::fs::write(d.join("edited.key"), text.replace("tenant_d", "admin")).unwrap();
+        assert!(TenantKey::load(&d.join("edited.key")).is_err());
+        let info = inspect(&d.join("edited.key")).unwrap();
+        let cert = info.certificate.unwrap();
+        assert_eq!(cert.attributes, ["admin"]);
+        assert!(cert.verify(&info.authority).is_err());
+        let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        json["sat_abe"] = "other".into();
+        std::fs::write(d.join("odd.key"), json.to_string()).unwrap();
+        let e = inspect(&d.join("odd.key")).unwrap_err();
+        assert!(matches!(e, KeyError::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("unknown kind"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

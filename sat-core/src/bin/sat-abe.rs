@@ -1,10 +1,11 @@
 //! `sat-abe`: the authority's tool of the encryption layer (feature `abe`).
 //! See `sat-abe help` and docs/ENCRYPTION.md.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use sat_core::abe::keys::{AuthorityKeys, AuthorityPublic, Certificate, KeyError, TenantKey};
+use sat_core::abe::keys::{self, AuthorityKeys, AuthorityPublic, KeyError, KeyKind, TenantKey};
 use sat_core::abe::Policy;
 
 const USAGE: &str = "\
@@ -12,21 +13,32 @@ sat-abe: keys of SAT's attribute-based encryption layer
 
 usage:
   sat-abe setup [--out DIR]
-      A new authority: DIR/authority.key (secret, mode 0600) and DIR/public.key.
-      DIR defaults to the current folder and is created if missing. Existing
-      files are never overwritten.
+      A new authority: DIR/authority.key (secret, mode 0600) and DIR/public.key
+      (mode 0644). DIR defaults to the current folder and is created if
+      missing. If either file exists, neither is written.
   sat-abe keygen --authority FILE --tenant NAME --attrs A,B,... [--out FILE]
-      A tenant's key file (mode 0600; default NAME.key): its attribute key, a
-      signing key and the authority's certificate of both. --attrs may be
-      repeated and takes commas or spaces. Attributes: letters, digits,
-      '_', '-', '.', ':'.
+      A tenant's key file (mode 0600; default NAME.key in the current
+      folder): its attribute key, a signing key and the authority's
+      certificate of both. --authority is the authority.key of `setup`.
+      NAME: 1 to 64 letters, digits, '_', '-', '.' or '@'.
+      --attrs may be repeated and takes commas or spaces:
+      `--attrs tenant_a,analyst`, `--attrs tenant_a --attrs analyst` and
+      `--attrs \"tenant_a analyst\"` are the same. Attributes: letters,
+      digits, '_', '-', '.', ':' (not `and`, `or`); an empty one (`a,,b`,
+      a trailing comma) or one given twice is refused. An existing file is
+      never overwritten.
   sat-abe show FILE
-      What a key file holds (never its secrets).
+      What a key file holds, never its secrets: its kind, the authority's
+      verifying key, and for a tenant its name, attributes, certificate id
+      and whether the certificate verifies against the authority key the
+      file holds. Exit 2 if the file cannot be used (the reason on stderr).
   sat-abe check FILE --policy POLICY
       Whether a tenant key satisfies POLICY (exit 0 if it does, 1 if not).
-      POLICY: attributes with `and`, `or` and parentheses, e.g.
-      \"(tenant_a and analyst) or admin\".
-  sat-abe help
+      POLICY: attributes with `and`, `or` (any case; `and` binds tighter)
+      and parentheses, e.g. \"(tenant_a and analyst) or admin\".
+  sat-abe help   (also --help, -h, or no arguments)
+
+Options take their value as the next argument or after '=' (--out=DIR).
 
 A process takes its key from SAT_ABE_KEY=FILE ({rank} in FILE is replaced by
 its rank). Exit status: 0 done, 1 `check` not satisfied, 2 a usage or input
@@ -41,12 +53,30 @@ impl From<KeyError> for Fail {
     }
 }
 
+/// A line on stdout. A closed stdout (`sat-abe show k | head -1`) is not an
+/// error of this command, and must not become a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let result = std::env::args_os()
+        .skip(1)
+        .map(|a| {
+            a.into_string().map_err(|a| {
+                Fail(format!(
+                    "argument {a:?} is not valid UTF-8: give key files paths in UTF-8"
+                ))
+            })
+        })
+        .collect::<Result<Vec<String>, Fail>>()
+        .and_then(|args| run(&args));
+    match result {
         Ok(code) => code,
         Err(Fail(msg)) => {
-            eprintln!("sat-abe: {msg}");
+            let _ = writeln!(std::io::stderr().lock(), "sat-abe: {msg}");
             ExitCode::from(2)
         }
     }
@@ -68,18 +98,23 @@ fn options(args: &[String], known: &[&str]) -> Result<Options, Fail> {
     while let Some(a) = it.next() {
         if let Some(name) = a.strip_prefix("--") {
             let (name, value) = match name.split_once('=') {
-                Some((n, v)) => (n.to_string(), v.to_string()),
-                None => {
-                    let v = it
-                        .next()
-                        .ok_or_else(|| Fail(format!("--{name} needs a value; see sat-abe help")))?;
-                    (name.to_string(), v.clone())
-                }
+                Some((n, v)) => (n, Some(v)),
+                None => (name, None),
             };
-            if !known.contains(&name.as_str()) {
+            if !known.contains(&name) {
                 return Err(Fail(format!("unknown option --{name}; see sat-abe help")));
             }
-            o.pairs.push((name, value));
+            // Not `--tenant --attrs x` (the value was forgotten), nor an empty one.
+            let value = match value {
+                Some(v) => Some(v),
+                None => it
+                    .next()
+                    .map(String::as_str)
+                    .filter(|v| !v.starts_with("--")),
+            }
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| Fail(format!("--{name} needs a value; see sat-abe help")))?;
+            o.pairs.push((name.to_string(), value.to_string()));
         } else {
             o.words.push(a.clone());
         }
@@ -121,16 +156,18 @@ impl Options {
 }
 
 fn run(args: &[String]) -> Result<ExitCode, Fail> {
-    let Some(command) = args.first() else {
-        println!("{USAGE}");
+    let help = |a: &String| a == "help" || a == "--help" || a == "-h";
+    let Some(command) = args.first().filter(|c| !help(c)) else {
+        say!("{USAGE}");
         return Ok(ExitCode::SUCCESS);
     };
     let rest = &args[1..];
+    // `sat-abe keygen --help`; not `help` here, which may be a file's name.
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        say!("{USAGE}");
+        return Ok(ExitCode::SUCCESS);
+    }
     match command.as_str() {
-        "help" | "--help" | "-h" => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
         "setup" => setup(&options(rest, &["out"])?),
         "keygen" => keygen(&options(rest, &["authority", "tenant", "attrs", "out"])?),
         "show" => show(&options(rest, &[])?),
@@ -141,26 +178,57 @@ fn run(args: &[String]) -> Result<ExitCode, Fail> {
     }
 }
 
+/// SAT never overwrites a key file: what to do instead.
+fn exists(path: &Path) -> Fail {
+    Fail(format!(
+        "{} already exists: SAT never overwrites a key file; remove it or choose another --out",
+        path.display()
+    ))
+}
+
+/// The library's errors, its refusal to overwrite told in this command's terms.
+fn refusal(e: KeyError) -> Fail {
+    match e {
+        KeyError::Exists { path } => exists(&path),
+        e => e.into(),
+    }
+}
+
+/// A key file that does not load: a certificate that fails to verify also
+/// says what to do.
+fn unusable(e: KeyError) -> Fail {
+    match e {
+        KeyError::BadCertificate { .. } => Fail(format!(
+            "{e}; this key cannot be used: have the authority issue a new one (sat-abe keygen)"
+        )),
+        e => e.into(),
+    }
+}
+
 fn setup(o: &Options) -> Result<ExitCode, Fail> {
     o.no_words("setup")?;
     let dir = PathBuf::from(o.one("out")?.unwrap_or("."));
+    if dir.exists() && !dir.is_dir() {
+        return Err(Fail(format!(
+            "--out {}: not a folder; give the folder for authority.key and public.key",
+            dir.display()
+        )));
+    }
     let secret = dir.join("authority.key");
     let public = dir.join("public.key");
-    // Both checked first, so that a refusal writes neither.
+    // Both checked first, so that a refusal writes neither (a dangling link
+    // counts as there: saving would refuse it).
     for p in [&secret, &public] {
-        if p.exists() {
-            return Err(Fail(format!(
-                "{} already exists: SAT never overwrites a key file; remove it or choose another --out",
-                p.display()
-            )));
+        if p.symlink_metadata().is_ok() {
+            return Err(exists(p));
         }
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| Fail(format!("cannot create {}: {e}", dir.display())))?;
     let auth = AuthorityKeys::setup()?;
-    auth.save(&secret)?;
-    auth.public().save(&public)?;
-    println!(
+    auth.save(&secret).map_err(refusal)?;
+    auth.public().save(&public).map_err(refusal)?;
+    say!(
         "authority written: {} (secret, keep it safe) and {}",
         secret.display(),
         public.display()
@@ -168,11 +236,13 @@ fn setup(o: &Options) -> Result<ExitCode, Fail> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--attrs` values: commas or spaces separate attributes; an empty one
-/// (`a,,b`, a trailing comma) is refused rather than dropped, as it is most
-/// likely a typing mistake.
+/// `--attrs` values: commas or spaces separate attributes (`a,b`, `a, b`,
+/// `"a b"`, repeated `--attrs`). An empty one (`a,,b`, a trailing comma) or
+/// one given twice is refused rather than dropped, as it is most likely a
+/// typing mistake. Which names are allowed is the library's rule
+/// ([`sat_core::abe::AbeError::BadAttribute`]).
 fn attributes(values: &[&str]) -> Result<Vec<String>, Fail> {
-    let mut attrs = Vec::new();
+    let mut attrs: Vec<String> = Vec::new();
     for v in values {
         for part in v.split(',') {
             let words: Vec<&str> = part.split_whitespace().collect();
@@ -181,7 +251,14 @@ fn attributes(values: &[&str]) -> Result<Vec<String>, Fail> {
                     "--attrs {v:?} has an empty attribute; separate attributes with single commas"
                 )));
             }
-            attrs.extend(words.into_iter().map(str::to_string));
+            for w in words {
+                if attrs.iter().any(|a| a == w) {
+                    return Err(Fail(format!(
+                        "attribute {w:?} is given twice in --attrs; give each attribute once"
+                    )));
+                }
+                attrs.push(w.to_string());
+            }
         }
     }
     Ok(attrs)
@@ -199,36 +276,20 @@ fn keygen(o: &Options) -> Result<ExitCode, Fail> {
         ));
     }
     let attrs = attributes(&values)?;
-    let out = o
-        .one("out")?
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(format!("{tenant}.key")));
-    if out.exists() {
-        return Err(Fail(format!(
-            "{} already exists: SAT never overwrites a key file; remove it or choose another --out",
-            out.display()
-        )));
-    }
+    let out = o.one("out")?;
     let auth = AuthorityKeys::load(Path::new(authority))?;
     let refs: Vec<&str> = attrs.iter().map(String::as_str).collect();
+    // Issued first: it checks the tenant's name, of which the default file name is made.
     let key = auth.issue(tenant, &refs)?;
-    key.save(&out)?;
-    println!(
+    let out = out
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(format!("{tenant}.key")));
+    key.save(&out).map_err(refusal)?;
+    say!(
         "tenant {tenant:?} with attributes {attrs:?} written to {}",
         out.display()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-fn describe(cert: &Certificate, authority: &AuthorityPublic) {
-    println!("tenant: {}", cert.tenant);
-    println!("attributes: {}", cert.attributes.join(" "));
-    println!("certificate: {}", hex(&cert.id()));
-    match cert.verify(authority) {
-        Ok(()) => println!("certificate verifies against the authority's key"),
-        Err(e) => println!("certificate does NOT verify: {e}"),
-    }
-    println!("authority key: {}", hex(&authority.verifying));
 }
 
 fn hex(b: &[u8]) -> String {
@@ -240,30 +301,38 @@ fn show(o: &Options) -> Result<ExitCode, Fail> {
         return Err(Fail("show needs one key file; see sat-abe help".into()));
     };
     let path = Path::new(file);
-    // Whatever kind the file is: each loader says when it is another kind.
-    if let Ok(key) = TenantKey::load(path) {
-        println!("kind: tenant key");
-        describe(key.certificate(), key.authority());
-        return Ok(ExitCode::SUCCESS);
-    }
-    if let Ok(auth) = AuthorityKeys::load(path) {
-        println!("kind: authority (secret keys; keep this file safe)");
-        println!("authority key: {}", hex(&auth.public().verifying));
-        return Ok(ExitCode::SUCCESS);
-    }
-    match AuthorityPublic::load(path) {
-        Ok(public) => {
-            println!("kind: authority public keys");
-            println!("authority key: {}", hex(&public.verifying));
-            Ok(ExitCode::SUCCESS)
+    // The public part first, so that a file whose certificate does not verify
+    // is still shown; then the file is loaded as its kind, which checks the
+    // rest (its secrets too, never printed).
+    let info = keys::inspect(path)?;
+    let loaded = match info.kind {
+        KeyKind::Authority => {
+            say!("kind: authority (secret keys: keep this file safe; tenants get their own files)");
+            say!("authority key: {}", hex(&info.authority.verifying));
+            AuthorityKeys::load(path).map(drop)
         }
-        // The tenant loader's error says most about a damaged tenant file,
-        // the usual thing to inspect.
-        Err(_) => Err(TenantKey::load(path)
-            .err()
-            .map(Fail::from)
-            .unwrap_or_else(|| Fail(format!("{}: not a SAT key file", path.display())))),
-    }
+        KeyKind::Public => {
+            say!("kind: authority public keys");
+            say!("authority key: {}", hex(&info.authority.verifying));
+            AuthorityPublic::load(path).map(drop)
+        }
+        KeyKind::Tenant => {
+            say!("kind: tenant key");
+            if let Some(cert) = &info.certificate {
+                say!("tenant: {}", cert.tenant);
+                say!("attributes: {}", cert.attributes.join(" "));
+                say!("certificate: {}", hex(&cert.id()));
+                match cert.verify(&info.authority) {
+                    Ok(()) => say!("certificate verifies against the file's authority key"),
+                    Err(e) => say!("certificate does NOT verify: {e}"),
+                }
+            }
+            say!("authority key: {}", hex(&info.authority.verifying));
+            TenantKey::load(path).map(drop)
+        }
+    };
+    loaded.map_err(unusable)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check(o: &Options) -> Result<ExitCode, Fail> {
@@ -273,21 +342,27 @@ fn check(o: &Options) -> Result<ExitCode, Fail> {
         ));
     };
     let text = o.required("policy", "a policy such as \"tenant_a and analyst\"")?;
-    let policy = Policy::parse(text).map_err(|e| Fail(format!("--policy {text:?}: {e}")))?;
-    let key = TenantKey::load(Path::new(file))?;
-    if key.certificate().satisfies(&policy) {
-        println!(
-            "{:?} with attributes {:?} satisfies {policy}",
-            key.certificate().tenant,
-            key.attributes()
-        );
-        Ok(ExitCode::SUCCESS)
+    let policy = Policy::parse(text).map_err(|e| {
+        Fail(format!(
+            "--policy {text:?}, at character {}: {}",
+            e.at, e.why
+        ))
+    })?;
+    let key = TenantKey::load(Path::new(file)).map_err(unusable)?;
+    let satisfied = key.certificate().satisfies(&policy);
+    say!(
+        "{:?} with attributes {:?} {} {policy}",
+        key.certificate().tenant,
+        key.attributes(),
+        if satisfied {
+            "satisfies"
+        } else {
+            "does not satisfy"
+        }
+    );
+    Ok(if satisfied {
+        ExitCode::SUCCESS
     } else {
-        println!(
-            "{:?} with attributes {:?} does not satisfy {policy}",
-            key.certificate().tenant,
-            key.attributes()
-        );
-        Ok(ExitCode::from(1))
-    }
+        ExitCode::from(1)
+    })
 }
