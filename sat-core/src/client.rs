@@ -14,7 +14,7 @@ use crate::chunk::{
     ChainLayout, ChunkError, ChunkId, Label, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, NO_LABEL,
 };
 use crate::error::{SatError, SatResult};
-use crate::progress::{Idle, IdlePolicy};
+use crate::progress::{Clock, Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
 use crate::stats::{self, Activity, ChunkEvent};
 use crate::store::Store;
@@ -102,7 +102,8 @@ pub struct Footprint {
 }
 
 /// An open scope on a chain; released when dropped (an error at that point
-/// is logged: call [`Scope::release`] to see it).
+/// is logged: call [`Scope::release`] to see it). Dropped while the thread
+/// panics, it is aborted instead: a write scope then publishes nothing.
 pub struct Scope<'c> {
     client: &'c Client,
     chain: Chain,
@@ -125,14 +126,28 @@ impl Scope<'_> {
         self.open = false;
         self.client.release_chain(&self.chain)
     }
+
+    /// Ends the scope without publishing: see [`Client::abort_chain`].
+    pub fn abort(mut self) -> SatResult<()> {
+        self.open = false;
+        self.client.abort_chain(&self.chain)
+    }
 }
 
 impl Drop for Scope<'_> {
     fn drop(&mut self) {
-        if self.open {
-            if let Err(e) = self.client.release_chain(&self.chain) {
-                tracing::warn!("releasing a scope on drop: {e}");
-            }
+        if !self.open {
+            return;
+        }
+        // A panic inside a write scope leaves half-written bytes: they must
+        // not become a version.
+        let ended = if std::thread::panicking() {
+            self.client.abort_chain(&self.chain)
+        } else {
+            self.client.release_chain(&self.chain)
+        };
+        if let Err(e) = ended {
+            tracing::warn!("ending a scope on drop: {e}");
         }
     }
 }
@@ -153,6 +168,9 @@ pub struct Client {
     role: u32,
     topology: Arc<Topology>,
     policy: IdlePolicy,
+    /// Deadlines and idle waits go through it (simulated under the
+    /// whole-stack simulator).
+    clock: Clock,
     chunk_size: AtomicUsize,
     state: Mutex<ClientState>,
     /// The subscription handlers, apart from the state: a handler runs
@@ -178,6 +196,15 @@ struct ClientState {
 
 impl Client {
     pub(crate) fn new(topology: Arc<Topology>, transport: Box<dyn Transport>) -> Client {
+        Client::with_clock(topology, transport, Clock::Real)
+    }
+
+    /// A client whose time comes from `clock` (the simulator's).
+    pub(crate) fn with_clock(
+        topology: Arc<Topology>,
+        transport: Box<dyn Transport>,
+        clock: Clock,
+    ) -> Client {
         let rank = transport.rank();
         let capacity = topology.entry(rank).memory;
         stats::start(stats::Identity::of(&topology, rank));
@@ -187,6 +214,7 @@ impl Client {
             role: topology.role(rank),
             topology,
             policy: IdlePolicy::from_env(),
+            clock,
             chunk_size: AtomicUsize::new(chunk_size_from_env()),
             handlers: Mutex::new(events::Handlers::default()),
             role_thread: std::sync::OnceLock::new(),
@@ -316,7 +344,7 @@ impl Client {
 
     /// Waits at most `timeout` for the next message.
     pub fn recv_timeout(&self, timeout: Duration) -> SatResult<Option<UserMessage>> {
-        self.wait_running_handlers(Some(Instant::now() + timeout), |st| {
+        self.wait_running_handlers(Some(self.clock.now() + timeout), |st| {
             st.mail.inbox.pop_front()
         })
     }
@@ -712,19 +740,35 @@ impl Client {
     /// contiguous data. Chunks are acquired one by one in ascending id
     /// order, so that two processes acquiring overlapping chains cannot
     /// each hold what the other waits for. On error, what was acquired is
-    /// released.
+    /// aborted: nothing is published, the homes keep their versions.
     pub fn acquire_chain(&self, chain: &Chain, access: Access) -> SatResult<()> {
         let mut ids: Vec<ChunkId> = chain.ids().collect();
         ids.sort_unstable();
         for (i, &id) in ids.iter().enumerate() {
             if let Err(e) = self.acquire_at(id, Some(chain), access) {
                 for &done in &ids[..i] {
-                    let _ = self.release(done);
+                    if let Err(undo) = self.abort(done) {
+                        tracing::warn!("chunk {done}: undoing a failed acquire: {undo}");
+                    }
                 }
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Ends the scopes on every chunk of `chain` without publishing: a
+    /// write scope's bytes are dropped and each home keeps its version (the
+    /// next scope here fetches it); a read scope ends as with a release.
+    /// Reports the first error.
+    pub fn abort_chain(&self, chain: &Chain) -> SatResult<()> {
+        let mut first = None;
+        for id in chain.ids() {
+            if let Err(e) = self.abort(id) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Releases every chunk of `chain`; reports the first error.
@@ -758,14 +802,18 @@ impl Client {
             let c = st.store.get_mut(chunk).expect("placed");
             // Another thread's scope (or request) on this chunk: wait for it
             // to end, as a lock would. This thread's own is misuse, reported.
+            // A reader joins other threads' read scopes only while the
+            // protocol allows it (no writer waiting for them).
             let busy = |s: &dyn ClientSide| {
-                s.writing() || s.waiting() || (access.exclusive() && s.in_scope())
+                s.writing()
+                    || s.waiting()
+                    || (s.in_scope() && (access.exclusive() || !s.joins_read_scopes()))
             };
             if busy(c.side.as_ref()) && !c.holders.is_empty() && !c.holders.contains(&me) {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
-                    (!busy(c.side.as_ref())).then_some(())
+                    (!busy(c.side.as_ref()) || c.holders.is_empty()).then_some(())
                 })?;
                 continue;
             }
@@ -775,27 +823,37 @@ impl Client {
             // version, and a process spinning on read hits still answers
             // the home (its background progress finds the lock taken).
             st.progress(self.rank, self.server)?;
+            // A scope that reads must see the version through this place: a
+            // place that joined after the version arrived is filled from
+            // one that holds it (or the version is forgotten and fetched).
+            // A WRITE keeps the place's bytes: they are what it publishes
+            // (MAP'd memory filled before a PUT).
+            if access != Access::Write {
+                st.store.make_valid(chunk, place);
+            }
             let c = st.store.get_mut(chunk).expect("placed");
+            let before = c.side.snapshot();
             let step = c
                 .side
                 .acquire(access)
                 .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
-            c.holders.push(me);
-            if stats::on() && c.scope_stat.is_none() {
-                let hit = matches!(step, Acquire::Hit);
-                c.scope_stat = Some((started, access, hit));
-            }
             let protocol = c.protocol;
-            st.store.set_scope_place(chunk, place);
             let req = match step {
-                Acquire::Hit => return Ok(()),
+                Acquire::Hit => {
+                    c.holders.push(me);
+                    if stats::on() && c.scope_stat.is_none() {
+                        c.scope_stat = Some((started, access, true));
+                    }
+                    st.store.set_scope_place(chunk, place);
+                    return Ok(());
+                }
                 Acquire::Request(req) => req,
             };
             tracing::debug!(
                 "[{}] {} chunk {chunk}: miss, local state {:?}, asking the home",
                 protocol.name(),
                 access_name(access),
-                st.store.get(chunk).expect("placed").side.state()
+                c.side.state()
             );
             let msg = Message::Coherence {
                 chunk,
@@ -803,15 +861,33 @@ impl Client {
                 op: req.into(),
             };
             let n = wire::encode(&msg, &mut st.header).expect("fits");
-            st.transport
-                .send(self.server, &st.header[..n], Payload::None)?;
+            if let Err(e) = st
+                .transport
+                .send(self.server, &st.header[..n], Payload::None)
+            {
+                // The home never heard of this acquire: nothing changed.
+                st.store.get_mut(chunk).expect("placed").side = before;
+                return Err(e.into());
+            }
+            let c = st.store.get_mut(chunk).expect("placed");
+            c.holders.push(me);
+            if stats::on() && c.scope_stat.is_none() {
+                c.scope_stat = Some((started, access, false));
+            }
+            st.store.set_scope_place(chunk, place);
             break;
         }
         self.wait(None, |st| {
-            st.store
-                .get(chunk)
-                .filter(|c| !c.side.waiting())
-                .map(|_| ())
+            let c = st.store.get(chunk)?;
+            if c.side.waiting() {
+                return None;
+            }
+            // A grant without data: the bytes are the version held here.
+            if access != Access::Write {
+                let place = st.store.scope_place(chunk)?;
+                st.store.make_valid(chunk, place);
+            }
+            Some(())
         })?;
         Ok(())
     }
@@ -821,9 +897,17 @@ impl Client {
     pub fn release(&self, chunk: ChunkId) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
         let mut st = self.lock();
-        let st = &mut *st;
-        let to = (self.rank, self.server);
-        st.release(to, chunk)
+        st.end_scope((self.rank, self.server), chunk, Ending::Release)
+    }
+
+    /// Ends the scope on `chunk` without publishing: after a WRITE or
+    /// READWRITE the home keeps its version and is told the scope ended
+    /// unchanged (the local bytes are dropped; the next scope fetches the
+    /// home's). After a READ, the same as [`Client::release`].
+    pub fn abort(&self, chunk: ChunkId) -> SatResult<()> {
+        let _sat = stats::doing(Activity::Sdsm);
+        let mut st = self.lock();
+        st.end_scope((self.rank, self.server), chunk, Ending::Abort)
     }
 
     /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
@@ -993,7 +1077,7 @@ impl Client {
             Message::Malloc { chunk, .. } | Message::Lookup { chunk, .. } => chunk,
             _ => unreachable!("only allocation requests"),
         };
-        let deadline = bound.map(|b| Instant::now() + b);
+        let deadline = bound.map(|b| self.clock.now() + b);
         let mut outcomes = Vec::with_capacity(requests.len());
         let mut sent = 0;
         while outcomes.len() < requests.len() {
@@ -1022,7 +1106,18 @@ impl Client {
 
     /// Tells the server this client's role has returned and waits for its
     /// acknowledgement, so no message of ours is in flight when we close.
+    /// A scope left open is released (with a warning).
     pub(crate) fn finish(&self, timeout: Duration) -> SatResult<()> {
+        self.finish_with(timeout, Ending::Release)
+    }
+
+    /// As [`Client::finish`] after a role that failed: a scope left open is
+    /// aborted, so a half-done write publishes nothing.
+    pub(crate) fn finish_failed(&self, timeout: Duration) -> SatResult<()> {
+        self.finish_with(timeout, Ending::Abort)
+    }
+
+    fn finish_with(&self, timeout: Duration, open_scopes: Ending) -> SatResult<()> {
         {
             let mut st = self.lock();
             let st = &mut *st;
@@ -1032,11 +1127,19 @@ impl Client {
                     |st: &ClientState| st.store.get(chunk).is_some_and(|c| c.side.in_scope());
                 if in_scope(st) {
                     tracing::warn!(
-                        "chunk {chunk} was still acquired when the role returned: released"
+                        "chunk {chunk} was still acquired when the role {}: {}",
+                        match open_scopes {
+                            Ending::Release => "returned",
+                            Ending::Abort => "failed",
+                        },
+                        match open_scopes {
+                            Ending::Release => "released",
+                            Ending::Abort => "aborted (nothing published)",
+                        }
                     );
                 }
                 while in_scope(st) {
-                    st.release((self.rank, self.server), chunk)?;
+                    st.end_scope((self.rank, self.server), chunk, open_scopes)?;
                 }
             }
             let (published, received) = st.mail.events.counters();
@@ -1048,7 +1151,7 @@ impl Client {
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
-        let acked = self.wait(Some(Instant::now() + timeout), |st| {
+        let acked = self.wait(Some(self.clock.now() + timeout), |st| {
             st.mail.done_acked.then_some(())
         })?;
         if acked.is_none() {
@@ -1057,7 +1160,7 @@ impl Client {
                 self.server
             )));
         }
-        self.wait(Some(Instant::now() + timeout), |st| {
+        self.wait(Some(self.clock.now() + timeout), |st| {
             st.transport.sends_drained().ok().filter(|d| *d).map(|_| ())
         })?;
         self.finished.store(true, Ordering::Release);
@@ -1115,7 +1218,7 @@ impl Client {
                     .into(),
             ));
         }
-        let mut idle = Idle::new(policy);
+        let mut idle = Idle::with_clock(policy, self.clock.clone());
         loop {
             let events_pending = {
                 let mut st = self.lock();
@@ -1136,7 +1239,7 @@ impl Client {
                 idle.traffic();
                 continue;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| self.clock.now() >= d) {
                 return Ok(None);
             }
             idle.idle();
@@ -1177,15 +1280,61 @@ impl ClientState {
         Ok(n)
     }
 
-    /// Closes one scope of `chunk`: after a write, its bytes become every
-    /// local instance's and travel home as the new version.
-    fn release(&mut self, to: (Rank, Rank), chunk: ChunkId) -> SatResult<()> {
+    /// Ends one scope of `chunk`. A release after a write sends its bytes
+    /// home as the new version and makes them every local instance's; an
+    /// abort sends nothing but the end of the scope, and the local bytes
+    /// stop being a version. When the message cannot be sent the scope
+    /// stays open, unchanged, and the error is returned: the home never
+    /// heard of its end.
+    fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
         let was_writing = c.side.writing();
-        let sent = c
-            .side
-            .release()
-            .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        let before = c.side.snapshot();
+        let sent = match ending {
+            Ending::Release => c.side.release(),
+            Ending::Abort => c.side.abort(),
+        }
+        .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        let protocol = c.protocol;
+        tracing::debug!(
+            "[{}] {} chunk {chunk} version {:?} local state {:?}",
+            protocol.name(),
+            match ending {
+                Ending::Release => "release",
+                Ending::Abort => "abort",
+            },
+            c.side.version(),
+            c.side.state()
+        );
+        let place = self.store.scope_place(chunk).expect("known");
+        if let Some(op) = sent {
+            let publishes = was_writing && matches!(op, ToHome::Release { .. });
+            let data = if publishes {
+                self.store.bytes(chunk, place)
+            } else {
+                None
+            };
+            let delivered = send_to_home(
+                self.transport.as_mut(),
+                &mut self.header,
+                to,
+                chunk,
+                op,
+                data,
+            );
+            if let Err(e) = delivered {
+                self.store.get_mut(chunk).expect("known").side = before;
+                return Err(e);
+            }
+            if publishes {
+                self.mail.events.count_published();
+                self.store.spread(chunk, place);
+            }
+            if matches!(op, ToHome::Abort) {
+                self.store.forget_version(chunk);
+            }
+        }
+        let c = self.store.get_mut(chunk).expect("known");
         let me = std::thread::current().id();
         if let Some(i) = c.holders.iter().position(|&t| t == me) {
             c.holders.swap_remove(i);
@@ -1194,43 +1343,22 @@ impl ClientState {
             c.holders.swap_remove(0);
         }
         // The scope's entry in the statistics ends with its last holder.
-        let scope_ended = c.holders.is_empty().then(|| c.scope_stat.take()).flatten();
-        let protocol = c.protocol;
-        tracing::debug!(
-            "[{}] release chunk {chunk} version {:?} local state {:?}",
-            protocol.name(),
-            c.side.version(),
-            c.side.state()
-        );
-        let Some(op) = sent else {
-            if let Some((start, access, hit)) = scope_ended {
-                stats::access(chunk, access, hit, start);
-            }
-            return Ok(());
-        };
-        let place = self.store.scope_place(chunk).expect("known");
-        if matches!(op, ToHome::Release { .. }) {
-            self.mail.events.count_published();
-        }
-        let data = if was_writing && matches!(op, ToHome::Release { .. }) {
-            self.store.spread(chunk, place);
-            self.store.bytes(chunk, place)
-        } else {
-            None
-        };
-        let sent = send_to_home(
-            self.transport.as_mut(),
-            &mut self.header,
-            to,
-            chunk,
-            op,
-            data,
-        );
-        if let Some((start, access, hit)) = scope_ended {
+        if let Some((start, access, hit)) =
+            c.holders.is_empty().then(|| c.scope_stat.take()).flatten()
+        {
             stats::access(chunk, access, hit, start);
         }
-        sent
+        Ok(())
     }
+}
+
+/// How a scope ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// RELEASE: a write scope publishes its bytes.
+    Release,
+    /// The scope ended in an error: nothing is published.
+    Abort,
 }
 
 /// Sends a coherence message about `chunk` from client `to.0` through its

@@ -9,7 +9,7 @@
 //! A MALLOC of an existing chunk with the same size joins it (every process
 //! of a role typically MALLOCs the same chunks); another size is an error.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use crate::chunk::Label;
@@ -21,7 +21,8 @@ use crate::wire::AllocOutcome;
 pub struct AllocDirectory {
     /// Size, protocol and label of every chunk allocated here.
     chunks: HashMap<u64, (u64, ProtocolId, Label)>,
-    parked: HashMap<u64, Vec<(Rank, Instant)>>,
+    /// Ordered, so that LOOKUPs expire in a reproducible order.
+    parked: BTreeMap<u64, Vec<(Rank, Instant)>>,
 }
 
 impl AllocDirectory {

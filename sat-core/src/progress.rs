@@ -17,7 +17,7 @@
 //! - `SAT_SLEEP_MIN_NS` (default 1000) and `SAT_SLEEP_MAX_NS` (default
 //!   1000000): the bounds of the adaptive sleep.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::stats::{self, Activity};
@@ -76,11 +76,62 @@ impl IdlePolicy {
     }
 }
 
+/// Where a process's time comes from: the machine's clock, or a simulated
+/// one that only moves when a scheduler says so.
+///
+/// Clients and servers read deadlines from their clock and pass idle time
+/// through it, never through `Instant::now` or a sleep of their own: that is
+/// the seam through which the whole-stack simulator ([`crate::simulator`])
+/// runs the real code deterministically, choosing which thread or server
+/// runs next at every point where one would wait.
+#[derive(Clone, Default)]
+pub enum Clock {
+    /// The machine's monotonic clock; idle time is spent as [`IdlePolicy`]
+    /// says (spin, yield, micro-sleep).
+    #[default]
+    Real,
+    /// Simulated time: [`SimulatedTime::pass`] hands control back to the
+    /// scheduler instead of spinning or sleeping.
+    Simulated(Arc<dyn SimulatedTime>),
+}
+
+/// Time under a simulator's control.
+pub trait SimulatedTime: Send + Sync {
+    /// The simulated present.
+    fn now(&self) -> Instant;
+    /// The calling thread would wait here: let the scheduler run something
+    /// else (it returns when the scheduler picks this thread again).
+    fn pass(&self);
+}
+
+impl Clock {
+    pub fn now(&self) -> Instant {
+        match self {
+            Clock::Real => Instant::now(),
+            Clock::Simulated(t) => t.now(),
+        }
+    }
+
+    pub fn is_simulated(&self) -> bool {
+        matches!(self, Clock::Simulated(_))
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Clock::Real => "Clock::Real",
+            Clock::Simulated(_) => "Clock::Simulated",
+        })
+    }
+}
+
 /// The adaptive wait of one polling loop: call [`Idle::traffic`] when a poll
 /// delivered something and [`Idle::idle`] when it did not.
 #[derive(Debug)]
 pub struct Idle {
     policy: IdlePolicy,
+    clock: Clock,
     last_traffic: Instant,
     sleep: Duration,
     /// Time spent asleep, for the statistics stream's time decomposition.
@@ -89,23 +140,40 @@ pub struct Idle {
 
 impl Idle {
     pub fn new(policy: IdlePolicy) -> Idle {
-        crate::os::set_fine_timer_slack();
+        Idle::with_clock(policy, Clock::Real)
+    }
+
+    /// An idle loop whose time comes from `clock`.
+    pub fn with_clock(policy: IdlePolicy, clock: Clock) -> Idle {
+        if !clock.is_simulated() {
+            crate::os::set_fine_timer_slack();
+        }
         Idle {
             policy,
-            last_traffic: Instant::now(),
+            last_traffic: clock.now(),
+            clock,
             sleep: policy.sleep_min,
             slept: Duration::ZERO,
         }
     }
 
     /// Something arrived: poll flat out again, and start short sleeps over.
+    /// Under a simulated clock every round of a wait is a point where the
+    /// scheduler may run something else, traffic or not.
     pub fn traffic(&mut self) {
-        self.last_traffic = Instant::now();
+        if let Clock::Simulated(t) = &self.clock {
+            t.pass();
+        }
+        self.last_traffic = self.clock.now();
         self.sleep = self.policy.sleep_min;
     }
 
     /// Nothing arrived: spin, yield or sleep, as the policy says.
     pub fn idle(&mut self) {
+        if let Clock::Simulated(t) = &self.clock {
+            t.pass();
+            return;
+        }
         if self.policy.busy {
             std::hint::spin_loop();
             return;

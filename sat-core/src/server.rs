@@ -4,14 +4,14 @@
 //! shutdown of all servers) or, in service mode, admits and forgets clients
 //! as they attach and detach ([`crate::service`]).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use std::collections::HashMap;
 
 use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
-use crate::progress::{Idle, IdlePolicy};
-use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
+use crate::progress::{Clock, Idle, IdlePolicy};
+use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient, Version};
 use crate::quiescence::{Accounts, Waves};
 use crate::stats;
 use crate::sync::Coordinator;
@@ -26,6 +26,8 @@ const SEED: Rank = 0;
 struct ServerState<'t> {
     rank: Rank,
     topology: &'t Topology,
+    /// Deadlines (parked LOOKUPs, quiescence waves) are read from it.
+    clock: Clock,
     /// Which of this server's clients have finished, by client rank.
     client_done: Vec<bool>,
     clients_left: usize,
@@ -42,8 +44,9 @@ struct ServerState<'t> {
     servers: Vec<Rank>,
     /// Allocations of the chunks this server is the home of.
     alloc: AllocDirectory,
-    /// The coherence state and data of the chunks this server is home of.
-    homes: HashMap<u64, HomeEntry>,
+    /// The coherence state and data of the chunks this server is home of
+    /// (ordered: a departure visits them in a reproducible order).
+    homes: BTreeMap<u64, HomeEntry>,
     /// Reused for the home's outgoing messages.
     home_out: Vec<Out<ToClient>>,
     header: [u8; MAX_HEADER],
@@ -86,6 +89,7 @@ fn request_name(op: CoherenceOp, forwarded: bool) -> String {
         CoherenceOp::ReadGrant { .. } => "read_grant",
         CoherenceOp::WriteGrant { .. } => "write_grant",
         CoherenceOp::Inval => "inval",
+        CoherenceOp::Abort => "abort",
     };
     let who = if forwarded { "server" } else { "client" };
     format!("{who}_req_{what}")
@@ -135,64 +139,17 @@ fn serve(
     // service's servers are stopped by a signal and write no statistics.
     stats::start(stats::Identity::of(topology, rank));
     let serving = stats::doing(stats::Activity::Sdsm);
-    let size = topology.len() as usize;
-    let servers = topology.servers();
-    // In a service no slot has a client until one attaches.
-    let in_service = service.is_some();
-    let mut st = ServerState {
-        rank,
-        topology,
-        client_done: (0..size as Rank)
-            .map(|r| in_service && !topology.is_server(r))
-            .collect(),
-        clients_left: topology.clients_of(rank).len(),
-        told_seed: false,
-        server_done: vec![false; size],
-        servers_left: servers.len(),
-        shutdown_sent: false,
-        acks_left: servers.len() - 1,
-        shutdown: false,
-        servers,
-        alloc: AllocDirectory::default(),
-        homes: HashMap::new(),
-        home_out: Vec::new(),
-        header: [0; MAX_HEADER],
-        coordinator: Coordinator::default(),
-        accounts: Accounts::new(topology.clients_of(rank)),
-        waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
-        told_quiet: false,
-        service,
-    };
+    let mut server = Server::new(topology, rank, service, Clock::Real);
     tracing::debug!(
         "server {rank} serves clients {:?}",
         topology.clients_of(rank)
     );
     let mut idle = Idle::new(policy);
     loop {
-        if st.service.is_none() {
-            st.advance_termination(transport)?;
-            if st.finished() {
-                break;
-            }
-        }
-        let polled = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m));
-        let n = match polled {
-            Ok(n) => n,
-            Err(e) => {
-                st.survive(e)?;
-                1
-            }
-        };
-        if st.service.is_some() {
-            st.apply_membership(transport);
-        }
-        if st.alloc.has_parked() {
-            st.expire_lookups(transport);
-        }
-        if n > 0 || transport.sends_queued() {
-            idle.traffic();
-        } else {
-            idle.idle();
+        match server.step(transport)? {
+            Step::Finished => break,
+            Step::Busy => idle.traffic(),
+            Step::Idle => idle.idle(),
         }
     }
     // Let the last acknowledgements leave before the endpoint closes.
@@ -211,6 +168,7 @@ fn serve(
         }
         idle.idle();
     }
+    let st = &server.st;
     let returned: Vec<Rank> = topology
         .clients_of(rank)
         .iter()
@@ -224,6 +182,123 @@ fn serve(
     }
     stats::finish();
     Ok(())
+}
+
+/// What one round of a server's loop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Something arrived or is queued to leave: poll again at once.
+    Busy,
+    /// Nothing happened: the loop may wait.
+    Idle,
+    /// The termination protocol is over: the server may close its endpoint.
+    Finished,
+}
+
+/// One server: its state, and the body of its loop as one step, so that a
+/// real run ([`serve`]) and the whole-stack simulator drive the same code.
+pub(crate) struct Server<'t> {
+    st: ServerState<'t>,
+}
+
+impl<'t> Server<'t> {
+    pub(crate) fn new(
+        topology: &'t Topology,
+        rank: Rank,
+        service: Option<ServiceSide>,
+        clock: Clock,
+    ) -> Server<'t> {
+        Server {
+            st: ServerState::new(topology, rank, service, clock),
+        }
+    }
+
+    /// One round of the loop: the termination protocol's local conditions,
+    /// one poll of the transport, then membership and LOOKUP deadlines.
+    pub(crate) fn step(&mut self, transport: &mut dyn Transport) -> SatResult<Step> {
+        let st = &mut self.st;
+        if st.service.is_none() {
+            st.advance_termination(transport)?;
+            if st.finished() {
+                return Ok(Step::Finished);
+            }
+        }
+        let polled = transport.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m));
+        let n = match polled {
+            Ok(n) => n,
+            Err(e) => {
+                st.survive(e)?;
+                1
+            }
+        };
+        if st.service.is_some() {
+            st.apply_membership(transport);
+        }
+        if st.alloc.has_parked() {
+            st.expire_lookups(transport);
+        }
+        Ok(if n > 0 || transport.sends_queued() {
+            Step::Busy
+        } else {
+            Step::Idle
+        })
+    }
+
+    /// The chunks this server is the home of: (chunk, version, data), in
+    /// chunk order (what the simulator checks after every step).
+    pub(crate) fn homes(&self) -> impl Iterator<Item = (u64, Version, &Arc<[u8]>)> + '_ {
+        self.st
+            .homes
+            .iter()
+            .map(|(&c, h)| (c, h.side.version(), h.side.data()))
+    }
+
+    /// A service's client died without detaching (its control connection
+    /// closed): forget it everywhere, as the desk's `ClientLost` makes a
+    /// server do.
+    pub(crate) fn client_lost(&mut self, transport: &mut dyn Transport, client: Rank) {
+        self.st.client_lost(transport, client);
+        self.st.apply_membership(transport);
+    }
+}
+
+impl<'t> ServerState<'t> {
+    fn new(
+        topology: &'t Topology,
+        rank: Rank,
+        service: Option<ServiceSide>,
+        clock: Clock,
+    ) -> ServerState<'t> {
+        let size = topology.len() as usize;
+        let servers = topology.servers();
+        // In a service no slot has a client until one attaches.
+        let in_service = service.is_some();
+        ServerState {
+            rank,
+            topology,
+            clock,
+            client_done: (0..size as Rank)
+                .map(|r| in_service && !topology.is_server(r))
+                .collect(),
+            clients_left: topology.clients_of(rank).len(),
+            told_seed: false,
+            server_done: vec![false; size],
+            servers_left: servers.len(),
+            shutdown_sent: false,
+            acks_left: servers.len() - 1,
+            shutdown: false,
+            servers,
+            alloc: AllocDirectory::default(),
+            homes: BTreeMap::new(),
+            home_out: Vec::new(),
+            header: [0; MAX_HEADER],
+            coordinator: Coordinator::default(),
+            accounts: Accounts::new(topology.clients_of(rank)),
+            waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
+            told_quiet: false,
+            service,
+        }
+    }
 }
 
 impl ServerState<'_> {
@@ -539,7 +614,7 @@ impl ServerState<'_> {
                 }
             }
             Message::Lookup { wait_ms, .. } => {
-                let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
+                let deadline = self.clock.now() + Duration::from_millis(wait_ms as u64);
                 match self.alloc.lookup(chunk, client, deadline) {
                     Some(outcome) => {
                         tracing::debug!("lookup chunk {chunk} for {client}: {outcome}");
@@ -716,7 +791,7 @@ impl ServerState<'_> {
 
     /// Answers the LOOKUPs whose time ran out.
     fn expire_lookups(&mut self, out: &mut dyn Sender) {
-        for (chunk, client) in self.alloc.expire(Instant::now()) {
+        for (chunk, client) in self.alloc.expire(self.clock.now()) {
             tracing::debug!("lookup chunk {chunk} for {client}: nobody allocated it in time");
             self.answer(out, chunk, client, AllocOutcome::NotAllocated);
         }
@@ -951,28 +1026,7 @@ mod tests {
             let n = wire::encode(&msg, &mut hdr).unwrap();
             client2.send(0, &hdr[..n], Payload::None).unwrap();
         }
-        let mut st = ServerState {
-            rank: 0,
-            topology: &topology,
-            client_done: vec![false; 6],
-            clients_left: 2,
-            told_seed: false,
-            server_done: vec![false; 6],
-            servers_left: 2,
-            shutdown_sent: false,
-            acks_left: 1,
-            shutdown: false,
-            servers: vec![0, 1],
-            alloc: AllocDirectory::default(),
-            homes: HashMap::new(),
-            home_out: Vec::new(),
-            header: [0; MAX_HEADER],
-            coordinator: Coordinator::default(),
-            accounts: Accounts::new(&[2, 3]),
-            waves: Some(Waves::new(2)),
-            told_quiet: false,
-            service: None,
-        };
+        let mut st = ServerState::new(&topology, 0, None, Clock::Real);
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
             .unwrap();

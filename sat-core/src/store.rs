@@ -6,10 +6,17 @@
 //! chain's region is the caller's memory, used in place.
 //!
 //! A chunk may sit in several chains of one process, so it may have several
-//! **places** (region and byte range). They are kept identical: data coming
-//! from the home is copied into every resident place, and the bytes of a
-//! write scope are copied from the place it was opened through into the
-//! others at release. The protocol state ([`ClientSide`]) is one per chunk.
+//! **places** (region and byte range). The protocol state ([`ClientSide`]) is
+//! one per chunk, and its version is the version of the bytes of every
+//! **valid** place. Data coming from the home is copied into every resident
+//! place, and the bytes of a write scope are copied from the place it was
+//! opened through into the others at release, making them all valid. A
+//! place that joins later (a new chain over a chunk already held, memory a
+//! caller brings with MAP, a region brought back after eviction) is valid
+//! only once it holds those bytes: a scope that opens through an invalid
+//! place first copies them from a valid one ([`Store::make_valid`]). So a
+//! chain added while one of its chunks is inside another chain's scope never
+//! passes the caller's bytes off as the chunk's version.
 //!
 //! **Capacity** (the topology's `<memory capacity>`, Figure 15c): when the
 //! regions SAT allocated hold more chunks or bytes than allowed, the least
@@ -101,6 +108,8 @@ impl Chain {
 pub(crate) struct Place {
     region: RegionId,
     range: Range<usize>,
+    /// It holds the bytes of the version the protocol state records.
+    valid: bool,
 }
 
 /// What the process knows of one chunk.
@@ -170,8 +179,11 @@ impl Store {
         self.chunks.get_mut(&chunk)
     }
 
+    /// The chunks known here, in id order.
     pub fn chunk_ids(&self) -> Vec<ChunkId> {
-        self.chunks.keys().copied().collect()
+        let mut ids: Vec<ChunkId> = self.chunks.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The chain allocated with exactly `layout`, if any.
@@ -185,7 +197,9 @@ impl Store {
 
     /// Adds a chain whose chunks' sizes and protocols the homes confirmed.
     /// `memory` is the caller's (MAP) or None for SAT's own zeroed buffer.
-    /// The same layout without memory returns the chain already there.
+    /// The same layout without memory returns the chain already there. The
+    /// caller's bytes are not a version of the chunks: its places start
+    /// invalid (a READ or READWRITE fills them; a WRITE publishes them).
     pub fn add_chain(
         &mut self,
         layout: ChainLayout,
@@ -213,6 +227,7 @@ impl Store {
             chunk.places.push(Place {
                 region,
                 range: layout.range(i),
+                valid: false,
             });
         }
         let mapped = memory.is_some();
@@ -231,12 +246,7 @@ impl Store {
             },
         );
         match memory {
-            Some(mem) => {
-                self.regions.get_mut(&region).expect("added").mem = Some(mem);
-                // The caller's bytes are not a version of the chunks: the
-                // first acquire fetches what the homes hold.
-                self.invalidate_chunks_of(region);
-            }
+            Some(mem) => self.regions.get_mut(&region).expect("added").mem = Some(mem),
             None => self.make_resident(region),
         }
         Chain { region, layout }
@@ -306,40 +316,101 @@ impl Store {
 
     /// Bytes from the home: the chunk's new content in every resident place.
     pub fn take_data(&mut self, chunk: ChunkId, data: &[u8]) {
-        let Some(c) = self.chunks.get(&chunk) else {
+        let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
-        for p in &c.places {
+        for p in &mut c.places {
+            p.valid = false;
             if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
                 mem.bytes_mut()[p.range.clone()].copy_from_slice(data);
+                p.valid = true;
             }
+        }
+    }
+
+    /// Before a scope reads through instance `place` of `chunk`: if it does
+    /// not hold the version the protocol state records, copy it from an
+    /// instance that does. Returns false when none does (the version is
+    /// then forgotten, so that the next request asks the home for data).
+    pub fn make_valid(&mut self, chunk: ChunkId, place: usize) -> bool {
+        let Some(c) = self.chunks.get(&chunk) else {
+            return false;
+        };
+        if c.side.version().is_none() {
+            return false;
+        }
+        if c.places[place].valid {
+            return true;
+        }
+        let Some(from) = c.places.iter().position(|p| p.valid) else {
+            self.forget_version(chunk);
+            return false;
+        };
+        self.copy_place(chunk, from, place);
+        true
+    }
+
+    /// Copies instance `from` of `chunk` over instance `to` (both
+    /// resident), which becomes valid.
+    fn copy_place(&mut self, chunk: ChunkId, from: usize, to: usize) {
+        let c = self.chunks.get_mut(&chunk).expect("known");
+        let (src, dst) = (c.places[from].clone(), c.places[to].clone());
+        c.places[to].valid = true;
+        if src.region == dst.region {
+            let mem = self
+                .regions
+                .get_mut(&src.region)
+                .and_then(|r| r.mem.as_mut());
+            mem.expect("resident")
+                .bytes_mut()
+                .copy_within(src.range, dst.range.start);
+            return;
+        }
+        // Lend the source out of the map for the copy: two regions of one
+        // map cannot be borrowed at once otherwise, and a copy through a
+        // temporary buffer would cost an allocation.
+        let from_mem = self
+            .regions
+            .get_mut(&src.region)
+            .and_then(|r| r.mem.take())
+            .expect("resident");
+        let to_mem = self
+            .regions
+            .get_mut(&dst.region)
+            .and_then(|r| r.mem.as_mut());
+        to_mem.expect("resident").bytes_mut()[dst.range]
+            .copy_from_slice(&from_mem.bytes()[src.range]);
+        self.regions.get_mut(&src.region).expect("known").mem = Some(from_mem);
+    }
+
+    /// The local bytes of `chunk` are no version any more (a write scope
+    /// ended without publishing, or no valid instance is left): every
+    /// place is invalid and the protocol forgets the version, if it may.
+    pub fn forget_version(&mut self, chunk: ChunkId) {
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            for p in &mut c.places {
+                p.valid = false;
+            }
+            c.side.evict();
         }
     }
 
     /// Copies instance `from` of `chunk` into its other resident instances
     /// (after a write scope, so every local instance shows the new version).
     pub fn spread(&mut self, chunk: ChunkId, from: usize) {
-        let Some(c) = self.chunks.get(&chunk) else {
+        let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
-        if c.places.len() < 2 {
-            return;
-        }
-        let src = c.places[from].clone();
-        let Some(bytes) = self
-            .regions
-            .get(&src.region)
-            .and_then(|r| r.mem.as_ref())
-            .map(|m| m.bytes()[src.range.clone()].to_vec())
-        else {
-            return;
-        };
-        for (i, p) in c.places.iter().enumerate() {
-            if i == from {
+        c.places[from].valid = true;
+        for to in 0..c.places.len() {
+            if to == from {
                 continue;
             }
-            if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
-                mem.bytes_mut()[p.range.clone()].copy_from_slice(&bytes);
+            let c = self.chunks.get_mut(&chunk).expect("known");
+            c.places[to].valid = false;
+            let region = c.places[to].region;
+            if self.is_resident(region) {
+                self.copy_place(chunk, from, to);
             }
         }
     }
@@ -366,6 +437,9 @@ impl Store {
             if let Some(c) = self.chunks.get_mut(&id) {
                 c.places.retain(|p| p.region != chain.region);
                 c.scope_place = 0;
+                if !c.places.iter().any(|p| p.valid) {
+                    c.side.evict();
+                }
             }
         }
         self.record_freed(&r.layout);
@@ -414,32 +488,16 @@ impl Store {
         let layout = r.layout.clone();
         self.resident_chunks += layout.len() as u64;
         self.resident_bytes += layout.total_size() as u64;
-        for (i, &(id, _)) in layout.chunks().iter().enumerate() {
+        for &(id, _) in layout.chunks() {
             let c = &self.chunks[&id];
             if c.side.version().is_none() {
                 continue;
             }
-            // Keep the invariant "a held version is in every resident
-            // place": copy it from another instance, or forget it.
-            let from = c
-                .places
-                .iter()
-                .position(|p| p.region != region && self.is_resident(p.region));
-            match from {
-                Some(from) => {
-                    let src = c.places[from].clone();
-                    let bytes = self.regions[&src.region]
-                        .mem
-                        .as_ref()
-                        .expect("resident")
-                        .bytes()[src.range]
-                        .to_vec();
-                    let mem = self.regions.get_mut(&region).and_then(|r| r.mem.as_mut());
-                    mem.expect("just made").bytes_mut()[layout.range(i)].copy_from_slice(&bytes);
-                }
-                None => {
-                    self.chunks.get_mut(&id).expect("known").side.evict();
-                }
+            // Start from the version held elsewhere, if an instance holds it.
+            let to = c.places.iter().position(|p| p.region == region);
+            let from = c.places.iter().position(|p| p.valid);
+            if let (Some(from), Some(to)) = (from, to) {
+                self.copy_place(id, from, to);
             }
         }
         self.clock += 1;
@@ -451,12 +509,18 @@ impl Store {
         self.regions.get(&region).is_some_and(|r| r.mem.is_some())
     }
 
-    /// Invalidates the local copies of the chunks of `region`.
+    /// The places in `region` lose their bytes (it is evicted): a chunk
+    /// valid nowhere else forgets its version.
     fn invalidate_chunks_of(&mut self, region: RegionId) {
         let layout = self.regions[&region].layout.clone();
         for &(id, _) in layout.chunks() {
             if let Some(c) = self.chunks.get_mut(&id) {
-                c.side.evict();
+                for p in c.places.iter_mut().filter(|p| p.region == region) {
+                    p.valid = false;
+                }
+                if !c.places.iter().any(|p| p.valid) {
+                    c.side.evict();
+                }
             }
         }
     }

@@ -183,14 +183,31 @@ pub enum SyncOp {
 /// The coherence messages of every protocol ([`crate::protocol`]) on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum CoherenceOp {
-    ReadReq { have: Option<u64> },
-    WriteReq { have: Option<u64>, need_data: bool },
-    Release { version: u64 },
+    ReadReq {
+        have: Option<u64>,
+    },
+    WriteReq {
+        have: Option<u64>,
+        need_data: bool,
+    },
+    Release {
+        version: u64,
+    },
     InvalAck,
     ReadRelease,
-    ReadGrant { version: u64, with_data: bool },
-    WriteGrant { version: u64, with_data: bool },
+    ReadGrant {
+        version: u64,
+        with_data: bool,
+    },
+    WriteGrant {
+        version: u64,
+        with_data: bool,
+    },
     Inval,
+    /// A write scope ended without publishing (an error, a panic, a failed
+    /// role): the home keeps its version. Last, so older variants keep
+    /// their encoding.
+    Abort,
 }
 
 /// What the home says about an allocation request.

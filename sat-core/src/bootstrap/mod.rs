@@ -246,7 +246,12 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
             client.serve_subscriptions()?;
             RoleResult::Ok(())
         }));
-        let finished = client.finish(bootstrap_timeout());
+        // A failed role's open scopes publish nothing (abort semantics).
+        let finished = if matches!(outcome, Ok(Ok(()))) {
+            client.finish(bootstrap_timeout())
+        } else {
+            client.finish_failed(bootstrap_timeout())
+        };
         stop.store(true, std::sync::atomic::Ordering::Release);
         (outcome, finished)
     });

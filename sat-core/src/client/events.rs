@@ -27,7 +27,6 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::Client;
 use crate::error::{SatError, SatResult};
@@ -242,7 +241,7 @@ impl Client {
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
-        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = self.clock.now() + std::time::Duration::from_secs(60);
         let done = self.wait(Some(deadline), |st| {
             st.mail.events.confirmed.remove(&topic).then_some(())
         })?;

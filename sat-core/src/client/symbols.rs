@@ -478,7 +478,7 @@ impl Client {
     pub fn read_symbol(&self, name: &str, timeout: Duration) -> SatResult<Vec<u8>> {
         const CALL: &str = "read_symbol";
         check_name(name).map_err(|e| usage(CALL, name, e))?;
-        let deadline = Instant::now() + timeout;
+        let deadline = self.clock.now() + timeout;
         let b = bucket_index(name);
         let bucket_id = self.open_bucket(CALL, name, b)?;
         loop {
@@ -491,7 +491,7 @@ impl Client {
                 return Ok(value);
             }
             released?;
-            if Instant::now() >= deadline {
+            if self.clock.now() >= deadline {
                 return Err(SatError::Timeout(format!(
                     "{CALL}({}): no process wrote this symbol within {timeout:?}; \
                      write it with write_symbol somewhere, or read with a longer timeout",

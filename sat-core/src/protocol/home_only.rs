@@ -124,6 +124,12 @@ impl HomeSide for Home {
                 self.last.apply(self.writer, from, version, data)?;
                 self.writer = None;
             }
+            ToHome::Abort => {
+                if self.writer != Some(from) {
+                    return Err(ProtocolViolation::AbortWithoutOwnership { from });
+                }
+                self.writer = None;
+            }
             ToHome::InvalAck => return Err(ProtocolViolation::Foreign("inval_ack")),
         }
         self.serve_pending(out);
@@ -156,7 +162,7 @@ impl HomeSide for Home {
 // ---------------------------------------------------------------- client
 
 /// A client's view of one chunk: scopes only, no valid copy between them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Client {
     size: usize,
     /// The version of the bytes held locally, if any: the home sends no
@@ -197,7 +203,8 @@ impl ClientSide for Client {
                 need_data: access == Access::ReadWrite,
             }));
         }
-        // Another thread's read scope is open: the grant covers this one.
+        // A read scope is open (the caller holds it: other threads wait,
+        // see `joins_read_scopes`): the grant covers this one.
         if self.read_scopes > 0 {
             self.read_scopes += 1;
             return Ok(Acquire::Hit);
@@ -249,6 +256,26 @@ impl ClientSide for Client {
         }
         self.read_scopes -= 1;
         Ok((self.read_scopes == 0).then_some(ToHome::ReadRelease))
+    }
+
+    fn abort(&mut self) -> Result<Option<ToHome>, ScopeError> {
+        if !self.writing {
+            return self.release();
+        }
+        self.writing = false;
+        self.version = None;
+        Ok(Some(ToHome::Abort))
+    }
+
+    fn joins_read_scopes(&self) -> bool {
+        // The home counts this client's grant once; threads that joined it
+        // locally would keep it open while a writer waits there, unseen
+        // from here. Each thread's scope asks the home instead, in turn.
+        false
+    }
+
+    fn snapshot(&self) -> Box<dyn ClientSide> {
+        Box::new(self.clone())
     }
 
     fn evict(&mut self) -> bool {

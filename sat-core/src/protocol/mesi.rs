@@ -62,6 +62,9 @@ pub enum ToHome {
     /// End of a read scope, for protocols whose home counts readers
     /// ([`super::home_only`]); MESI reads end silently.
     ReadRelease,
+    /// End of a write scope that publishes nothing: the home keeps its
+    /// last version, and the client keeps no valid copy.
+    Abort,
 }
 
 /// Home -> client.
@@ -100,6 +103,8 @@ pub enum ProtocolViolation {
     Foreign(&'static str),
     #[error("end of a read scope from client {from}, which holds none")]
     StrayReadRelease { from: Rank },
+    #[error("abort from client {from}, which is not inside a write scope")]
+    AbortWithoutOwnership { from: Rank },
 }
 
 /// Misuse of the client API.
@@ -127,6 +132,7 @@ impl From<ToHome> for CoherenceOp {
             ToHome::Release { version } => CoherenceOp::Release { version },
             ToHome::InvalAck => CoherenceOp::InvalAck,
             ToHome::ReadRelease => CoherenceOp::ReadRelease,
+            ToHome::Abort => CoherenceOp::Abort,
         }
     }
 }
@@ -153,6 +159,7 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::Release { version } => ToHome::Release { version },
         CoherenceOp::InvalAck => ToHome::InvalAck,
         CoherenceOp::ReadRelease => ToHome::ReadRelease,
+        CoherenceOp::Abort => ToHome::Abort,
         _ => return None,
     })
 }
@@ -173,7 +180,10 @@ pub fn to_client(op: CoherenceOp) -> Option<ToClient> {
 
 #[derive(Debug, Clone)]
 struct Granting {
-    to: Rank,
+    /// The requester; None once it has left: the invalidations sent for it
+    /// are still awaited, because the readers they reach may be inside read
+    /// scopes, and nobody may be granted before those end.
+    to: Option<Rank>,
     have: Option<Version>,
     need_data: bool,
     /// The clients whose invalidation acknowledgement is still due.
@@ -231,14 +241,13 @@ impl HomeSide for Home {
             self.owner = None;
         }
         if let Some(g) = self.granting.as_mut() {
-            if g.to == client {
-                self.granting = None;
-            } else {
-                g.owed.remove(&client);
-                if g.owed.is_empty() {
-                    let g = self.granting.take().expect("checked");
-                    self.grant_write(g, out);
-                }
+            if g.to == Some(client) {
+                g.to = None;
+            }
+            g.owed.remove(&client);
+            if g.owed.is_empty() {
+                let g = self.granting.take().expect("checked");
+                self.grant_write(g, out);
             }
         }
         self.serve_pending(out);
@@ -271,6 +280,14 @@ impl HomeSide for Home {
                 self.last.apply(self.owner, from, version, data)?;
                 self.owner = None;
                 self.copyset.insert(from);
+            }
+            ToHome::Abort => {
+                if self.owner != Some(from) {
+                    return Err(ProtocolViolation::AbortWithoutOwnership { from });
+                }
+                // The version stays; the writer's bytes are no version, so
+                // it is no sharer either.
+                self.owner = None;
             }
         }
         self.serve_pending(out);
@@ -315,7 +332,7 @@ impl Home {
                         });
                     }
                     let g = Granting {
-                        to: from,
+                        to: Some(from),
                         have,
                         need_data,
                         owed: others.iter().copied().collect(),
@@ -332,10 +349,14 @@ impl Home {
     }
 
     fn grant_write(&mut self, g: Granting, out: &mut Vec<Out<ToClient>>) {
-        self.owner = Some(g.to);
+        let Some(to) = g.to else {
+            // The requester left while its invalidations were answered.
+            return;
+        };
+        self.owner = Some(to);
         let with_data = g.need_data && g.have != Some(self.last.version);
         out.push(Out {
-            to: g.to,
+            to,
             msg: ToClient::WriteGrant {
                 version: self.last.version,
                 with_data,
@@ -366,7 +387,7 @@ pub enum Acquire {
 
 /// A client's view of one chunk and its scopes (the bytes live in the
 /// client's local store).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cache {
     size: usize,
     state: State,
@@ -547,6 +568,29 @@ impl ClientSide for Cache {
             return Ok(Some(ToHome::InvalAck));
         }
         Ok(None)
+    }
+
+    fn abort(&mut self) -> Result<Option<ToHome>, ScopeError> {
+        if !self.writing {
+            return self.release();
+        }
+        // Whatever the scope wrote is no version: the next acquire fetches
+        // the home's, which did not move.
+        self.writing = false;
+        self.state = State::Invalid;
+        self.version = None;
+        Ok(Some(ToHome::Abort))
+    }
+
+    fn joins_read_scopes(&self) -> bool {
+        // Once a writer waits for our acknowledgement, new readers queue
+        // behind it (at the home) instead of extending our read scopes
+        // for ever: that would starve the writer.
+        !self.inval_owed
+    }
+
+    fn snapshot(&self) -> Box<dyn ClientSide> {
+        Box::new(self.clone())
     }
 
     fn evict(&mut self) -> bool {

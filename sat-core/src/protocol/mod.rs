@@ -129,6 +129,18 @@ pub trait ClientSide: Send + Debug {
     ) -> Result<Reaction, ProtocolViolation>;
     /// Closes a scope; returns what to send home, if anything.
     fn release(&mut self) -> Result<Option<ToHome>, ScopeError>;
+    /// Closes a scope without publishing (it ended in an error, a panic,
+    /// or a failed role): a write scope sends [`ToHome::Abort`], so the home
+    /// keeps its version, and the local bytes are no longer a valid copy; a
+    /// read scope ends as with [`ClientSide::release`].
+    fn abort(&mut self) -> Result<Option<ToHome>, ScopeError>;
+    /// Whether a thread holding no scope on the chunk may join the read
+    /// scopes open here without asking the home. False makes it wait until
+    /// they end (fairness: a writer waiting at the home goes first).
+    fn joins_read_scopes(&self) -> bool;
+    /// A copy of this state, to put back when the message an event produced
+    /// could not be sent (the home then never heard of the event).
+    fn snapshot(&self) -> Box<dyn ClientSide>;
     /// Drops the local copy (to make room): allowed only outside scopes and
     /// requests, and only when the home holds the data (true of every copy
     /// not inside a write scope, as releases write back). Returns whether

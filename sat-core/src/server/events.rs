@@ -2,8 +2,6 @@
 //! quiescence detection: routing to coordinators and homes, notifying
 //! subscribers, and the waves that end a run whose clients only wait.
 
-use std::time::Instant;
-
 use super::{ServerState, SEED};
 use crate::quiescence::{Report, WaveStart};
 use crate::sync::Coordinator;
@@ -156,7 +154,8 @@ impl ServerState<'_> {
                 self.send(out, SEED, &Message::ServerQuiet, Payload::None);
             }
         }
-        let due = self.waves.as_mut().and_then(|w| w.due(Instant::now()));
+        let now = self.clock.now();
+        let due = self.waves.as_mut().and_then(|w| w.due(now));
         if let Some(wave) = due {
             tracing::trace!("quiescence: wave {wave}");
             for s in self.servers.clone() {
@@ -240,10 +239,8 @@ impl ServerState<'_> {
     }
 
     fn on_wave_report(&mut self, out: &mut dyn Sender, r: Report) {
-        let over = self
-            .waves
-            .as_mut()
-            .and_then(|w| w.on_report(r, Instant::now()));
+        let now = self.clock.now();
+        let over = self.waves.as_mut().and_then(|w| w.on_report(r, now));
         if over == Some(true) {
             tracing::debug!(
                 "seed: quiescent after wave {} ({} messages sent and received): \
