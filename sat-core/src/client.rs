@@ -15,7 +15,7 @@ use crate::chunk::{
 };
 use crate::error::{SatError, SatResult};
 use crate::progress::{Clock, Idle, IdlePolicy};
-use crate::protocol::{mesi, Access, Acquire, ClientSide, ProtocolId, ToHome};
+use crate::protocol::{mesi, Access, Acquire, ClientSide, Join, ProtocolId, ToHome};
 use crate::stats::{self, Activity, ChunkEvent};
 use crate::store::Store;
 pub use crate::store::{Chain, LocalMemory};
@@ -147,7 +147,11 @@ impl Drop for Scope<'_> {
             self.client.release_chain(&self.chain)
         };
         if let Err(e) = ended {
+            // What could not be ended is still open (its message did not
+            // leave): nobody else can end it, so abort it, retrying a
+            // transient failure.
             tracing::warn!("ending a scope on drop: {e}");
+            self.client.abort_open(&self.chain);
         }
     }
 }
@@ -291,6 +295,15 @@ impl Client {
             } else {
                 idle.idle();
             }
+        }
+    }
+
+    /// One round of background progress, if no call holds the client.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn background_step(&self) -> usize {
+        match self.state.try_lock() {
+            Ok(mut st) => st.progress(self.rank, self.server).unwrap_or(0),
+            Err(_) => 0,
         }
     }
 
@@ -747,14 +760,44 @@ impl Client {
         for (i, &id) in ids.iter().enumerate() {
             if let Err(e) = self.acquire_at(id, Some(chain), access) {
                 for &done in &ids[..i] {
-                    if let Err(undo) = self.abort(done) {
-                        tracing::warn!("chunk {done}: undoing a failed acquire: {undo}");
-                    }
+                    self.abort_retrying(done);
                 }
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Aborts the scope this thread holds on `chunk`, trying again when the
+    /// message cannot be sent (a scope nobody can end would block every
+    /// other process); gives up, with a warning, after a few tries.
+    fn abort_retrying(&self, chunk: ChunkId) {
+        const TRIES: usize = 3;
+        for attempt in 1..=TRIES {
+            match self.abort(chunk) {
+                Ok(()) => return,
+                Err(SatError::Usage(_)) => return,
+                Err(e) if attempt == TRIES => {
+                    tracing::warn!("chunk {chunk}: its scope could not be ended: {e}")
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Aborts whatever this thread still holds open of `chain`.
+    fn abort_open(&self, chain: &Chain) {
+        let me = std::thread::current().id();
+        for id in chain.ids() {
+            let mine = self
+                .lock()
+                .store
+                .get(id)
+                .is_some_and(|c| c.side.in_scope() && c.holders.contains(&me));
+            if mine {
+                self.abort_retrying(id);
+            }
+        }
     }
 
     /// Ends the scopes on every chunk of `chain` without publishing: a
@@ -786,7 +829,7 @@ impl Client {
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
         let me = std::thread::current().id();
-        loop {
+        let granted = loop {
             let mut guard = self.lock();
             let st = &mut *guard;
             let place = st
@@ -807,9 +850,10 @@ impl Client {
             let busy = |s: &dyn ClientSide| {
                 s.writing()
                     || s.waiting()
-                    || (s.in_scope() && (access.exclusive() || !s.joins_read_scopes()))
+                    || (s.in_scope() && (access.exclusive() || s.join() == Join::Wait))
             };
-            if busy(c.side.as_ref()) && !c.holders.is_empty() && !c.holders.contains(&me) {
+            let beside = !c.holders.is_empty() && !c.holders.contains(&me);
+            if busy(c.side.as_ref()) && beside {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
@@ -833,10 +877,13 @@ impl Client {
             }
             let c = st.store.get_mut(chunk).expect("placed");
             let before = c.side.snapshot();
-            let step = c
-                .side
-                .acquire(access)
-                .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+            let ask = beside && access == Access::Read && c.side.join() == Join::Ask;
+            let step = if ask {
+                c.side.acquire_beside()
+            } else {
+                c.side.acquire(access)
+            }
+            .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
             let protocol = c.protocol;
             let req = match step {
                 Acquire::Hit => {
@@ -874,12 +921,13 @@ impl Client {
             if stats::on() && c.scope_stat.is_none() {
                 c.scope_stat = Some((started, access, false));
             }
+            let granted = c.grants + 1;
             st.store.set_scope_place(chunk, place);
-            break;
-        }
+            break granted;
+        };
         self.wait(None, |st| {
             let c = st.store.get(chunk)?;
-            if c.side.waiting() {
+            if c.grants < granted {
                 return None;
             }
             // A grant without data: the bytes are the version held here.
@@ -1220,17 +1268,15 @@ impl Client {
         }
         let mut idle = Idle::with_clock(policy, self.clock.clone());
         loop {
-            let events_pending = {
+            let (events_pending, traffic) = {
                 let mut st = self.lock();
                 let got = st.progress(self.rank, self.server)?;
                 if let Some(v) = ready(&mut st) {
                     return Ok(Some(v));
                 }
                 // Queued sends leave only while this process polls.
-                if got > 0 || st.transport.sends_queued() {
-                    idle.traffic();
-                }
-                st.mail.events.pending()
+                let traffic = got > 0 || st.transport.sends_queued();
+                (st.mail.events.pending(), traffic)
             };
             // Events that arrive while the role waits in a blocking call
             // run their handlers now (section 2.5), on the role's thread.
@@ -1242,7 +1288,12 @@ impl Client {
             if deadline.is_some_and(|d| self.clock.now() >= d) {
                 return Ok(None);
             }
-            idle.idle();
+            // Never with the lock held: another thread may run meanwhile.
+            if traffic {
+                idle.traffic();
+            } else {
+                idle.idle();
+            }
         }
     }
 }
@@ -1398,6 +1449,9 @@ fn coherence(
     };
     let data = (!payload.is_empty()).then_some(payload);
     let reaction = c.side.on_message(msg, data);
+    if reaction.is_ok() && !matches!(msg, mesi::ToClient::Inval) {
+        c.grants += 1;
+    }
     if let Ok(r) = &reaction {
         tracing::debug!(
             "[{}] chunk {chunk}: {op:?} from the home, local state {:?}",

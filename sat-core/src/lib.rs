@@ -25,7 +25,9 @@
 //! - [`observe`]: the debug stream;
 //! - [`stats`]: the statistics stream;
 //! - [`os`]: the few system calls made outside libfabric;
-//! - [`launcher`]: `satrun`, which starts the processes of a run on one host.
+//! - [`launcher`]: `satrun`, which starts the processes of a run on one host;
+//! - `simulator` (feature `simulator`): the whole stack under one seeded
+//!   scheduler, with the invariants of a shared memory checked at every step.
 
 #[cfg(feature = "abe")]
 pub mod abe;
@@ -42,6 +44,8 @@ pub mod protocol;
 pub mod quiescence;
 pub mod server;
 pub mod service;
+#[cfg(feature = "simulator")]
+pub mod simulator;
 pub mod stats;
 pub mod store;
 pub mod sync;

@@ -33,6 +33,18 @@ pub fn set_rank(rank: u32) {
     RANK.store(rank, Ordering::Relaxed);
 }
 
+thread_local! {
+    /// A rank for this thread's lines only: the simulator runs many
+    /// simulated processes in one.
+    static THREAD_RANK: std::cell::Cell<u32> = const { std::cell::Cell::new(RANK_UNKNOWN) };
+}
+
+/// The rank this thread's lines carry, over the process's (None: the
+/// process's again).
+pub fn set_thread_rank(rank: Option<u32>) {
+    THREAD_RANK.with(|r| r.set(rank.unwrap_or(RANK_UNKNOWN)));
+}
+
 /// Installs the debug stream once per process (later calls do nothing, and an
 /// application that installed its own `tracing` subscriber keeps it).
 pub fn init() {
@@ -76,7 +88,13 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         if self.print_rank {
-            match RANK.load(Ordering::Relaxed) {
+            let mine = THREAD_RANK.with(std::cell::Cell::get);
+            let rank = if mine == RANK_UNKNOWN {
+                RANK.load(Ordering::Relaxed)
+            } else {
+                mine
+            };
+            match rank {
                 RANK_UNKNOWN => write!(writer, "? ")?,
                 rank => write!(writer, "{rank} ")?,
             }

@@ -37,6 +37,8 @@ enum Status {
 #[derive(Debug)]
 pub struct Accounts {
     clients: Vec<(Rank, Status)>,
+    /// Notifications this server handed to each of its clients.
+    delivered: Vec<u64>,
     /// Published and received by clients that are done.
     done_sent: u64,
     done_received: u64,
@@ -79,6 +81,7 @@ impl Accounts {
     pub fn new(clients: &[Rank]) -> Accounts {
         Accounts {
             clients: clients.iter().map(|&c| (c, Status::Running)).collect(),
+            delivered: vec![0; clients.len()],
             done_sent: 0,
             done_received: 0,
             applied: 0,
@@ -104,13 +107,24 @@ impl Accounts {
         }
     }
 
-    /// `client` is done, with these lifetime counters.
+    /// A notification left for `client` (one of ours).
+    pub fn count_delivered(&mut self, client: Rank) {
+        if let Some(i) = self.clients.iter().position(|&(c, _)| c == client) {
+            self.delivered[i] += 1;
+        }
+    }
+
+    /// `client` is done, with these lifetime counters. Notifications this
+    /// server handed it that it had not received when it counted are on
+    /// their way to a client that will never act on them: they count as
+    /// dropped, or the totals would never balance and the run never end.
     pub fn client_done(&mut self, client: Rank, published: u64, received: u64) {
-        if let Some(s) = self.status(client) {
-            if *s != Status::Done {
-                *s = Status::Done;
+        if let Some(i) = self.clients.iter().position(|&(c, _)| c == client) {
+            if self.clients[i].1 != Status::Done {
+                self.clients[i].1 = Status::Done;
                 self.done_sent += published;
                 self.done_received += received;
+                self.dropped += self.delivered[i].saturating_sub(received);
             }
         }
         // A wave waiting for this client's reply now counts it as done.
@@ -273,6 +287,10 @@ impl Waves {
         }
         let (_, busy, sent, received) = self.collecting.take().expect("checked");
         let totals = (sent, received);
+        tracing::trace!(
+            "quiescence: wave {} busy {busy} sent {sent} received {received}",
+            r.wave
+        );
         let over = !busy && sent == received && self.last == Some(totals);
         self.last = (!busy).then_some(totals);
         if !over {

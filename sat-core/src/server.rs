@@ -253,6 +253,13 @@ impl<'t> Server<'t> {
             .map(|(&c, h)| (c, h.side.version(), h.side.data()))
     }
 
+    /// A service's slot `client` has a client attached (the simulator
+    /// attaches its clients without the admission desk).
+    #[cfg(feature = "simulator")]
+    pub(crate) fn attach(&mut self, client: Rank) {
+        self.st.client_done[client as usize] = false;
+    }
+
     /// A service's client died without detaching (its control connection
     /// closed): forget it everywhere, as the desk's `ClientLost` makes a
     /// server do.
@@ -542,6 +549,9 @@ impl ServerState<'_> {
             return;
         }
         let hop = if self.is_my_client(client) {
+            if is_notification(msg) {
+                self.accounts.count_delivered(client);
+            }
             client
         } else {
             self.topology.server_of(client)

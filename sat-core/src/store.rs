@@ -127,6 +127,9 @@ pub(crate) struct LocalChunk {
     pub holders: Vec<ThreadId>,
     /// The open scope's start, access and hit, for the statistics stream.
     pub scope_stat: Option<(u64, crate::protocol::Access, bool)>,
+    /// Grants taken so far: a thread that sent a request waits for the
+    /// next one (another thread's request may follow it at once).
+    pub grants: u64,
 }
 
 struct Region {
@@ -223,6 +226,7 @@ impl Store {
                 scope_place: 0,
                 holders: Vec::new(),
                 scope_stat: None,
+                grants: 0,
             });
             chunk.places.push(Place {
                 region,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::mesi::check_grant_data;
 use super::{
-    Access, Acquire, ClientSide, Consistency, HomeSide, LastRelease, Out, ProtocolId,
+    Access, Acquire, ClientSide, Consistency, HomeSide, Join, LastRelease, Out, ProtocolId,
     ProtocolViolation, Reaction, ScopeError, State, ToClient, ToHome, Version,
 };
 use crate::transport::Rank;
@@ -169,6 +169,9 @@ pub struct Client {
     /// data when this is still current.
     version: Option<Version>,
     read_scopes: u32,
+    /// The read grants the home counts for us (each ends with one
+    /// ReadRelease); the other read scopes joined one locally.
+    grants: u32,
     writing: bool,
     waiting: Option<Access>,
 }
@@ -179,6 +182,7 @@ impl Client {
             size,
             version: None,
             read_scopes: 0,
+            grants: 0,
             writing: false,
             waiting: None,
         }
@@ -203,8 +207,8 @@ impl ClientSide for Client {
                 need_data: access == Access::ReadWrite,
             }));
         }
-        // A read scope is open (the caller holds it: other threads wait,
-        // see `joins_read_scopes`): the grant covers this one.
+        // A read scope is open and the caller holds one (other threads ask
+        // the home, see `join`): its grant covers this one.
         if self.read_scopes > 0 {
             self.read_scopes += 1;
             return Ok(Acquire::Hit);
@@ -237,6 +241,7 @@ impl ClientSide for Client {
             self.writing = true;
         } else {
             self.read_scopes += 1;
+            self.grants += 1;
         }
         Ok(Reaction {
             reply: None,
@@ -255,7 +260,12 @@ impl ClientSide for Client {
             return Err(ScopeError::NotAcquired);
         }
         self.read_scopes -= 1;
-        Ok((self.read_scopes == 0).then_some(ToHome::ReadRelease))
+        // Each grant ends once: when fewer scopes than grants remain.
+        if self.read_scopes < self.grants {
+            self.grants -= 1;
+            return Ok(Some(ToHome::ReadRelease));
+        }
+        Ok(None)
     }
 
     fn abort(&mut self) -> Result<Option<ToHome>, ScopeError> {
@@ -267,11 +277,23 @@ impl ClientSide for Client {
         Ok(Some(ToHome::Abort))
     }
 
-    fn joins_read_scopes(&self) -> bool {
-        // The home counts this client's grant once; threads that joined it
-        // locally would keep it open while a writer waits there, unseen
-        // from here. Each thread's scope asks the home instead, in turn.
-        false
+    fn join(&self) -> Join {
+        // A writer waiting at the home is unseen from here: threads that
+        // joined our grant locally could keep it open for ever. Each
+        // thread's scope asks the home instead, which serves readers and
+        // writers in arrival order.
+        Join::Ask
+    }
+
+    fn acquire_beside(&mut self) -> Result<Acquire, ScopeError> {
+        if self.waiting.is_some() {
+            return Err(ScopeError::Waiting);
+        }
+        if self.writing {
+            return Err(ScopeError::AlreadyAcquired);
+        }
+        self.waiting = Some(Access::Read);
+        Ok(Acquire::Request(ToHome::ReadReq { have: self.version }))
     }
 
     fn snapshot(&self) -> Box<dyn ClientSide> {

@@ -23,7 +23,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use super::{Access, ClientSide, Consistency, HomeSide, LastRelease, ProtocolId, Reaction};
+use super::{Access, ClientSide, Consistency, HomeSide, Join, LastRelease, ProtocolId, Reaction};
 use crate::transport::Rank;
 
 /// The home-based MESI protocol's handlers.
@@ -582,11 +582,16 @@ impl ClientSide for Cache {
         Ok(Some(ToHome::Abort))
     }
 
-    fn joins_read_scopes(&self) -> bool {
-        // Once a writer waits for our acknowledgement, new readers queue
-        // behind it (at the home) instead of extending our read scopes
-        // for ever: that would starve the writer.
-        !self.inval_owed
+    fn join(&self) -> Join {
+        // Once a writer waits for our acknowledgement, new readers wait
+        // for our read scopes to end (then ask the home, queued behind the
+        // writer) instead of extending them for ever: that would starve
+        // the writer.
+        if self.inval_owed {
+            Join::Wait
+        } else {
+            Join::Local
+        }
     }
 
     fn snapshot(&self) -> Box<dyn ClientSide> {

@@ -134,10 +134,15 @@ pub trait ClientSide: Send + Debug {
     /// keeps its version, and the local bytes are no longer a valid copy; a
     /// read scope ends as with [`ClientSide::release`].
     fn abort(&mut self) -> Result<Option<ToHome>, ScopeError>;
-    /// Whether a thread holding no scope on the chunk may join the read
-    /// scopes open here without asking the home. False makes it wait until
-    /// they end (fairness: a writer waiting at the home goes first).
-    fn joins_read_scopes(&self) -> bool;
+    /// How a READ by a thread that holds no scope on the chunk meets the
+    /// read scopes other threads of this process hold open.
+    fn join(&self) -> Join;
+    /// A READ that asks the home for a grant of its own while other
+    /// threads' read scopes are open (when [`ClientSide::join`] says
+    /// [`Join::Ask`]).
+    fn acquire_beside(&mut self) -> Result<Acquire, ScopeError> {
+        self.acquire(Access::Read)
+    }
     /// A copy of this state, to put back when the message an event produced
     /// could not be sent (the home then never heard of the event).
     fn snapshot(&self) -> Box<dyn ClientSide>;
@@ -154,6 +159,21 @@ pub trait ClientSide: Send + Debug {
     fn writing(&self) -> bool;
     /// Whether an acquire waits for the home.
     fn waiting(&self) -> bool;
+}
+
+/// How a new reader meets the read scopes other threads hold (see
+/// [`ClientSide::join`]). A thread that holds a scope itself always joins:
+/// nested read scopes of one thread never wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// It shares them, with no message.
+    Local,
+    /// It waits until they end: a writer waits for them at the home and
+    /// must not be starved by readers that keep arriving here.
+    Wait,
+    /// It asks the home for a grant of its own, queued there in arrival
+    /// order with the writers ([`ClientSide::acquire_beside`]).
+    Ask,
 }
 
 /// The last released version a home keeps, and the checks every write-back

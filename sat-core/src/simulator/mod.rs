@@ -1,0 +1,204 @@
+//! The whole-stack simulator: the real clients, stores, servers, protocols,
+//! symbols and synchronization objects of a run, over the in-process
+//! transport, driven by one seeded scheduler, with the invariants of a
+//! shared memory checked after every step (feature `simulator`).
+//!
+//! In the spirit of FoundationDB's and TigerBeetle's simulators: a seed
+//! fixes everything (the topology, the memory capacities, the protocols of
+//! the chunks, every thread's program, the delivery delays within per-pair
+//! FIFO order, which thread or server runs at each step, the sends that
+//! fail, the clients that fail or die), so a failure prints its seed and
+//! `sat-simulate --seed S` replays it exactly.
+//!
+//! What runs (see [`workload`]): 1 to 3 servers and 2 to 4 clients of 1 to 3
+//! API threads each. Threads allocate and look up chunks, build chains that
+//! overlap, with SAT's memory or their own (as the C and Python faces do),
+//! open READ, WRITE and READWRITE scopes (nested in ascending order), end
+//! them by release, abort or a panic, PUT and GET, subscribe (handlers that
+//! read, unsubscribe, subscribe from a handler), raise signals, and probe
+//! misuse (a WRITE chain that fails part way). Clients may end their role in
+//! failure with scopes open; in a service, clients may die at any step. The
+//! run ends by its termination protocol (section 3), including the
+//! quiescence detection that stops clients waiting on subscriptions.
+//!
+//! What is checked (see [`world`]):
+//! - every version a home publishes is the bytes of exactly one release,
+//!   at the version its writer was granted plus one, in order: no invented
+//!   bytes, no bytes of a scope that did not release, nothing published
+//!   twice, and a READWRITE builds on the version before it (no lost
+//!   update);
+//! - a READ or READWRITE scope sees the home's current version when it
+//!   opens, and no home version changes while a scope on it is open (one
+//!   writer or many readers);
+//! - every operation ends within a step bound, and the run ends;
+//! - no panic, no server error.
+//!
+//! New paths (a shared segment, batched requests, another protocol) plug in
+//! by being used by the real client and server: the simulator drives those,
+//! and its workload picks protocols from [`ProtocolId`]'s list.
+
+pub mod scheduler;
+pub mod workload;
+pub mod world;
+
+use std::fmt;
+
+use crate::protocol::ProtocolId;
+
+pub use world::run;
+
+/// The shape of the runs a seed may pick from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Operations per API thread, at most.
+    pub ops: u32,
+    /// A step bound for the whole run: past it, the run is not live.
+    pub max_steps: u64,
+    /// A step bound for one operation.
+    pub op_steps: u64,
+    /// Print every step (for replaying one seed).
+    pub trace: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ops: 40,
+            max_steps: 400_000,
+            op_steps: 60_000,
+            trace: false,
+        }
+    }
+}
+
+/// What a passing run did, for the summary.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub steps: u64,
+    pub servers: u32,
+    pub clients: u32,
+    pub service: bool,
+    pub committed: u64,
+    pub aborted: u64,
+    pub read_checks: u64,
+    pub notifications: u64,
+}
+
+/// A broken invariant, with what replays it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub seed: u64,
+    pub step: u64,
+    /// The invariant that broke, in a few words.
+    pub invariant: String,
+    pub detail: String,
+    /// The last steps before the failure.
+    pub recent: Vec<String>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "seed {} broke \"{}\" at step {}: {}",
+            self.seed, self.invariant, self.step, self.detail
+        )?;
+        if !self.recent.is_empty() {
+            writeln!(f, "the last steps:")?;
+            for line in &self.recent {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        write!(
+            f,
+            "replay it with: sat-simulate --seed {} --trace",
+            self.seed
+        )
+    }
+}
+
+/// The protocols the workload allocates chunks with: a new protocol joins
+/// the simulation by being listed here.
+pub const PROTOCOLS: [ProtocolId; 2] = [ProtocolId::HomeMesi, ProtocolId::HomeOnly];
+
+/// SplitMix64: the run's generator (written out, so a seed's run never
+/// changes with a dependency's version).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// A generator for a part of the run, independent of the others.
+    pub fn fork(&mut self, salt: u64) -> Rng {
+        Rng::new(self.next_u64() ^ salt.wrapping_mul(0x2545_f491_4f6c_dd1d))
+    }
+}
+
+/// The bytes a simulated write scope leaves in a chunk: who wrote them and
+/// on what, so that any version a home publishes can be traced to exactly
+/// one release. `prev` is the token a READWRITE read (`BLIND` for a WRITE).
+/// Chunks are at least [`MIN_CHUNK`] bytes.
+pub mod content {
+    /// The `prev` of a WRITE, which does not read.
+    pub const BLIND: u64 = u64::MAX;
+    /// The smallest chunk the workload allocates: the header and some fill.
+    pub const MIN_CHUNK: usize = 40;
+
+    fn fill(token: u64, i: usize) -> u8 {
+        (token.wrapping_mul(31).wrapping_add(i as u64 * 7) >> 3) as u8
+    }
+
+    /// Writes token `token` (never 0) of `chunk` over `bytes`.
+    pub fn write(bytes: &mut [u8], chunk: u64, token: u64, prev: u64) {
+        bytes[0..8].copy_from_slice(&token.to_le_bytes());
+        bytes[8..16].copy_from_slice(&prev.to_le_bytes());
+        bytes[16..24].copy_from_slice(&chunk.to_le_bytes());
+        for (i, b) in bytes.iter_mut().enumerate().skip(24) {
+            *b = fill(token, i);
+        }
+    }
+
+    /// The (token, prev) the bytes of `chunk` carry: (0, BLIND) for the
+    /// zeros of version 0; an error for bytes no write scope left.
+    pub fn read(bytes: &[u8], chunk: u64) -> Result<(u64, u64), String> {
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok((0, BLIND));
+        }
+        let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let (token, prev, owner) = (word(0), word(8), word(16));
+        if owner != chunk {
+            return Err(format!(
+                "bytes of chunk {owner} (token {token}) found in chunk {chunk}"
+            ));
+        }
+        if let Some(i) = (24..bytes.len()).find(|&i| bytes[i] != fill(token, i)) {
+            return Err(format!(
+                "chunk {chunk} token {token}: byte {i} is {} where its writer left {}",
+                bytes[i],
+                fill(token, i)
+            ));
+        }
+        Ok((token, prev))
+    }
+}

@@ -1,0 +1,910 @@
+//! What the simulated threads do: programs drawn from the seed, run against
+//! the real [`Client`] API, each result checked against the homes and
+//! recorded for the invariants.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use super::world::{OpenScope, Shared};
+use super::{content, Config, Rng, PROTOCOLS};
+use crate::chunk::ChunkId;
+use crate::client::{Chain, Client, Event};
+use crate::protocol::{Access, ProtocolId};
+use crate::topology::Topology;
+use crate::transport::{Payload, Rank, Received, Sender, Transport, TransportError};
+use crate::wire::{self, Message};
+
+/// Chunks shared by every client start here; below are each thread's own.
+const SHARED_BASE: ChunkId = 16;
+/// LOOKUPs wait this long (simulated) for the chunk's MALLOC.
+const LOOKUP_WAIT: Duration = Duration::from_secs(2);
+/// A detach or the end of a role waits this long for its server.
+const FINISH_WAIT: Duration = Duration::from_secs(60);
+
+/// The chunks of a run: id, size and protocol, the same for everyone.
+#[derive(Debug, Clone)]
+pub(crate) struct Chunks {
+    pub shared: Vec<(ChunkId, usize, ProtocolId)>,
+}
+
+impl Chunks {
+    fn protocol(&self, id: ChunkId) -> ProtocolId {
+        self.shared
+            .iter()
+            .find(|c| c.0 == id)
+            .map_or(ProtocolId::HomeMesi, |c| c.2)
+    }
+}
+
+/// One thread's program.
+pub(crate) struct Program {
+    rng: Rng,
+    ops: u32,
+    chunks: Arc<Chunks>,
+    /// Thread 0 only: the role ends in failure, with scopes still open.
+    role_fails: bool,
+    /// Sends of this client may fail (one at a time, chosen by the program).
+    send_faults: bool,
+}
+
+pub(crate) struct ClientPlan {
+    pub threads: Vec<Program>,
+}
+
+/// The programs of every client of a run.
+pub(crate) fn plan(
+    rng: &mut Rng,
+    _topology: &Topology,
+    clients: u32,
+    config: &Config,
+) -> Vec<ClientPlan> {
+    let n = 3 + rng.below(5);
+    let chunks = Arc::new(Chunks {
+        shared: (0..n)
+            .map(|i| {
+                let size = content::MIN_CHUNK + rng.below(33) as usize;
+                let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
+                (SHARED_BASE + i, size, protocol)
+            })
+            .collect(),
+    });
+    (0..clients)
+        .map(|ci| {
+            let threads = 1 + rng.below(3) as usize;
+            let role_fails = rng.chance(15);
+            let send_faults = rng.chance(30);
+            ClientPlan {
+                threads: (0..threads)
+                    .map(|ti| Program {
+                        rng: rng.fork(u64::from(ci) * 8 + ti as u64),
+                        ops: config.ops / 2 + rng.below(u64::from(config.ops / 2) + 1) as u32,
+                        chunks: chunks.clone(),
+                        role_fails: ti == 0 && role_fails,
+                        send_faults,
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// How a simulated thread ended.
+#[derive(Debug, Clone)]
+pub(crate) enum ThreadOutcome {
+    Done,
+    TornDown,
+    Panicked(String),
+}
+
+/// A simulated thread and what it may touch.
+pub(crate) struct Thread {
+    pub id: usize,
+    pub client_index: usize,
+    pub thread_index: usize,
+    pub threads: usize,
+    pub client: Arc<Client>,
+    pub shared: Arc<Shared>,
+    pub fault: Fault,
+    pub siblings_done: Arc<AtomicUsize>,
+    pub service: bool,
+    pub program: Program,
+}
+
+/// A chain this thread knows.
+struct Known {
+    chain: Chain,
+    ids: Vec<ChunkId>,
+}
+
+/// A scope this thread holds: its chain, access and the tokens it wrote.
+struct Held {
+    chain: usize,
+    access: Access,
+    tokens: Vec<(ChunkId, u64)>,
+    /// What a read scope saw when it opened.
+    seen: Vec<u8>,
+}
+
+/// The payload of a panic the workload raises on purpose (inside a scope,
+/// to check that the scope publishes nothing).
+struct Deliberate;
+
+fn quiet_deliberate_panics() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Deliberate>() {
+                default(info);
+            }
+        }));
+    });
+}
+
+pub(crate) fn run_thread(mut t: Thread) -> ThreadOutcome {
+    quiet_deliberate_panics();
+    crate::observe::set_thread_rank(Some(t.client.rank()));
+    if t.thread_index == 0 {
+        t.client.enter_role();
+    }
+    let mut state = State {
+        chains: Vec::new(),
+        held: Vec::new(),
+        private: 1 + t.client_index as ChunkId * 3 + t.thread_index as ChunkId,
+    };
+    t.run(&mut state);
+    set_op(&t, None);
+    ThreadOutcome::Done
+}
+
+struct State {
+    chains: Vec<Known>,
+    held: Vec<Held>,
+    private: ChunkId,
+}
+
+fn set_op(t: &Thread, op: Option<String>) {
+    let step = t.shared.sched.steps();
+    Shared::lock(&t.shared.ops)[t.id] = op.map(|o| {
+        (
+            step,
+            format!("client {} thread {}: {o}", t.client_index, t.thread_index),
+        )
+    });
+}
+
+impl Thread {
+    fn note(&self, what: impl FnOnce() -> String) {
+        self.shared
+            .note(|| format!("c{}t{}: {}", self.client_index, self.thread_index, what()));
+    }
+
+    fn run(&mut self, st: &mut State) {
+        // Every thread MALLOCs the shared chunks (the same size and
+        // protocol everywhere: joining) and its own.
+        let chunks = self.program.chunks.clone();
+        for &(id, size, protocol) in &chunks.shared {
+            set_op(self, Some(format!("MALLOC {id}")));
+            match self.client.malloc_with(protocol, id, size) {
+                Ok(chain) => st.chains.push(Known {
+                    chain,
+                    ids: vec![id],
+                }),
+                Err(e) => self.shared.fail("MALLOC works", format!("chunk {id}: {e}")),
+            }
+        }
+        set_op(self, Some(format!("MALLOC {}", st.private)));
+        if let Err(e) =
+            self.client
+                .malloc_with(ProtocolId::HomeMesi, st.private, content::MIN_CHUNK)
+        {
+            self.shared
+                .fail("MALLOC works", format!("chunk {}: {e}", st.private));
+        }
+        for _ in 0..self.program.ops {
+            set_op(self, None);
+            self.shared.sched.pause();
+            if self.shared.failed() {
+                return;
+            }
+            self.one_op(st);
+        }
+        // The end of the thread, or of the role. (A thread that waits for
+        // others while holding scopes they need would deadlock itself.)
+        let fails = self.program.role_fails && !self.service;
+        while !st.held.is_empty() {
+            self.end_scope(st, st.held.len() - 1, End::Release);
+        }
+        if self.thread_index != 0 {
+            self.siblings_done.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        // A role function waits for the threads it started.
+        set_op(self, Some("waiting for the other threads".into()));
+        while self.siblings_done.load(Ordering::SeqCst) + 1 < self.threads {
+            self.shared.sched.pause();
+        }
+        if self.service {
+            set_op(self, Some("detach".into()));
+            self.note(|| "detach".into());
+            if let Err(e) = self.client.finish(FINISH_WAIT) {
+                self.shared.fail("a client detaches", e.to_string());
+            }
+            return;
+        }
+        if fails {
+            // The role fails inside write scopes: they end without
+            // publishing.
+            for _ in 0..2 {
+                let before = st.held.len();
+                self.open_scope(st);
+                if st.held.len() == before {
+                    break;
+                }
+            }
+            {
+                let mut o = Shared::lock(&self.shared.oracle);
+                o.scopes.retain(|s| s.thread != self.id);
+                for h in &st.held {
+                    for &(_, token) in &h.tokens {
+                        o.abort(token);
+                    }
+                }
+            }
+            self.note(|| format!("the role fails with {} scopes open", st.held.len()));
+            st.held.clear();
+            set_op(self, Some("finish after a failed role".into()));
+            if let Err(e) = self.client.finish_failed(FINISH_WAIT) {
+                self.shared.fail("a failed role ends", e.to_string());
+            }
+            return;
+        }
+        set_op(self, Some("client loop (handlers)".into()));
+        if let Err(e) = self.client.serve_subscriptions() {
+            self.shared.fail("handlers succeed", e.to_string());
+        }
+        set_op(self, Some("finish".into()));
+        if let Err(e) = self.client.finish(FINISH_WAIT) {
+            self.shared.fail("a role ends", e.to_string());
+        }
+    }
+
+    fn one_op(&mut self, st: &mut State) {
+        let r = self.program.rng.below(100);
+        match r {
+            0..=11 => self.new_chain(st),
+            12..=56 => self.open_scope(st),
+            57..=79 => {
+                if !st.held.is_empty() {
+                    let i = self.program.rng.below(st.held.len() as u64) as usize;
+                    let end = match self.program.rng.below(10) {
+                        0 | 1 => End::Abort,
+                        _ => End::Release,
+                    };
+                    if self.program.send_faults && self.program.rng.chance(20) {
+                        self.fault.fail_next_coherence();
+                    }
+                    self.end_scope(st, i, end);
+                }
+            }
+            80..=84 => self.panic_in_scope(st),
+            85..=88 => self.put_get(st),
+            89..=91 => self.failing_write(st),
+            92..=96 => self.subscription(),
+            _ => self.signal(),
+        }
+    }
+
+    fn pick_shared(&mut self) -> ChunkId {
+        let n = self.program.chunks.shared.len() as u64;
+        self.program.chunks.shared[self.program.rng.below(n) as usize].0
+    }
+
+    /// A chain over 1 to 3 shared chunks, in any order, with SAT's memory
+    /// or the thread's own (as the C and Python faces allocate).
+    fn new_chain(&mut self, st: &mut State) {
+        if st.chains.len() >= 10 {
+            return;
+        }
+        let mut ids = Vec::new();
+        for _ in 0..1 + self.program.rng.below(3) {
+            let id = self.pick_shared();
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        let kind = self.program.rng.below(3);
+        set_op(self, Some(format!("LOOKUP_LST {ids:?} (kind {kind})")));
+        let chain = match kind {
+            0 => self.client.lookup_lst(&ids, LOOKUP_WAIT),
+            1 => self.client.lookup_lst_into(&ids, LOOKUP_WAIT, |size| {
+                Some(Box::new(vec![0u8; size]) as Box<dyn crate::store::LocalMemory>)
+            }),
+            _ => {
+                // MAP of the chain over the thread's own memory, when its
+                // chunks share a protocol.
+                let chunks = self.program.chunks.clone();
+                let protocol = chunks.protocol(ids[0]);
+                if ids.iter().any(|&i| chunks.protocol(i) != protocol) {
+                    return;
+                }
+                let sizes: Vec<usize> = ids
+                    .iter()
+                    .map(|&i| chunks.shared.iter().find(|c| c.0 == i).expect("shared").1)
+                    .collect();
+                let total = sizes.iter().sum();
+                self.client
+                    .map_lst(protocol, &ids, &sizes, Box::new(vec![0u8; total]))
+            }
+        };
+        match chain {
+            Ok(chain) => {
+                self.note(|| format!("new chain {ids:?} (kind {kind})"));
+                st.chains.push(Known { chain, ids });
+            }
+            Err(e) => self
+                .shared
+                .fail("LOOKUP_LST works", format!("chain {ids:?}: {e}")),
+        }
+    }
+
+    /// The chunks this thread holds scopes on.
+    fn held_ids(&self, st: &State) -> Vec<ChunkId> {
+        st.held
+            .iter()
+            .flat_map(|h| st.chains[h.chain].ids.iter().copied())
+            .collect()
+    }
+
+    /// Opens a scope on one of the known chains; nested scopes are taken in
+    /// ascending order (chunks above every held one), as a program that
+    /// does not deadlock itself does.
+    fn open_scope(&mut self, st: &mut State) {
+        if st.chains.is_empty() || st.held.len() >= 3 {
+            return;
+        }
+        let i = self.program.rng.below(st.chains.len() as u64) as usize;
+        let held = self.held_ids(st);
+        let top = held.iter().copied().max();
+        let ids = st.chains[i].ids.clone();
+        if let Some(top) = top {
+            if ids.iter().any(|&id| id <= top) {
+                return;
+            }
+        }
+        let access = match self.program.rng.below(10) {
+            0..=4 => Access::Read,
+            5..=6 => Access::Write,
+            _ => Access::ReadWrite,
+        };
+        if self.program.send_faults && self.program.rng.chance(15) {
+            self.fault.fail_next_coherence();
+        }
+        set_op(self, Some(format!("{access:?} chain {ids:?}")));
+        let chain = st.chains[i].chain.clone();
+        if let Err(e) = self.client.acquire_chain(&chain, access) {
+            self.note(|| format!("{access:?} {ids:?} failed: {e}"));
+            self.fault.clear();
+            return;
+        }
+        self.fault.clear();
+        let tokens = self.opened(&chain, &ids, access);
+        let saw: Vec<String> = ids
+            .iter()
+            .map(|&id| {
+                let v = self.client.local_version(id);
+                let (t, _) = self
+                    .client
+                    .with_chain(&chain, |b| {
+                        let k = chain.layout().position(id).expect("in the chain");
+                        content::read(&b[chain.layout().range(k)], id)
+                    })
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or((0, 0));
+                format!("{id}: v{v:?} t{t}")
+            })
+            .collect();
+        self.note(|| {
+            format!(
+                "{access:?} {ids:?} open ({}), wrote {tokens:?}",
+                saw.join(", ")
+            )
+        });
+        let seen = if access == Access::Read {
+            self.client
+                .with_chain(&chain, |b| b.to_vec())
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        st.held.push(Held {
+            chain: i,
+            access,
+            tokens,
+            seen,
+        });
+    }
+
+    /// A scope just opened on `chain`: check what it sees, record it, and
+    /// write new tokens in a write scope.
+    fn opened(&self, chain: &Chain, ids: &[ChunkId], access: Access) -> Vec<(ChunkId, u64)> {
+        let layout = chain.layout().clone();
+        let mut tokens = Vec::new();
+        let seen = self
+            .client
+            .with_chain(chain, |bytes| bytes.to_vec())
+            .expect("a chain in scope is readable");
+        for (k, &id) in ids.iter().enumerate() {
+            let mine = &seen[layout.range(k)];
+            let sees = if access == Access::Write {
+                self.shared.home(id).map_or(0, |h| h.0)
+            } else {
+                match self
+                    .shared
+                    .check_sees(self.client_index, id, mine, access == Access::Read)
+                {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.shared.fail(
+                            "a scope sees the home's current version",
+                            format!("thread {} {access:?}: {e}", self.thread_index),
+                        );
+                        return tokens;
+                    }
+                }
+            };
+            let mut oracle = Shared::lock(&self.shared.oracle);
+            oracle.scopes.push(OpenScope {
+                thread: self.id,
+                client: self.client_index,
+                thread_index: self.thread_index,
+                chunk: id,
+                version: sees,
+            });
+            if access.exclusive() {
+                let prev = if access == Access::ReadWrite {
+                    content::read(mine, id).map_or(0, |(t, _)| t)
+                } else {
+                    content::BLIND
+                };
+                let granted = self.client.local_version(id).unwrap_or(0);
+                drop(oracle);
+                let mut oracle = Shared::lock(&self.shared.oracle);
+                tokens.push((id, oracle.token(self.client_index, id, granted, prev)));
+            }
+        }
+        if access.exclusive() {
+            let written = self.client.with_chain_mut(chain, |bytes| {
+                for (k, &(id, token)) in tokens.iter().enumerate() {
+                    let prev = {
+                        let o = Shared::lock(&self.shared.oracle);
+                        o.tokens[&token].prev
+                    };
+                    content::write(&mut bytes[layout.range(k)], id, token, prev);
+                }
+            });
+            if let Err(e) = written {
+                self.shared
+                    .fail("a write scope is writable", format!("{ids:?}: {e}"));
+            }
+        }
+        tokens
+    }
+
+    /// Ends held scope `i` by a release or an abort.
+    fn end_scope(&mut self, st: &mut State, i: usize, end: End) {
+        let h = st.held.remove(i);
+        let known = &st.chains[h.chain];
+        let ids = known.ids.clone();
+        // Re-reading a read scope: it still sees the version it opened on.
+        if h.access == Access::Read {
+            match self.client.with_chain(&known.chain, |b| b.to_vec()) {
+                Ok(now) if now != h.seen => self.shared.fail(
+                    "a read scope sees one version",
+                    format!("the bytes of chain {ids:?} changed under a read scope"),
+                ),
+                Ok(_) => {}
+                Err(e) => self
+                    .shared
+                    .fail("a read scope sees one version", format!("{ids:?}: {e}")),
+            }
+        }
+        {
+            // Before the message leaves: the home may move once it arrives.
+            let mut o = Shared::lock(&self.shared.oracle);
+            for &id in &ids {
+                if let Some(k) = o
+                    .scopes
+                    .iter()
+                    .position(|s| s.thread == self.id && s.chunk == id)
+                {
+                    o.scopes.remove(k);
+                }
+            }
+        }
+        set_op(self, Some(format!("{end:?} {:?} {ids:?}", h.access)));
+        let mut ended = vec![false; ids.len()];
+        for (k, &id) in ids.iter().enumerate() {
+            let r = match end {
+                End::Release => self.client.release(id),
+                End::Abort => self.client.abort(id),
+            };
+            self.fault.clear();
+            match r {
+                Ok(()) => ended[k] = true,
+                Err(e) => self.note(|| format!("{end:?} of chunk {id} failed: {e}")),
+            }
+        }
+        for (k, &id) in ids.iter().enumerate() {
+            let token = h.tokens.iter().find(|t| t.0 == id).map(|t| t.1);
+            if !ended[k] {
+                // Its end could not be sent: the scope is still open, as
+                // it was. End it without publishing.
+                if !(0..4).any(|_| self.client.abort(id).is_ok()) {
+                    self.shared
+                        .fail("a scope can end", format!("chunk {id} stays in scope"));
+                }
+                if let Some(token) = token {
+                    Shared::lock(&self.shared.oracle).abort(token);
+                }
+                continue;
+            }
+            let Some(token) = token else { continue };
+            let mut o = Shared::lock(&self.shared.oracle);
+            match end {
+                End::Release => {
+                    if let Err(e) = o.commit(token) {
+                        drop(o);
+                        self.shared.fail("each version has one release", e);
+                    }
+                }
+                End::Abort => o.abort(token),
+            }
+        }
+        self.note(|| format!("{end:?} {:?} {ids:?}", h.access));
+    }
+
+    /// A write scope whose thread panics: the guard, dropped while the
+    /// thread unwinds, aborts it.
+    fn panic_in_scope(&mut self, st: &mut State) {
+        if st.chains.is_empty() || !st.held.is_empty() {
+            return;
+        }
+        let i = self.program.rng.below(st.chains.len() as u64) as usize;
+        let chain = st.chains[i].chain.clone();
+        let ids = st.chains[i].ids.clone();
+        set_op(self, Some(format!("WRITE {ids:?} then a panic")));
+        let scope = match self.client.write(&chain) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        let tokens = self.opened(&chain, &ids, Access::Write);
+        {
+            let mut o = Shared::lock(&self.shared.oracle);
+            o.scopes.retain(|s| s.thread != self.id);
+            for &(_, token) in &tokens {
+                o.abort(token);
+            }
+        }
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _scope = scope;
+            std::panic::panic_any(Deliberate);
+        }));
+        debug_assert!(unwound.is_err());
+        self.note(|| format!("panicked inside WRITE {ids:?} (tokens {tokens:?})"));
+    }
+
+    /// PUT of new bytes into a shared chunk, or GET of one.
+    fn put_get(&mut self, st: &mut State) {
+        if !st.held.is_empty() {
+            return;
+        }
+        let id = self.pick_shared();
+        let size = self
+            .program
+            .chunks
+            .shared
+            .iter()
+            .find(|c| c.0 == id)
+            .expect("shared")
+            .1;
+        if self.program.rng.chance(50) {
+            set_op(self, Some(format!("GET {id}")));
+            let mut buf = vec![0u8; size];
+            match self.client.get(id, &mut buf) {
+                Ok(()) => {
+                    if let Err(e) = self.shared.check_sees(self.client_index, id, &buf, true) {
+                        self.shared.fail(
+                            "a scope sees the home's current version",
+                            format!("GET: {e}"),
+                        );
+                    }
+                }
+                Err(e) => self.shared.fail("GET works", format!("chunk {id}: {e}")),
+            }
+            return;
+        }
+        // The token is made before the scope, its version found after.
+        let token =
+            Shared::lock(&self.shared.oracle).token(self.client_index, id, 0, content::BLIND);
+        let mut bytes = vec![0u8; size];
+        content::write(&mut bytes, id, token, content::BLIND);
+        set_op(self, Some(format!("PUT {id} token {token}")));
+        match self.client.put(id, &bytes) {
+            Ok(()) => {
+                let version = self.client.local_version(id).unwrap_or(0);
+                let mut o = Shared::lock(&self.shared.oracle);
+                o.tokens.get_mut(&token).expect("made").version = version;
+                if let Err(e) = o.commit(token) {
+                    drop(o);
+                    self.shared.fail("each version has one release", e);
+                }
+            }
+            Err(e) => {
+                Shared::lock(&self.shared.oracle).abort(token);
+                self.shared.fail("PUT works", format!("chunk {id}: {e}"));
+            }
+        }
+    }
+
+    /// Misuse that fails part way: inside a READ scope on a shared chunk,
+    /// WRITE a chain of this thread's own chunk and that one. The own
+    /// chunk is granted first (ascending order), the shared one refused:
+    /// nothing may be published.
+    fn failing_write(&mut self, st: &mut State) {
+        if !st.held.is_empty() {
+            return;
+        }
+        let id = self.pick_shared();
+        set_op(
+            self,
+            Some(format!("READ {id}, then WRITE [{}, {id}]", st.private)),
+        );
+        if self.client.acquire(id, Access::Read).is_err() {
+            return;
+        }
+        let seen = self
+            .client
+            .with_data(id, |b| b.to_vec())
+            .unwrap_or_default();
+        let version = match self.shared.check_sees(self.client_index, id, &seen, true) {
+            Ok(v) => v,
+            Err(e) => {
+                self.shared.fail(
+                    "a scope sees the home's current version",
+                    format!("READ: {e}"),
+                );
+                return;
+            }
+        };
+        Shared::lock(&self.shared.oracle).scopes.push(OpenScope {
+            thread: self.id,
+            client: self.client_index,
+            thread_index: self.thread_index,
+            chunk: id,
+            version,
+        });
+        let pair = self.client.lookup_lst(&[st.private, id], LOOKUP_WAIT);
+        match pair {
+            Ok(chain) => match self.client.acquire_chain(&chain, Access::Write) {
+                Ok(()) => self.shared.fail(
+                    "misuse is refused",
+                    format!(
+                        "WRITE of [{}, {id}] inside a READ of {id} succeeded",
+                        st.private
+                    ),
+                ),
+                Err(e) => self.note(|| format!("WRITE [{}, {id}] refused: {e}", st.private)),
+            },
+            Err(e) => self
+                .shared
+                .fail("LOOKUP_LST works", format!("[{}, {id}]: {e}", st.private)),
+        }
+        {
+            let mut o = Shared::lock(&self.shared.oracle);
+            if let Some(k) = o
+                .scopes
+                .iter()
+                .position(|s| s.thread == self.id && s.chunk == id)
+            {
+                o.scopes.remove(k);
+            }
+        }
+        if let Err(e) = self.client.release(id) {
+            self.shared
+                .fail("RELEASE works", format!("chunk {id}: {e}"));
+        }
+    }
+
+    /// SUBSCRIBE to a shared chunk (handlers GET it and check what they
+    /// see; some unsubscribe after a few events), or UNSUBSCRIBE.
+    fn subscription(&mut self) {
+        let id = self.pick_shared();
+        let with_data = self.program.rng.chance(50);
+        let stop_after = self.program.rng.below(4);
+        set_op(self, Some(format!("SUBSCRIBE {id}")));
+        let shared = self.shared.clone();
+        let size = self
+            .program
+            .chunks
+            .shared
+            .iter()
+            .find(|c| c.0 == id)
+            .expect("shared")
+            .1;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let client = self.client_index;
+        let r = self.client.subscribe(id, with_data, move |c, event| {
+            Shared::lock(&shared.oracle).notifications += 1;
+            let Event::Chunk { chunk, .. } = event else {
+                shared.fail(
+                    "events match subscriptions",
+                    format!("{event:?} for chunk {id}"),
+                );
+                return Ok(());
+            };
+            let mut buf = vec![0u8; size];
+            c.get(*chunk, &mut buf)?;
+            if let Err(e) = shared.check_sees(client, *chunk, &buf, true) {
+                shared.fail(
+                    "a scope sees the home's current version",
+                    format!("a handler's GET: {e}"),
+                );
+            }
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            if stop_after > 0 && n as u64 >= stop_after {
+                c.unsubscribe(*chunk)?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => self.note(|| format!("subscribed to {id} (data {with_data})")),
+            Err(e) => {
+                if !e.to_string().contains("already subscribed") {
+                    self.shared
+                        .fail("SUBSCRIBE works", format!("chunk {id}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// Raise a signal, or subscribe to one with a handler that subscribes
+    /// to a chunk and unsubscribes from the signal.
+    fn signal(&mut self) {
+        let id = 1 + self.program.rng.below(2) as u32;
+        if self.program.rng.chance(50) {
+            set_op(self, Some(format!("raise {id}")));
+            if let Err(e) = self.client.raise(id) {
+                self.shared.fail("raise works", e.to_string());
+            }
+            return;
+        }
+        let chunk = self.pick_shared();
+        let shared = self.shared.clone();
+        set_op(self, Some(format!("subscribe to signal {id}")));
+        let r = self.client.subscribe_signal(id, move |c, _| {
+            Shared::lock(&shared.oracle).notifications += 1;
+            c.unsubscribe_signal(id)?;
+            match c.subscribe(chunk, true, |_, _| Ok(())) {
+                Ok(()) => {}
+                Err(e) if e.to_string().contains("already subscribed") => {}
+                Err(e) => return Err(e.into()),
+            }
+            Ok(())
+        });
+        if let Err(e) = r {
+            if !e.to_string().contains("already subscribed") {
+                self.shared.fail("subscribe_signal works", e.to_string());
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum End {
+    Release,
+    Abort,
+}
+
+/// Faults a client's transport may show: one coherence send that fails,
+/// or the end of the process.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fault(Arc<FaultState>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// The thread whose next coherence message fails.
+    fail_next: std::sync::Mutex<Option<std::thread::ThreadId>>,
+    dead: AtomicBool,
+}
+
+impl Fault {
+    /// The next coherence message the calling thread sends fails.
+    fn fail_next_coherence(&self) {
+        *Shared::lock(&self.0.fail_next) = Some(std::thread::current().id());
+    }
+
+    fn clear(&self) {
+        *Shared::lock(&self.0.fail_next) = None;
+    }
+
+    /// Whether this send fails (once).
+    fn fails_now(&self) -> bool {
+        let mut armed = Shared::lock(&self.0.fail_next);
+        if *armed == Some(std::thread::current().id()) {
+            *armed = None;
+            return true;
+        }
+        false
+    }
+
+    /// The process is gone: nothing leaves, nothing arrives.
+    pub fn die(&self) {
+        self.0.dead.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A client's transport with [`Fault`]s.
+pub(crate) struct Faulty<T> {
+    inner: T,
+    fault: Fault,
+}
+
+impl<T: Transport> Faulty<T> {
+    pub fn new(inner: T, fault: Fault) -> Faulty<T> {
+        Faulty { inner, fault }
+    }
+}
+
+impl<T: Transport> Sender for Faulty<T> {
+    fn send(
+        &mut self,
+        dest: Rank,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<(), TransportError> {
+        let lost = |reason: &str| {
+            Err(TransportError::PeerLost {
+                rank: dest,
+                reason: reason.into(),
+            })
+        };
+        if self.fault.0.dead.load(Ordering::Relaxed) {
+            return lost("this process is dead (simulated)");
+        }
+        if matches!(wire::decode(header), Ok(Message::Coherence { .. })) && self.fault.fails_now() {
+            return lost("a simulated send failure");
+        }
+        self.inner.send(dest, header, payload)
+    }
+}
+
+impl<T: Transport> Transport for Faulty<T> {
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+
+    fn poll(
+        &mut self,
+        on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
+    ) -> Result<usize, TransportError> {
+        if self.fault.0.dead.load(Ordering::Relaxed) {
+            return Ok(0);
+        }
+        self.inner.poll(on_message)
+    }
+
+    fn messages_sent(&self) -> u64 {
+        self.inner.messages_sent()
+    }
+
+    fn sends_drained(&mut self) -> Result<bool, TransportError> {
+        self.inner.sends_drained()
+    }
+}

@@ -1,0 +1,709 @@
+//! A simulated run: its topology, servers and clients, the scheduling loop,
+//! and the invariants checked after every step.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::scheduler::{Scheduler, Teardown};
+use super::workload::{self, ClientPlan, Fault, Faulty, ThreadOutcome};
+use super::{content, Config, Failure, Outcome, Rng};
+use crate::client::Client;
+use crate::progress::Clock;
+use crate::protocol::Version;
+use crate::server::{Server, ServiceSide, Step};
+use crate::topology::Topology;
+use crate::transport::mem::{MemNetwork, Schedule};
+
+/// What a simulated write scope left in a chunk, as the oracle knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Token {
+    pub chunk: u64,
+    /// The simulated client that wrote it.
+    pub client: usize,
+    /// The version its release must become: the granted version plus one.
+    pub version: Version,
+    pub prev: u64,
+    pub status: Status,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Written inside a scope that has not ended.
+    Open,
+    /// Its release returned: the home must publish it, once.
+    Committed,
+    /// Its scope ended without publishing.
+    Aborted,
+}
+
+/// A scope a simulated thread holds, and the version it sees: the home may
+/// not go past that version until the scope ends (it may be behind it
+/// while the scope reads its own process's release on its way home).
+#[derive(Debug, Clone)]
+pub(crate) struct OpenScope {
+    pub thread: usize,
+    pub client: usize,
+    pub thread_index: usize,
+    pub chunk: u64,
+    pub version: Version,
+}
+
+/// What the simulated threads did, as the invariants need it.
+#[derive(Debug, Default)]
+pub(crate) struct Oracle {
+    next_token: u64,
+    pub tokens: HashMap<u64, Token>,
+    /// (chunk, version) -> the token committed for it.
+    pub committed: BTreeMap<(u64, Version), u64>,
+    pub scopes: Vec<OpenScope>,
+    pub aborted: u64,
+    pub read_checks: u64,
+    pub notifications: u64,
+}
+
+impl Oracle {
+    /// A new token for a write scope of `client` on `chunk` granted at
+    /// `granted`.
+    pub fn token(&mut self, client: usize, chunk: u64, granted: Version, prev: u64) -> u64 {
+        self.next_token += 1;
+        let t = self.next_token;
+        self.tokens.insert(
+            t,
+            Token {
+                chunk,
+                client,
+                version: granted + 1,
+                prev,
+                status: Status::Open,
+            },
+        );
+        t
+    }
+
+    /// The release of `token` returned: an error when its version is
+    /// already taken by another release.
+    pub fn commit(&mut self, token: u64) -> Result<(), String> {
+        let t = self.tokens.get_mut(&token).expect("a known token");
+        t.status = Status::Committed;
+        if let Some(other) = self.committed.insert((t.chunk, t.version), token) {
+            return Err(format!(
+                "two releases of chunk {} were granted version {}: tokens {other} and {token}",
+                t.chunk,
+                t.version - 1
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn abort(&mut self, token: u64) {
+        if let Some(t) = self.tokens.get_mut(&token) {
+            t.status = Status::Aborted;
+            self.aborted += 1;
+        }
+    }
+}
+
+/// Everything the scheduler and the simulated threads share.
+pub(crate) struct Shared {
+    pub sched: Arc<Scheduler>,
+    pub oracle: Mutex<Oracle>,
+    /// The homes as of the last step: chunk -> (version, data).
+    pub homes: Mutex<BTreeMap<u64, (Version, Arc<[u8]>)>>,
+    failure: Mutex<Option<(u64, String, String)>>,
+    recent: Mutex<VecDeque<String>>,
+    trace: bool,
+    /// Per simulated thread: the operation under way and the step it began.
+    pub ops: Mutex<Vec<Option<(u64, String)>>>,
+}
+
+const RECENT: usize = 40;
+
+impl Shared {
+    pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a broken invariant (the first one wins).
+    pub fn fail(&self, invariant: &str, detail: String) {
+        let mut f = Shared::lock(&self.failure);
+        if f.is_none() {
+            *f = Some((self.sched.steps(), invariant.to_string(), detail));
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        Shared::lock(&self.failure).is_some()
+    }
+
+    /// A line of the run's recent history (printed on failure, and as it
+    /// happens under `--trace`).
+    pub fn note(&self, line: impl FnOnce() -> String) {
+        let line = format!("[{}] {}", self.sched.steps(), line());
+        if self.trace {
+            println!("{line}");
+        }
+        let mut r = Shared::lock(&self.recent);
+        if r.len() == RECENT {
+            r.pop_front();
+        }
+        r.push_back(line);
+    }
+
+    /// Checks what a scope of `client` opened on `chunk` sees: the home's
+    /// current version, or (`own_newer`, for a READ) a release of the same
+    /// client that has not reached the home yet. Returns the version seen.
+    pub fn check_sees(
+        &self,
+        client: usize,
+        chunk: u64,
+        bytes: &[u8],
+        own_newer: bool,
+    ) -> Result<Version, String> {
+        let (version, home) = self.home(chunk).unwrap_or((0, Arc::from(vec![])));
+        let mut oracle = Shared::lock(&self.oracle);
+        oracle.read_checks += 1;
+        if home.is_empty() || bytes == &home[..] {
+            return Ok(version);
+        }
+        let seen = content::read(bytes, chunk);
+        if let Ok((token, _)) = seen {
+            if let Some(t) = oracle.tokens.get(&token) {
+                if own_newer
+                    && t.client == client
+                    && t.status == Status::Committed
+                    && t.version > version
+                {
+                    return Ok(t.version);
+                }
+            }
+        }
+        Err(format!(
+            "client {client} sees {seen:?} in chunk {chunk}; the home has version {version} {:?}",
+            content::read(&home, chunk)
+        ))
+    }
+
+    /// The home's current (version, data) of `chunk`.
+    pub fn home(&self, chunk: u64) -> Option<(Version, Arc<[u8]>)> {
+        Shared::lock(&self.homes).get(&chunk).cloned()
+    }
+}
+
+/// The shape one seed picks.
+struct Shape {
+    servers: u32,
+    clients: u32,
+    service: bool,
+    capacities: Vec<u32>,
+    max_delay: u32,
+}
+
+impl Shape {
+    fn pick(rng: &mut Rng) -> Shape {
+        let servers = 1 + rng.below(3) as u32;
+        let clients = 2 + rng.below(3) as u32;
+        Shape {
+            servers,
+            clients,
+            service: rng.chance(25),
+            // A chunk capacity of 2 or 3 forces eviction of SAT's chains.
+            capacities: (0..clients)
+                .map(|_| {
+                    if rng.chance(40) {
+                        2 + rng.below(2) as u32
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            max_delay: rng.below(5) as u32,
+        }
+    }
+
+    fn topology(&self) -> String {
+        let mut xml = String::from("<?xml version=\"1.0\"?>\n<SAT><topologies>\n");
+        let client_rank = |i: u32| self.servers + i;
+        for s in 0..self.servers {
+            let mine: Vec<String> = (0..self.clients)
+                .filter(|i| i % self.servers == s)
+                .map(|i| client_rank(i).to_string())
+                .collect();
+            xml += &format!(
+                "<topology id=\"{s}\" role=\"0\"><memory capacity=\"0\"/>\
+                 <clients><intlist>{}</intlist></clients></topology>\n",
+                mine.join(" ")
+            );
+        }
+        for i in 0..self.clients {
+            xml += &format!(
+                "<topology id=\"{}\" role=\"1\"><memory capacity=\"{}\"/>\
+                 <servers><intlist>{}</intlist></servers></topology>\n",
+                client_rank(i),
+                self.capacities[i as usize],
+                i % self.servers
+            );
+        }
+        xml + "</topologies></SAT>\n"
+    }
+}
+
+/// What the scheduler may run at a step.
+#[derive(Debug, Clone, Copy)]
+enum Actor {
+    Server(usize),
+    Thread(usize),
+    /// A client's background progress (it answers the homes while the
+    /// application computes).
+    Background(usize),
+}
+
+/// Runs seed `seed`: Ok with a summary, or the first broken invariant.
+pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
+    let mut rng = Rng::new(seed);
+    let shape = Shape::pick(&mut rng);
+    let xml = shape.topology();
+    let topology = Arc::new(Topology::parse(&xml, "simulated").expect("a valid topology"));
+    let (net, endpoints) = MemNetwork::new(
+        topology.len(),
+        Schedule::Random {
+            seed: rng.next_u64(),
+            max_delay_polls: shape.max_delay,
+        },
+    );
+    let sched = Scheduler::new();
+    let clock = Clock::Simulated(sched.clone());
+    let shared = Arc::new(Shared {
+        sched: sched.clone(),
+        oracle: Mutex::new(Oracle::default()),
+        homes: Mutex::new(BTreeMap::new()),
+        failure: Mutex::new(None),
+        recent: Mutex::new(VecDeque::new()),
+        trace: config.trace,
+        ops: Mutex::new(Vec::new()),
+    });
+    shared.note(|| {
+        format!(
+            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls",
+            shape.servers,
+            shape.clients,
+            shape.capacities,
+            if shape.service { "a service" } else { "a run" },
+            shape.max_delay
+        )
+    });
+
+    let mut endpoints: VecDeque<_> = endpoints.into_iter().collect();
+    let mut servers = Vec::new();
+    for rank in 0..shape.servers {
+        let side = shape.service.then(|| ServiceSide::new(None));
+        let mut server = Server::new(&topology, rank, side, clock.clone());
+        if shape.service {
+            for &c in topology.clients_of(rank) {
+                server.attach(c);
+            }
+        }
+        servers.push((server, endpoints.pop_front().expect("an endpoint"), false));
+    }
+
+    // The clients and their threads.
+    let plans = workload::plan(&mut rng, &topology, shape.clients, config);
+    let mut clients: Vec<Arc<Client>> = Vec::new();
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut threads = Vec::new();
+    let mut thread_client = Vec::new();
+    let mut dead: Vec<Arc<AtomicBool>> = Vec::new();
+    for (ci, plan) in plans.into_iter().enumerate() {
+        let ep = endpoints.pop_front().expect("an endpoint");
+        let fault = Fault::default();
+        let transport = Faulty::new(ep, fault.clone());
+        let client = Arc::new(Client::with_clock(
+            topology.clone(),
+            Box::new(transport),
+            clock.clone(),
+        ));
+        let ClientPlan { threads: programs } = plan;
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let nthreads = programs.len();
+        for (ti, program) in programs.into_iter().enumerate() {
+            let id = threads.len();
+            Shared::lock(&shared.ops).push(None);
+            let ctx = workload::Thread {
+                id,
+                client_index: ci,
+                thread_index: ti,
+                threads: nthreads,
+                client: client.clone(),
+                shared: shared.clone(),
+                fault: fault.clone(),
+                siblings_done: done.clone(),
+                service: shape.service,
+                program,
+            };
+            let sched = sched.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("sim-{seed}-c{ci}t{ti}"))
+                .spawn(move || {
+                    sched.enter(id);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        workload::run_thread(ctx)
+                    }));
+                    let outcome = match outcome {
+                        Ok(o) => o,
+                        Err(p) if p.is::<Teardown>() => ThreadOutcome::TornDown,
+                        Err(p) => ThreadOutcome::Panicked(panic_text(&p)),
+                    };
+                    sched.leave();
+                    outcome
+                })
+                .expect("spawn a simulated thread");
+            threads.push((handle, false));
+            thread_client.push(ci);
+        }
+        clients.push(client);
+        faults.push(fault);
+        dead.push(Arc::new(AtomicBool::new(false)));
+    }
+    let client_rank = |ci: usize| shape.servers + ci as u32;
+
+    // The loop: one actor per step, then the invariants.
+    let mut pick = rng.fork(7);
+    let mut seen: BTreeMap<u64, (Version, u64)> = BTreeMap::new();
+    let mut outcomes: Vec<Option<ThreadOutcome>> = vec![None; threads.len()];
+    let death_at: Option<(u64, usize)> = (shape.service && pick.chance(50)).then(|| {
+        (
+            200 + pick.below(20_000),
+            pick.below(u64::from(shape.clients)) as usize,
+        )
+    });
+    let mut result = Ok(());
+    loop {
+        if shared.failed() {
+            break;
+        }
+        let steps = sched.steps();
+        if steps > config.max_steps {
+            shared.fail(
+                "the run ends",
+                format!(
+                    "still going after {} steps; {}",
+                    steps,
+                    waiting_ops(&shared)
+                ),
+            );
+            break;
+        }
+        if let Some((step, op)) = overdue(&shared, steps, config.op_steps) {
+            shared.fail(
+                "every request is answered",
+                format!(
+                    "{op}, begun at step {step}, is not done {} steps later; {}",
+                    steps - step,
+                    waiting_ops(&shared)
+                ),
+            );
+            break;
+        }
+        // A client of a service dies.
+        if let Some((at, victim)) = death_at {
+            if steps == at && !dead[victim].load(Ordering::Relaxed) {
+                let alive = thread_client
+                    .iter()
+                    .enumerate()
+                    .any(|(t, &c)| c == victim && !threads[t].1);
+                if alive {
+                    dead[victim].store(true, Ordering::Relaxed);
+                    faults[victim].die();
+                    shared.note(|| format!("client {victim} dies"));
+                    Shared::lock(&shared.oracle)
+                        .scopes
+                        .retain(|s| s.client != victim);
+                    for (t, &c) in thread_client.iter().enumerate() {
+                        if c == victim && !threads[t].1 {
+                            sched.kill(t);
+                            threads[t].1 = true;
+                        }
+                    }
+                    let rank = client_rank(victim);
+                    let (server, ep, _) = &mut servers[topology.server_of(rank) as usize];
+                    server.client_lost(ep, rank);
+                }
+            }
+        }
+        // Who may run.
+        let mut actors = Vec::new();
+        for (i, (_, _, finished)) in servers.iter().enumerate() {
+            if !finished {
+                actors.push(Actor::Server(i));
+            }
+        }
+        for (t, (_, finished)) in threads.iter().enumerate() {
+            if !finished {
+                actors.push(Actor::Thread(t));
+            }
+        }
+        for (ci, d) in dead.iter().enumerate() {
+            let live = thread_client
+                .iter()
+                .enumerate()
+                .any(|(t, &c)| c == ci && !threads[t].1);
+            if live && !d.load(Ordering::Relaxed) && pick.chance(30) {
+                actors.push(Actor::Background(ci));
+            }
+        }
+        let threads_left = threads.iter().any(|(_, f)| !f);
+        if !threads_left {
+            let servers_left = servers.iter().any(|(_, _, f)| !f);
+            let quiet = (0..shape.servers).all(|r| net.in_flight_to(r) == 0);
+            if !servers_left || (shape.service && quiet) {
+                break;
+            }
+        }
+        let actor = actors[pick.below(actors.len() as u64) as usize];
+        sched.tick();
+        match actor {
+            Actor::Server(i) => {
+                crate::observe::set_thread_rank(Some(i as u32));
+                let (server, ep, finished) = &mut servers[i];
+                match server.step(ep) {
+                    Ok(Step::Finished) => {
+                        *finished = true;
+                        shared.note(|| format!("server {i} finished"));
+                    }
+                    Ok(_) => {}
+                    Err(e) => shared.fail("no server error", format!("server {i}: {e}")),
+                }
+                let mut homes = Shared::lock(&shared.homes);
+                for (chunk, version, data) in server.homes() {
+                    homes.insert(chunk, (version, data.clone()));
+                }
+            }
+            Actor::Thread(t) => {
+                if sched.run_thread(t) {
+                    threads[t].1 = true;
+                }
+            }
+            Actor::Background(ci) => {
+                crate::observe::set_thread_rank(Some(client_rank(ci)));
+                clients[ci].background_step();
+            }
+        }
+        if let Err(f) = check_homes(&shared, &mut seen) {
+            result = Err(f);
+            break;
+        }
+        check_scopes(&shared);
+    }
+
+    // Tear down what is left, and collect what the threads say.
+    sched.abort_all();
+    for (t, (h, _)) in threads.into_iter().enumerate() {
+        let outcome = h
+            .join()
+            .unwrap_or_else(|p| ThreadOutcome::Panicked(panic_text(&p)));
+        if let ThreadOutcome::Panicked(text) = &outcome {
+            shared.fail("no panic", format!("thread {t}: {text}"));
+        }
+        outcomes[t] = Some(outcome);
+    }
+    if let Err((invariant, detail)) = result {
+        shared.fail(&invariant, detail);
+    }
+    if !shared.failed() {
+        final_checks(&shared, shape.service);
+    }
+    let failure = Shared::lock(&shared.failure).take();
+    if let Some((step, invariant, detail)) = failure {
+        return Err(Failure {
+            seed,
+            step,
+            invariant,
+            detail,
+            recent: Shared::lock(&shared.recent).iter().cloned().collect(),
+        });
+    }
+    let oracle = Shared::lock(&shared.oracle);
+    Ok(Outcome {
+        steps: sched.steps(),
+        servers: shape.servers,
+        clients: shape.clients,
+        service: shape.service,
+        committed: oracle.committed.len() as u64,
+        aborted: oracle.aborted,
+        read_checks: oracle.read_checks,
+        notifications: oracle.notifications,
+    })
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
+}
+
+/// The operation that has waited longest, if past the bound.
+fn overdue(shared: &Shared, now: u64, bound: u64) -> Option<(u64, String)> {
+    Shared::lock(&shared.ops)
+        .iter()
+        .flatten()
+        .filter(|(since, _)| now - since > bound)
+        .min_by_key(|(since, _)| *since)
+        .cloned()
+}
+
+fn waiting_ops(shared: &Shared) -> String {
+    let ops: Vec<String> = Shared::lock(&shared.ops)
+        .iter()
+        .flatten()
+        .map(|(since, op)| format!("{op} (since step {since})"))
+        .collect();
+    if ops.is_empty() {
+        "no operation is under way".into()
+    } else {
+        format!("under way: {}", ops.join("; "))
+    }
+}
+
+/// Every version a home publishes is the bytes of exactly one release, at
+/// its version, in order.
+fn check_homes(
+    shared: &Shared,
+    seen: &mut BTreeMap<u64, (Version, u64)>,
+) -> Result<(), (String, String)> {
+    let homes = Shared::lock(&shared.homes);
+    let oracle = Shared::lock(&shared.oracle);
+    let bad = |what: &str, detail: String| Err((what.to_string(), detail));
+    for (&chunk, (version, data)) in homes.iter() {
+        let (token, prev) = match content::read(data, chunk) {
+            Ok(t) => t,
+            Err(e) => return bad("no invented bytes", format!("version {version}: {e}")),
+        };
+        let (last_version, last_token) = seen.get(&chunk).copied().unwrap_or((0, 0));
+        if *version < last_version {
+            return bad(
+                "versions only grow",
+                format!("chunk {chunk} went from version {last_version} back to {version}"),
+            );
+        }
+        if *version == last_version {
+            if token != last_token {
+                return bad(
+                    "a version's bytes never change",
+                    format!("chunk {chunk} version {version} held token {last_token}, now {token}"),
+                );
+            }
+            continue;
+        }
+        seen.insert(chunk, (*version, token));
+        if token == 0 {
+            return bad(
+                "no invented bytes",
+                format!("chunk {chunk} version {version} is all zeros: no release wrote that"),
+            );
+        }
+        let Some(t) = oracle.tokens.get(&token) else {
+            return bad(
+                "no invented bytes",
+                format!(
+                    "chunk {chunk} version {version} holds token {token}, which no scope wrote"
+                ),
+            );
+        };
+        match t.status {
+            Status::Committed => {}
+            Status::Open => {
+                return bad(
+                    "only released bytes are published",
+                    format!(
+                        "chunk {chunk} version {version} holds token {token}, written in a scope \
+                         that has not been released"
+                    ),
+                )
+            }
+            Status::Aborted => {
+                return bad(
+                    "only released bytes are published",
+                    format!(
+                        "chunk {chunk} version {version} holds token {token}, whose scope ended \
+                         without a release"
+                    ),
+                )
+            }
+        }
+        if t.version != *version {
+            return bad(
+                "each release is published once, at its version",
+                format!(
+                    "chunk {chunk} version {version} holds token {token}, released as version {}",
+                    t.version
+                ),
+            );
+        }
+        if prev != content::BLIND {
+            let before = if *version == 1 {
+                Some(0)
+            } else {
+                oracle.committed.get(&(chunk, version - 1)).copied()
+            };
+            if let Some(before) = before {
+                if before != prev {
+                    return bad(
+                        "no lost update",
+                        format!(
+                            "chunk {chunk} version {version} (token {token}) is a READWRITE of \
+                             token {prev}, but version {} is token {before}",
+                            version - 1
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// No home version moves while a scope on it is open.
+fn check_scopes(shared: &Shared) {
+    let homes = Shared::lock(&shared.homes);
+    let oracle = Shared::lock(&shared.oracle);
+    for s in &oracle.scopes {
+        let now = homes.get(&s.chunk).map_or(0, |(v, _)| *v);
+        if now > s.version {
+            let detail = format!(
+                "c{}t{} has a scope on chunk {} that sees version {}, and the home is at \
+                 version {now} (open scopes: {:?})",
+                s.client, s.thread_index, s.chunk, s.version, oracle.scopes
+            );
+            drop(oracle);
+            drop(homes);
+            shared.fail("one writer or many readers", detail);
+            return;
+        }
+    }
+}
+
+/// At the end: every committed release became exactly one version.
+fn final_checks(shared: &Shared, service: bool) {
+    let homes = Shared::lock(&shared.homes);
+    let oracle = Shared::lock(&shared.oracle);
+    let mut per_chunk: BTreeMap<u64, u64> = BTreeMap::new();
+    for &(chunk, _) in oracle.committed.keys() {
+        *per_chunk.entry(chunk).or_default() += 1;
+    }
+    let mut problems = Vec::new();
+    for (&chunk, (version, _)) in homes.iter() {
+        let released = per_chunk.get(&chunk).copied().unwrap_or(0);
+        if released != *version {
+            problems.push(format!(
+                "chunk {chunk}: {released} releases returned, the home is at version {version}"
+            ));
+        }
+    }
+    // In a service, a client that died may have had a release on its way.
+    if !problems.is_empty() && !service {
+        drop(oracle);
+        drop(homes);
+        shared.fail("no lost update", problems.join("; "));
+    }
+}
