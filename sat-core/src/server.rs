@@ -302,8 +302,14 @@ impl ServerState<'_> {
         }
     }
 
+    /// Whether `rank` is a client of this server. Total: ranks come off the
+    /// wire, and one outside the topology (from a buggy or hostile peer) is
+    /// nobody's client, so its message is dropped instead of panicking in
+    /// the topology's lookup.
     fn is_my_client(&self, rank: Rank) -> bool {
-        !self.topology.is_server(rank) && self.topology.server_of(rank) == self.rank
+        self.topology
+            .get(rank)
+            .is_some_and(|e| !e.is_server() && self.topology.server_of(rank) == self.rank)
     }
 
     /// Whether a request in `client`'s name may come from `src`: from that
@@ -468,8 +474,16 @@ impl ServerState<'_> {
         }
         let hop = if self.is_my_client(client) {
             client
-        } else {
+        } else if self.topology.get(client).is_some_and(|e| !e.is_server()) {
             self.topology.server_of(client)
+        } else {
+            // Callers check the rank first; this keeps a miss from panicking.
+            tracing::warn!(
+                "server {}: {} for {client}, which is not a client: dropped",
+                self.rank,
+                msg.kind()
+            );
+            return;
         };
         self.send(out, hop, msg, payload);
     }
@@ -985,5 +999,206 @@ mod tests {
         );
         assert!(st.homes.is_empty());
         assert!(!st.alloc.has_parked() && st.alloc.size_of(0).is_none());
+    }
+
+    /// A server of `topology` at `rank`, as `serve` builds it, without the
+    /// loop: tests feed it messages one poll at a time.
+    fn server_state(
+        topology: &Topology,
+        rank: Rank,
+        service: Option<ServiceSide>,
+    ) -> ServerState<'_> {
+        let size = topology.len() as usize;
+        let servers = topology.servers();
+        let in_service = service.is_some();
+        ServerState {
+            rank,
+            topology,
+            client_done: (0..size as Rank)
+                .map(|r| in_service && !topology.is_server(r))
+                .collect(),
+            clients_left: topology.clients_of(rank).len(),
+            told_seed: false,
+            server_done: vec![false; size],
+            servers_left: servers.len(),
+            shutdown_sent: false,
+            acks_left: servers.len() - 1,
+            shutdown: false,
+            servers: servers.clone(),
+            alloc: AllocDirectory::default(),
+            homes: HashMap::new(),
+            home_out: Vec::new(),
+            header: [0; MAX_HEADER],
+            coordinator: Coordinator::default(),
+            accounts: Accounts::new(topology.clients_of(rank)),
+            waves: (rank == SEED && !in_service).then(|| Waves::new(servers.len())),
+            told_quiet: false,
+            service,
+        }
+    }
+
+    /// Sends each message from `from` to `st`'s endpoint and lets `st`
+    /// handle it, one poll per message. Returns the messages whose handling
+    /// panicked.
+    fn feed(
+        st: &mut ServerState<'_>,
+        server: &mut dyn Transport,
+        from: &mut dyn Transport,
+        msgs: &[Message],
+    ) -> Vec<String> {
+        let mut hdr = [0u8; MAX_HEADER];
+        let mut panicked = Vec::new();
+        for msg in msgs {
+            let n = wire::encode(msg, &mut hdr).unwrap();
+            from.send(st.rank, &hdr[..n], Payload::None).unwrap();
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                server.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            }));
+            match polled {
+                Ok(Ok(1)) => {}
+                Ok(other) => panic!("{msg:?}: poll gave {other:?}"),
+                Err(_) => panicked.push(format!("{msg:?}")),
+            }
+        }
+        panicked
+    }
+
+    /// Every message that names a client, from a server, with a client rank
+    /// outside the topology.
+    fn out_of_range_clients(topology: &Topology) -> Vec<Message> {
+        let mut msgs = Vec::new();
+        for c in [topology.len(), 99, u32::MAX] {
+            msgs.extend([
+                Message::Malloc {
+                    chunk: 0,
+                    size: 8,
+                    client: c,
+                    protocol: ProtocolId::HomeMesi,
+                    label: crate::chunk::NO_LABEL,
+                },
+                Message::Lookup {
+                    chunk: 0,
+                    client: c,
+                    wait_ms: 0,
+                },
+                Message::AllocReply {
+                    chunk: 0,
+                    client: c,
+                    outcome: AllocOutcome::NotAllocated,
+                },
+                Message::Coherence {
+                    chunk: 0,
+                    client: c,
+                    op: CoherenceOp::ReadReq { have: None },
+                },
+                Message::Coherence {
+                    chunk: 0,
+                    client: c,
+                    op: CoherenceOp::Inval,
+                },
+                Message::ClientLeft { client: c },
+                Message::Sync {
+                    client: c,
+                    op: crate::wire::SyncOp::Wakeup { id: 0 },
+                },
+                Message::Sync {
+                    client: c,
+                    op: crate::wire::SyncOp::BarrierDone { id: 0 },
+                },
+                Message::Subscribe {
+                    chunk: 0,
+                    client: c,
+                    with_data: false,
+                },
+                Message::Unsubscribe {
+                    chunk: 0,
+                    client: c,
+                },
+                Message::Subscribed {
+                    chunk: 0,
+                    client: c,
+                },
+                Message::Notify {
+                    chunk: 0,
+                    client: c,
+                    version: 1,
+                    with_data: false,
+                },
+                Message::Relay {
+                    from: c,
+                    to: 2,
+                    tag: 0,
+                },
+                Message::Relay {
+                    from: 4,
+                    to: c,
+                    tag: 0,
+                },
+                Message::Admit { client: c },
+                Message::Admitted {
+                    client: c,
+                    refused: String::new(),
+                },
+                Message::ClientLost { client: c },
+                Message::ClientForgotten { client: c },
+                Message::SlotFree { client: c },
+            ]);
+        }
+        msgs
+    }
+
+    /// Membership messages about real clients, which only a service
+    /// exchanges.
+    fn membership(client: Rank) -> Vec<Message> {
+        vec![
+            Message::Admit { client },
+            Message::Admitted {
+                client,
+                refused: String::new(),
+            },
+            Message::ClientLost { client },
+            Message::ClientForgotten { client },
+            Message::SlotFree { client },
+        ]
+    }
+
+    #[test]
+    fn bad_client_ranks_from_servers_are_dropped_not_panics() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        for in_service in [false, true] {
+            let service = || in_service.then(|| ServiceSide::new(None));
+            // The seed hears from server 1, and server 1 from the seed (the
+            // only sender of Admit and ClientLost).
+            for (rank, from) in [(0, 1), (1, 0)] {
+                let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+                let mut st = server_state(&topology, rank, service());
+                let mut msgs = out_of_range_clients(&topology);
+                if !in_service {
+                    // Membership messages outside a service, about a client of
+                    // the receiver and about one of the sender.
+                    msgs.extend(membership(topology.clients_of(rank)[0]));
+                    msgs.extend(membership(topology.clients_of(from)[0]));
+                }
+                let (lo, hi) = eps.split_at_mut(1);
+                let (server, sender) = if rank == 0 {
+                    (&mut lo[0], &mut hi[0])
+                } else {
+                    (&mut hi[0], &mut lo[0])
+                };
+                let panicked = feed(&mut st, server, sender, &msgs);
+                assert!(
+                    panicked.is_empty(),
+                    "server {rank} (service: {in_service}) panicked on {} messages from {from}:\n{}",
+                    panicked.len(),
+                    panicked.join("\n")
+                );
+                assert_eq!(
+                    net.messages_sent(),
+                    msgs.len() as u64,
+                    "server {rank} (service: {in_service}) answered or forwarded something"
+                );
+                assert!(st.homes.is_empty() && !st.alloc.has_parked());
+            }
+        }
     }
 }

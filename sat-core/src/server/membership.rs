@@ -101,10 +101,13 @@ impl ServerState<'_> {
     }
 
     /// One server confirmed it forgot `client`.
+    /// Comes off the wire: outside a service (where nothing is being
+    /// forgotten) or for a client not being forgotten it is dropped.
     pub(super) fn forgotten_by(&mut self, out: &mut dyn Sender, client: Rank) {
-        let Some(left) = self.service_mut().forgetting.get_mut(&client) else {
+        let waiting = self.service.as_mut().map(|s| &mut s.forgetting);
+        let Some(left) = waiting.and_then(|w| w.get_mut(&client)) else {
             tracing::warn!(
-                "server {}: unexpected confirmation about client {client}",
+                "server {}: unexpected confirmation about client {client}: dropped",
                 self.rank
             );
             return;
