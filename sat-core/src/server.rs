@@ -523,6 +523,7 @@ impl ServerState<'_> {
         match *msg {
             Message::Malloc {
                 size,
+                request,
                 protocol,
                 label,
                 ..
@@ -547,17 +548,19 @@ impl ServerState<'_> {
                     "malloc baseid {chunk} size {size} [{}] for {client}: {outcome}",
                     protocol.name()
                 );
-                self.answer(out, chunk, client, outcome);
-                for (waiter, outcome) in woken {
-                    self.answer(out, chunk, waiter, outcome);
+                self.answer(out, chunk, (client, request), outcome);
+                for (waiter, parked, outcome) in woken {
+                    self.answer(out, chunk, (waiter, parked), outcome);
                 }
             }
-            Message::Lookup { wait_ms, .. } => {
+            Message::Lookup {
+                request, wait_ms, ..
+            } => {
                 let deadline = Instant::now() + Duration::from_millis(wait_ms as u64);
-                match self.alloc.lookup(chunk, client, deadline) {
+                match self.alloc.lookup(chunk, client, request, deadline) {
                     Some(outcome) => {
                         tracing::debug!("lookup chunk {chunk} for {client}: {outcome}");
-                        self.answer(out, chunk, client, outcome);
+                        self.answer(out, chunk, (client, request), outcome);
                     }
                     None => tracing::debug!(
                         "lookup chunk {chunk} for {client} parked until it is allocated"
@@ -568,14 +571,21 @@ impl ServerState<'_> {
         }
     }
 
-    /// Sends the home's answer about `chunk` to `client`.
-    fn answer(&mut self, out: &mut dyn Sender, chunk: u64, client: Rank, outcome: AllocOutcome) {
+    /// Sends the home's answer about `chunk` to `client`'s request `request`.
+    fn answer(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        (client, request): (Rank, u64),
+        outcome: AllocOutcome,
+    ) {
         self.send_to_client(
             out,
             client,
             &Message::AllocReply {
                 chunk,
                 client,
+                request,
                 outcome,
             },
         );
@@ -730,9 +740,9 @@ impl ServerState<'_> {
 
     /// Answers the LOOKUPs whose time ran out.
     fn expire_lookups(&mut self, out: &mut dyn Sender) {
-        for (chunk, client) in self.alloc.expire(Instant::now()) {
+        for (chunk, client, request) in self.alloc.expire(Instant::now()) {
             tracing::debug!("lookup chunk {chunk} for {client}: nobody allocated it in time");
-            self.answer(out, chunk, client, AllocOutcome::NotAllocated);
+            self.answer(out, chunk, (client, request), AllocOutcome::NotAllocated);
         }
     }
 
@@ -903,12 +913,14 @@ mod tests {
                 chunk: 0,
                 size: 8,
                 client: 3,
+                request: 0,
                 protocol: ProtocolId::HomeMesi,
                 label: crate::chunk::NO_LABEL,
             },
             Message::Lookup {
                 chunk: 0,
                 client: 4,
+                request: 0,
                 wait_ms: 0,
             },
             // A coherence request in another's name, one for a chunk nobody
@@ -1073,17 +1085,20 @@ mod tests {
                     chunk: 0,
                     size: 8,
                     client: c,
+                    request: 0,
                     protocol: ProtocolId::HomeMesi,
                     label: crate::chunk::NO_LABEL,
                 },
                 Message::Lookup {
                     chunk: 0,
                     client: c,
+                    request: 0,
                     wait_ms: 0,
                 },
                 Message::AllocReply {
                     chunk: 0,
                     client: c,
+                    request: 0,
                     outcome: AllocOutcome::NotAllocated,
                 },
                 Message::Coherence {
