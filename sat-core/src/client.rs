@@ -35,6 +35,11 @@ const REPLY_SPIN: Duration = Duration::from_micros(500);
 /// Allocation requests in flight at once for one chain.
 const ALLOC_WINDOW: usize = 32;
 
+/// How long a MALLOC waits for each answer of its chunks' homes. A home
+/// answers at once; no answer for this long means it has stopped or cannot
+/// be reached, and the MALLOC fails with a Timeout naming the server.
+const MALLOC_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn label_mismatch(chunk: ChunkId, asked: Label, has: Label) -> SatError {
     let what = |l: Label| {
         if l == NO_LABEL {
@@ -507,7 +512,7 @@ impl Client {
                          MALLOC it somewhere, or LOOKUP with a longer wait"
                     )))
                 }
-                AllocOutcome::Mismatch { .. } => {
+                AllocOutcome::Mismatch { .. } | AllocOutcome::Refused => {
                     return Err(SatError::Usage(format!(
                         "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
                     )))
@@ -658,7 +663,7 @@ impl Client {
                 label,
             })
             .collect::<Vec<_>>();
-        let outcomes = self.allocation(&requests, None)?;
+        let outcomes = self.allocation(&requests, Some(MALLOC_TIMEOUT))?;
         for (&(chunk, size), outcome) in layout.chunks().iter().zip(outcomes) {
             // The home allocates only what was asked; an answer saying it
             // holds something else is a mismatch: taking it would give a
@@ -696,6 +701,12 @@ impl Client {
                 AllocOutcome::NotAllocated => {
                     return Err(SatError::Usage(format!(
                         "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
+                    )))
+                }
+                AllocOutcome::Refused => {
+                    return Err(SatError::Usage(format!(
+                        "MALLOC of chunk {chunk} with {size} bytes: its home refused it, a chunk \
+                         holds 1 to {MAX_CHUNK_SIZE} bytes; MALLOC a chain of smaller chunks"
                     )))
                 }
             }

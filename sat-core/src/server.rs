@@ -530,6 +530,8 @@ impl ServerState<'_> {
             } => {
                 if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
                     tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
+                    // Answered, or the client would wait for nothing.
+                    self.answer(out, chunk, (client, request), AllocOutcome::Refused);
                     return;
                 }
                 if self.alloc.size_of(chunk).is_none() {
@@ -1215,5 +1217,46 @@ mod tests {
                 assert!(st.homes.is_empty() && !st.alloc.has_parked());
             }
         }
+    }
+
+    /// A MALLOC of 0 bytes or above the largest chunk, sent raw (the client
+    /// API refuses both before sending), is answered with a refusal.
+    #[test]
+    fn a_malloc_of_a_size_out_of_range_is_refused() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut client2 = eps.remove(2);
+        let mut server0 = eps.remove(0);
+        let mut st = server_state(&topology, 0, None);
+        let sizes = [0, 2 << 30, crate::chunk::MAX_CHUNK_SIZE as u64 + 1];
+        let mut hdr = [0u8; MAX_HEADER];
+        for (request, &size) in sizes.iter().enumerate() {
+            let msg = Message::Malloc {
+                chunk: 0,
+                size,
+                client: 2,
+                request: request as u64,
+                protocol: ProtocolId::HomeMesi,
+                label: crate::chunk::NO_LABEL,
+            };
+            let n = wire::encode(&msg, &mut hdr).unwrap();
+            client2.send(0, &hdr[..n], Payload::None).unwrap();
+        }
+        server0
+            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            .unwrap();
+        let mut answers = Vec::new();
+        client2
+            .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
+            .unwrap();
+        let refused = |request: u64| Message::AllocReply {
+            chunk: 0,
+            client: 2,
+            request,
+            outcome: AllocOutcome::Refused,
+        };
+        assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
+        assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
+        assert_eq!(net.messages_sent(), 6);
     }
 }

@@ -218,6 +218,11 @@ pub enum AllocOutcome {
     },
     /// A LOOKUP waited its whole time and nobody allocated the chunk.
     NotAllocated,
+    /// A MALLOC the home will not serve: its size is 0 or above
+    /// [`crate::chunk::MAX_CHUNK_SIZE`]. The client API refuses such sizes
+    /// before sending; this answers a request that got past it, which
+    /// would otherwise wait for an answer that never comes.
+    Refused,
 }
 
 /// As the debug stream shows it: the fields, a label only when the chunk
@@ -226,6 +231,7 @@ impl std::fmt::Display for AllocOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (name, size, protocol, label) = match *self {
             AllocOutcome::NotAllocated => return f.write_str("NotAllocated"),
+            AllocOutcome::Refused => return f.write_str("Refused"),
             AllocOutcome::Allocated {
                 size,
                 protocol,
@@ -396,6 +402,12 @@ mod tests {
                 client: 2,
                 request: 3,
                 outcome: AllocOutcome::NotAllocated,
+            },
+            Message::AllocReply {
+                chunk: 0,
+                client: 2,
+                request: 4,
+                outcome: AllocOutcome::Refused,
             },
         ] {
             let n = encode(&msg, &mut buf).unwrap();

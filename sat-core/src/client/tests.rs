@@ -139,3 +139,47 @@ fn two_threads_malloc_one_chunk_with_different_sizes() {
     });
     outcome.unwrap();
 }
+
+fn raw_malloc(client: &Client, chunk: ChunkId, size: u64) -> Message {
+    Message::Malloc {
+        chunk,
+        size,
+        client: client.rank(),
+        request: 0,
+        protocol: ProtocolId::HomeMesi,
+        label: NO_LABEL,
+    }
+}
+
+/// MALLOCs of 0 bytes and of 2 GiB that got past the API's checks are
+/// answered with a refusal, not left waiting.
+#[test]
+fn a_raw_malloc_of_a_size_out_of_range_is_refused() {
+    let outcomes = Run::new(1, Schedule::Immediate).serve(|clients| {
+        let c = &clients[0];
+        let requests = [raw_malloc(c, 3, 0), raw_malloc(c, 4, 2 << 30)];
+        c.allocation(&requests, Some(WAIT))
+    });
+    assert_eq!(
+        outcomes.unwrap(),
+        vec![AllocOutcome::Refused, AllocOutcome::Refused]
+    );
+}
+
+/// A MALLOC whose home never answers fails after its bound with an error
+/// that says which server to look at.
+#[test]
+fn a_malloc_nobody_answers_times_out_naming_the_home() {
+    // The server never runs.
+    let run = Run::new(1, Schedule::Immediate);
+    let c = &run.clients[0];
+    let timed_out = c.allocation(&[raw_malloc(c, 5, 8)], Some(Duration::from_millis(50)));
+    let Err(SatError::Timeout(why)) = timed_out else {
+        panic!("{timed_out:?}")
+    };
+    assert!(
+        why.contains("MALLOC of chunk 5: its home, server 0, did not answer within 50ms")
+            && why.contains("check that server 0 is still running"),
+        "{why}"
+    );
+}
