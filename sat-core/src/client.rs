@@ -35,6 +35,11 @@ const REPLY_SPIN: Duration = Duration::from_micros(500);
 /// Allocation requests in flight at once for one chain.
 const ALLOC_WINDOW: usize = 32;
 
+/// How long a MALLOC waits for each answer of its chunks' homes. A home
+/// answers at once; no answer for this long means it has stopped or cannot
+/// be reached, and the MALLOC fails with a Timeout naming the server.
+const MALLOC_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn label_mismatch(chunk: ChunkId, asked: Label, has: Label) -> SatError {
     let what = |l: Label| {
         if l == NO_LABEL {
@@ -522,6 +527,7 @@ impl Client {
             .map(|&chunk| Message::Lookup {
                 chunk,
                 client: self.rank,
+                request: 0, // numbered by `allocation`
                 wait_ms,
             })
             .collect::<Vec<_>>();
@@ -547,7 +553,7 @@ impl Client {
                          MALLOC it somewhere, or LOOKUP with a longer wait"
                     )))
                 }
-                AllocOutcome::Mismatch { .. } => {
+                AllocOutcome::Mismatch { .. } | AllocOutcome::Refused => {
                     return Err(SatError::Usage(format!(
                         "LOOKUP of chunk {chunk}: the home answered as to a MALLOC"
                     )))
@@ -693,12 +699,28 @@ impl Client {
                 chunk,
                 size: size as u64,
                 client: self.rank,
+                request: 0, // numbered by `allocation`
                 protocol,
                 label,
             })
             .collect::<Vec<_>>();
-        let outcomes = self.allocation(&requests, None)?;
+        let outcomes = self.allocation(&requests, Some(MALLOC_TIMEOUT))?;
         for (&(chunk, size), outcome) in layout.chunks().iter().zip(outcomes) {
+            // The home allocates only what was asked; an answer saying it
+            // holds something else is a mismatch: taking it would give a
+            // chain of the wrong size, whose grants the store then refuses.
+            let outcome = match outcome {
+                AllocOutcome::Allocated {
+                    size: has,
+                    protocol: p,
+                    label: l,
+                } if (has, p, l) != (size as u64, protocol, label) => AllocOutcome::Mismatch {
+                    size: has,
+                    protocol: p,
+                    label: l,
+                },
+                other => other,
+            };
             match outcome {
                 AllocOutcome::Allocated { .. } => {}
                 AllocOutcome::Mismatch {
@@ -720,6 +742,12 @@ impl Client {
                 AllocOutcome::NotAllocated => {
                     return Err(SatError::Usage(format!(
                         "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
+                    )))
+                }
+                AllocOutcome::Refused => {
+                    return Err(SatError::Usage(format!(
+                        "MALLOC of chunk {chunk} with {size} bytes: its home refused it, a chunk \
+                         holds 1 to {MAX_CHUNK_SIZE} bytes; MALLOC a chain of smaller chunks"
                     )))
                 }
             }
@@ -1115,41 +1143,98 @@ impl Client {
     /// order. Up to [`ALLOC_WINDOW`] requests are in flight at once, so a
     /// long chain costs a few round trips, not one per chunk, without
     /// flooding the servers' receive queues.
+    ///
+    /// Each request gets this client's next request number (the `request`
+    /// field given is ignored) and takes only the answer carrying it: an
+    /// answer to another thread's request of the same chunk, or to a request
+    /// given up, is never taken for it. `bound` limits the wait for each
+    /// answer.
     fn allocation(
         &self,
         requests: &[Message],
         bound: Option<Duration>,
     ) -> SatResult<Vec<AllocOutcome>> {
         let _sat = stats::doing(Activity::Sdsm);
-        let chunk_of = |m: &Message| match *m {
-            Message::Malloc { chunk, .. } | Message::Lookup { chunk, .. } => chunk,
-            _ => unreachable!("only allocation requests"),
-        };
-        let deadline = bound.map(|b| self.clock.now() + b);
+        let mut numbers = Vec::with_capacity(requests.len());
+        let outcomes = self.allocation_numbered(requests, bound, &mut numbers);
+        // Whatever happened, answers still due to this call are nobody's
+        // now: they are dropped when they come.
+        let mut st = self.lock();
+        for number in numbers {
+            st.mail.alloc.remove(&number);
+        }
+        outcomes
+    }
+
+    /// [`Client::allocation`]'s work; `numbers` gets the number of every
+    /// request sent.
+    fn allocation_numbered(
+        &self,
+        requests: &[Message],
+        bound: Option<Duration>,
+        numbers: &mut Vec<u64>,
+    ) -> SatResult<Vec<AllocOutcome>> {
         let mut outcomes = Vec::with_capacity(requests.len());
-        let mut sent = 0;
+        let mut deadline = bound.map(|b| self.clock.now() + b);
         while outcomes.len() < requests.len() {
             let window = (outcomes.len() + ALLOC_WINDOW).min(requests.len());
-            if sent < window {
+            if numbers.len() < window {
                 let mut st = self.lock();
                 let st = &mut *st;
-                for msg in &requests[sent..window] {
-                    let n = wire::encode(msg, &mut st.header)
+                for msg in &requests[numbers.len()..window] {
+                    let number = st.mail.next_request;
+                    st.mail.next_request += 1;
+                    let mut msg = msg.clone();
+                    match &mut msg {
+                        Message::Malloc { chunk, request, .. }
+                        | Message::Lookup { chunk, request, .. } => {
+                            *request = number;
+                            // Registered before it leaves: only polling,
+                            // under this lock, takes answers in.
+                            st.mail.alloc.insert(number, (*chunk, None));
+                        }
+                        _ => unreachable!("only allocation requests"),
+                    }
+                    numbers.push(number);
+                    let n = wire::encode(&msg, &mut st.header)
                         .map_err(|e| SatError::Usage(e.to_string()))?;
                     st.transport
                         .send(self.server, &st.header[..n], Payload::None)?;
                 }
-                sent = window;
             }
-            let chunk = chunk_of(&requests[outcomes.len()]);
+            let number = numbers[outcomes.len()];
             let got = self.wait(deadline, |st| {
-                st.mail.alloc.get_mut(&chunk).and_then(VecDeque::pop_front)
+                let answered = st.mail.alloc.get(&number).is_some_and(|(_, a)| a.is_some());
+                answered
+                    .then(|| st.mail.alloc.remove(&number))
+                    .flatten()
+                    .and_then(|(_, a)| a)
             })?;
-            outcomes.push(got.ok_or_else(|| {
-                SatError::Timeout(format!("the home of chunk {chunk} did not answer"))
-            })?);
+            let Some(outcome) = got else {
+                let request = &requests[outcomes.len()];
+                return Err(self.unanswered(request, bound.unwrap_or_default()));
+            };
+            outcomes.push(outcome);
+            deadline = bound.map(|b| self.clock.now() + b);
         }
         Ok(outcomes)
+    }
+
+    /// The error of an allocation request whose home did not answer within
+    /// `waited`.
+    fn unanswered(&self, request: &Message, waited: Duration) -> SatError {
+        let (what, chunk) = match *request {
+            Message::Malloc { chunk, .. } => ("MALLOC", chunk),
+            Message::Lookup { chunk, .. } => ("LOOKUP", chunk),
+            _ => unreachable!("only allocation requests"),
+        };
+        let servers = self.topology.servers();
+        let home = servers[(chunk % servers.len() as u64) as usize];
+        SatError::Timeout(format!(
+            "{what} of chunk {chunk}: its home, server {home}, did not answer within {waited:?}; \
+             check that server {home} is still running and reachable (satrun's output, or the \
+             service's, says why a server ended)"
+        ))
     }
 
     /// Tells the server this client's role has returned and waits for its
@@ -1303,8 +1388,12 @@ impl Client {
 struct Mailbox {
     inbox: VecDeque<UserMessage>,
     done_acked: bool,
-    /// Answers to MALLOC and LOOKUP, by chunk, in arrival order.
-    alloc: HashMap<u64, VecDeque<AllocOutcome>>,
+    /// The MALLOCs and LOOKUPs waiting for their answer, by request
+    /// number: the chunk asked about, and the answer once it has come.
+    /// An answer with no entry here is nobody's and is dropped.
+    alloc: HashMap<u64, (ChunkId, Option<AllocOutcome>)>,
+    /// The number of the next allocation request (per client).
+    next_request: u64,
     /// Answers of synchronization objects ([`sync`]).
     sync: sync::Answers,
     /// Subscriptions and their pending events ([`events`]).
@@ -1498,8 +1587,23 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: R
         Ok(Message::AllocReply {
             chunk,
             client,
+            request,
             outcome,
-        }) if client == me => mail.alloc.entry(chunk).or_default().push_back(outcome),
+        }) if client == me => match mail.alloc.get_mut(&request) {
+            Some((asked, answer)) if *asked == chunk && answer.is_none() => *answer = Some(outcome),
+            Some((asked, _)) => tracing::warn!(
+                "dropped an answer about chunk {chunk} ({outcome}) to request {request}, \
+                 which asked about chunk {asked} or was answered already"
+            ),
+            None if request < mail.next_request => tracing::debug!(
+                "dropped an answer about chunk {chunk} ({outcome}) to request {request}, \
+                 which no longer waits (it timed out or failed)"
+            ),
+            None => tracing::warn!(
+                "dropped an answer about chunk {chunk} ({outcome}) to request {request}, \
+                 which this client never sent"
+            ),
+        },
         Ok(Message::Sync { client, op }) if client == me => {
             mail.sync.on_answer(op, &mut mail.events)
         }
@@ -1532,3 +1636,6 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: R
         Err(e) => tracing::warn!("dropped a malformed message from server {server}: {e}"),
     }
 }
+
+#[cfg(test)]
+mod tests;

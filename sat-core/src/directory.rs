@@ -8,6 +8,9 @@
 //! of MALLOC and LOOKUP runs first; past that time it fails with an error.
 //! A MALLOC of an existing chunk with the same size joins it (every process
 //! of a role typically MALLOCs the same chunks); another size is an error.
+//!
+//! A parked LOOKUP is kept with the client's request number, which its
+//! answer carries back (see [`crate::wire::Message::AllocReply`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -21,20 +24,21 @@ use crate::wire::AllocOutcome;
 pub struct AllocDirectory {
     /// Size, protocol and label of every chunk allocated here.
     chunks: HashMap<u64, (u64, ProtocolId, Label)>,
-    /// Ordered, so that LOOKUPs expire in a reproducible order.
-    parked: BTreeMap<u64, Vec<(Rank, Instant)>>,
+    /// Parked LOOKUPs by chunk: (client, request, deadline); ordered, so
+    /// that they expire in a reproducible order.
+    parked: BTreeMap<u64, Vec<(Rank, u64, Instant)>>,
 }
 
 impl AllocDirectory {
-    /// Records a MALLOC; returns the answer for `client` and the parked
-    /// LOOKUPs it satisfies.
+    /// Records a MALLOC; returns the answer for its client and the parked
+    /// LOOKUPs it satisfies, as (client, request, answer).
     pub fn malloc(
         &mut self,
         chunk: u64,
         size: u64,
         protocol: ProtocolId,
         label: Label,
-    ) -> (AllocOutcome, Vec<(Rank, AllocOutcome)>) {
+    ) -> (AllocOutcome, Vec<(Rank, u64, AllocOutcome)>) {
         if let Some(&(existing, has, labelled)) = self.chunks.get(&chunk) {
             let outcome = if (existing, has, labelled) == (size, protocol, label) {
                 AllocOutcome::Allocated {
@@ -62,13 +66,19 @@ impl AllocDirectory {
             .remove(&chunk)
             .unwrap_or_default()
             .into_iter()
-            .map(|(client, _)| (client, done))
+            .map(|(client, request, _)| (client, request, done))
             .collect();
         (done, woken)
     }
 
     /// A LOOKUP: the answer now, or None when it is parked until `deadline`.
-    pub fn lookup(&mut self, chunk: u64, client: Rank, deadline: Instant) -> Option<AllocOutcome> {
+    pub fn lookup(
+        &mut self,
+        chunk: u64,
+        client: Rank,
+        request: u64,
+        deadline: Instant,
+    ) -> Option<AllocOutcome> {
         if let Some(&(size, protocol, label)) = self.chunks.get(&chunk) {
             return Some(AllocOutcome::Allocated {
                 size,
@@ -79,14 +89,14 @@ impl AllocDirectory {
         self.parked
             .entry(chunk)
             .or_default()
-            .push((client, deadline));
+            .push((client, request, deadline));
         None
     }
 
     /// Forgets the LOOKUPs `client` has waiting: it left the run.
     pub fn client_left(&mut self, client: Rank) {
         self.parked.retain(|_, waiting| {
-            waiting.retain(|&(c, _)| c != client);
+            waiting.retain(|&(c, ..)| c != client);
             !waiting.is_empty()
         });
     }
@@ -96,14 +106,15 @@ impl AllocDirectory {
         !self.parked.is_empty()
     }
 
-    /// The LOOKUPs whose time ran out at `now`: (chunk, client), removed.
-    pub fn expire(&mut self, now: Instant) -> Vec<(u64, Rank)> {
+    /// The LOOKUPs whose time ran out at `now`: (chunk, client, request),
+    /// removed.
+    pub fn expire(&mut self, now: Instant) -> Vec<(u64, Rank, u64)> {
         let mut expired = Vec::new();
         self.parked.retain(|&chunk, waiting| {
-            waiting.retain(|&(client, deadline)| {
+            waiting.retain(|&(client, request, deadline)| {
                 let late = deadline <= now;
                 if late {
-                    expired.push((chunk, client));
+                    expired.push((chunk, client, request));
                 }
                 !late
             });
@@ -138,13 +149,17 @@ mod tests {
     fn lookup_before_and_after_malloc() {
         let mut d = AllocDirectory::default();
         let later = Instant::now() + Duration::from_secs(60);
-        assert_eq!(d.lookup(42, 3, later), None, "parked");
-        assert_eq!(d.lookup(42, 4, later), None, "parked");
+        assert_eq!(d.lookup(42, 3, 10, later), None, "parked");
+        assert_eq!(d.lookup(42, 4, 20, later), None, "parked");
         let (mine, woken) = d.malloc(42, 256, MESI, NONE);
         assert_eq!(mine, allocated(256));
-        assert_eq!(woken, vec![(3, allocated(256)), (4, allocated(256))]);
+        assert_eq!(
+            woken,
+            vec![(3, 10, allocated(256)), (4, 20, allocated(256))],
+            "each parked LOOKUP is answered with its own request number"
+        );
         assert!(!d.has_parked());
-        assert_eq!(d.lookup(42, 5, later), Some(allocated(256)));
+        assert_eq!(d.lookup(42, 5, 30, later), Some(allocated(256)));
     }
 
     #[test]
@@ -180,24 +195,24 @@ mod tests {
             protocol: MESI,
             label: [9; 32],
         };
-        assert_eq!(d.lookup(3, 4, later), None);
+        assert_eq!(d.lookup(3, 4, 0, later), None);
         assert_eq!(
             d.malloc(3, 64, MESI, [9; 32]),
-            (labelled, vec![(4, labelled)])
+            (labelled, vec![(4, 0, labelled)])
         );
         assert_eq!(d.malloc(3, 64, MESI, [9; 32]).0, labelled);
-        assert_eq!(d.lookup(3, 5, later), Some(labelled));
+        assert_eq!(d.lookup(3, 5, 1, later), Some(labelled));
     }
 
     #[test]
     fn lookups_expire_at_their_own_deadline() {
         let mut d = AllocDirectory::default();
         let now = Instant::now();
-        d.lookup(1, 3, now + Duration::from_millis(10));
-        d.lookup(1, 4, now + Duration::from_secs(60));
-        assert_eq!(d.expire(now), Vec::<(u64, Rank)>::new());
-        assert_eq!(d.expire(now + Duration::from_millis(20)), vec![(1, 3)]);
+        d.lookup(1, 3, 7, now + Duration::from_millis(10));
+        d.lookup(1, 4, 8, now + Duration::from_secs(60));
+        assert_eq!(d.expire(now), Vec::<(u64, Rank, u64)>::new());
+        assert_eq!(d.expire(now + Duration::from_millis(20)), vec![(1, 3, 7)]);
         assert!(d.has_parked());
-        assert_eq!(d.malloc(1, 8, MESI, NONE).1, vec![(4, allocated(8))]);
+        assert_eq!(d.malloc(1, 8, MESI, NONE).1, vec![(4, 8, allocated(8))]);
     }
 }

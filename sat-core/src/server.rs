@@ -384,8 +384,14 @@ impl ServerState<'_> {
         }
     }
 
+    /// Whether `rank` is a client of this server. Total: ranks come off the
+    /// wire, and one outside the topology (from a buggy or hostile peer) is
+    /// nobody's client, so its message is dropped instead of panicking in
+    /// the topology's lookup.
     fn is_my_client(&self, rank: Rank) -> bool {
-        !self.topology.is_server(rank) && self.topology.server_of(rank) == self.rank
+        self.topology
+            .get(rank)
+            .is_some_and(|e| !e.is_server() && self.topology.server_of(rank) == self.rank)
     }
 
     /// Whether a request in `client`'s name may come from `src`: from that
@@ -553,8 +559,16 @@ impl ServerState<'_> {
                 self.accounts.count_delivered(client);
             }
             client
-        } else {
+        } else if self.topology.get(client).is_some_and(|e| !e.is_server()) {
             self.topology.server_of(client)
+        } else {
+            // Callers check the rank first; this keeps a miss from panicking.
+            tracing::warn!(
+                "server {}: {} for {client}, which is not a client: dropped",
+                self.rank,
+                msg.kind()
+            );
+            return;
         };
         self.send(out, hop, msg, payload);
     }
@@ -594,12 +608,15 @@ impl ServerState<'_> {
         match *msg {
             Message::Malloc {
                 size,
+                request,
                 protocol,
                 label,
                 ..
             } => {
                 if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
                     tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
+                    // Answered, or the client would wait for nothing.
+                    self.answer(out, chunk, (client, request), AllocOutcome::Refused);
                     return;
                 }
                 if self.alloc.size_of(chunk).is_none() {
@@ -618,17 +635,19 @@ impl ServerState<'_> {
                     "malloc baseid {chunk} size {size} [{}] for {client}: {outcome}",
                     protocol.name()
                 );
-                self.answer(out, chunk, client, outcome);
-                for (waiter, outcome) in woken {
-                    self.answer(out, chunk, waiter, outcome);
+                self.answer(out, chunk, (client, request), outcome);
+                for (waiter, parked, outcome) in woken {
+                    self.answer(out, chunk, (waiter, parked), outcome);
                 }
             }
-            Message::Lookup { wait_ms, .. } => {
+            Message::Lookup {
+                request, wait_ms, ..
+            } => {
                 let deadline = self.clock.now() + Duration::from_millis(wait_ms as u64);
-                match self.alloc.lookup(chunk, client, deadline) {
+                match self.alloc.lookup(chunk, client, request, deadline) {
                     Some(outcome) => {
                         tracing::debug!("lookup chunk {chunk} for {client}: {outcome}");
-                        self.answer(out, chunk, client, outcome);
+                        self.answer(out, chunk, (client, request), outcome);
                     }
                     None => tracing::debug!(
                         "lookup chunk {chunk} for {client} parked until it is allocated"
@@ -639,14 +658,21 @@ impl ServerState<'_> {
         }
     }
 
-    /// Sends the home's answer about `chunk` to `client`.
-    fn answer(&mut self, out: &mut dyn Sender, chunk: u64, client: Rank, outcome: AllocOutcome) {
+    /// Sends the home's answer about `chunk` to `client`'s request `request`.
+    fn answer(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        (client, request): (Rank, u64),
+        outcome: AllocOutcome,
+    ) {
         self.send_to_client(
             out,
             client,
             &Message::AllocReply {
                 chunk,
                 client,
+                request,
                 outcome,
             },
         );
@@ -801,9 +827,9 @@ impl ServerState<'_> {
 
     /// Answers the LOOKUPs whose time ran out.
     fn expire_lookups(&mut self, out: &mut dyn Sender) {
-        for (chunk, client) in self.alloc.expire(self.clock.now()) {
+        for (chunk, client, request) in self.alloc.expire(self.clock.now()) {
             tracing::debug!("lookup chunk {chunk} for {client}: nobody allocated it in time");
-            self.answer(out, chunk, client, AllocOutcome::NotAllocated);
+            self.answer(out, chunk, (client, request), AllocOutcome::NotAllocated);
         }
     }
 
@@ -974,12 +1000,14 @@ mod tests {
                 chunk: 0,
                 size: 8,
                 client: 3,
+                request: 0,
                 protocol: ProtocolId::HomeMesi,
                 label: crate::chunk::NO_LABEL,
             },
             Message::Lookup {
                 chunk: 0,
                 client: 4,
+                request: 0,
                 wait_ms: 0,
             },
             // A coherence request in another's name, one for a chunk nobody
@@ -1049,5 +1077,224 @@ mod tests {
         );
         assert!(st.homes.is_empty());
         assert!(!st.alloc.has_parked() && st.alloc.size_of(0).is_none());
+    }
+
+    /// A server of `topology` at `rank`, as `serve` builds it, without the
+    /// loop: tests feed it messages one poll at a time.
+    fn server_state(
+        topology: &Topology,
+        rank: Rank,
+        service: Option<ServiceSide>,
+    ) -> ServerState<'_> {
+        ServerState::new(topology, rank, service, Clock::Real)
+    }
+
+    /// Sends each message from `from` to `st`'s endpoint and lets `st`
+    /// handle it, one poll per message. Returns the messages whose handling
+    /// panicked.
+    fn feed(
+        st: &mut ServerState<'_>,
+        server: &mut dyn Transport,
+        from: &mut dyn Transport,
+        msgs: &[Message],
+    ) -> Vec<String> {
+        let mut hdr = [0u8; MAX_HEADER];
+        let mut panicked = Vec::new();
+        for msg in msgs {
+            let n = wire::encode(msg, &mut hdr).unwrap();
+            from.send(st.rank, &hdr[..n], Payload::None).unwrap();
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                server.poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            }));
+            match polled {
+                Ok(Ok(1)) => {}
+                Ok(other) => panic!("{msg:?}: poll gave {other:?}"),
+                Err(_) => panicked.push(format!("{msg:?}")),
+            }
+        }
+        panicked
+    }
+
+    /// Every message that names a client, from a server, with a client rank
+    /// outside the topology.
+    fn out_of_range_clients(topology: &Topology) -> Vec<Message> {
+        let mut msgs = Vec::new();
+        for c in [topology.len(), 99, u32::MAX] {
+            msgs.extend([
+                Message::Malloc {
+                    chunk: 0,
+                    size: 8,
+                    client: c,
+                    request: 0,
+                    protocol: ProtocolId::HomeMesi,
+                    label: crate::chunk::NO_LABEL,
+                },
+                Message::Lookup {
+                    chunk: 0,
+                    client: c,
+                    request: 0,
+                    wait_ms: 0,
+                },
+                Message::AllocReply {
+                    chunk: 0,
+                    client: c,
+                    request: 0,
+                    outcome: AllocOutcome::NotAllocated,
+                },
+                Message::Coherence {
+                    chunk: 0,
+                    client: c,
+                    op: CoherenceOp::ReadReq { have: None },
+                },
+                Message::Coherence {
+                    chunk: 0,
+                    client: c,
+                    op: CoherenceOp::Inval,
+                },
+                Message::ClientLeft { client: c },
+                Message::Sync {
+                    client: c,
+                    op: crate::wire::SyncOp::Wakeup { id: 0 },
+                },
+                Message::Sync {
+                    client: c,
+                    op: crate::wire::SyncOp::BarrierDone { id: 0 },
+                },
+                Message::Subscribe {
+                    chunk: 0,
+                    client: c,
+                    with_data: false,
+                },
+                Message::Unsubscribe {
+                    chunk: 0,
+                    client: c,
+                },
+                Message::Subscribed {
+                    chunk: 0,
+                    client: c,
+                },
+                Message::Notify {
+                    chunk: 0,
+                    client: c,
+                    version: 1,
+                    with_data: false,
+                },
+                Message::Relay {
+                    from: c,
+                    to: 2,
+                    tag: 0,
+                },
+                Message::Relay {
+                    from: 4,
+                    to: c,
+                    tag: 0,
+                },
+                Message::Admit { client: c },
+                Message::Admitted {
+                    client: c,
+                    refused: String::new(),
+                },
+                Message::ClientLost { client: c },
+                Message::ClientForgotten { client: c },
+                Message::SlotFree { client: c },
+            ]);
+        }
+        msgs
+    }
+
+    /// Membership messages about real clients, which only a service
+    /// exchanges.
+    fn membership(client: Rank) -> Vec<Message> {
+        vec![
+            Message::Admit { client },
+            Message::Admitted {
+                client,
+                refused: String::new(),
+            },
+            Message::ClientLost { client },
+            Message::ClientForgotten { client },
+            Message::SlotFree { client },
+        ]
+    }
+
+    #[test]
+    fn bad_client_ranks_from_servers_are_dropped_not_panics() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        for in_service in [false, true] {
+            let service = || in_service.then(|| ServiceSide::new(None));
+            // The seed hears from server 1, and server 1 from the seed (the
+            // only sender of Admit and ClientLost).
+            for (rank, from) in [(0, 1), (1, 0)] {
+                let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+                let mut st = server_state(&topology, rank, service());
+                let mut msgs = out_of_range_clients(&topology);
+                if !in_service {
+                    // Membership messages outside a service, about a client of
+                    // the receiver and about one of the sender.
+                    msgs.extend(membership(topology.clients_of(rank)[0]));
+                    msgs.extend(membership(topology.clients_of(from)[0]));
+                }
+                let (lo, hi) = eps.split_at_mut(1);
+                let (server, sender) = if rank == 0 {
+                    (&mut lo[0], &mut hi[0])
+                } else {
+                    (&mut hi[0], &mut lo[0])
+                };
+                let panicked = feed(&mut st, server, sender, &msgs);
+                assert!(
+                    panicked.is_empty(),
+                    "server {rank} (service: {in_service}) panicked on {} messages from {from}:\n{}",
+                    panicked.len(),
+                    panicked.join("\n")
+                );
+                assert_eq!(
+                    net.messages_sent(),
+                    msgs.len() as u64,
+                    "server {rank} (service: {in_service}) answered or forwarded something"
+                );
+                assert!(st.homes.is_empty() && !st.alloc.has_parked());
+            }
+        }
+    }
+
+    /// A MALLOC of 0 bytes or above the largest chunk, sent raw (the client
+    /// API refuses both before sending), is answered with a refusal.
+    #[test]
+    fn a_malloc_of_a_size_out_of_range_is_refused() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut client2 = eps.remove(2);
+        let mut server0 = eps.remove(0);
+        let mut st = server_state(&topology, 0, None);
+        let sizes = [0, 2 << 30, crate::chunk::MAX_CHUNK_SIZE as u64 + 1];
+        let mut hdr = [0u8; MAX_HEADER];
+        for (request, &size) in sizes.iter().enumerate() {
+            let msg = Message::Malloc {
+                chunk: 0,
+                size,
+                client: 2,
+                request: request as u64,
+                protocol: ProtocolId::HomeMesi,
+                label: crate::chunk::NO_LABEL,
+            };
+            let n = wire::encode(&msg, &mut hdr).unwrap();
+            client2.send(0, &hdr[..n], Payload::None).unwrap();
+        }
+        server0
+            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            .unwrap();
+        let mut answers = Vec::new();
+        client2
+            .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
+            .unwrap();
+        let refused = |request: u64| Message::AllocReply {
+            chunk: 0,
+            client: 2,
+            request,
+            outcome: AllocOutcome::Refused,
+        };
+        assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
+        assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
+        assert_eq!(net.messages_sent(), 6);
     }
 }

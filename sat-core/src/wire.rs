@@ -14,7 +14,7 @@ use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 4;
+pub const WIRE_VERSION: u32 = 5;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -57,24 +57,31 @@ pub enum Message {
     ShutdownAck,
     /// MALLOC of `chunk` with `size` bytes and `protocol` on behalf of
     /// `client`; travels to the chunk's home (through the client's server).
+    /// `request` is the client's number for it, echoed in the answer.
     Malloc {
         chunk: u64,
         size: u64,
         client: Rank,
+        request: u64,
         protocol: ProtocolId,
         label: Label,
     },
     /// LOOKUP of `chunk` for `client`, which waits at most `wait_ms` for a
-    /// MALLOC of it anywhere.
+    /// MALLOC of it anywhere; `request` as for `Malloc`.
     Lookup {
         chunk: u64,
         client: Rank,
+        request: u64,
         wait_ms: u32,
     },
-    /// The home's answer to a Malloc or a Lookup, routed back to `client`.
+    /// The home's answer to a Malloc or a Lookup, routed back to `client`,
+    /// with the `request` it answers: a client matches answers by request,
+    /// never by chunk, since two requests of one chunk may be in flight (two
+    /// threads) or one may have been given up (a LOOKUP that timed out).
     AllocReply {
         chunk: u64,
         client: Rank,
+        request: u64,
         outcome: AllocOutcome,
     },
     /// A coherence message about `chunk` between `client` and the chunk's
@@ -228,6 +235,11 @@ pub enum AllocOutcome {
     },
     /// A LOOKUP waited its whole time and nobody allocated the chunk.
     NotAllocated,
+    /// A MALLOC the home will not serve: its size is 0 or above
+    /// [`crate::chunk::MAX_CHUNK_SIZE`]. The client API refuses such sizes
+    /// before sending; this answers a request that got past it, which
+    /// would otherwise wait for an answer that never comes.
+    Refused,
 }
 
 /// As the debug stream shows it: the fields, a label only when the chunk
@@ -236,6 +248,7 @@ impl std::fmt::Display for AllocOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let (name, size, protocol, label) = match *self {
             AllocOutcome::NotAllocated => return f.write_str("NotAllocated"),
+            AllocOutcome::Refused => return f.write_str("Refused"),
             AllocOutcome::Allocated {
                 size,
                 protocol,
@@ -381,17 +394,20 @@ mod tests {
                 chunk: u64::MAX,
                 size: 1 << 40,
                 client: 3,
+                request: u64::MAX,
                 protocol: ProtocolId::HomeOnly,
                 label: [7; 32],
             },
             Message::Lookup {
                 chunk: 42,
                 client: 1,
+                request: 0,
                 wait_ms: 500,
             },
             Message::AllocReply {
                 chunk: 7,
                 client: 2,
+                request: 1 << 40,
                 outcome: AllocOutcome::Mismatch {
                     size: 9,
                     protocol: ProtocolId::HomeOnly,
@@ -401,7 +417,14 @@ mod tests {
             Message::AllocReply {
                 chunk: 7,
                 client: 2,
+                request: 3,
                 outcome: AllocOutcome::NotAllocated,
+            },
+            Message::AllocReply {
+                chunk: 0,
+                client: 2,
+                request: 4,
+                outcome: AllocOutcome::Refused,
             },
         ] {
             let n = encode(&msg, &mut buf).unwrap();
@@ -435,5 +458,42 @@ mod tests {
         let mut trailing = buf[..n].to_vec();
         trailing.push(0);
         assert!(matches!(decode(&trailing), Err(WireError::Trailing(1))));
+    }
+
+    #[test]
+    fn allocation_messages_carry_their_request_and_cut_ones_are_errors() {
+        let mut buf = [0u8; MAX_HEADER];
+        for msg in [
+            Message::Malloc {
+                chunk: u64::MAX,
+                size: u64::MAX,
+                client: u32::MAX,
+                request: u64::MAX,
+                protocol: ProtocolId::HomeMesi,
+                label: [0xff; 32],
+            },
+            Message::Lookup {
+                chunk: u64::MAX,
+                client: u32::MAX,
+                request: u64::MAX,
+                wait_ms: u32::MAX,
+            },
+            Message::AllocReply {
+                chunk: u64::MAX,
+                client: u32::MAX,
+                request: u64::MAX,
+                outcome: AllocOutcome::Allocated {
+                    size: u64::MAX,
+                    protocol: ProtocolId::HomeOnly,
+                    label: [0xff; 32],
+                },
+            },
+        ] {
+            let n = encode(&msg, &mut buf).unwrap();
+            assert_eq!(decode(&buf[..n]).unwrap(), msg);
+            for cut in 0..n {
+                assert!(decode(&buf[..cut]).is_err(), "{msg:?} cut to {cut} bytes");
+            }
+        }
     }
 }

@@ -101,10 +101,13 @@ impl ServerState<'_> {
     }
 
     /// One server confirmed it forgot `client`.
+    /// Comes off the wire: outside a service (where nothing is being
+    /// forgotten) or for a client not being forgotten it is dropped.
     pub(super) fn forgotten_by(&mut self, out: &mut dyn Sender, client: Rank) {
-        let Some(left) = self.service_mut().forgetting.get_mut(&client) else {
+        let waiting = self.service.as_mut().map(|s| &mut s.forgetting);
+        let Some(left) = waiting.and_then(|w| w.get_mut(&client)) else {
             tracing::warn!(
-                "server {}: unexpected confirmation about client {client}",
+                "server {}: unexpected confirmation about client {client}: dropped",
                 self.rank
             );
             return;
@@ -143,6 +146,14 @@ impl ServerState<'_> {
 
     /// A transport error while polling. A service outlives its clients: an
     /// unreachable client is forgotten; anything else ends the server.
+    ///
+    /// Outside a service a lost client ends the server too: a run's
+    /// membership is fixed, so the run could not end without that client's
+    /// `ClientDone`, homes may wait for its acknowledgements, and a client
+    /// that is alive but lost a message would wait for it forever. Ending
+    /// with the error lets `satrun` (or the job launcher) name the failure
+    /// and stop the run, rather than leave it hanging or finish it without
+    /// one of its processes.
     pub(super) fn survive(&mut self, e: TransportError) -> SatResult<()> {
         match (&mut self.service, &e) {
             (Some(side), TransportError::PeerLost { rank, reason })
