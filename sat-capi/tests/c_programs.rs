@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 4] = ["api", "errors", "outside", "service"];
+const BINDINGS: [&str; 5] = ["api", "errors", "integrity", "outside", "service"];
 
 /// The bindings tests of `variant`, built once: their directory.
 fn bindings(variant: Variant) -> &'static Path {
@@ -198,6 +198,36 @@ fn errors(variant: Variant) {
     }
 }
 
+/// Data integrity: a second chain over a chunk in use, a WRITE that fails
+/// half way, writes inside a READ scope (integrity.c says what each checks).
+/// `sat-capi/tests/install.rs` runs it against the installed library too.
+fn integrity(variant: Variant) {
+    let exe = bindings(variant).join("integrity");
+    for provider in PROVIDERS {
+        let run = satrun(
+            5,
+            ".",
+            &[
+                "-n",
+                "5",
+                "--topology",
+                "bindings-tests/integrity_topology.xml",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+            ],
+            &[],
+            variant.sanitized(),
+        );
+        run.succeeded().has(&[
+            "[2] PASS integrity: ",
+            "[3] PASS integrity: ",
+            "[4] PASS integrity: ",
+        ]);
+    }
+}
+
 #[test]
 fn calls_outside_a_run_fail_with_a_message() {
     for v in VARIANTS {
@@ -223,6 +253,26 @@ fn api_shared_library_sanitized() {
 #[test]
 fn api_static_library_sanitized() {
     api(StaticAsan);
+}
+
+#[test]
+fn integrity_shared_library() {
+    integrity(Shared);
+}
+
+#[test]
+fn integrity_static_library() {
+    integrity(Static);
+}
+
+#[test]
+fn integrity_shared_library_sanitized() {
+    integrity(SharedAsan);
+}
+
+#[test]
+fn integrity_static_library_sanitized() {
+    integrity(StaticAsan);
 }
 
 #[test]

@@ -2,15 +2,19 @@
 //! folder, the listings of Figures 4 to 10 (bindings-tests/figures.c) build
 //! with `cc prog.c $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --cflags
 //! --libs sat)` and run correctly under the installed `satrun`, over shm and
-//! tcp, with no LD_LIBRARY_PATH (sat.pc's rpath finds libsat.so).
+//! tcp, with no LD_LIBRARY_PATH (sat.pc's rpath finds libsat.so). The data
+//! integrity tests (bindings-tests/integrity.c) build and run the same way.
 //!
 //! `make install` builds release; `make test` builds it before `cargo test`,
-//! so here it is up to date and the build takes a second.
+//! so here it is up to date and the build takes a second. It runs once for
+//! every test of this file.
+
+mod common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A run of the figures takes about a second; a hang fails the test.
@@ -193,73 +197,211 @@ fn run_figures(prefix: &Path, prog: &Path, provider: &str) {
     );
 }
 
-#[test]
-fn installed_sat_builds_and_runs_the_figures() {
-    let prefix = Scratch::new("prefix");
-    let build = Scratch::new("build");
-    let p = &prefix.0;
+/// The prefix `make install` writes to: a fresh folder of this test
+/// process, removed when the process exits.
+fn prefix_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("sat-install-{}-prefix", std::process::id()))
+}
 
-    let mut make = clean("make");
-    make.current_dir(root())
-        .arg("install")
-        .arg(format!("PREFIX={}", p.display()))
-        .arg("JOBS=2");
-    must(run(make, Duration::from_secs(1800)), "make install");
-    for file in [
-        "lib/libsat.so",
-        "lib/libsat.a",
-        "include/sat.h",
-        "include/sat_compat.h",
-        "bin/satrun",
-        "lib/pkgconfig/sat.pc",
-    ] {
-        assert!(p.join(file).is_file(), "make install wrote no {file}");
-    }
-    let version = must(
-        run(
-            sh(
-                "PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --modversion sat",
-                p,
-                &build.0,
+extern "C" fn remove_prefix() {
+    let _ = std::fs::remove_dir_all(prefix_dir());
+}
+
+/// SAT installed with `make install PREFIX=<a fresh empty folder>`, once for
+/// every test of this file (the first to ask installs; the others wait).
+fn installed() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let p = prefix_dir();
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create the prefix");
+        assert_eq!(std::fs::read_dir(&p).unwrap().count(), 0);
+        // The tests share the prefix, so none of them may remove it: the
+        // process does, when it exits (failed tests included).
+        // SAFETY: registers a function that takes nothing and unwinds never.
+        unsafe { libc::atexit(remove_prefix) };
+
+        let mut make = clean("make");
+        make.current_dir(root())
+            .arg("install")
+            .arg(format!("PREFIX={}", p.display()))
+            .arg("JOBS=2");
+        must(run(make, Duration::from_secs(1800)), "make install");
+        for file in [
+            "lib/libsat.so",
+            "lib/libsat.a",
+            "include/sat.h",
+            "include/sat_compat.h",
+            "bin/satrun",
+            "lib/pkgconfig/sat.pc",
+        ] {
+            assert!(p.join(file).is_file(), "make install wrote no {file}");
+        }
+        let scratch = Scratch::new("version");
+        let version = must(
+            run(
+                sh(
+                    "PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --modversion sat",
+                    &p,
+                    &scratch.0,
+                ),
+                RUN_BOUND,
             ),
-            RUN_BOUND,
-        ),
-        "pkg-config --modversion sat",
-    );
-    assert_eq!(version.stdout.trim(), env!("CARGO_PKG_VERSION"));
+            "pkg-config --modversion sat",
+        );
+        assert_eq!(version.stdout.trim(), env!("CARGO_PKG_VERSION"));
+        p
+    })
+}
 
-    // The done-when's command, as written; then strict flags, and libsat.a.
-    let figures = root().join("bindings-tests/figures.c");
+/// Builds bindings-tests/`name`.c against the installed SAT into `dir`:
+/// `name` with the done-when's command as written, `name-strict` with
+/// every warning an error in C `std`, `name-static` with libsat.a.
+fn build_installed(p: &Path, dir: &Path, name: &str, std: &str) {
+    let src = root().join(format!("bindings-tests/{name}.c"));
     let mut compile = sh(
-        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o figures",
+        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o \"$OUT\"",
         p,
-        &build.0,
+        dir,
     );
-    compile.env("SRC", &figures);
-    must(run(compile, RUN_BOUND), "cc figures.c with pkg-config");
+    compile.env("SRC", &src).env("OUT", name);
+    must(
+        run(compile, RUN_BOUND),
+        &format!("cc {name}.c with pkg-config"),
+    );
     let mut strict = sh(
-        "cc -std=c99 -Wall -Wextra -Wpedantic -Werror \"$SRC\" \
-         $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o figures-strict",
+        "cc -std=\"$STD\" -Wall -Wextra -Wpedantic -Werror \"$SRC\" \
+         $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o \"$OUT-strict\"",
         p,
-        &build.0,
+        dir,
     );
-    strict.env("SRC", &figures);
+    strict.env("SRC", &src).env("OUT", name).env("STD", std);
     must(
         run(strict, RUN_BOUND),
-        "cc -Wall -Wextra -Wpedantic -Werror figures.c",
+        &format!("cc -std={std} -Wall -Wextra -Wpedantic -Werror {name}.c"),
     );
     let mut static_link = sh(
         "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags sat) \"$P/lib/libsat.a\" \
          $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --static --libs-only-l sat | sed 's/-lsat //') \
-         -o figures-static",
+         -o \"$OUT-static\"",
         p,
-        &build.0,
+        dir,
     );
-    static_link.env("SRC", &figures);
-    must(run(static_link, RUN_BOUND), "cc figures.c with libsat.a");
+    static_link.env("SRC", &src).env("OUT", name);
+    must(
+        run(static_link, RUN_BOUND),
+        &format!("cc {name}.c with libsat.a"),
+    );
+}
+
+#[test]
+fn installed_sat_builds_and_runs_the_figures() {
+    let p = installed();
+    let build = Scratch::new("build-figures");
+    // The done-when's command, as written; then strict flags, and libsat.a.
+    build_installed(p, &build.0, "figures", "c99");
 
     let prog = build.0.join("figures");
     run_figures(p, &prog, "shm");
     run_figures(p, &prog, "tcp");
     run_figures(p, &build.0.join("figures-static"), "shm");
+}
+
+/// integrity.c under the installed satrun: every client's PASS line, no
+/// FAIL, every process ended and no /dev/shm file of theirs left. What went
+/// wrong, with the run's output, as the error.
+fn run_integrity(prefix: &Path, prog: &Path, provider: &str) -> Result<(), String> {
+    let mut cmd = clean(prefix.join("bin/satrun"));
+    cmd.current_dir(root())
+        .args([
+            "-n",
+            "5",
+            "--topology",
+            "bindings-tests/integrity_topology.xml",
+        ])
+        .args(["--provider", provider, "--"])
+        .arg(prog)
+        // The bootstrap's debug line names each process's pid.
+        .env("SAT_LOG", "sat_core::bootstrap=debug");
+    let out = run(cmd, RUN_BOUND);
+    let pids: Vec<u32> = out
+        .stdout
+        .lines()
+        .chain(out.stderr.lines())
+        .filter(|l| l.contains("Bootstrap SAT"))
+        .filter_map(|l| {
+            l.split("with pid ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for &pid in &pids {
+        if common::alive(pid) {
+            wrong.push(format!("process {pid} outlived the run"));
+        }
+        let left = common::shm_files_of(pid);
+        if !left.is_empty() {
+            wrong.push(format!("/dev/shm files of {pid} left: {left:?}"));
+        }
+    }
+    if !out.status.success() {
+        wrong.push(format!("satrun ended with {}", out.status));
+    }
+    // The FAIL lines: each failed check, where and why.
+    wrong.extend(
+        out.stdout
+            .lines()
+            .chain(out.stderr.lines())
+            .filter(|l| l.contains("FAIL"))
+            .map(str::to_owned),
+    );
+    if out.status.success() && pids.len() != 5 {
+        wrong.push(format!(
+            "{} pids in the bootstrap's lines, not 5",
+            pids.len()
+        ));
+    }
+    for rank in 2..=4 {
+        let want = format!("[{rank}] PASS integrity: ");
+        if !out.stdout.lines().any(|l| l.starts_with(&want)) {
+            wrong.push(format!("no line {want:?}"));
+        }
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "integrity over {provider} ({}):\n{}\n--- stdout\n{}--- stderr\n{}",
+        prog.display(),
+        wrong.join("\n"),
+        out.stdout,
+        out.stderr
+    ))
+}
+
+/// Data integrity through the installed library: a second chain over a
+/// chunk in use, a WRITE that fails half way, writes inside a READ scope
+/// (bindings-tests/integrity.c says what each checks). Every run goes to its
+/// end before the test fails, so that one failure shows every provider's.
+#[test]
+fn installed_sat_keeps_data_intact() {
+    let p = installed();
+    let build = Scratch::new("build-integrity");
+    // testing.h's per-thread counters are C11.
+    build_installed(p, &build.0, "integrity", "c11");
+
+    let prog = build.0.join("integrity");
+    let failures: Vec<String> = [
+        run_integrity(p, &prog, "shm"),
+        run_integrity(p, &prog, "tcp"),
+        run_integrity(p, &build.0.join("integrity-static"), "shm"),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
