@@ -145,6 +145,11 @@ impl LocalMemory for CMemory {
         // SAFETY: as above.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
+    /// C (or Python) can write these bytes at any time: writes outside a
+    /// write scope must be detected and lost, not published.
+    fn exposed(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for CMemory {

@@ -5,13 +5,12 @@
 //! as they attach and detach ([`crate::service`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::directory::AllocDirectory;
 use crate::error::{SatError, SatResult};
 use crate::progress::{Clock, Idle, IdlePolicy};
-use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient, Version};
+use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
 use crate::quiescence::{Accounts, Waves};
 use crate::stats;
 use crate::sync::Coordinator;
@@ -246,7 +245,10 @@ impl<'t> Server<'t> {
 
     /// The chunks this server is the home of: (chunk, version, data), in
     /// chunk order (what the simulator checks after every step).
-    pub(crate) fn homes(&self) -> impl Iterator<Item = (u64, Version, &Arc<[u8]>)> + '_ {
+    #[cfg(feature = "simulator")]
+    pub(crate) fn homes(
+        &self,
+    ) -> impl Iterator<Item = (u64, crate::protocol::Version, &std::sync::Arc<[u8]>)> + '_ {
         self.st
             .homes
             .iter()
@@ -263,6 +265,7 @@ impl<'t> Server<'t> {
     /// A service's client died without detaching (its control connection
     /// closed): forget it everywhere, as the desk's `ClientLost` makes a
     /// server do.
+    #[cfg(feature = "simulator")]
     pub(crate) fn client_lost(&mut self, transport: &mut dyn Transport, client: Rank) {
         self.st.client_lost(transport, client);
         self.st.apply_membership(transport);

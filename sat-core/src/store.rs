@@ -42,6 +42,14 @@ use crate::topology::MemoryCapacity;
 pub trait LocalMemory: Send {
     fn bytes(&self) -> &[u8];
     fn bytes_mut(&mut self) -> &mut [u8];
+    /// Whether code outside SAT can write these bytes at any time, not
+    /// only through a write scope (C's `chunk->data`, a Python buffer):
+    /// the store then checks, before a scope reads them, that they are
+    /// still the version they claim to be (writes made inside a READ scope
+    /// or outside any scope are lost, as Figure 5 says). Default: no.
+    fn exposed(&self) -> bool {
+        false
+    }
 }
 
 impl LocalMemory for Vec<u8> {
@@ -63,6 +71,11 @@ impl LocalMemory for Box<[u8]> {
 }
 
 type RegionId = u64;
+
+/// The digest exposed places are checked against.
+fn digest(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
 
 /// A chunk chain as this process holds it: its layout and its region of
 /// local memory. Cheap to clone; it is a handle, the data stays in the store.
@@ -110,6 +123,8 @@ pub(crate) struct Place {
     range: Range<usize>,
     /// It holds the bytes of the version the protocol state records.
     valid: bool,
+    /// Its memory can be written outside SAT ([`LocalMemory::exposed`]).
+    exposed: bool,
 }
 
 /// What the process knows of one chunk.
@@ -130,6 +145,9 @@ pub(crate) struct LocalChunk {
     /// Grants taken so far: a thread that sent a request waits for the
     /// next one (another thread's request may follow it at once).
     pub grants: u64,
+    /// The digest of the version's bytes, kept while the chunk has an
+    /// exposed place: what an exposed place is checked against.
+    digest: Option<u64>,
 }
 
 struct Region {
@@ -217,6 +235,7 @@ impl Store {
         let layout = Arc::new(layout);
         let region = self.next_region;
         self.next_region += 1;
+        let exposed = memory.as_ref().is_some_and(|m| m.exposed());
         for (i, &(id, size)) in layout.chunks().iter().enumerate() {
             let chunk = self.chunks.entry(id).or_insert_with(|| LocalChunk {
                 size,
@@ -227,11 +246,13 @@ impl Store {
                 holders: Vec::new(),
                 scope_stat: None,
                 grants: 0,
+                digest: None,
             });
             chunk.places.push(Place {
                 region,
                 range: layout.range(i),
                 valid: false,
+                exposed,
             });
         }
         let mapped = memory.is_some();
@@ -323,6 +344,7 @@ impl Store {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
+        c.digest = c.places.iter().any(|p| p.exposed).then(|| digest(data));
         for p in &mut c.places {
             p.valid = false;
             if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
@@ -337,6 +359,7 @@ impl Store {
     /// instance that does. Returns false when none does (the version is
     /// then forgotten, so that the next request asks the home for data).
     pub fn make_valid(&mut self, chunk: ChunkId, place: usize) -> bool {
+        self.check_exposed(chunk);
         let Some(c) = self.chunks.get(&chunk) else {
             return false;
         };
@@ -354,12 +377,54 @@ impl Store {
         true
     }
 
+    /// Exposed places whose bytes are no longer the version's (code
+    /// outside SAT wrote them, in a READ scope or outside any scope) stop
+    /// being valid: the next scope sees the version again, from another
+    /// place or from the home.
+    fn check_exposed(&mut self, chunk: ChunkId) {
+        let Some(c) = self.chunks.get(&chunk) else {
+            return;
+        };
+        let Some(want) = c.digest else {
+            return;
+        };
+        let changed: Vec<usize> = c
+            .places
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.valid && p.exposed)
+            .filter(|(_, p)| {
+                let mem = self.regions.get(&p.region).and_then(|r| r.mem.as_ref());
+                mem.is_some_and(|m| digest(&m.bytes()[p.range.clone()]) != want)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            "chunk {chunk}: local bytes written outside a write scope: dropped (Figure 5)"
+        );
+        let c = self.chunks.get_mut(&chunk).expect("known");
+        for i in changed {
+            c.places[i].valid = false;
+        }
+        if !c.places.iter().any(|p| p.valid) {
+            self.forget_version(chunk);
+        }
+    }
+
     /// Copies instance `from` of `chunk` over instance `to` (both
     /// resident), which becomes valid.
     fn copy_place(&mut self, chunk: ChunkId, from: usize, to: usize) {
         let c = self.chunks.get_mut(&chunk).expect("known");
         let (src, dst) = (c.places[from].clone(), c.places[to].clone());
         c.places[to].valid = true;
+        if dst.exposed && c.digest.is_none() {
+            let mem = self.regions.get(&src.region).and_then(|r| r.mem.as_ref());
+            let c = self.chunks.get_mut(&chunk).expect("known");
+            c.digest = mem.map(|m| digest(&m.bytes()[src.range.clone()]));
+        }
         if src.region == dst.region {
             let mem = self
                 .regions
@@ -395,6 +460,7 @@ impl Store {
             for p in &mut c.places {
                 p.valid = false;
             }
+            c.digest = None;
             c.side.evict();
         }
     }
@@ -406,6 +472,14 @@ impl Store {
             return;
         };
         c.places[from].valid = true;
+        c.digest = None;
+        if c.places.iter().any(|p| p.exposed) {
+            let src = c.places[from].clone();
+            let mem = self.regions.get(&src.region).and_then(|r| r.mem.as_ref());
+            let d = mem.map(|m| digest(&m.bytes()[src.range]));
+            self.chunks.get_mut(&chunk).expect("known").digest = d;
+        }
+        let c = self.chunks.get_mut(&chunk).expect("known");
         for to in 0..c.places.len() {
             if to == from {
                 continue;

@@ -144,6 +144,11 @@ impl LocalMemory for Mapped {
         // the core does not overlap with its own writes to the chunk.
         unsafe { std::slice::from_raw_parts_mut(self.0.ptr.as_ptr(), self.0.len) }
     }
+    /// C (or Python) can write these bytes at any time: writes outside a
+    /// write scope must be detected and lost, not published.
+    fn exposed(&self) -> bool {
+        true
+    }
 }
 
 fn ids_and_sizes(layout: &ChainLayout) -> (Vec<u64>, Vec<usize>) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::world::{OpenScope, Shared};
 use super::{content, Config, Rng, PROTOCOLS};
 use crate::chunk::ChunkId;
-use crate::client::{Chain, Client, Event};
+use crate::client::{Chain, Client, Event, LocalMemory};
 use crate::protocol::{Access, ProtocolId};
 use crate::topology::Topology;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, TransportError};
@@ -109,6 +109,22 @@ pub(crate) struct Thread {
     pub siblings_done: Arc<AtomicUsize>,
     pub service: bool,
     pub program: Program,
+}
+
+/// Memory as the C and Python faces hand it to the core: exposed to
+/// writes outside SAT, so the store checks it against the version's digest.
+struct FaceMemory(Vec<u8>);
+
+impl LocalMemory for FaceMemory {
+    fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+    fn exposed(&self) -> bool {
+        true
+    }
 }
 
 /// A chain this thread knows.
@@ -319,7 +335,7 @@ impl Thread {
         let chain = match kind {
             0 => self.client.lookup_lst(&ids, LOOKUP_WAIT),
             1 => self.client.lookup_lst_into(&ids, LOOKUP_WAIT, |size| {
-                Some(Box::new(vec![0u8; size]) as Box<dyn crate::store::LocalMemory>)
+                Some(Box::new(FaceMemory(vec![0u8; size])) as Box<dyn LocalMemory>)
             }),
             _ => {
                 // MAP of the chain over the thread's own memory, when its
@@ -334,8 +350,12 @@ impl Thread {
                     .map(|&i| chunks.shared.iter().find(|c| c.0 == i).expect("shared").1)
                     .collect();
                 let total = sizes.iter().sum();
-                self.client
-                    .map_lst(protocol, &ids, &sizes, Box::new(vec![0u8; total]))
+                self.client.map_lst(
+                    protocol,
+                    &ids,
+                    &sizes,
+                    Box::new(FaceMemory(vec![0u8; total])),
+                )
             }
         };
         match chain {
