@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test abe-test python-test bench bench-abe bench-detail bench-python clean header install
+.PHONY: setup demo test simulate abe-test python-test bench bench-abe bench-detail bench-python clean header install
 
 setup:
 	@scripts/setup.sh
@@ -28,8 +28,20 @@ test:
 	$(CARGO) build -j $(JOBS) --workspace --all-targets
 	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
+	$(MAKE) --no-print-directory simulate SEEDS=$(SIM_SEEDS)
 	$(MAKE) --no-print-directory abe-test
 	$(MAKE) --no-print-directory python-test
+
+# The whole-stack simulator (sat-core/src/simulator): the real clients, stores and servers under
+# one seeded scheduler, the invariants checked after every step. `make simulate SEEDS=N [FROM=S]`
+# runs seeds S..S+N; a failure prints its seed, and `sat-simulate --seed S --trace` replays it.
+SEEDS ?= 200
+FROM ?= 0
+# The seeds `make test` runs.
+SIM_SEEDS ?= 300
+simulate:
+	$(CARGO) build --release -j $(JOBS) -p sat-core --features simulator --bin sat-simulate
+	$(TARGET_DIR)/release/sat-simulate --seeds $(SEEDS) --from $(FROM) --jobs $(JOBS)
 
 # The encryption layer (feature `abe`): its tests (sat-core's, and the C ABI's), and no ABE or AEAD
 # crate in the default build.
