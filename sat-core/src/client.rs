@@ -875,17 +875,12 @@ impl Client {
             // to end, as a lock would. This thread's own is misuse, reported.
             // A reader joins other threads' read scopes only while the
             // protocol allows it (no writer waiting for them).
-            let busy = |s: &dyn ClientSide| {
-                s.writing()
-                    || s.waiting()
-                    || (s.in_scope() && (access.exclusive() || s.join() == Join::Wait))
-            };
             let beside = !c.holders.is_empty() && !c.holders.contains(&me);
-            if busy(c.side.as_ref()) && beside {
+            if beside && must_wait(c.side.as_ref(), access) {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
-                    (!busy(c.side.as_ref()) || c.holders.is_empty()).then_some(())
+                    (!must_wait(c.side.as_ref(), access) || c.holders.is_empty()).then_some(())
                 })?;
                 continue;
             }
@@ -1381,6 +1376,17 @@ impl Client {
             }
         }
     }
+}
+
+/// Whether a thread that holds no scope on a chunk other threads use must
+/// wait before it opens one with `access`: as a lock would, for a write
+/// scope or a request under way; and a reader waits when the protocol says
+/// so (a writer waits at the home for the read scopes open here, and new
+/// readers joining them would starve it).
+fn must_wait(side: &dyn ClientSide, access: Access) -> bool {
+    side.writing()
+        || side.waiting()
+        || (side.in_scope() && (access.exclusive() || side.join() == Join::Wait))
 }
 
 /// What has arrived for this client and not been taken yet.

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 use crate::transport::mem::{MemNetwork, MemTransport, Schedule};
 
@@ -41,14 +43,22 @@ impl Run {
             mut server,
             clients,
         } = self;
+        let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let topology = &topology;
             let server =
                 s.spawn(move || crate::server::run(topology, &mut server, IdlePolicy::default()));
+            // As in a run: each client answers the homes while its threads
+            // do something else.
+            for c in &clients {
+                let stop = &stop;
+                s.spawn(move || c.background_progress(stop));
+            }
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&clients)));
             for c in &clients {
                 c.finish(WAIT).unwrap();
             }
+            stop.store(true, Ordering::Release);
             server.join().unwrap().unwrap();
             out.unwrap_or_else(|p| std::panic::resume_unwind(p))
         })
@@ -182,4 +192,208 @@ fn a_malloc_nobody_answers_times_out_naming_the_home() {
             && why.contains("check that server 0 is still running"),
         "{why}"
     );
+}
+
+/// A transport whose next coherence message fails to leave, once armed.
+struct FailNext {
+    inner: MemTransport,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Sender for FailNext {
+    fn send(
+        &mut self,
+        dest: Rank,
+        header: &[u8],
+        payload: Payload<'_>,
+    ) -> Result<(), crate::transport::TransportError> {
+        if matches!(wire::decode(header), Ok(Message::Coherence { .. }))
+            && self.armed.swap(false, Ordering::SeqCst)
+        {
+            return Err(crate::transport::TransportError::PeerLost {
+                rank: dest,
+                reason: "a send failure the test asked for".into(),
+            });
+        }
+        self.inner.send(dest, header, payload)
+    }
+}
+
+impl Transport for FailNext {
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+    fn poll(
+        &mut self,
+        on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
+    ) -> Result<usize, crate::transport::TransportError> {
+        self.inner.poll(on_message)
+    }
+    fn messages_sent(&self) -> u64 {
+        self.inner.messages_sent()
+    }
+    fn sends_drained(&mut self) -> Result<bool, crate::transport::TransportError> {
+        self.inner.sends_drained()
+    }
+}
+
+/// Two clients of one server; the first one's sends can be made to fail.
+fn failing_pair() -> (Run, Arc<std::sync::atomic::AtomicBool>) {
+    let topology = Arc::new(Topology::default_for(3));
+    let (_net, mut eps) = MemNetwork::new(3, Schedule::Immediate);
+    let server = eps.remove(0);
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let first = FailNext {
+        inner: eps.remove(0),
+        armed: armed.clone(),
+    };
+    let clients = vec![
+        Client::new(topology.clone(), Box::new(first)),
+        Client::new(topology.clone(), Box::new(eps.remove(0))),
+    ];
+    (
+        Run {
+            topology,
+            server,
+            clients,
+        },
+        armed,
+    )
+}
+
+fn word(c: &Client, chunk: ChunkId) -> u64 {
+    let mut b = [0u8; 8];
+    c.get(chunk, &mut b).unwrap();
+    u64::from_le_bytes(b)
+}
+
+/// An acquire whose request cannot be sent changes nothing: the chunk is
+/// not left waiting for an answer that will never come.
+#[test]
+fn an_acquire_whose_request_fails_leaves_no_trace() {
+    let (run, armed) = failing_pair();
+    run.serve(|c| {
+        c[0].malloc(40, 8).unwrap();
+        c[1].malloc(40, 8).unwrap();
+        armed.store(true, Ordering::SeqCst);
+        assert!(matches!(
+            c[0].acquire(40, Access::Write),
+            Err(SatError::Transport(_))
+        ));
+        c[0].acquire(40, Access::Write)
+            .expect("a second acquire goes ahead");
+        c[0].with_data_mut(40, |d| d.copy_from_slice(&7u64.to_le_bytes()))
+            .unwrap();
+        c[0].release(40).unwrap();
+        assert_eq!(word(&c[1], 40), 7);
+    });
+}
+
+/// A release whose message cannot be sent leaves the scope open, as it
+/// was: the caller may retry or abort; the home never saw it end.
+#[test]
+fn a_release_that_fails_keeps_the_scope_open() {
+    let (run, armed) = failing_pair();
+    run.serve(|c| {
+        c[0].malloc(41, 8).unwrap();
+        c[1].malloc(41, 8).unwrap();
+        c[0].put(41, &3u64.to_le_bytes()).unwrap();
+        c[0].acquire(41, Access::Write).unwrap();
+        c[0].with_data_mut(41, |d| d.copy_from_slice(&9u64.to_le_bytes()))
+            .unwrap();
+        armed.store(true, Ordering::SeqCst);
+        assert!(c[0].release(41).is_err());
+        c[0].with_data_mut(41, |d| assert_eq!(d, 9u64.to_le_bytes()))
+            .expect("the write scope is still open");
+        c[0].abort(41).unwrap();
+        assert_eq!(word(&c[1], 41), 3, "an aborted scope publishes nothing");
+        assert_eq!(word(&c[0], 41), 3, "and its writer sees the home's version");
+    });
+}
+
+/// A WRITE on a chain that fails part way publishes nothing: the chunk it
+/// was granted keeps the home's version (the review's reproduction).
+#[test]
+fn a_chain_write_that_fails_part_way_publishes_nothing() {
+    let run = Run::new(2, Schedule::Immediate);
+    run.serve(|c| {
+        for x in c {
+            x.malloc(3, 8).unwrap();
+            x.malloc(5, 8).unwrap();
+        }
+        c[1].put(3, &7u64.to_le_bytes()).unwrap();
+        c[0].acquire(5, Access::Read).unwrap();
+        let pair = c[0].lookup_lst(&[3, 5], WAIT).unwrap();
+        assert!(c[0].acquire_chain(&pair, Access::Write).is_err());
+        c[0].release(5).unwrap();
+        assert_eq!(word(&c[1], 3), 7);
+        assert_eq!(word(&c[0], 3), 7);
+    });
+}
+
+/// A second chain over a chunk inside another chain's READ scope reads the
+/// published bytes, and a READWRITE through it builds on them (the
+/// review's reproduction, with memory the caller owns as C's chains).
+#[test]
+fn a_second_chain_over_a_chunk_in_use_reads_the_published_bytes() {
+    let run = Run::new(2, Schedule::Immediate);
+    run.serve(|c| {
+        for x in c {
+            x.malloc(10, 8).unwrap();
+            x.malloc(11, 8).unwrap();
+        }
+        c[1].put(10, &1111u64.to_le_bytes()).unwrap();
+        c[0].acquire(10, Access::Read).unwrap();
+        let chain = c[0]
+            .lookup_lst_into(&[10, 11], WAIT, |size| {
+                Some(Box::new(vec![0u8; size]) as Box<dyn LocalMemory>)
+            })
+            .unwrap();
+        c[0].release(10).unwrap();
+        let scope = c[0].read(&chain).unwrap();
+        scope
+            .data(|d| assert_eq!(d[..8], 1111u64.to_le_bytes()))
+            .unwrap();
+        scope.release().unwrap();
+        let scope = c[0].readwrite(&chain).unwrap();
+        scope
+            .data_mut(|d| {
+                let v = u64::from_le_bytes(d[..8].try_into().unwrap()) + 1;
+                d[..8].copy_from_slice(&v.to_le_bytes());
+            })
+            .unwrap();
+        scope.release().unwrap();
+        assert_eq!(word(&c[1], 10), 1112);
+    });
+}
+
+/// Writer starvation by one process's readers: once a writer waits for
+/// this process's read scopes (an invalidation is owed), a thread that
+/// holds none waits instead of joining them; the holder itself still
+/// nests. Home-only readers beside others ask the home instead.
+#[test]
+fn readers_beside_open_read_scopes_wait_once_a_writer_waits() {
+    use crate::protocol::{home_only, ClientSide, ToClient};
+    let mut mesi = mesi::Cache::new(8);
+    assert!(matches!(mesi.acquire(Access::Read), Ok(Acquire::Request(_))));
+    mesi.on_message(
+        ToClient::ReadGrant {
+            version: 0,
+            with_data: true,
+        },
+        Some(&[0; 8]),
+    )
+    .unwrap();
+    assert!(!must_wait(&mesi, Access::Read), "readers share a valid copy");
+    mesi.on_message(ToClient::Inval, None).unwrap();
+    assert!(
+        must_wait(&mesi, Access::Read),
+        "a writer waits for these scopes: new readers must not extend them"
+    );
+    assert_eq!(mesi.acquire(Access::Read), Ok(Acquire::Hit), "nesting still hits");
+    let only = home_only::Client::new(8);
+    assert_eq!(only.join(), Join::Ask);
 }

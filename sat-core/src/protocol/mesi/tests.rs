@@ -407,3 +407,54 @@ fn a_second_read_scope_while_an_invalidation_is_owed_does_not_deadlock() {
     assert_eq!(c.state(), State::Invalid);
     assert!(matches!(c.acquire(Access::Read), Ok(Acquire::Request(_))));
 }
+
+/// A writer that leaves while its invalidations are answered: the readers
+/// they reached may still be inside read scopes, so the next writer waits
+/// for their acknowledgements too (a requester's departure never lets a
+/// writer in beside readers).
+#[test]
+fn a_departing_requester_leaves_no_stale_read_scopes() {
+    let mut home = Home::new(8);
+    let mut out = Vec::new();
+    // Client 1 reads: it is in the copyset (and inside a read scope).
+    home.on_message(1, ToHome::ReadReq { have: None }, None, &mut out)
+        .unwrap();
+    out.clear();
+    // Client 2 asks to write: client 1 is invalidated.
+    home.on_message(
+        2,
+        ToHome::WriteReq {
+            have: None,
+            need_data: false,
+        },
+        None,
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].to, out[0].msg), (1, ToClient::Inval));
+    out.clear();
+    // Client 2 leaves before the acknowledgement; client 3 asks to write.
+    home.client_left(2, &mut out);
+    home.on_message(
+        3,
+        ToHome::WriteReq {
+            have: None,
+            need_data: false,
+        },
+        None,
+        &mut out,
+    )
+    .unwrap();
+    assert!(
+        out.is_empty(),
+        "client 1 is still inside its read scope: no grant yet, got {out:?}"
+    );
+    // Client 1's scope ends: now client 3 is granted.
+    home.on_message(1, ToHome::InvalAck, None, &mut out).unwrap();
+    assert!(
+        out.iter()
+            .any(|o| o.to == 3 && matches!(o.msg, ToClient::WriteGrant { .. })),
+        "{out:?}"
+    );
+}
