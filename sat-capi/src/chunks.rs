@@ -625,8 +625,14 @@ fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
 }
 
 /// READ: opens a read scope on the whole chain; `chunk->data` holds the
-/// current data until RELEASE. Changes made inside a READ scope are never
-/// sent anywhere (Figure 5): do not write in one.
+/// current data until RELEASE. Changes made inside a READ scope are lost
+/// (Figure 5): they are never sent anywhere, and the next scope on the
+/// chain sees the home's version again, not them.
+///
+/// When a READ, WRITE or READWRITE fails part way (a chunk of the chain is
+/// refused after others were granted), it returns the error with no scope
+/// open: the chunks already granted are ended without publishing anything,
+/// and their homes keep their versions.
 ///
 /// On a protected chain (feature `abe`), every version is checked and
 /// decrypted into `chunk->data`: `SAT_ERR_ACCESS_DENIED` when this tenant
@@ -637,13 +643,15 @@ pub extern "C" fn sat_read(chunk: *mut sat_chunk_t) -> i32 {
     scope("READ", chunk, ScopeOp::Read)
 }
 
-/// WRITE: opens an exclusive scope; the data may be stale (Figure 5).
+/// WRITE: opens an exclusive scope; the data may be stale (Figure 5). A
+/// failure leaves no scope open and publishes nothing (see `sat_read`).
 #[no_mangle]
 pub extern "C" fn sat_write(chunk: *mut sat_chunk_t) -> i32 {
     scope("WRITE", chunk, ScopeOp::Write)
 }
 
-/// READWRITE: opens an exclusive scope on up-to-date data.
+/// READWRITE: opens an exclusive scope on up-to-date data. A failure
+/// leaves no scope open and publishes nothing (see `sat_read`).
 #[no_mangle]
 pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> i32 {
     scope("READWRITE", chunk, ScopeOp::ReadWrite)
@@ -651,6 +659,9 @@ pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> i32 {
 
 /// RELEASE: closes the scope; after WRITE or READWRITE the new data goes
 /// to the chunks' homes (of a protected chain: sealed as its next version).
+/// When the message cannot be sent, the scope stays open as it was and
+/// the error is returned. A process that ends (`exit`, a crash) inside a
+/// write scope publishes nothing: its homes keep their versions.
 #[no_mangle]
 pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> i32 {
     scope("RELEASE", chunk, ScopeOp::Release)

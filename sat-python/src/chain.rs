@@ -492,6 +492,16 @@ impl PyChain {
         }
     }
 
+    /// Ends the scope on the chain without publishing (the block raised).
+    /// A protected chain's scope is released: the encryption layer seals
+    /// at release and has no way yet to end a scope unchanged.
+    pub(crate) fn abort_in(&self, c: &sat_core::client::Client) -> Result<(), CoreError> {
+        match &self.secure {
+            Some(s) => abe::release(c, s),
+            None => c.abort_chain(&self.chain),
+        }
+    }
+
     /// `f` on the chain's bytes (the plaintext when protected), in a scope.
     pub(crate) fn with_bytes<R>(
         &self,
@@ -610,13 +620,16 @@ impl PyChain {
     }
 
     /// A READ scope: `with chain.read() as view:` gives a read-only
-    /// memoryview of the chain's own bytes (no copy).
+    /// memoryview of the chain's own bytes (no copy). Bytes changed outside
+    /// a write scope (through a numpy array kept from an earlier one) are
+    /// not the chain's data: the next scope sees the home's version.
     fn read(slf: &Bound<'_, Self>) -> PyResult<PyScope> {
         scope(slf, Access::Read)
     }
 
     /// A WRITE scope: a writable memoryview of the chain's own bytes
-    /// (possibly stale); what is written in it is published at exit.
+    /// (possibly stale); what is written in it is published at exit, unless
+    /// the block raises: then nothing is published.
     fn write(slf: &Bound<'_, Self>) -> PyResult<PyScope> {
         scope(slf, Access::Write)
     }
@@ -782,10 +795,13 @@ impl PyScope {
         PyMemoryView::from(&buffer.into_any())
     }
 
-    /// Releases the chain (also when the block raised): after WRITE or
-    /// READWRITE, what the block wrote is published.
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+    /// Releases the chain: after WRITE or READWRITE, what the block wrote
+    /// is published. When the block raised, the scope ends without
+    /// publishing anything (the homes keep their versions), except on a
+    /// protected chain, whose scope is released.
+    #[pyo3(signature = (*exc))]
+    fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
         let chain = self.chain.get();
         chain.h.check_process()?;
         {
@@ -795,7 +811,11 @@ impl PyScope {
             }
             *st = ScopeState::Closed;
         }
-        chain.h.blocking(py, |c| chain.release_in(c))?;
+        if raised {
+            chain.h.blocking(py, |c| chain.abort_in(c))?;
+        } else {
+            chain.h.blocking(py, |c| chain.release_in(c))?;
+        }
         Ok(false)
     }
 }

@@ -378,7 +378,10 @@ fn a_second_chain_over_a_chunk_in_use_reads_the_published_bytes() {
 fn readers_beside_open_read_scopes_wait_once_a_writer_waits() {
     use crate::protocol::{home_only, ClientSide, ToClient};
     let mut mesi = mesi::Cache::new(8);
-    assert!(matches!(mesi.acquire(Access::Read), Ok(Acquire::Request(_))));
+    assert!(matches!(
+        mesi.acquire(Access::Read),
+        Ok(Acquire::Request(_))
+    ));
     mesi.on_message(
         ToClient::ReadGrant {
             version: 0,
@@ -387,13 +390,20 @@ fn readers_beside_open_read_scopes_wait_once_a_writer_waits() {
         Some(&[0; 8]),
     )
     .unwrap();
-    assert!(!must_wait(&mesi, Access::Read), "readers share a valid copy");
+    assert!(
+        !must_wait(&mesi, Access::Read),
+        "readers share a valid copy"
+    );
     mesi.on_message(ToClient::Inval, None).unwrap();
     assert!(
         must_wait(&mesi, Access::Read),
         "a writer waits for these scopes: new readers must not extend them"
     );
-    assert_eq!(mesi.acquire(Access::Read), Ok(Acquire::Hit), "nesting still hits");
+    assert_eq!(
+        mesi.acquire(Access::Read),
+        Ok(Acquire::Hit),
+        "nesting still hits"
+    );
     let only = home_only::Client::new(8);
     assert_eq!(only.join(), Join::Ask);
 }

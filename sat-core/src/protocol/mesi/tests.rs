@@ -451,7 +451,8 @@ fn a_departing_requester_leaves_no_stale_read_scopes() {
         "client 1 is still inside its read scope: no grant yet, got {out:?}"
     );
     // Client 1's scope ends: now client 3 is granted.
-    home.on_message(1, ToHome::InvalAck, None, &mut out).unwrap();
+    home.on_message(1, ToHome::InvalAck, None, &mut out)
+        .unwrap();
     assert!(
         out.iter()
             .any(|o| o.to == 3 && matches!(o.msg, ToClient::WriteGrant { .. })),
