@@ -282,3 +282,40 @@ def test_a_process_that_forgets_to_detach_is_detached_at_exit(service):
     )
     assert reader.returncode == 0, reader.stdout + reader.stderr
     assert reader.stdout.splitlines() == ["b'kept'"]
+
+
+def test_a_scope_whose_block_raises_publishes_nothing_and_writes_outside_a_scope_are_lost(service):
+    """A WRITE whose `with` block raises ends without publishing: the home keeps its version. Bytes
+    written through a view kept from an earlier scope are not the chain's: the next READ sees the
+    home's version, and a READWRITE builds on it."""
+    run = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            chain = client.malloc(4242, 8)
+            with chain.write() as view:
+                np.frombuffer(view, dtype=np.uint64)[0] = 7
+            try:
+                with chain.write() as view:
+                    np.frombuffer(view, dtype=np.uint64)[0] = 99
+                    raise RuntimeError("the block fails half way")
+            except RuntimeError:
+                pass
+            with chain.read() as view:
+                print("after the failed write", int(np.frombuffer(view, dtype=np.uint64)[0]))
+            kept = chain.array(dtype=np.uint64)
+            kept[0] = 1000                           # outside any write scope
+            with chain.readwrite() as view:
+                v = np.frombuffer(view, dtype=np.uint64)
+                v[0] += 1
+            with chain.read() as view:
+                print("after the +1", int(np.frombuffer(view, dtype=np.uint64)[0]))
+        """
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert "after the failed write 7" in lines, run.stdout
+    assert "after the +1 8" in lines, run.stdout
