@@ -35,6 +35,9 @@ pub(crate) enum Status {
     Committed,
     /// Its scope ended without publishing.
     Aborted,
+    /// Its release returned, but its client died before the home took it
+    /// in: the home may publish it, or never.
+    Lost,
 }
 
 /// A scope a simulated thread holds, and the version it sees: the home may
@@ -94,6 +97,26 @@ impl Oracle {
             ));
         }
         Ok(())
+    }
+
+    /// Client `client` died: its releases the homes have not applied yet
+    /// may never be.
+    pub fn client_died(&mut self, client: usize, homes: &BTreeMap<u64, (Version, Arc<[u8]>)>) {
+        let lost: Vec<u64> = self
+            .tokens
+            .iter()
+            .filter(|(_, t)| {
+                t.client == client
+                    && t.status == Status::Committed
+                    && homes.get(&t.chunk).map_or(0, |h| h.0) < t.version
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in lost {
+            let t = self.tokens.get_mut(&id).expect("listed");
+            t.status = Status::Lost;
+            self.committed.remove(&(t.chunk, t.version));
+        }
     }
 
     pub fn abort(&mut self, token: u64) {
@@ -415,9 +438,12 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                     dead[victim].store(true, Ordering::Relaxed);
                     faults[victim].die();
                     shared.note(|| format!("client {victim} dies"));
-                    Shared::lock(&shared.oracle)
-                        .scopes
-                        .retain(|s| s.client != victim);
+                    {
+                        let homes = Shared::lock(&shared.homes);
+                        let mut o = Shared::lock(&shared.oracle);
+                        o.scopes.retain(|s| s.client != victim);
+                        o.client_died(victim, &homes);
+                    }
                     for (t, &c) in thread_client.iter().enumerate() {
                         if c == victim && !threads[t].1 {
                             sched.kill(t);
@@ -572,7 +598,7 @@ fn check_homes(
     seen: &mut BTreeMap<u64, (Version, u64)>,
 ) -> Result<(), (String, String)> {
     let homes = Shared::lock(&shared.homes);
-    let oracle = Shared::lock(&shared.oracle);
+    let mut oracle = Shared::lock(&shared.oracle);
     let bad = |what: &str, detail: String| Err((what.to_string(), detail));
     for (&chunk, (version, data)) in homes.iter() {
         let (token, prev) = match content::read(data, chunk) {
@@ -602,7 +628,7 @@ fn check_homes(
                 format!("chunk {chunk} version {version} is all zeros: no release wrote that"),
             );
         }
-        let Some(t) = oracle.tokens.get(&token) else {
+        let Some(t) = oracle.tokens.get(&token).cloned() else {
             return bad(
                 "no invented bytes",
                 format!(
@@ -612,6 +638,19 @@ fn check_homes(
         };
         match t.status {
             Status::Committed => {}
+            Status::Lost => {
+                // It arrived after all: it holds its version.
+                oracle.tokens.get_mut(&token).expect("known").status = Status::Committed;
+                if let Some(other) = oracle.committed.insert((chunk, t.version), token) {
+                    return bad(
+                        "each version has one release",
+                        format!(
+                            "chunk {chunk} version {}: tokens {other} and {token}",
+                            t.version
+                        ),
+                    );
+                }
+            }
             Status::Open => {
                 return bad(
                     "only released bytes are published",
