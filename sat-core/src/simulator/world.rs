@@ -101,7 +101,7 @@ impl Oracle {
 
     /// Client `client` died: its releases the homes have not applied yet
     /// may never be.
-    pub fn client_died(&mut self, client: usize, homes: &BTreeMap<u64, (Version, Arc<[u8]>)>) {
+    pub fn client_died(&mut self, client: usize, homes: &Homes) {
         let lost: Vec<u64> = self
             .tokens
             .iter()
@@ -127,12 +127,15 @@ impl Oracle {
     }
 }
 
+/// The homes as the simulated threads see them: chunk -> (version, data).
+pub(crate) type Homes = BTreeMap<u64, (Version, Arc<[u8]>)>;
+
 /// Everything the scheduler and the simulated threads share.
 pub(crate) struct Shared {
     pub sched: Arc<Scheduler>,
     pub oracle: Mutex<Oracle>,
     /// The homes as of the last step: chunk -> (version, data).
-    pub homes: Mutex<BTreeMap<u64, (Version, Arc<[u8]>)>>,
+    pub homes: Mutex<Homes>,
     failure: Mutex<Option<(u64, String, String)>>,
     recent: Mutex<VecDeque<String>>,
     trace: bool,
