@@ -29,6 +29,13 @@ pub(crate) struct Chunks {
 }
 
 impl Chunks {
+    fn size(&self, id: ChunkId) -> usize {
+        self.shared
+            .iter()
+            .find(|c| c.0 == id)
+            .map_or(content::MIN_CHUNK, |c| c.1)
+    }
+
     fn protocol(&self, id: ChunkId) -> ProtocolId {
         self.shared
             .iter()
@@ -345,10 +352,7 @@ impl Thread {
                 if ids.iter().any(|&i| chunks.protocol(i) != protocol) {
                     return;
                 }
-                let sizes: Vec<usize> = ids
-                    .iter()
-                    .map(|&i| chunks.shared.iter().find(|c| c.0 == i).expect("shared").1)
-                    .collect();
+                let sizes: Vec<usize> = ids.iter().map(|&i| chunks.size(i)).collect();
                 let total = sizes.iter().sum();
                 self.client.map_lst(
                     protocol,
@@ -622,14 +626,7 @@ impl Thread {
             return;
         }
         let id = self.pick_shared();
-        let size = self
-            .program
-            .chunks
-            .shared
-            .iter()
-            .find(|c| c.0 == id)
-            .expect("shared")
-            .1;
+        let size = self.program.chunks.size(id);
         if self.program.rng.chance(50) {
             set_op(self, Some(format!("GET {id}")));
             let mut buf = vec![0u8; size];
@@ -746,14 +743,7 @@ impl Thread {
         let stop_after = self.program.rng.below(4);
         set_op(self, Some(format!("SUBSCRIBE {id}")));
         let shared = self.shared.clone();
-        let size = self
-            .program
-            .chunks
-            .shared
-            .iter()
-            .find(|c| c.0 == id)
-            .expect("shared")
-            .1;
+        let size = self.program.chunks.size(id);
         let runs = Arc::new(AtomicUsize::new(0));
         let client = self.client_index;
         let r = self.client.subscribe(id, with_data, move |c, event| {
