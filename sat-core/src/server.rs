@@ -1041,7 +1041,7 @@ mod tests {
             },
             Message::Sync {
                 client: 2,
-                op: crate::wire::SyncOp::BarrierDone { id: 0 },
+                op: crate::wire::SyncOp::BarrierDone { id: 0, ticket: 0 },
             },
             Message::Notify {
                 chunk: 0,
@@ -1161,7 +1161,7 @@ mod tests {
                 },
                 Message::Sync {
                     client: c,
-                    op: crate::wire::SyncOp::BarrierDone { id: 0 },
+                    op: crate::wire::SyncOp::BarrierDone { id: 0, ticket: 0 },
                 },
                 Message::Subscribe {
                     chunk: 0,

@@ -19,7 +19,9 @@
 //! - **Barriers** release a round when `count` arrivals of the same id have
 //!   come (an arrival is one call: two threads of one process are two). The
 //!   first arrival of a round fixes its count; an arrival with another count
-//!   is refused with an error, and does not count.
+//!   is refused with an error, and does not count. Each answer echoes the
+//!   arrival's ticket (the client's own numbering), so a client can tell the
+//!   answer of a call that gave up from the answer of its next call.
 //! - **Signals** are publish-subscribe without a chunk: raising one notifies
 //!   every client subscribed to it at that moment, the raiser included.
 
@@ -38,7 +40,8 @@ struct Rendezvous {
 #[derive(Debug, Default)]
 struct Barrier {
     count: u32,
-    arrived: Vec<Rank>,
+    /// The round's arrivals: the client and its ticket.
+    arrived: Vec<(Rank, u64)>,
 }
 
 /// The synchronization objects one server coordinates.
@@ -69,7 +72,12 @@ impl Coordinator {
                             generation: r.generation,
                         },
                     ));
-                } else {
+                } else if !r.sleepers.iter().any(|&(c, _)| c == client) {
+                    // One entry per client is enough: every sleeper queued
+                    // here has seen the current generation (a client knows
+                    // no later one), so one Awake wakes all its calls. A
+                    // rendezvous that gave up (its handler failed) leaves
+                    // its entry, and the client's next one adds no other.
                     r.sleepers.push((client, seen));
                 }
             }
@@ -81,22 +89,32 @@ impl Coordinator {
                     out.push((sleeper, SyncOp::Awake { id, generation }));
                 }
             }
-            SyncOp::Barrier { id, count } => {
+            SyncOp::Barrier { id, count, ticket } => {
                 if count == 0 {
-                    out.push((client, SyncOp::BarrierRefused { id, count: 0 }));
+                    let refused = SyncOp::BarrierRefused {
+                        id,
+                        count: 0,
+                        ticket,
+                    };
+                    out.push((client, refused));
                     return Ok(());
                 }
                 let b = self.barriers.entry(id).or_default();
                 if b.arrived.is_empty() {
                     b.count = count;
                 } else if b.count != count {
-                    out.push((client, SyncOp::BarrierRefused { id, count: b.count }));
+                    let refused = SyncOp::BarrierRefused {
+                        id,
+                        count: b.count,
+                        ticket,
+                    };
+                    out.push((client, refused));
                     return Ok(());
                 }
-                b.arrived.push(client);
+                b.arrived.push((client, ticket));
                 if b.arrived.len() as u32 == b.count {
-                    for c in b.arrived.drain(..) {
-                        out.push((c, SyncOp::BarrierDone { id }));
+                    for (c, ticket) in b.arrived.drain(..) {
+                        out.push((c, SyncOp::BarrierDone { id, ticket }));
                     }
                 }
             }
@@ -134,7 +152,7 @@ impl Coordinator {
         // client detached from another thread) withdraws its arrival: the
         // answer could reach only a later process in the same slot.
         for b in self.barriers.values_mut() {
-            b.arrived.retain(|&c| c != client);
+            b.arrived.retain(|&(c, _)| c != client);
         }
     }
 
@@ -225,24 +243,87 @@ mod tests {
     #[test]
     fn a_barrier_releases_a_round_at_its_count_and_refuses_another_count() {
         let mut c = Coordinator::default();
-        for round in 0..3 {
-            assert!(run(&mut c, 2, SyncOp::Barrier { id: 5, count: 3 }).is_empty());
+        let arrive = |c: &mut Coordinator, client, count, ticket| {
+            run(
+                c,
+                client,
+                SyncOp::Barrier {
+                    id: 5,
+                    count,
+                    ticket,
+                },
+            )
+        };
+        for round in 0..3u64 {
+            // Each client numbers its own arrivals: two per round.
+            let (t, refused) = (2 * round, 2 * round + 1);
+            assert!(arrive(&mut c, 2, 3, t).is_empty());
             assert_eq!(
-                run(&mut c, 3, SyncOp::Barrier { id: 5, count: 4 }),
-                vec![(3, SyncOp::BarrierRefused { id: 5, count: 3 })],
+                arrive(&mut c, 3, 4, t),
+                vec![(
+                    3,
+                    SyncOp::BarrierRefused {
+                        id: 5,
+                        count: 3,
+                        ticket: t
+                    }
+                )],
                 "round {round}"
             );
-            assert!(run(&mut c, 3, SyncOp::Barrier { id: 5, count: 3 }).is_empty());
-            let done = run(&mut c, 4, SyncOp::Barrier { id: 5, count: 3 });
-            let ranks: Vec<Rank> = done.iter().map(|&(r, _)| r).collect();
-            assert_eq!(ranks, vec![2, 3, 4]);
-            assert!(done
-                .iter()
-                .all(|(_, op)| *op == SyncOp::BarrierDone { id: 5 }));
+            assert!(arrive(&mut c, 3, 3, refused).is_empty());
+            // Every answer carries the ticket of the arrival it answers.
+            assert_eq!(
+                arrive(&mut c, 4, 3, t),
+                vec![
+                    (2, SyncOp::BarrierDone { id: 5, ticket: t }),
+                    (
+                        3,
+                        SyncOp::BarrierDone {
+                            id: 5,
+                            ticket: refused
+                        }
+                    ),
+                    (4, SyncOp::BarrierDone { id: 5, ticket: t }),
+                ]
+            );
         }
         assert_eq!(
-            run(&mut c, 2, SyncOp::Barrier { id: 6, count: 0 }),
-            vec![(2, SyncOp::BarrierRefused { id: 6, count: 0 })]
+            run(
+                &mut c,
+                2,
+                SyncOp::Barrier {
+                    id: 6,
+                    count: 0,
+                    ticket: 9
+                }
+            ),
+            vec![(
+                2,
+                SyncOp::BarrierRefused {
+                    id: 6,
+                    count: 0,
+                    ticket: 9
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn a_client_sleeps_once_per_rendezvous_however_often_it_asks() {
+        // A rendezvous that gave up left its entry; the client's next one
+        // adds none, and one wakeup answers the client once.
+        let mut c = Coordinator::default();
+        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert_eq!(
+            run(&mut c, 2, SyncOp::Wakeup { id: 1 }),
+            vec![(
+                3,
+                SyncOp::Awake {
+                    id: 1,
+                    generation: 1
+                }
+            )]
         );
     }
 

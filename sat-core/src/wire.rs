@@ -152,20 +152,25 @@ pub enum SyncOp {
         id: u32,
         generation: u64,
     },
-    /// barrier(id, count).
+    /// barrier(id, count). `ticket` numbers the client's arrivals (every
+    /// barrier id together); the answer echoes it, so a client knows which
+    /// of its calls an answer is for, even a call that gave up.
     Barrier {
         id: u32,
         count: u32,
+        ticket: u64,
     },
-    /// The round of barrier `id` is complete.
+    /// The round of barrier `id` that arrival `ticket` was in is complete.
     BarrierDone {
         id: u32,
+        ticket: u64,
     },
-    /// The arrival was refused: the round in progress has `count` (0: a
-    /// count of 0 was asked).
+    /// Arrival `ticket` was refused: the round in progress has `count` (0:
+    /// a count of 0 was asked).
     BarrierRefused {
         id: u32,
         count: u32,
+        ticket: u64,
     },
     SignalSubscribe {
         id: u32,
@@ -365,7 +370,11 @@ mod tests {
             Message::ServerQuiet,
             Message::Sync {
                 client: 4,
-                op: SyncOp::Barrier { id: 1, count: 8 },
+                op: SyncOp::Barrier {
+                    id: 1,
+                    count: 8,
+                    ticket: 5,
+                },
             },
             Message::Subscribe {
                 chunk: 12,

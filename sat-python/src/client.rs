@@ -431,13 +431,16 @@ impl PyClient {
     }
 
     /// Waits until `count` clients have entered barrier `id`. Callbacks of
-    /// subscriptions run meanwhile.
+    /// subscriptions run meanwhile. A call that a callback's exception ends
+    /// has still arrived: this thread's next call of barrier `id` waits for
+    /// that round to end, then arrives in the next one.
     fn barrier(&self, py: Python<'_>, id: u32, count: u32) -> PyResult<()> {
         self.h.blocking(py, |c| c.barrier(id, count))
     }
 
     /// Waits for a `wakeup(id)` not consumed yet, sent before or after this
-    /// call. Callbacks of subscriptions run meanwhile.
+    /// call. Callbacks of subscriptions run meanwhile. A call that a
+    /// callback's exception ends consumes no wakeup.
     fn rendezvous(&self, py: Python<'_>, id: u32) -> PyResult<()> {
         self.h.blocking(py, |c| c.rendezvous(id))
     }

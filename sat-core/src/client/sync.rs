@@ -1,7 +1,8 @@
 //! Synchronization objects as a client uses them (section 2.4); their
 //! semantics are set by the coordinator, see [`crate::sync`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::thread::ThreadId;
 
 use super::events::Queue;
 use super::Client;
@@ -16,8 +17,15 @@ pub(crate) struct Answers {
     awake: HashMap<u32, u64>,
     /// The generation this client last consumed, per rendezvous.
     consumed: HashMap<u32, u64>,
-    /// Barrier answers per id, in arrival order: Ok, or the count in force.
-    barriers: HashMap<u32, VecDeque<Result<(), u32>>>,
+    /// The ticket of this client's next barrier arrival: the coordinator
+    /// echoes it, so each answer reaches the call it answers.
+    next_ticket: u64,
+    /// Barrier answers not taken yet, by ticket: Ok, or the count in force.
+    barriers: HashMap<u64, Result<(), u32>>,
+    /// Barrier calls that gave up before their answer came (a handler
+    /// failed while they waited), by ticket: the barrier and the calling
+    /// thread. Their answers are discarded when they come.
+    abandoned: HashMap<u64, (u32, ThreadId)>,
 }
 
 impl Answers {
@@ -27,13 +35,24 @@ impl Answers {
                 let g = self.awake.entry(id).or_default();
                 *g = (*g).max(generation);
             }
-            SyncOp::BarrierDone { id } => self.barriers.entry(id).or_default().push_back(Ok(())),
-            SyncOp::BarrierRefused { id, count } => {
-                self.barriers.entry(id).or_default().push_back(Err(count))
+            SyncOp::BarrierDone { id, ticket } => self.barrier_answer(id, ticket, Ok(())),
+            SyncOp::BarrierRefused { id, count, ticket } => {
+                self.barrier_answer(id, ticket, Err(count))
             }
             SyncOp::SignalSubscribed { id } => events.signal_subscribed(id),
             SyncOp::Signal { id } => events.signalled(id),
             other => tracing::warn!("dropped {other:?}: a request, not an answer"),
+        }
+    }
+
+    fn barrier_answer(&mut self, id: u32, ticket: u64, answer: Result<(), u32>) {
+        if self.abandoned.remove(&ticket).is_some() {
+            tracing::debug!(
+                "barrier {id}: the answer to arrival {ticket} ({answer:?}) is discarded: \
+                 its call gave up when a handler failed"
+            );
+        } else {
+            self.barriers.insert(ticket, answer);
         }
     }
 }
@@ -65,6 +84,13 @@ impl Client {
 
     /// rendezvous (the report's `sleep`): waits for a wakeup on `id` that
     /// this process has not consumed yet, sent before or after this call.
+    ///
+    /// A rendezvous that fails (a handler run while it waits returned an
+    /// error) consumes no wakeup: one that comes later, or came while the
+    /// handler ran, is kept for the next rendezvous, which returns with it;
+    /// the one after that waits for another wakeup. Nothing else is left
+    /// behind: the coordinator keeps one sleeper entry per client, and one
+    /// Awake only raises the generation this client has heard of.
     pub fn rendezvous(&self, id: u32) -> SatResult<()> {
         let seen = self
             .lock()
@@ -88,20 +114,50 @@ impl Client {
     /// barrier: waits until `count` calls of barrier `id` (from any
     /// processes) have arrived, then all of them return. The first arrival
     /// of a round fixes its count: another count is an error.
+    ///
+    /// A call that fails while it waits (a handler run meanwhile returned an
+    /// error) has still arrived: the coordinator counted it, and withdrawing
+    /// it could not be made reliable (the round may have closed already, so
+    /// whether the others pass would depend on timing). So its round goes on
+    /// without this call, the round's answer is discarded when it comes, and
+    /// the same thread's next call of barrier `id` first waits for that
+    /// round to end, then arrives in the next one. Every process is thus in
+    /// each round once, and a later round never opens early on the answer
+    /// of an earlier one.
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
         if count == 0 {
             return Err(SatError::Usage(format!(
                 "barrier {id} with a count of 0: give the number of processes to wait for"
             )));
         }
-        self.sync_send(SyncOp::Barrier { id, count })?;
-        let answer = self.wait_running_handlers(None, |st| {
-            st.mail
-                .sync
-                .barriers
-                .get_mut(&id)
-                .and_then(VecDeque::pop_front)
+        let me = std::thread::current().id();
+        // This thread's arrival in a round it gave up on is still counted
+        // there: arriving again before that round ends would count this
+        // thread twice in one round.
+        self.wait_running_handlers(None, |st| {
+            let mut abandoned = st.mail.sync.abandoned.values();
+            (!abandoned.any(|&(b, t)| b == id && t == me)).then_some(())
         })?;
+        let ticket = {
+            let mut st = self.lock();
+            let t = st.mail.sync.next_ticket;
+            st.mail.sync.next_ticket += 1;
+            t
+        };
+        self.sync_send(SyncOp::Barrier { id, count, ticket })?;
+        let waited = self.wait_running_handlers(None, |st| st.mail.sync.barriers.remove(&ticket));
+        let answer = match waited {
+            Ok(answer) => answer,
+            Err(e) => {
+                // The answer may have come while the handler ran (the round
+                // is over: drop it); else it is discarded when it comes.
+                let mut st = self.lock();
+                if st.mail.sync.barriers.remove(&ticket).is_none() {
+                    st.mail.sync.abandoned.insert(ticket, (id, me));
+                }
+                return Err(e);
+            }
+        };
         match answer {
             Some(Ok(())) => Ok(()),
             Some(Err(in_force)) => Err(SatError::Usage(format!(

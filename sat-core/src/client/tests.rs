@@ -1,6 +1,9 @@
-//! Allocation requests over the in-process transport: answers reach the
-//! request they answer, and nothing else.
+//! The client over the in-process transport: allocation requests (answers
+//! reach the request they answer, and nothing else), and waits on other
+//! processes that a failing handler ends (barrier, rendezvous).
 
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -406,4 +409,215 @@ fn readers_beside_open_read_scopes_wait_once_a_writer_waits() {
     );
     let only = home_only::Client::new(8);
     assert_eq!(only.join(), Join::Ask);
+}
+
+// ------------------------------------ waits that a failing handler abandons
+
+/// What a test's threads return: any error, with its message.
+type Outcome = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// How long a test lets a process lag behind, so that another one would
+/// get through early if it could.
+const LAG: Duration = Duration::from_millis(300);
+
+/// Long enough for a message to reach the coordinator in process, and well
+/// under [`LAG`] (twice over).
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// A write release of `chunk` (which notifies its subscribers).
+fn release(client: &Client, chunk: ChunkId) -> SatResult<()> {
+    client.acquire(chunk, Access::Write)?;
+    client.release(chunk)
+}
+
+/// Checks that `r` is the failure of the handler of `chunk`.
+fn handler_failed(r: SatResult<()>, chunk: ChunkId, call: &str) -> Outcome {
+    match r {
+        Err(SatError::Role(why))
+            if why.contains(&format!("the handler of chunk {chunk} failed")) =>
+        {
+            Ok(())
+        }
+        other => Err(format!("{call}: expected the handler's failure, got {other:?}").into()),
+    }
+}
+
+/// When a barrier's round closes, seen from the process whose handler
+/// fails while it waits in the barrier.
+#[derive(Debug, Clone, Copy)]
+enum RoundCloses {
+    /// After the handler failed: the answer comes to a call that gave up.
+    AfterTheFailure,
+    /// While the handler runs: the answer is there when the call gives up.
+    WhileTheHandlerRuns,
+}
+
+/// Process A's handler fails while A waits in barrier 1 (round 1). Its
+/// arrival still counts: B's round 1 goes through with it. A's next call
+/// of barrier 1 is in round 2, and returns only once B has arrived in
+/// round 2, not with the answer of the round it abandoned.
+fn barrier_after_a_failed_handler(closes: RoundCloses) -> Outcome {
+    Run::new(2, Schedule::Immediate).serve(|clients| {
+        let (a, b) = (&clients[0], &clients[1]);
+        let (to_b, from_a) = mpsc::channel::<()>();
+        let (to_a, from_b) = mpsc::channel::<()>();
+        let b_in_round_2 = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let b_side = s.spawn(|| -> Outcome {
+                let from_a = from_a; // moved: a receiver is not shared
+                from_a.recv_timeout(WAIT)?; // A has subscribed
+                b.lookup(10, WAIT)?;
+                release(b, 10)?; // runs A's handler inside A's barrier
+                                 // A's barrier has failed, or A's handler runs.
+                from_a.recv_timeout(WAIT)?;
+                if let RoundCloses::WhileTheHandlerRuns = closes {
+                    to_a.send(())?; // B arrives now, while A's handler runs
+                }
+                b.barrier(1, 2)?;
+                std::thread::sleep(LAG);
+                b_in_round_2.store(true, Ordering::SeqCst);
+                b.barrier(1, 2)?;
+                Ok(())
+            });
+            let a_side = || -> Outcome {
+                a.enter_role();
+                a.malloc(10, 8)?;
+                let runs = AtomicUsize::new(0);
+                let (running, from_b) = (to_b.clone(), Mutex::new(from_b));
+                a.subscribe(10, false, move |_, _| {
+                    if runs.fetch_add(1, Ordering::SeqCst) > 0 {
+                        return Ok(());
+                    }
+                    if let RoundCloses::WhileTheHandlerRuns = closes {
+                        // B's arrival closes round 1 while this runs.
+                        running.send(())?;
+                        from_b.lock().unwrap().recv_timeout(WAIT)?;
+                        std::thread::sleep(SETTLE);
+                    }
+                    Err("the handler's first run fails".into())
+                })?;
+                to_b.send(())?;
+                handler_failed(a.barrier(1, 2), 10, "barrier round 1")?;
+                if let RoundCloses::AfterTheFailure = closes {
+                    to_b.send(())?;
+                }
+                // Without B in round 2 yet, the round-1 call's answer must not
+                // let this one through.
+                std::thread::sleep(SETTLE);
+                a.barrier(1, 2)?;
+                if !b_in_round_2.load(Ordering::SeqCst) {
+                    return Err("barrier 1 round 2 returned before B arrived in it".into());
+                }
+                a.unsubscribe(10)?;
+                Ok(())
+            };
+            let a_out = a_side();
+            let b_out = b_side.join().expect("B does not panic");
+            a_out.and(b_out)
+        })
+    })
+}
+
+#[test]
+fn a_barrier_whose_handler_failed_answers_after_the_failure_not_the_next_round() {
+    barrier_after_a_failed_handler(RoundCloses::AfterTheFailure).unwrap();
+}
+
+#[test]
+fn a_barrier_whose_handler_failed_answers_during_the_handler_not_the_next_round() {
+    barrier_after_a_failed_handler(RoundCloses::WhileTheHandlerRuns).unwrap();
+}
+
+/// When the wakeup comes, seen from the process whose rendezvous failed.
+#[derive(Debug, Clone, Copy)]
+enum WakeupComes {
+    /// While the failing handler runs: before the next rendezvous.
+    Before,
+    /// Once the next rendezvous waits.
+    After,
+}
+
+/// Process A's handler fails while A waits in rendezvous 3. The failed
+/// rendezvous consumes no wakeup: A's next rendezvous returns with the one
+/// wakeup B sends (before it or after it), and the one after that waits
+/// for another wakeup.
+fn rendezvous_after_a_failed_handler(comes: WakeupComes) -> Outcome {
+    Run::new(2, Schedule::Immediate).serve(|clients| {
+        let (a, b) = (&clients[0], &clients[1]);
+        let (to_b, from_a) = mpsc::channel::<()>();
+        let (to_a, from_b) = mpsc::channel::<()>();
+        let woken = [AtomicBool::new(false), AtomicBool::new(false)];
+        std::thread::scope(|s| {
+            let b_side = s.spawn(|| -> Outcome {
+                let from_a = from_a; // moved: a receiver is not shared
+                from_a.recv_timeout(WAIT)?; // A has subscribed
+                b.lookup(11, WAIT)?;
+                release(b, 11)?; // runs A's handler inside A's rendezvous
+                if let WakeupComes::Before = comes {
+                    from_a.recv_timeout(WAIT)?; // A's handler runs
+                    b.wakeup(3)?;
+                    woken[0].store(true, Ordering::SeqCst);
+                    to_a.send(())?; // A's handler may fail now
+                } else {
+                    from_a.recv_timeout(WAIT)?; // A's rendezvous has failed
+                    std::thread::sleep(LAG);
+                    woken[0].store(true, Ordering::SeqCst);
+                    b.wakeup(3)?;
+                }
+                // A's next rendezvous has returned: the one after waits.
+                let returned = from_a.recv_timeout(WAIT);
+                std::thread::sleep(LAG);
+                woken[1].store(true, Ordering::SeqCst);
+                b.wakeup(3)?;
+                returned?;
+                Ok(())
+            });
+            let a_side = || -> Outcome {
+                a.enter_role();
+                a.malloc(11, 8)?;
+                let runs = AtomicUsize::new(0);
+                let (running, from_b) = (to_b.clone(), Mutex::new(from_b));
+                a.subscribe(11, false, move |_, _| {
+                    if runs.fetch_add(1, Ordering::SeqCst) > 0 {
+                        return Ok(());
+                    }
+                    if let WakeupComes::Before = comes {
+                        // B's wakeup is sent while this runs.
+                        running.send(())?;
+                        from_b.lock().unwrap().recv_timeout(WAIT)?;
+                    }
+                    Err("the handler's first run fails".into())
+                })?;
+                to_b.send(())?;
+                handler_failed(a.rendezvous(3), 11, "the first rendezvous")?;
+                if let WakeupComes::After = comes {
+                    to_b.send(())?;
+                }
+                a.rendezvous(3)?;
+                if !woken[0].load(Ordering::SeqCst) {
+                    return Err("the second rendezvous returned before any wakeup".into());
+                }
+                to_b.send(())?;
+                a.rendezvous(3)?;
+                if !woken[1].load(Ordering::SeqCst) {
+                    return Err("the third rendezvous returned before the second wakeup".into());
+                }
+                a.unsubscribe(11)?;
+                Ok(())
+            };
+            let a_out = a_side();
+            let b_out = b_side.join().expect("B does not panic");
+            a_out.and(b_out)
+        })
+    })
+}
+
+#[test]
+fn a_failed_rendezvous_leaves_a_wakeup_sent_meanwhile_to_the_next() {
+    rendezvous_after_a_failed_handler(WakeupComes::Before).unwrap();
+}
+
+#[test]
+fn a_failed_rendezvous_leaves_the_next_waiting_for_a_wakeup() {
+    rendezvous_after_a_failed_handler(WakeupComes::After).unwrap();
 }
