@@ -158,7 +158,9 @@ def transport(bins, providers, size, iters, reps, timeout):
 
 
 def handoff(bins, providers, small_iters, large_iters, chunk, timeout):
-    """{(provider, key, size): {median, min, max, sends, min_sends, protocol}}."""
+    """{(provider, key, size): {median, min, max, sends, min_sends, protocol,
+    server_sends}}: sends and server_sends are measured (per operation),
+    min_sends and protocol are home-based MESI's figures."""
     out = run(
         [
             bins / "sat-handoff-bench",
@@ -182,7 +184,13 @@ def handoff(bins, providers, small_iters, large_iters, chunk, timeout):
                 "sends": num(f[7]),
                 "min_sends": int(f[8]),
                 "protocol": int(f[9]),
+                "server_sends": None,
             }
+    # MESSAGES provider key size client_per_op server_per_op client server ops
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[0] == "MESSAGES" and (f[1], f[2], int(f[3])) in got:
+            got[(f[1], f[2], int(f[3]))]["server_sends"] = num(f[5])
     return got
 
 
@@ -296,6 +304,7 @@ def run_all(
                 "sat_client_sends": s["sends"] if s else None,
                 "min_client_sends": s["min_sends"] if s else None,
                 "protocol_msgs": s["protocol"] if s else None,
+                "sat_server_sends": s["server_sends"] if s else None,
                 "raw_us": half(raw, p, 0) if peer_cells else None,
                 "fi_pingpong_us": half(raw, p, 1) if peer_cells else None,
                 "mpi_pt2pt_us": m.get(("pt2pt.oneway", size)) if peer_cells else None,
@@ -352,15 +361,18 @@ def table(rows):
             + " |"
         )
     counts = [
-        "| operation | size | chunks | transport | SAT client sends | minimum client sends | protocol msgs |",
-        "|---|---|---|---|---|---|---|",
+        "| operation | size | chunks | transport | SAT client sends | SAT server sends "
+        "| minimum client sends | protocol msgs |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["sat_client_sends"] is not None and r["operation"] != "PUT, release returns":
+            server = "-" if r["sat_server_sends"] is None else f"{r['sat_server_sends']:.0f}"
             counts.append(
                 f"| {r['operation']} | {human(r['size'])} | "
                 f"{human(r['chunk_size']) if r['chunk_size'] else '-'} | {r['transport']} | "
-                f"{r['sat_client_sends']:.0f} | {r['min_client_sends']} | {r['protocol_msgs']} |"
+                f"{r['sat_client_sends']:.0f} | {server} | {r['min_client_sends']} | "
+                f"{r['protocol_msgs']} |"
             )
     return "\n".join(lines), "\n".join(counts)
 
@@ -408,8 +420,8 @@ def main(argv=None):
         for n in NOTES:
             print(f"- {n}")
         print()
-        print("Messages per operation (SAT's two clients; the minimum and the protocol's total "
-              "are home-based MESI's, per chunk times the chunks):")
+        print("Messages per operation (SAT's two clients and their server, measured; the minimum "
+              "and the protocol's total are home-based MESI's, per chunk times the chunks):")
         print()
         print(counts)
         print()

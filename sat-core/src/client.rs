@@ -106,6 +106,45 @@ pub struct Footprint {
     pub evictions: u64,
 }
 
+/// The messages a client's endpoint has carried so far ([`Client::traffic`]):
+/// what message budgets are checked against. A client talks only to its
+/// server, so everything it receives is a message that server sent to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Messages sent: requests, acknowledgements, releases, user messages.
+    pub sent: u64,
+    /// Messages received: answers, invalidations, notifications, user
+    /// messages.
+    pub received: u64,
+    /// Of `sent`, the user messages ([`Client::send`]).
+    pub user_sent: u64,
+    /// Of `received`, the user messages (another client's [`Client::send`]).
+    pub user_received: u64,
+}
+
+impl Traffic {
+    /// What was carried between `earlier` and `self`.
+    pub fn since(self, earlier: Traffic) -> Traffic {
+        Traffic {
+            sent: self.sent - earlier.sent,
+            received: self.received - earlier.received,
+            user_sent: self.user_sent - earlier.user_sent,
+            user_received: self.user_received - earlier.user_received,
+        }
+    }
+
+    /// The S-DSM's own messages this client sent: all but user messages.
+    pub fn sdsm_sent(&self) -> u64 {
+        self.sent - self.user_sent
+    }
+
+    /// The S-DSM's own messages this client received, all from its server:
+    /// all but user messages.
+    pub fn sdsm_received(&self) -> u64 {
+        self.received - self.user_received
+    }
+}
+
 /// An open scope on a chain; released when dropped (an error at that point
 /// is logged: call [`Scope::release`] to see it). Dropped while the thread
 /// panics, it is aborted instead: a write scope then publishes nothing.
@@ -201,6 +240,10 @@ struct ClientState {
     /// The labels of the chunks allocated or looked up with one.
     labels: HashMap<ChunkId, Label>,
     header: [u8; MAX_HEADER],
+    /// Messages the transport has delivered to this client.
+    received: u64,
+    /// User messages sent ([`Client::send`]).
+    user_sent: u64,
 }
 
 impl Client {
@@ -234,6 +277,8 @@ impl Client {
                 store: Store::new(capacity),
                 labels: HashMap::new(),
                 header: [0; MAX_HEADER],
+                received: 0,
+                user_sent: 0,
             }),
         }
     }
@@ -346,6 +391,7 @@ impl Client {
         .map_err(|e| SatError::Usage(e.to_string()))?;
         st.transport
             .send(self.server, &st.header[..n], Payload::Copy(data))?;
+        st.user_sent += 1;
         tracing::trace!(
             "relay to {to} tag {tag} ({} bytes) via server {}",
             data.len(),
@@ -1052,6 +1098,19 @@ impl Client {
         self.lock().transport.messages_sent()
     }
 
+    /// The messages this process has sent and received so far, taken
+    /// together (one lock), so that the difference of two readings is
+    /// exactly what travelled between them.
+    pub fn traffic(&self) -> Traffic {
+        let st = self.lock();
+        Traffic {
+            sent: st.transport.messages_sent(),
+            received: st.received,
+            user_sent: st.user_sent,
+            user_received: st.mail.user_received,
+        }
+    }
+
     /// How much chunk data this process holds in memory (the regions SAT
     /// allocated; MAP'd memory is the caller's and not counted).
     pub fn footprint(&self) -> Footprint {
@@ -1393,6 +1452,8 @@ fn must_wait(side: &dyn ClientSide, access: Access) -> bool {
 #[derive(Default)]
 struct Mailbox {
     inbox: VecDeque<UserMessage>,
+    /// User messages that have arrived (taken or not).
+    user_received: u64,
     done_acked: bool,
     /// The MALLOCs and LOOKUPs waiting for their answer, by request
     /// number: the chunk asked about, and the answer once it has come.
@@ -1423,6 +1484,7 @@ impl ClientState {
                 }
                 handle(me, server, mail, out, m)
             })?;
+        self.received += n as u64;
         Ok(n)
     }
 
@@ -1584,11 +1646,14 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: R
         return;
     }
     match wire::decode(m.header) {
-        Ok(Message::Relay { from, tag, .. }) => mail.inbox.push_back(UserMessage {
-            from,
-            tag,
-            data: m.payload.to_vec(),
-        }),
+        Ok(Message::Relay { from, tag, .. }) => {
+            mail.user_received += 1;
+            mail.inbox.push_back(UserMessage {
+                from,
+                tag,
+                data: m.payload.to_vec(),
+            })
+        }
         Ok(Message::ClientDoneAck) => mail.done_acked = true,
         Ok(Message::AllocReply {
             chunk,

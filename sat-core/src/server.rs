@@ -62,6 +62,8 @@ struct ServerState<'t> {
 
 mod events;
 mod membership;
+#[cfg(test)]
+mod message_counts;
 
 pub(crate) use membership::ServiceSide;
 

@@ -1,6 +1,10 @@
 //! The protocol benchmark in a reduced run: it must finish, print every row,
-//! and count the messages the protocol promises on the clients' side (a read
-//! hit sends nothing, a read miss only its request). No timing is checked.
+//! and measure per operation exactly the messages home-based MESI needs, on
+//! the clients' side and on the server's. The counts are taken in the
+//! benchmark's processes (each client counts what it sends and what its
+//! server sends it); the expected figures below come from the protocol's
+//! rule, so a message added to any path fails this test. No timing is
+//! checked.
 
 mod common;
 
@@ -9,7 +13,8 @@ use std::process::Command;
 use common::*;
 
 /// The fields after `label` on the `provider` line of the table: size (two
-/// words), median, client sends, protocol messages, raw round trip, ratio.
+/// words), median, client sends, server sends, protocol messages, raw round
+/// trip, ratio.
 fn row<'a>(table: &'a str, provider: &str, label: &str, size: &str) -> Vec<&'a str> {
     let line = table
         .lines()
@@ -27,7 +32,7 @@ fn row<'a>(table: &'a str, provider: &str, label: &str, size: &str) -> Vec<&'a s
         .unwrap()
         .split_whitespace()
         .collect();
-    assert_eq!(fields.len(), 7, "malformed row: {line}");
+    assert_eq!(fields.len(), 8, "malformed row: {line}");
     fields
 }
 
@@ -38,7 +43,7 @@ fn number(field: &str) -> f64 {
 }
 
 #[test]
-fn the_protocol_bench_prints_every_row_with_the_client_message_counts() {
+fn the_protocol_bench_measures_the_messages_of_every_path() {
     let out = run(
         Command::new(env!("CARGO_BIN_EXE_sat-protocol-bench")).args([
             "--providers",
@@ -49,25 +54,45 @@ fn the_protocol_bench_prints_every_row_with_the_client_message_counts() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
-    for (label, size) in [
-        ("read hit", "64 B"),
-        ("read miss", "64 B"),
-        ("write miss, 1 sharer", "64 B"),
-        ("write miss, 3 sharers", "64 B"),
-        ("write-release -> read", "4 KiB"),
-        ("write-release -> read", "1 MiB"),
-    ] {
+    // Per operation (protocol/mesi.rs, PROTOCOL-NOTES; the one server is the
+    // home of every chunk, so nothing is forwarded):
+    // (label, size, client sends, server sends).
+    let expected = [
+        // A hit: the copy is valid, nothing is sent.
+        ("read hit", "64 B", 0.0, 0.0),
+        // A miss: the reader's request, the server's grant.
+        ("read miss", "64 B", 1.0, 1.0),
+        // The writer's acquire with s other sharers, 2 + 2s: its request and
+        // the s acknowledgements (clients), the s invalidations and the
+        // grant (server); then its release, 1 (client).
+        ("write miss, 1 sharer", "64 B", 1.0 + 1.0 + 1.0, 1.0 + 1.0),
+        ("write miss, 3 sharers", "64 B", 1.0 + 3.0 + 1.0, 3.0 + 1.0),
+        // A hand-off: the write with the reader as its one sharer (clients:
+        // request, acknowledgement; server: invalidation, grant), the
+        // release (client), the reader's miss (client: request; server:
+        // grant).
+        ("write-release -> read", "4 KiB", 2.0 + 1.0 + 1.0, 2.0 + 1.0),
+        ("write-release -> read", "1 MiB", 2.0 + 1.0 + 1.0, 2.0 + 1.0),
+    ];
+    for (label, size, client, server) in expected {
         let f = row(&table, "shm", label, size);
         for v in &f[2..] {
             number(v);
         }
+        assert_eq!(
+            number(f[3]),
+            client,
+            "{label} {size}: client sends\n{table}"
+        );
+        assert_eq!(
+            number(f[4]),
+            server,
+            "{label} {size}: server sends\n{table}"
+        );
+        assert_eq!(
+            number(f[5]),
+            client + server,
+            "{label} {size}: protocol messages\n{table}"
+        );
     }
-    // A read hit is local; a read miss sends its request and the grant is
-    // the server's, which clients do not count.
-    let hit = row(&table, "shm", "read hit", "64 B");
-    assert_eq!(number(hit[3]), 0.0, "read hit client sends");
-    assert_eq!(number(hit[4]), 0.0, "read hit protocol messages");
-    let miss = row(&table, "shm", "read miss", "64 B");
-    assert_eq!(number(miss[3]), 1.0, "read miss client sends");
-    assert_eq!(number(miss[4]), 2.0, "read miss protocol messages");
 }

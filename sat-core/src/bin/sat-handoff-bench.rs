@@ -9,8 +9,8 @@
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider it starts `satrun -n 3` on itself (rank 0 the only server, home
 //! of every chunk; ranks 1 and 2 the clients A and B) and prints a table, or
-//! with `--results` one `RESULT` line per figure for scripts
-//! (`bench/micro.py`).
+//! with `--results` one `RESULT` line per figure and one `MESSAGES` line per
+//! operation's measured message counts, for scripts (`bench/micro.py`).
 //!
 //! What is measured (every figure a median, after unmeasured warm-up):
 //!
@@ -37,20 +37,28 @@
 //!   clock: the host's wall clock, read in both processes): PUT, the relayed
 //!   notification, GET.
 //!
-//! Message counts: what the clients send per operation
-//! (`Client::messages_sent`, the relayed coordination left out), next to
-//! what home-based MESI needs: per chunk, a write with one sharer 2 + 2
-//! messages (the clients send the request and the acknowledgement), its
-//! release 1 (sent by the writer), a read miss 2 (the reader sends 1).
-//! MESI keeps a version per chunk, so a chain costs that many times its
-//! chunks; `--chunk-size` sets the chunk size of the large chain (default:
-//! the clients' own, `SAT_CHUNK_SIZE` or 64 KiB).
+//! Message counts, measured: what the clients send per operation and what
+//! the server sends them, counted where it arrives (`Client::traffic`; the
+//! run's one server sends only to the two clients, and they hear only from
+//! it), the relayed coordination left out. Each client counts over windows
+//! with nothing under way at either end, closed by a fence (a message to
+//! itself through the server) where an answer could still be on its way.
+//! Next to them, what home-based MESI needs: per chunk, a write with one
+//! sharer 2 + 2 messages (the clients send the request and the
+//! acknowledgement), its release 1 (sent by the writer), a read miss 2 (the
+//! reader sends 1). MESI keeps a version per chunk, so a chain costs that
+//! many times its chunks; `--chunk-size` sets the chunk size of the large
+//! chain (default: the clients' own, `SAT_CHUNK_SIZE` or 64 KiB).
+//! `sat-core/tests/handoff_bench.rs` checks the measured figures against
+//! that rule.
 
 mod bench_common;
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bench_common::{human, median, micros, push_f64s, take_f64s, take_u64, warmup, Coord, SatRun};
+use bench_common::{
+    human, median, micros, push_f64s, take_f64s, take_u64, warmup, Coord, Msgs, SatRun,
+};
 use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::{Chain, Client};
 use sat_core::protocol::{Access, ProtocolId};
@@ -129,15 +137,20 @@ fn counter(d: &[u8]) -> SatResult<u64> {
     Ok(lo)
 }
 
-fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+/// READWRITE, counter + 1; the scope is left open. Returns the new value.
+fn acquire_increment(c: &Client, chunk: u64) -> SatResult<u64> {
     c.acquire(chunk, Access::ReadWrite)?;
-    let v = c.with_data_mut(chunk, |d| {
+    c.with_data_mut(chunk, |d| {
         let v = counter(d)? + 1;
         let n = d.len();
         d[..8].copy_from_slice(&v.to_le_bytes());
         d[n - 8..].copy_from_slice(&v.to_le_bytes());
         Ok::<_, SatError>(v)
-    })??;
+    })?
+}
+
+fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+    let v = acquire_increment(c, chunk)?;
     c.release(chunk)?;
     Ok(v)
 }
@@ -162,20 +175,38 @@ fn wait_for_value(co: &mut Coord, chunk: u64, want: u64) -> SatResult<()> {
 }
 
 /// The small hand-off on both clients (`b` the second): A returns the
-/// hand-off times; each returns its sends over the measured rounds.
-fn small_handoff(co: &mut Coord, b: Rank, n: usize) -> SatResult<(Vec<f64>, u64)> {
+/// hand-off times; each returns its messages over the measured rounds.
+///
+/// Both count the same number of each of their messages, over spans with
+/// nothing under way at either end. A counts whole rounds, then a fence:
+/// when it starts a round, B has released and spins on hits. B counts from
+/// just before the release of the last warm-up round to just before its
+/// last release: while it holds the chunk nothing can reach it, whereas
+/// right after a release A may already be invalidating its copy.
+fn small_handoff(co: &mut Coord, b: Rank, n: usize) -> SatResult<(Vec<f64>, Msgs)> {
     let c = co.c;
     c.malloc_lst(ProtocolId::HomeMesi, &[SMALL_CHUNK], &[SMALL])?;
+    let warm = warmup(n) as u64;
+    let last = warm + n as u64 - 1;
     let mut times = Vec::with_capacity(n);
-    let mut m0 = 0;
-    for k in 0..(warmup(n) + n) as u64 {
-        if k == warmup(n) as u64 {
-            m0 = co.protocol_sent();
-        }
+    let mut m0 = Msgs::default();
+    for k in 0..=last {
         if c.rank() == b {
             wait_for_value(co, SMALL_CHUNK, 2 * k + 1)?;
-            increment(c, SMALL_CHUNK)?;
+            acquire_increment(c, SMALL_CHUNK)?;
+            if k == warm - 1 {
+                m0 = co.msgs();
+            }
+            if k == last {
+                let msgs = co.msgs().since(m0);
+                c.release(SMALL_CHUNK)?;
+                return Ok((times, msgs));
+            }
+            c.release(SMALL_CHUNK)?;
             continue;
+        }
+        if k == warm {
+            m0 = co.msgs();
         }
         let t0 = Instant::now();
         let v = increment(c, SMALL_CHUNK)?;
@@ -183,11 +214,12 @@ fn small_handoff(co: &mut Coord, b: Rank, n: usize) -> SatResult<(Vec<f64>, u64)
             return Err(bad(&format!("hand-off wrote {v}, expected {}", 2 * k + 1)));
         }
         wait_for_value(co, SMALL_CHUNK, 2 * k + 2)?;
-        if k >= warmup(n) as u64 {
+        if k >= warm {
             times.push(micros(t0.elapsed()) / 2.0);
         }
     }
-    Ok((times, co.protocol_sent() - m0))
+    co.fence()?;
+    Ok((times, co.msgs().since(m0)))
 }
 
 /// Where each chunk of `chain` starts in its contiguous data.
@@ -234,15 +266,15 @@ fn check_stamp(d: &[u8], offsets: &[usize], v: u64) -> SatResult<()> {
 }
 
 /// The large phase's figures, in microseconds per iteration, and the
-/// clients' sends summed over the measured iterations.
+/// messages summed over the measured iterations.
 #[derive(Default)]
 struct Large {
     put_release: Vec<f64>,
     put_home: Vec<f64>,
     get: Vec<f64>,
     whole: Vec<f64>,
-    put_sent: u64,
-    get_sent: u64,
+    put: Msgs,
+    get_msgs: Msgs,
     chunks: usize,
 }
 
@@ -265,11 +297,16 @@ fn large_handoff(
         chunks: chain.len(),
         ..Large::default()
     };
+    // B's count of A's PUT starts before B says it has read (after that,
+    // A's next PUT may invalidate B's copies at any time).
+    let mut acks0 = co.msgs();
     for k in 0..warm + n {
         let v = k as u64 + 1;
         let measured = k >= warm;
         if c.rank() == a {
-            let m0 = co.protocol_sent();
+            // B has read and said so: nothing is under way. The relayed
+            // FLUSH is a fence: A's release has reached the home.
+            let m0 = co.msgs();
             let wall0 = wall_ns();
             let t0 = Instant::now();
             c.acquire_chain(&chain, Access::Write)?;
@@ -280,34 +317,36 @@ fn large_handoff(
             co.send(a, FLUSH, &[])?;
             co.expect(a, FLUSH)?;
             let home = micros(t0.elapsed());
-            let sent = co.protocol_sent() - m0;
+            let put = co.msgs().since(m0);
             co.expect(b, READ)?;
             if measured {
                 out.put_release.push(released);
                 out.put_home.push(home);
-                out.put_sent += sent;
+                out.put += put;
             }
         } else {
-            // Waiting for A's word, B answers the invalidations of its copy.
-            let m0 = co.protocol_sent();
+            // Waiting for A's word, B answers the invalidations of its copy;
+            // A's word follows them.
             let d = co.expect(a, WROTE)?;
-            let acks = co.protocol_sent() - m0;
+            let acks = co.msgs().since(acks0);
             let wall0 = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("short stamp"))?);
-            let m1 = co.protocol_sent();
+            let m1 = co.msgs();
             let t0 = Instant::now();
             c.acquire_chain(&chain, Access::Read)?;
             let seen = c.with_chain(&chain, |d| check_stamp(d, &offs, v))?;
             c.release_chain(&chain)?;
             let get = micros(t0.elapsed());
             let whole = wall_ns().saturating_sub(wall0) as f64 / 1e3;
-            let sent = co.protocol_sent() - m1;
+            co.fence()?;
+            let get_msgs = co.msgs().since(m1);
             seen?;
+            acks0 = co.msgs();
             co.send(a, READ, &[])?;
             if measured {
                 out.get.push(get);
                 out.whole.push(whole);
-                out.put_sent += acks;
-                out.get_sent += sent;
+                out.put += acks;
+                out.get_msgs += get_msgs;
             }
         }
     }
@@ -315,12 +354,40 @@ fn large_handoff(
 }
 
 /// `RESULT key size median_us min_us max_us client_sends_per_op
-/// min_client_sends_per_op protocol_msgs_per_op`
+/// min_client_sends_per_op protocol_msgs_per_op`: the last two are what
+/// home-based MESI needs by its rule (the figures the measured counts of
+/// [`messages`] are to match), as `bench/micro.py` reads them.
 fn result(key: &str, size: usize, v: &mut [f64], sends: f64, min_sends: usize, protocol: usize) {
     let m = median(v);
     let lo = v.first().copied().unwrap_or(f64::NAN);
     let hi = v.last().copied().unwrap_or(f64::NAN);
     println!("RESULT {key} {size} {m:.3} {lo:.3} {hi:.3} {sends:.2} {min_sends} {protocol}");
+}
+
+/// `MESSAGES key size client_sends_per_op server_sends_per_op client_sends
+/// server_sends operations`: measured, per operation and in all (so that a
+/// single message more shows however many operations there were).
+fn messages(key: &str, size: usize, m: Msgs, ops: usize) {
+    let per_op = |x: u64| x as f64 / ops as f64;
+    println!(
+        "MESSAGES {key} {size} {:.2} {:.2} {} {} {ops}",
+        per_op(m.client),
+        per_op(m.server),
+        m.client,
+        m.server
+    );
+}
+
+fn push_msgs(buf: &mut Vec<u8>, m: Msgs) {
+    buf.extend_from_slice(&m.client.to_le_bytes());
+    buf.extend_from_slice(&m.server.to_le_bytes());
+}
+
+fn take_msgs(d: &[u8], at: &mut usize) -> SatResult<Msgs> {
+    Ok(Msgs {
+        client: take_u64(d, at)?,
+        server: take_u64(d, at)?,
+    })
 }
 
 fn bench_client(c: &Client, o: &Options) -> RoleResult {
@@ -334,13 +401,13 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     }
     let (a, b) = (clients[0], clients[1]);
     let mut co = Coord::new(c);
-    let (mut small, small_sent) = small_handoff(&mut co, b, o.small_iters)?;
+    let (mut small, mut small_msgs) = small_handoff(&mut co, b, o.small_iters)?;
     let mut large = large_handoff(&mut co, a, b, o.large, o.large_iters, o.chunk_size)?;
     if c.rank() == b {
         let mut buf = Vec::new();
-        buf.extend_from_slice(&small_sent.to_le_bytes());
-        buf.extend_from_slice(&large.put_sent.to_le_bytes());
-        buf.extend_from_slice(&large.get_sent.to_le_bytes());
+        push_msgs(&mut buf, small_msgs);
+        push_msgs(&mut buf, large.put);
+        push_msgs(&mut buf, large.get_msgs);
         push_f64s(&mut buf, &large.get);
         push_f64s(&mut buf, &large.whole);
         co.send(a, FIGURES, &buf)?;
@@ -348,21 +415,24 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     }
     let d = co.expect(b, FIGURES)?;
     let mut at = 0;
-    let small_sent = small_sent + take_u64(&d, &mut at)?;
-    large.put_sent += take_u64(&d, &mut at)?;
-    large.get_sent += take_u64(&d, &mut at)?;
+    small_msgs += take_msgs(&d, &mut at)?;
+    large.put += take_msgs(&d, &mut at)?;
+    large.get_msgs += take_msgs(&d, &mut at)?;
     large.get = take_f64s(&d, &mut at)?;
     large.whole = take_f64s(&d, &mut at)?;
     let (n, s, ch) = (o.large_iters as f64, o.large, large.chunks);
+    let handoffs = (2 * o.small_iters) as f64;
+    let sends = |m: Msgs, ops: f64| m.client as f64 / ops;
     result(
         "handoff",
         SMALL,
         &mut small,
-        small_sent as f64 / (2 * o.small_iters) as f64,
+        sends(small_msgs, handoffs),
         4,
         7,
     );
-    let put_sends = large.put_sent as f64 / n;
+    messages("handoff", SMALL, small_msgs, 2 * o.small_iters);
+    let put_sends = sends(large.put, n);
     result(
         "put-release",
         s,
@@ -371,17 +441,29 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
         3 * ch,
         5 * ch,
     );
+    messages("put-release", s, large.put, o.large_iters);
     result("put", s, &mut large.put_home, put_sends, 3 * ch, 5 * ch);
+    messages("put", s, large.put, o.large_iters);
     result(
         "get",
         s,
         &mut large.get,
-        large.get_sent as f64 / n,
+        sends(large.get_msgs, n),
         ch,
         2 * ch,
     );
-    let whole_sends = (large.put_sent + large.get_sent) as f64 / n;
-    result("handoff", s, &mut large.whole, whole_sends, 4 * ch, 7 * ch);
+    messages("get", s, large.get_msgs, o.large_iters);
+    let mut whole = large.put;
+    whole += large.get_msgs;
+    result(
+        "handoff",
+        s,
+        &mut large.whole,
+        sends(whole, n),
+        4 * ch,
+        7 * ch,
+    );
+    messages("handoff", s, whole, o.large_iters);
     println!("CHUNKS {ch}");
     Ok(())
 }
@@ -415,7 +497,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
             o.small_iters, o.large_iters
         );
         println!(
-            "{:<9} {:<12} {:>7} {:>12} {:>8} {:>22} {:>9} {:>9} {:>9}",
+            "{:<9} {:<12} {:>7} {:>12} {:>8} {:>22} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "provider",
             "operation",
             "size",
@@ -423,19 +505,33 @@ fn orchestrate(o: &Options) -> Result<(), String> {
             "GB/s",
             "min-max us",
             "sends",
+            "server",
+            "all msgs",
             "min sends",
             "protocol"
         );
     }
     for provider in &o.providers {
-        let lines = satrun.results(3, None, provider, &worker, "RESULT")?;
-        for f in &lines {
+        let lines = satrun.marked(3, None, provider, &worker, &["RESULT", "MESSAGES"])?;
+        for (marker, f) in &lines {
             if o.results {
-                println!("RESULT {provider} {}", f.join(" "));
+                println!("{marker} {provider} {}", f.join(" "));
+                continue;
+            }
+            if marker != "RESULT" {
                 continue;
             }
             let num =
                 |i: usize| -> f64 { f.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN) };
+            // The measured counts of the same operation: sends, server sends.
+            let counted = lines
+                .iter()
+                .find(|(m, g)| m == "MESSAGES" && g.get(..2) == f.get(..2))
+                .map(|(_, g)| {
+                    let n = |i: usize| g.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+                    (n(2), n(3))
+                })
+                .unwrap_or((f64::NAN, f64::NAN));
             let size = num(1) as usize;
             let gbps = if size >= 1 << 20 {
                 format!("{:.2}", size as f64 / (num(2) * 1e3))
@@ -443,14 +539,16 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                 "-".into()
             };
             println!(
-                "{:<9} {:<12} {:>7} {:>12.2} {:>8} {:>22} {:>9.1} {:>9} {:>9}",
+                "{:<9} {:<12} {:>7} {:>12.2} {:>8} {:>22} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>9}",
                 provider,
                 f.first().map_or("?", String::as_str),
                 human(size),
                 num(2),
                 gbps,
                 format!("{:.1}-{:.1}", num(3), num(4)),
-                num(5),
+                counted.0,
+                counted.1,
+                counted.0 + counted.1,
                 num(6),
                 num(7)
             );
@@ -461,7 +559,8 @@ fn orchestrate(o: &Options) -> Result<(), String> {
             "put-release: A's WRITE scope on the chain until its RELEASE returns; put: until the \
              home holds the version;\n  get: B's READ scope of the fresh version; handoff (large): \
              A's acquire to the end of B's release;\n  handoff (64 B): half a round of \
-             write-release / read-until-seen between A and B. sends: the clients' per operation;\n  \
+             write-release / read-until-seen between A and B.\n  sends: the clients' messages per \
+             operation; server: the server's, counted where they arrive; all msgs: both (measured).\n  \
              min sends, protocol: what home-based MESI needs (clients only, all messages)."
         );
     }

@@ -11,9 +11,19 @@
 //! `satrun -n 5 --topology topologies/bench-4-clients.xml` on itself
 //! (`--worker protocol`: one server, home of every chunk, and four clients
 //! that run the operations through `Client`). It prints one table: per
-//! operation the median latency, the messages the clients sent per operation,
-//! the messages the protocol needs per operation, the raw round trip and the
-//! ratio of the two times.
+//! operation the median latency, the messages the clients sent, the messages
+//! the server sent and both together, per operation, the raw round trip and
+//! the ratio of the two times.
+//!
+//! The message counts are measured, not assumed: each client counts what it
+//! sends and what it receives ([`Client::traffic`]) over windows around the
+//! measured operations, chosen so that every message an operation causes
+//! falls inside one and nothing else does (see each phase). A client hears
+//! only from its server, and the one server of the run sends only to
+//! clients, so what the clients receive is what the server sent. A client
+//! that takes no part in a phase counts the whole phase: it should get
+//! nothing. `sat-core/tests/protocol_bench.rs` checks the figures against
+//! the protocol's rule.
 //!
 //! The clients order their phases with relayed user messages
 //! (`Client::send`/`recv`), never with sleeps; those messages are left out of
@@ -25,7 +35,7 @@ mod bench_common;
 use std::path::Path;
 use std::time::Instant;
 
-use bench_common::{human, median, micros, raw_ping_pong, warmup, Coord, SatRun};
+use bench_common::{human, median, micros, raw_ping_pong, take_u64, warmup, Coord, Msgs, SatRun};
 use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::Client;
 use sat_core::protocol::Access;
@@ -38,57 +48,56 @@ const KIB4: usize = 4096;
 const MIB: usize = 1 << 20;
 
 /// One line of the table. `key` names it between the worker and the
-/// orchestrator; `protocol` is the number of messages home-based MESI needs
-/// per operation with the home on the clients' own server (the doc comment
-/// of `protocol/mesi.rs`: read hit 0, read miss 2, write with s other
-/// sharers 2 + 2s, release of a write scope 1; a home on another server adds
-/// one message per direction per forwarding hop, and there is none here).
+/// orchestrator. What home-based MESI needs per operation, with the home on
+/// the clients' own server (the doc comment of `protocol/mesi.rs`: read hit
+/// 0, read miss 2, write with s other sharers 2 + 2s, release of a write
+/// scope 1; a home on another server would add one message per direction per
+/// forwarding hop, and there is none here), is in the comment of each row;
+/// the table shows what was measured.
 struct Row {
     key: &'static str,
     label: &'static str,
     size: usize,
-    protocol: u32,
 }
 
 const ROWS: [Row; 6] = [
+    // 0: the copy is valid.
     Row {
         key: "read-hit",
         label: "read hit",
         size: SMALL,
-        protocol: 0,
     },
+    // 2: the request, the grant (client 1, server 1).
     Row {
         key: "read-miss",
         label: "read miss",
         size: SMALL,
-        protocol: 2,
     },
-    // The writer's acquire (2 + 2s) and its release (1).
+    // The writer's acquire (2 + 2s) and its release (1): 5 with 1 sharer
+    // (clients: request, acknowledgement, release; server: invalidation,
+    // grant), 9 with 3 (clients 5, server 4).
     Row {
         key: "write-1",
         label: "write miss, 1 sharer",
         size: SMALL,
-        protocol: 2 + 2 + 1,
     },
     Row {
         key: "write-3",
         label: "write miss, 3 sharers",
         size: SMALL,
-        protocol: 2 + 2 * 3 + 1,
     },
     // A hand-off: the writer's acquire with the reader as the one sharer
-    // (2 + 2), its release (1), the reader's miss (2).
+    // (2 + 2), its release (1), the reader's miss (2): 7 (clients 4, server
+    // 3).
     Row {
         key: "handoff-4k",
         label: "write-release -> read",
         size: KIB4,
-        protocol: 4 + 1 + 2,
     },
     Row {
         key: "handoff-1m",
         label: "write-release -> read",
         size: MIB,
-        protocol: 4 + 1 + 2,
     },
 ];
 
@@ -148,27 +157,67 @@ const WROTE: u32 = 3;
 const READ: u32 = 4;
 const ARRIVE: u32 = 5;
 const GO: u32 = 6;
+const REPORT: u32 = 7;
 
 fn tag(phase: u32, step: u32) -> u32 {
     phase << 4 | step
 }
 
-/// Ends a phase: every client hands the leader its message count for the
-/// phase; the leader returns their sum once all have arrived.
-fn phase_barrier(co: &mut Coord<'_>, clients: &[Rank], phase: u32, count: u64) -> SatResult<u64> {
+/// What a client counted in a phase: the S-DSM's messages in its windows,
+/// or, for a client that took no part, since the end of the previous phase.
+enum Counted {
+    Windows(Msgs),
+    Idle,
+}
+
+/// Ends a phase, in two rounds of relayed messages: every client tells the
+/// leader it has arrived and waits for its go, then hands it its count; the
+/// leader returns the sum. Once every client has arrived, no operation of
+/// the phase is under way and the server has sent all they caused (each
+/// arrival follows, on its client's path, everything that client sent
+/// before), so a client's reading after its go holds all the phase sent to
+/// it: an idle client counts up to there, from `mark`, its reading after
+/// the previous go, and `mark` becomes this reading.
+fn phase_barrier(
+    co: &mut Coord<'_>,
+    clients: &[Rank],
+    phase: u32,
+    counted: Counted,
+    mark: &mut Msgs,
+) -> SatResult<Msgs> {
     let leader = clients[0];
-    if co.c.rank() != leader {
-        co.send(leader, tag(phase, ARRIVE), &count.to_le_bytes())?;
+    let me = co.c.rank();
+    if me != leader {
+        co.send(leader, tag(phase, ARRIVE), &[])?;
         co.expect(leader, tag(phase, GO))?;
-        return Ok(0);
+    } else {
+        for &r in &clients[1..] {
+            co.expect(r, tag(phase, ARRIVE))?;
+        }
+        for &r in &clients[1..] {
+            co.send(r, tag(phase, GO), &[])?;
+        }
     }
-    let mut sum = count;
-    for &r in &clients[1..] {
-        let d = co.expect(r, tag(phase, ARRIVE))?;
-        sum += u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short count"))?);
+    let now = co.msgs();
+    let mine = match counted {
+        Counted::Windows(m) => m,
+        Counted::Idle => now.since(*mark),
+    };
+    *mark = now;
+    if me != leader {
+        let mut d = mine.client.to_le_bytes().to_vec();
+        d.extend_from_slice(&mine.server.to_le_bytes());
+        co.send(leader, tag(phase, REPORT), &d)?;
+        return Ok(Msgs::default());
     }
+    let mut sum = mine;
     for &r in &clients[1..] {
-        co.send(r, tag(phase, GO), &[])?;
+        let d = co.expect(r, tag(phase, REPORT))?;
+        let mut at = 0;
+        sum += Msgs {
+            client: take_u64(&d, &mut at)?,
+            server: take_u64(&d, &mut at)?,
+        };
     }
     Ok(sum)
 }
@@ -196,14 +245,19 @@ fn set_counter(d: &mut [u8], v: u64) {
     d[n - 8..].copy_from_slice(&v.to_le_bytes());
 }
 
-/// READWRITE, counter + 1, RELEASE; returns the new value.
-fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+/// READWRITE, counter + 1; the scope is left open. Returns the new value.
+fn acquire_increment(c: &Client, chunk: u64) -> SatResult<u64> {
     c.acquire(chunk, Access::ReadWrite)?;
-    let v = c.with_data_mut(chunk, |d| {
+    c.with_data_mut(chunk, |d| {
         let v = counter(d)? + 1;
         set_counter(d, v);
         Ok::<_, SatError>(v)
-    })??;
+    })?
+}
+
+/// READWRITE, counter + 1, RELEASE; returns the new value.
+fn increment(c: &Client, chunk: u64) -> SatResult<u64> {
+    let v = acquire_increment(c, chunk)?;
     c.release(chunk)?;
     Ok(v)
 }
@@ -259,62 +313,68 @@ fn bench_client(c: &Client, iters: usize) -> RoleResult {
     let me = c.rank();
     let leader = clients[0];
     let mut co = Coord::new(c);
+    let mut mark = co.msgs();
     for (i, row) in ROWS.iter().enumerate() {
         let phase = i as u32 + 1;
         let chunk = 100 + phase as u64;
         let n = iterations(iters, row.size);
-        let (measured, count) = match row.key {
+        let (measured, counted) = match row.key {
             "read-hit" => read_hit(&mut co, &clients, chunk, n)?,
             "read-miss" => read_miss(&mut co, &clients, phase, chunk, n)?,
             "write-1" => write_miss(&mut co, &clients, phase, chunk, n, 1)?,
             "write-3" => write_miss(&mut co, &clients, phase, chunk, n, 3)?,
             _ => hand_off(&mut co, &clients, chunk, row.size, n)?,
         };
-        let total = phase_barrier(&mut co, &clients, phase, count)?;
+        let total = phase_barrier(&mut co, &clients, phase, counted, &mut mark)?;
         if me == leader {
             let mut m = measured.ok_or("the leader measured nothing")?;
+            let per_op = |x: u64| x as f64 / m.ops as f64;
             println!(
-                "RESULT {} {} {:.3} {:.3}",
+                "RESULT {} {} {:.3} {:.3} {:.3}",
                 row.key,
                 row.size,
                 median(&mut m.times),
-                total as f64 / m.ops as f64
+                per_op(total.client),
+                per_op(total.server)
             );
         }
     }
     Ok(())
 }
 
-type PhaseOut = (Option<Measured>, u64);
+type PhaseOut = (Option<Measured>, Counted);
 
 /// Acquire READ + release on a valid local copy: the leader alone.
 fn read_hit(co: &mut Coord, clients: &[Rank], chunk: u64, n: usize) -> SatResult<PhaseOut> {
     if co.c.rank() != clients[0] {
-        return Ok((None, 0));
+        return Ok((None, Counted::Idle));
     }
     let c = co.c;
     alloc_one(c, chunk, SMALL)?;
     read_counter(c, chunk)?; // the first read misses: the copy is valid after it
     let mut times = Vec::with_capacity(n);
-    let mut sent = 0;
+    let mut msgs = Msgs::default();
     for i in 0..warmup(n) + n {
-        let m0 = co.protocol_sent();
+        let m0 = co.msgs();
         let t0 = Instant::now();
         c.acquire(chunk, Access::Read)?;
         c.release(chunk)?;
         let us = micros(t0.elapsed());
         if i >= warmup(n) {
             times.push(us);
-            sent += co.protocol_sent() - m0;
+            msgs += co.msgs().since(m0);
         }
     }
-    Ok((Some(Measured { times, ops: n }), sent))
+    Ok((Some(Measured { times, ops: n }), Counted::Windows(msgs)))
 }
 
 /// The second client writes (which invalidates the leader's copy) and says
-/// so; the leader's next read misses. Only the reader acts while it is
-/// timed (the writer keeps a valid copy, which a read does not invalidate),
-/// so its sends are all the clients' sends.
+/// so; the leader's next read misses and is timed. The reader counts from
+/// the writer's word (by then the write's messages are all done: the
+/// invalidation reached it first) to a fence after its read; the writer
+/// counts from a fence after its write to the reader's answer, which spans
+/// the read, in which it should get nothing (a read does not invalidate the
+/// writer's copy).
 fn read_miss(
     co: &mut Coord,
     clients: &[Rank],
@@ -326,40 +386,50 @@ fn read_miss(
     let c = co.c;
     let me = c.rank();
     if me != reader && me != writer {
-        return Ok((None, 0));
+        return Ok((None, Counted::Idle));
     }
     alloc_one(c, chunk, SMALL)?;
     let mut times = Vec::with_capacity(n);
-    let mut sent = 0;
+    let mut msgs = Msgs::default();
     for i in 0..warmup(n) + n {
         if me == writer {
             let v = increment(c, chunk)?;
+            // Every answer to the write has arrived: what follows is the
+            // read's.
+            co.fence()?;
+            let m0 = co.msgs();
             co.send(reader, tag(phase, WROTE), &v.to_le_bytes())?;
             co.expect(reader, tag(phase, READ))?;
+            if i >= warmup(n) {
+                msgs += co.msgs().since(m0);
+            }
             continue;
         }
         let d = co.expect(writer, tag(phase, WROTE))?;
         let want = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("a short value"))?);
-        let m0 = co.protocol_sent();
+        let m0 = co.msgs();
         let t0 = Instant::now();
         let v = read_counter(c, chunk)?;
         let us = micros(t0.elapsed());
         if v != want {
             return Err(bad(&format!("read miss saw {v}, the writer wrote {want}")));
         }
+        co.fence()?;
         if i >= warmup(n) {
             times.push(us);
-            sent += co.protocol_sent() - m0;
+            msgs += co.msgs().since(m0);
         }
         co.send(writer, tag(phase, READ), &[])?;
     }
-    Ok(((me == reader).then_some(Measured { times, ops: n }), sent))
+    let measured = (me == reader).then_some(Measured { times, ops: n });
+    Ok((measured, Counted::Windows(msgs)))
 }
 
 /// `s` clients take a shared copy (a read miss each, untimed), then the
-/// leader's READWRITE + RELEASE is timed. A sharer counts what it sends
-/// between saying it is ready and hearing the write is done: its
-/// acknowledgement of the invalidation.
+/// leader's READWRITE + RELEASE is timed. A sharer counts from a fence after
+/// its read until it hears the write is done (its invalidation and
+/// acknowledgement); the writer counts from the last sharer's word to a
+/// fence after its release.
 fn write_miss(
     co: &mut Coord,
     clients: &[Rank],
@@ -373,44 +443,57 @@ fn write_miss(
     let c = co.c;
     let me = c.rank();
     if me != writer && !sharers.contains(&me) {
-        return Ok((None, 0));
+        return Ok((None, Counted::Idle));
     }
     alloc_one(c, chunk, SMALL)?;
     let mut times = Vec::with_capacity(n);
-    let mut sent = 0;
+    let mut msgs = Msgs::default();
     for i in 0..warmup(n) + n {
         if me != writer {
             read_counter(c, chunk)?;
-            let m0 = co.protocol_sent();
+            // Every answer to the read has arrived: what follows is the
+            // write's.
+            co.fence()?;
+            let m0 = co.msgs();
             co.send(writer, tag(phase, READY), &[])?;
             co.expect(writer, tag(phase, DONE))?;
             if i >= warmup(n) {
-                sent += co.protocol_sent() - m0;
+                msgs += co.msgs().since(m0);
             }
             continue;
         }
         for &r in sharers {
             co.expect(r, tag(phase, READY))?;
         }
-        let m0 = co.protocol_sent();
+        let m0 = co.msgs();
         let t0 = Instant::now();
         increment(c, chunk)?;
         let us = micros(t0.elapsed());
+        co.fence()?;
         if i >= warmup(n) {
             times.push(us);
-            sent += co.protocol_sent() - m0;
+            msgs += co.msgs().since(m0);
         }
         for &r in sharers {
             co.send(r, tag(phase, DONE), &[])?;
         }
     }
-    Ok(((me == writer).then_some(Measured { times, ops: n }), sent))
+    let measured = (me == writer).then_some(Measured { times, ops: n });
+    Ok((measured, Counted::Windows(msgs)))
 }
 
 /// Two clients take turns: READWRITE, counter + 1, RELEASE, then read until
 /// the other's next value shows. The leader times a round (its write, the
 /// hand-off, the other's write, the hand-off back); half a round is one
-/// hand-off. Both count their sends over the measured rounds.
+/// hand-off.
+///
+/// Both count the same number of each of their messages, over spans with
+/// nothing under way at either end. The leader counts whole rounds, then a
+/// fence: when it starts a round, the other has released and spins on
+/// hits. The other counts from just before the release of the last warm-up
+/// round to just before its last release: while it holds the chunk nothing
+/// can reach it, whereas right after a release the leader may already be
+/// invalidating its copy.
 fn hand_off(
     co: &mut Coord,
     clients: &[Rank],
@@ -422,19 +505,29 @@ fn hand_off(
     let c = co.c;
     let me = c.rank();
     if me != a && me != b {
-        return Ok((None, 0));
+        return Ok((None, Counted::Idle));
     }
     alloc_one(c, chunk, size)?;
+    let warm = warmup(n) as u64;
+    let last = warm + n as u64 - 1;
     let mut times = Vec::with_capacity(n);
-    let mut m0 = 0;
-    for k in 0..(warmup(n) + n) as u64 {
-        if k == warmup(n) as u64 {
-            m0 = co.protocol_sent();
-        }
+    let mut m0 = Msgs::default();
+    let mut msgs = Msgs::default();
+    for k in 0..=last {
         if me == b {
             wait_for_value(co, chunk, 2 * k + 1)?;
-            increment(c, chunk)?;
+            acquire_increment(c, chunk)?;
+            if k == warm - 1 {
+                m0 = co.msgs();
+            }
+            if k == last {
+                msgs = co.msgs().since(m0);
+            }
+            c.release(chunk)?;
             continue;
+        }
+        if k == warm {
+            m0 = co.msgs();
         }
         let t0 = Instant::now();
         let v = increment(c, chunk)?;
@@ -443,12 +536,16 @@ fn hand_off(
         }
         wait_for_value(co, chunk, 2 * k + 2)?;
         let us = micros(t0.elapsed());
-        if k >= warmup(n) as u64 {
+        if k >= warm {
             times.push(us / 2.0);
         }
     }
-    let sent = co.protocol_sent() - m0;
-    Ok(((me == a).then_some(Measured { times, ops: 2 * n }), sent))
+    if me == a {
+        co.fence()?;
+        msgs = co.msgs().since(m0);
+    }
+    let measured = (me == a).then_some(Measured { times, ops: 2 * n });
+    Ok((measured, Counted::Windows(msgs)))
 }
 
 fn protocol_worker(args: &[String], o: &Options) -> Result<(), String> {
@@ -482,12 +579,13 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         iterations(o.iters, MIB)
     );
     println!(
-        "{:<9} {:<22} {:>7} {:>10} {:>13} {:>13} {:>10} {:>8}",
+        "{:<9} {:<22} {:>7} {:>10} {:>13} {:>13} {:>13} {:>10} {:>8}",
         "provider",
         "operation",
         "size",
         "median us",
         "client sends",
+        "server sends",
         "protocol msgs",
         "raw RTT us",
         "SAT/raw"
@@ -518,33 +616,34 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                 .ok_or_else(|| format!("{provider}: the worker printed no {} result", row.key))?;
             let num =
                 |i: usize| -> f64 { r.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN) };
-            let (us, sends) = (num(2), num(3));
+            let (us, client, server) = (num(2), num(3), num(4));
             let rtt = raw
                 .iter()
                 .find(|&&(s, _)| s == row.size)
                 .map_or(f64::NAN, |&(_, us)| us);
             println!(
-                "{:<9} {:<22} {:>7} {:>10.2} {:>13.2} {:>13} {:>10.2} {:>8.2}",
+                "{:<9} {:<22} {:>7} {:>10.2} {:>13.2} {:>13.2} {:>13.2} {:>10.2} {:>8.2}",
                 provider,
                 row.label,
                 human(row.size),
                 us,
-                sends,
-                row.protocol,
+                client,
+                server,
+                client + server,
                 rtt,
                 us / rtt
             );
         }
     }
     println!(
-        "client sends: messages sent per operation by the clients involved (Client::messages_sent), \
-         relayed coordination left out;\n  the server's grants and invalidations are not visible \
-         to clients and are not in this column."
+        "client sends: messages the clients sent per operation; server sends: messages the server \
+         sent per operation, counted\n  where they arrive (Client::traffic: a client hears only \
+         from its server); relayed coordination left out of both."
     );
     println!(
-        "protocol msgs: what home-based MESI needs per operation, server included (protocol/mesi.rs): \
-         read hit 0, read miss 2,\n  write with s sharers 2+2s, release after a write 1; the home \
-         is the clients' own server, so no forwarding hop is added."
+        "protocol msgs: client sends + server sends, measured. Home-based MESI needs \
+         (protocol/mesi.rs): read hit 0, read miss 2,\n  write with s sharers 2+2s, release \
+         after a write 1; the home is the clients' own server, so no forwarding hop is added."
     );
     println!(
         "write miss: the writer's READWRITE + RELEASE while s other clients hold shared copies. \

@@ -205,6 +205,23 @@ impl SatRun {
         worker: &[&str],
         marker: &str,
     ) -> Result<Vec<Vec<String>>, String> {
+        Ok(self
+            .marked(ranks, topology, provider, worker, &[marker])?
+            .into_iter()
+            .map(|(_, words)| words)
+            .collect())
+    }
+
+    /// As [`SatRun::results`], for lines marked by any of `markers`: each
+    /// with its marker.
+    pub fn marked(
+        &self,
+        ranks: u32,
+        topology: Option<&Path>,
+        provider: &str,
+        worker: &[&str],
+        markers: &[&str],
+    ) -> Result<Vec<(String, Vec<String>)>, String> {
         let mut cmd = Command::new(&self.satrun);
         cmd.args(["-n", &ranks.to_string()]);
         if let Some(t) = topology {
@@ -230,21 +247,52 @@ impl SatRun {
             .map_while(Result::ok)
             .filter_map(|line| {
                 let f: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-                let i = f.iter().position(|w| w == marker)?;
-                Some(f[i + 1..].to_vec())
+                let i = f.iter().position(|w| markers.contains(&w.as_str()))?;
+                Some((f[i].clone(), f[i + 1..].to_vec()))
             })
             .collect())
     }
 }
 
+/// The S-DSM's messages around one client, user messages left out: those
+/// it sent, and those its server sent to it. A client hears only from its
+/// server, so the second figure is counted where it arrives: with one
+/// server, whose every message goes to a client, the clients' figures added
+/// up are what the server sent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Msgs {
+    pub client: u64,
+    pub server: u64,
+}
+
+impl Msgs {
+    /// What travelled between `earlier` and `self`.
+    pub fn since(self, earlier: Msgs) -> Msgs {
+        Msgs {
+            client: self.client - earlier.client,
+            server: self.server - earlier.server,
+        }
+    }
+}
+
+impl std::ops::AddAssign for Msgs {
+    fn add_assign(&mut self, other: Msgs) {
+        self.client += other.client;
+        self.server += other.server;
+    }
+}
+
+/// The tag of [`Coord::fence`]'s message, which no benchmark uses otherwise.
+pub const FENCE: u32 = u32::MAX;
+
 /// The clients of a benchmark run order their phases with relayed user
 /// messages, never with sleeps; this keeps the messages that arrive early
-/// for later and counts the relays, so that the coherence messages a client
-/// sent are its total minus them.
+/// for later. The client counts user messages apart
+/// ([`sat_core::client::Traffic`]), so the S-DSM's own are its totals minus
+/// them.
 pub struct Coord<'a> {
     pub c: &'a sat_core::client::Client,
     stash: Vec<sat_core::client::UserMessage>,
-    relays: u64,
 }
 
 impl<'a> Coord<'a> {
@@ -252,14 +300,11 @@ impl<'a> Coord<'a> {
         Coord {
             c,
             stash: Vec::new(),
-            relays: 0,
         }
     }
 
     pub fn send(&mut self, to: sat_core::Rank, tag: u32, data: &[u8]) -> sat_core::SatResult<()> {
-        self.c.send(to, tag, data)?;
-        self.relays += 1;
-        Ok(())
+        self.c.send(to, tag, data)
     }
 
     /// Waits for the message `tag` from `from`; others are kept for later.
@@ -288,9 +333,24 @@ impl<'a> Coord<'a> {
         Ok(())
     }
 
-    /// Coherence messages this client has sent so far.
-    pub fn protocol_sent(&self) -> u64 {
-        self.c.messages_sent() - self.relays
+    /// A user message from this client to itself, through its server, and
+    /// back. It leaves after everything this client sent before it, and the
+    /// server relays it after handling those and after sending what they
+    /// caused to this client, which arrives first: once it is back, every
+    /// answer to this client's earlier messages has been received.
+    pub fn fence(&mut self) -> sat_core::SatResult<()> {
+        let me = self.c.rank();
+        self.send(me, FENCE, &[])?;
+        self.expect(me, FENCE).map(|_| ())
+    }
+
+    /// The S-DSM's messages this client has sent and received so far.
+    pub fn msgs(&self) -> Msgs {
+        let t = self.c.traffic();
+        Msgs {
+            client: t.sdsm_sent(),
+            server: t.sdsm_received(),
+        }
     }
 }
 

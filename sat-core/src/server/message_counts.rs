@@ -1,0 +1,663 @@
+//! The exact message cost of every coherence path, counted on the wire.
+//!
+//! The real `Client`s (store, protocol handlers) and the real servers (homes,
+//! forwarding) run over the in-process transport, which counts every message
+//! per (sender, receiver) pair. Each operation runs alone: one thread calls
+//! the client API while this thread steps both servers and lets the other
+//! clients take in what reaches them (an invalidation is answered there);
+//! once the call has returned, everything runs until no message is in
+//! flight. The counts then hold every message the operation caused, on any
+//! rank, and nothing else.
+//!
+//! Each expected count is derived from the protocol's rule (PROTOCOL-NOTES,
+//! the doc comments of `protocol/mesi.rs` and `protocol/home_only.rs`), never
+//! read off a run:
+//! - home-based MESI, home on the client's own server: read hit 0; read miss
+//!   2 (request, grant); write with s other sharers 2 + 2s (request, s
+//!   invalidations, s acknowledgements, grant); release of a write scope 1;
+//!   release of a read scope 0;
+//! - home-only: every scope 3 (request, grant, release), whoever else used
+//!   the chunk;
+//! - MALLOC: a request and its answer;
+//! - a message between a client and a home on another server than the
+//!   client's takes one hop more (Figure 14: the client's server forwards
+//!   it), so each such message adds one, in either direction.
+//!
+//! A message added to any path fails the test that runs it: per rank, the
+//! number of messages each server and each client sent is compared, then
+//! the count of every (sender, receiver) pair.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Server, Step};
+use crate::client::{Client, Traffic};
+use crate::error::SatResult;
+use crate::progress::Clock;
+use crate::protocol::{Access, ProtocolId};
+use crate::topology::Topology;
+use crate::transport::mem::{MemNetwork, MemTransport, Schedule};
+use crate::transport::{Rank, Transport};
+
+/// Two servers, so that both a home on the client's own server and a
+/// forwarded one are counted: server 0 has clients 2 to 5 (a writer and
+/// three sharers on one server), server 1 has clients 6 and 7. The home of
+/// chunk `c` is server `c % 2`.
+const TOPOLOGY: &str = r#"<?xml version="1.0"?>
+<SAT><topologies>
+  <topology id="0" role="0"><memory capacity="0"/><clients><intlist>2 3 4 5</intlist></clients></topology>
+  <topology id="1" role="0"><memory capacity="0"/><clients><intlist>6 7</intlist></clients></topology>
+  <topology id="2" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="3" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="4" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="5" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="6" role="1"><memory capacity="0"/><servers><intlist>1</intlist></servers></topology>
+  <topology id="7" role="1"><memory capacity="0"/><servers><intlist>1</intlist></servers></topology>
+</topologies></SAT>"#;
+
+const SIZE: usize = 64;
+
+/// Rounds of stepping after a call before the run must be quiet: a path is
+/// a handful of messages, so this is only a guard against a message storm.
+const SETTLE_ROUNDS: u32 = 10_000;
+
+fn topology() -> Arc<Topology> {
+    Arc::new(Topology::parse(TOPOLOGY, "two servers").expect("a valid topology"))
+}
+
+/// The messages one operation sent, per (sender, receiver).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Counts(BTreeMap<(Rank, Rank), u64>);
+
+impl Counts {
+    fn sent_by(&self, rank: Rank) -> u64 {
+        self.0
+            .iter()
+            .filter(|((from, _), _)| *from == rank)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn received_by(&self, rank: Rank) -> u64 {
+        self.0
+            .iter()
+            .filter(|((_, to), _)| *to == rank)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+}
+
+/// What an operation should cost: the protocol's messages between clients
+/// and homes, each laid out on the hops it takes.
+struct Budget<'t> {
+    topology: &'t Topology,
+    hops: Counts,
+}
+
+impl<'t> Budget<'t> {
+    fn new(topology: &'t Topology) -> Budget<'t> {
+        Budget {
+            topology,
+            hops: Counts(BTreeMap::new()),
+        }
+    }
+
+    fn hop(&mut self, from: Rank, to: Rank) {
+        *self.hops.0.entry((from, to)).or_default() += 1;
+    }
+
+    /// One message from `client` to the home `home`: to the client's
+    /// server, and on to the home when that is another server.
+    fn up(mut self, client: Rank, home: Rank) -> Self {
+        let server = self.topology.server_of(client);
+        self.hop(client, server);
+        if server != home {
+            self.hop(server, home);
+        }
+        self
+    }
+
+    /// One message from the home `home` to `client`: through the client's
+    /// server when that is another server.
+    fn down(mut self, home: Rank, client: Rank) -> Self {
+        let server = self.topology.server_of(client);
+        if server != home {
+            self.hop(home, server);
+        }
+        self.hop(server, client);
+        self
+    }
+}
+
+/// The servers and clients of one run, and the network between them.
+struct Stack<'t> {
+    topology: &'t Arc<Topology>,
+    net: MemNetwork,
+    servers: Vec<(Server<'t>, MemTransport)>,
+    /// Client rank r is `clients[r - servers]`.
+    clients: Vec<Client>,
+}
+
+impl<'t> Stack<'t> {
+    fn new(topology: &'t Arc<Topology>) -> Stack<'t> {
+        let (net, endpoints) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut servers = Vec::new();
+        let mut clients = Vec::new();
+        for ep in endpoints {
+            let rank = ep.rank();
+            if topology.is_server(rank) {
+                servers.push((Server::new(topology, rank, None, Clock::Real), ep));
+            } else {
+                clients.push(Client::new(topology.clone(), Box::new(ep)));
+            }
+        }
+        Stack {
+            topology,
+            net,
+            servers,
+            clients,
+        }
+    }
+
+    /// One round of everything but the calling client: each server steps
+    /// once, and each other client takes in what has reached it (answering
+    /// an invalidation, as its background progress would). Returns whether
+    /// anything happened.
+    fn round(
+        servers: &mut [(Server<'t>, MemTransport)],
+        clients: &[Client],
+        busy: Option<Rank>,
+    ) -> bool {
+        let mut moved = false;
+        for (server, ep) in servers.iter_mut() {
+            match server.step(ep).expect("a server step") {
+                Step::Busy => moved = true,
+                Step::Idle => {}
+                Step::Finished => panic!("a server finished while its clients run"),
+            }
+        }
+        for c in clients.iter().filter(|c| Some(c.rank()) != busy) {
+            let user = c.try_recv().expect("a client takes in its messages");
+            assert!(user.is_none(), "no user message is sent here: {user:?}");
+        }
+        moved
+    }
+
+    /// Runs `op` on client `rank` alone and returns every message it caused.
+    /// Also checks the clients' own counters ([`Client::traffic`], which the
+    /// benchmarks report from real processes) against the wire's.
+    fn run(&mut self, rank: Rank, op: impl FnOnce(&Client) -> SatResult<()> + Send) -> Counts {
+        self.net.reset_counters();
+        let before: Vec<Traffic> = self.clients.iter().map(Client::traffic).collect();
+        let servers = &mut self.servers;
+        let clients = &self.clients;
+        std::thread::scope(|s| {
+            let client = &clients[rank as usize - servers.len()];
+            let call = s.spawn(move || op(client));
+            while !call.is_finished() {
+                if !Stack::round(servers, clients, Some(rank)) {
+                    std::thread::yield_now();
+                }
+            }
+            call.join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .expect("the operation")
+        });
+        // Everything the call set going ends here: nothing runs meanwhile,
+        // so an empty network means every handler has run.
+        let mut rounds = 0;
+        loop {
+            Stack::round(servers, clients, None);
+            if self.net.in_flight() == 0 {
+                break;
+            }
+            rounds += 1;
+            assert!(
+                rounds < SETTLE_ROUNDS,
+                "still {} messages in flight after {SETTLE_ROUNDS} rounds",
+                self.net.in_flight()
+            );
+        }
+        let counts = self.counts();
+        for (c, before) in self.clients.iter().zip(before) {
+            let t = c.traffic().since(before);
+            let r = c.rank();
+            assert_eq!(
+                (t.sent, t.received),
+                (counts.sent_by(r), counts.received_by(r)),
+                "client {r}'s own counters (sent, received) disagree with the wire's"
+            );
+        }
+        counts
+    }
+
+    /// Runs `op` on client `rank` and checks what it cost against `want`:
+    /// first what each rank sent (a server's count covers its forwarding as
+    /// well as its home's answers), then every (sender, receiver) pair, then
+    /// the total against `total`, the rule's closed form for the path.
+    fn expect(
+        &mut self,
+        what: &str,
+        rank: Rank,
+        op: impl FnOnce(&Client) -> SatResult<()> + Send,
+        want: Budget<'_>,
+        total: u64,
+    ) {
+        let got = self.run(rank, op);
+        let want = want.hops;
+        for r in 0..self.topology.len() {
+            let kind = if self.topology.is_server(r) {
+                "server"
+            } else {
+                "client"
+            };
+            assert_eq!(
+                got.sent_by(r),
+                want.sent_by(r),
+                "{what}: {kind} {r} sent {} messages where the protocol sends {}\n\
+                 sent (from, to): {:?}\nexpected:         {:?}",
+                got.sent_by(r),
+                want.sent_by(r),
+                got.0,
+                want.0
+            );
+        }
+        assert_eq!(got, want, "{what}: the messages per (sender, receiver)");
+        assert_eq!(got.total(), total, "{what}: messages in all");
+    }
+
+    /// The messages sent since the last reset, per (sender, receiver).
+    fn counts(&self) -> Counts {
+        let n = self.topology.len();
+        let mut hops = BTreeMap::new();
+        for from in 0..n {
+            for to in 0..n {
+                let m = self.net.messages_between(from, to);
+                if m > 0 {
+                    hops.insert((from, to), m);
+                }
+            }
+        }
+        Counts(hops)
+    }
+}
+
+fn read(chunk: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| c.acquire(chunk, Access::Read)
+}
+
+fn write(chunk: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| c.acquire(chunk, Access::Write)
+}
+
+fn release(chunk: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| c.release(chunk)
+}
+
+/// MALLOC of one 64-byte chunk with `protocol`.
+fn malloc(protocol: ProtocolId, chunk: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| c.malloc_lst(protocol, &[chunk], &[SIZE]).map(|_| ())
+}
+
+/// The first 8 bytes of `chunk`, read inside the caller's scope.
+fn value(c: &Client, chunk: u64) -> u64 {
+    c.with_data(chunk, |d| u64::from_le_bytes(d[..8].try_into().unwrap()))
+        .expect("a chunk in scope")
+}
+
+/// Writes `v` into the first 8 bytes of `chunk` inside the caller's write
+/// scope, then releases it.
+fn write_back(chunk: u64, v: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| {
+        c.with_data_mut(chunk, |d| d[..8].copy_from_slice(&v.to_le_bytes()))?;
+        c.release(chunk)
+    }
+}
+
+/// A whole read scope that must see `v`: its cost is the acquire's, since
+/// the release of a MESI read scope sends nothing.
+fn read_sees(chunk: u64, v: u64) -> impl FnOnce(&Client) -> SatResult<()> + Send {
+    move |c: &Client| {
+        c.acquire(chunk, Access::Read)?;
+        assert_eq!(
+            value(c, chunk),
+            v,
+            "chunk {chunk} as client {} reads it",
+            c.rank()
+        );
+        c.release(chunk)
+    }
+}
+
+#[test]
+fn a_mesi_read_costs_nothing_on_a_hit_and_a_round_trip_to_its_home_on_a_miss() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Client 2 is server 0's, client 6 server 1's; chunk 0's home is server
+    // 0, chunk 1's server 1: each client reads a chunk homed on its own
+    // server and one homed on the other.
+    for (chunk, home) in [(0, 0), (1, 1)] {
+        for c in [2, 6] {
+            // A request and its answer, one hop more each way when the home
+            // is not the client's server.
+            let hops = if topology.server_of(c) == home { 0 } else { 2 };
+            let want = b().up(c, home).down(home, c);
+            s.expect(
+                "MALLOC",
+                c,
+                malloc(ProtocolId::HomeMesi, chunk),
+                want,
+                2 + hops,
+            );
+        }
+    }
+    for (chunk, home) in [(0, 0), (1, 1)] {
+        for c in [2, 6] {
+            let hops = if topology.server_of(c) == home { 0 } else { 2 };
+            // A miss: READ_REQ to the home, the grant back.
+            let miss = b().up(c, home).down(home, c);
+            s.expect("READ miss", c, read(chunk), miss, 2 + hops);
+            // Read scopes end silently.
+            s.expect("RELEASE of a read miss", c, release(chunk), b(), 0);
+            // The copy is valid now: a hit sends nothing, wherever the home.
+            s.expect("READ hit", c, read(chunk), b(), 0);
+            s.expect("RELEASE of a read hit", c, release(chunk), b(), 0);
+        }
+    }
+}
+
+#[test]
+fn a_mesi_write_costs_two_plus_two_per_other_sharer_and_its_release_one() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 2's home is server 0, the server of the writer and of its three
+    // would-be sharers: no message is forwarded.
+    let (chunk, home, writer, sharers) = (2, 0, 2, [3, 4, 5]);
+    for c in [writer, 3, 4, 5] {
+        let want = b().up(c, home).down(home, c);
+        s.expect("MALLOC", c, malloc(ProtocolId::HomeMesi, chunk), want, 2);
+    }
+    // s = 0, nobody holds a copy: WRITE_REQ and the grant.
+    let want = b().up(writer, home).down(home, writer);
+    s.expect("WRITE, no sharer", writer, write(chunk), want, 2);
+    // The write-back: the new version goes home, 1.
+    let want = b().up(writer, home);
+    s.expect("RELEASE of a write", writer, write_back(chunk, 1), want, 1);
+    // The writer kept a shared copy, which is not another sharer: s = 0.
+    let want = b().up(writer, home).down(home, writer);
+    s.expect(
+        "WRITE, the writer's own copy only",
+        writer,
+        write(chunk),
+        want,
+        2,
+    );
+    s.expect(
+        "RELEASE of a write",
+        writer,
+        write_back(chunk, 2),
+        b().up(writer, home),
+        1,
+    );
+    for n in 1..=sharers.len() {
+        let v = 2 + n as u64;
+        for &r in &sharers[..n] {
+            // Each sharer's read miss (2) fetches the last release.
+            let want = b().up(r, home).down(home, r);
+            s.expect("READ miss of a sharer", r, read_sees(chunk, v - 1), want, 2);
+        }
+        // WRITE_REQ, an invalidation to each other sharer and its
+        // acknowledgement, the grant: 2 + 2s.
+        let mut want = b().up(writer, home);
+        for &r in &sharers[..n] {
+            want = want.down(home, r).up(r, home);
+        }
+        let want = want.down(home, writer);
+        let what = format!("WRITE, other sharers: {n}");
+        s.expect(&what, writer, write(chunk), want, 2 + 2 * n as u64);
+        s.expect(
+            "RELEASE of a write",
+            writer,
+            write_back(chunk, v),
+            b().up(writer, home),
+            1,
+        );
+    }
+    // The benchmarks' hand-off: client 3 takes the chunk for READWRITE (the
+    // writer's copy is the one other: 2 + 2), releases (1), and the writer
+    // reads the new version (a miss, 2).
+    let want = b()
+        .up(3, home)
+        .down(home, writer)
+        .up(writer, home)
+        .down(home, 3);
+    let readwrite = |c: &Client| {
+        c.acquire(chunk, Access::ReadWrite)?;
+        assert_eq!(value(c, chunk), 5, "READWRITE sees the last release");
+        Ok(())
+    };
+    s.expect("READWRITE with 1 other sharer", 3, readwrite, want, 4);
+    s.expect(
+        "RELEASE of a write",
+        3,
+        write_back(chunk, 6),
+        b().up(3, home),
+        1,
+    );
+    let want = b().up(writer, home).down(home, writer);
+    s.expect(
+        "READ miss after a hand-off",
+        writer,
+        read_sees(chunk, 6),
+        want,
+        2,
+    );
+}
+
+#[test]
+fn every_message_to_or_from_a_home_on_another_server_takes_one_hop_more() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 3's home is server 1. The writer (2) and one sharer (3) are
+    // clients of server 0, whose messages to and from the home server 0
+    // forwards; the other sharers (6, 7) are server 1's own.
+    let (chunk, home, writer) = (3, 1, 2);
+    for c in [writer, 3, 6, 7] {
+        let hops = if topology.server_of(c) == home { 0 } else { 2 };
+        let want = b().up(c, home).down(home, c);
+        s.expect(
+            "MALLOC",
+            c,
+            malloc(ProtocolId::HomeMesi, chunk),
+            want,
+            2 + hops,
+        );
+    }
+    // Read misses: 2, plus 2 for client 3 (its request and its grant are
+    // forwarded).
+    s.expect(
+        "forwarded READ miss",
+        3,
+        read_sees(chunk, 0),
+        b().up(3, home).down(home, 3),
+        4,
+    );
+    for r in [6, 7] {
+        s.expect(
+            "READ miss",
+            r,
+            read_sees(chunk, 0),
+            b().up(r, home).down(home, r),
+            2,
+        );
+    }
+    // A write with 3 other sharers is 2 + 2 * 3 = 8; the writer's request
+    // and grant and sharer 3's invalidation and acknowledgement each take
+    // one hop more: 8 + 4.
+    let want = b()
+        .up(writer, home)
+        .down(home, 3)
+        .up(3, home)
+        .down(home, 6)
+        .up(6, home)
+        .down(home, 7)
+        .up(7, home)
+        .down(home, writer);
+    s.expect(
+        "forwarded WRITE with 3 other sharers",
+        writer,
+        write(chunk),
+        want,
+        8 + 4,
+    );
+    // The write-back, forwarded: 1 + 1.
+    let want = b().up(writer, home);
+    s.expect(
+        "forwarded RELEASE of a write",
+        writer,
+        write_back(chunk, 1),
+        want,
+        2,
+    );
+
+    // Chunk 4's home is server 0, the writer's own; its one other sharer (6)
+    // is server 1's: 2 + 2 * 1, plus one hop each way for the
+    // invalidation and its acknowledgement.
+    let (chunk, home) = (4, 0);
+    for c in [writer, 6] {
+        let hops = if topology.server_of(c) == home { 0 } else { 2 };
+        let want = b().up(c, home).down(home, c);
+        s.expect(
+            "MALLOC",
+            c,
+            malloc(ProtocolId::HomeMesi, chunk),
+            want,
+            2 + hops,
+        );
+    }
+    s.expect(
+        "forwarded READ miss",
+        6,
+        read_sees(chunk, 0),
+        b().up(6, home).down(home, 6),
+        4,
+    );
+    let want = b()
+        .up(writer, home)
+        .down(home, 6)
+        .up(6, home)
+        .down(home, writer);
+    s.expect(
+        "WRITE with a forwarded sharer",
+        writer,
+        write(chunk),
+        want,
+        4 + 2,
+    );
+    s.expect(
+        "RELEASE of a write",
+        writer,
+        write_back(chunk, 1),
+        b().up(writer, home),
+        1,
+    );
+    // Client 6 now writes it, with the writer's kept copy as the other
+    // sharer: 2 + 2, plus one hop each way for 6's request and grant.
+    let want = b()
+        .up(6, home)
+        .down(home, writer)
+        .up(writer, home)
+        .down(home, 6);
+    s.expect(
+        "forwarded WRITE with 1 other sharer",
+        6,
+        write(chunk),
+        want,
+        4 + 2,
+    );
+    let want = b().up(6, home);
+    s.expect(
+        "forwarded RELEASE of a write",
+        6,
+        write_back(chunk, 2),
+        want,
+        2,
+    );
+    s.expect(
+        "READ miss",
+        writer,
+        read_sees(chunk, 2),
+        b().up(writer, home).down(home, writer),
+        2,
+    );
+}
+
+#[test]
+fn a_home_only_scope_costs_three_messages_and_one_more_each_way_per_hop() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 10's home is server 0, chunk 11's server 1; clients 2 and 3 are
+    // server 0's, client 6 server 1's.
+    let clients = [2, 3, 6];
+    for (chunk, home) in [(10, 0), (11, 1)] {
+        for c in clients {
+            let hops = if topology.server_of(c) == home { 0 } else { 2 };
+            let want = b().up(c, home).down(home, c);
+            s.expect(
+                "MALLOC",
+                c,
+                malloc(ProtocolId::HomeOnly, chunk),
+                want,
+                2 + hops,
+            );
+        }
+    }
+    for (chunk, home) in [(10, 0), (11, 1)] {
+        let mut v = 0;
+        for c in clients {
+            // One more message per message when the home is on the other
+            // server.
+            let hop = u64::from(topology.server_of(c) != home);
+            // Twice: the second read of an unchanged chunk is no hit, the
+            // home is asked again (request, grant) and told of the end.
+            for _ in 0..2 {
+                let want = b().up(c, home).down(home, c);
+                let check = move |cl: &Client| {
+                    cl.acquire(chunk, Access::Read)?;
+                    assert_eq!(value(cl, chunk), v, "home-only READ sees the last release");
+                    Ok(())
+                };
+                s.expect("home-only READ", c, check, want, 2 + 2 * hop);
+                let want = b().up(c, home);
+                s.expect(
+                    "home-only end of a read scope",
+                    c,
+                    release(chunk),
+                    want,
+                    1 + hop,
+                );
+            }
+            // A write invalidates nobody, whoever read before: request and
+            // grant, then the release.
+            let want = b().up(c, home).down(home, c);
+            s.expect("home-only WRITE", c, write(chunk), want, 2 + 2 * hop);
+            v += 1;
+            let want = b().up(c, home);
+            s.expect(
+                "home-only RELEASE of a write",
+                c,
+                write_back(chunk, v),
+                want,
+                1 + hop,
+            );
+        }
+    }
+}
