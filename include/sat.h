@@ -209,7 +209,8 @@ typedef struct sat_bootstrap_t {
 typedef void (*sat_role_fn)(struct sat_bootstrap_t*);
 
 /**
- * A chunk handler: the chunk that changed and the caller's parameters.
+ * A chunk handler: the handle it was subscribed with and the caller's
+ * parameters.
  */
 typedef void (*sat_chunk_handler)(struct sat_chunk_t*, void*);
 
@@ -475,15 +476,27 @@ int32_t sat_read_symbol(const char *name, void **data, size_t *size);
 void sat_free(void *p);
 
 /**
- * SUBSCRIBE: after every write release of the chain's first chunk, from
- * any process, `handler(chunk, params)` runs in this process (in the client
- * loop after the role function returns, and while it waits in a
- * rendezvous or barrier). A handler may use the whole API.
+ * SUBSCRIBE: after every write release of any chunk of the chain, from any
+ * process, `handler(chunk, params)` runs in this process, given the handle
+ * it was subscribed with (in the client loop after the role function
+ * returns, and while it waits in a rendezvous or barrier). A handler may
+ * use the whole API; a READ of the chain inside it sees every release it
+ * was run for.
+ *
+ * Releases that arrive while the handler waits to run merge: it runs at
+ * least once after each release of any chunk of the chain, but not once
+ * per chunk per release. Each handle is a subscription of its own: two
+ * handles whose chains start at the same chunk (LOOKUP(10, 4) and
+ * LOOKUP(10, 2), say) each have their handler, a release of a chunk both
+ * hold runs both, and UNSUBSCRIBE of one leaves the other. SUBSCRIBE twice
+ * with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`.
  */
 int32_t sat_subscribe(struct sat_chunk_t *chunk, sat_chunk_handler handler, void *params);
 
 /**
- * UNSUBSCRIBE: the chunk's handler will not run again.
+ * UNSUBSCRIBE: the handler this handle was subscribed with will not run
+ * again, not even for releases already notified. Other handles'
+ * subscriptions go on, whatever chunks they share with it.
  */
 int32_t sat_unsubscribe(struct sat_chunk_t *chunk);
 

@@ -204,7 +204,8 @@ pub unsafe extern "C" fn sat_free(p: *mut c_void) {
 
 // --------------------------------------------------------- publish-subscribe
 
-/// A chunk handler: the chunk that changed and the caller's parameters.
+/// A chunk handler: the handle it was subscribed with and the caller's
+/// parameters.
 pub type sat_chunk_handler = Option<unsafe extern "C" fn(*mut sat_chunk_t, *mut c_void)>;
 
 /// A signal handler: the signal raised and the caller's parameters.
@@ -218,10 +219,20 @@ unsafe impl Send for Ptrs {}
 // SAFETY: as above.
 unsafe impl Sync for Ptrs {}
 
-/// SUBSCRIBE: after every write release of the chain's first chunk, from
-/// any process, `handler(chunk, params)` runs in this process (in the client
-/// loop after the role function returns, and while it waits in a
-/// rendezvous or barrier). A handler may use the whole API.
+/// SUBSCRIBE: after every write release of any chunk of the chain, from any
+/// process, `handler(chunk, params)` runs in this process, given the handle
+/// it was subscribed with (in the client loop after the role function
+/// returns, and while it waits in a rendezvous or barrier). A handler may
+/// use the whole API; a READ of the chain inside it sees every release it
+/// was run for.
+///
+/// Releases that arrive while the handler waits to run merge: it runs at
+/// least once after each release of any chunk of the chain, but not once
+/// per chunk per release. Each handle is a subscription of its own: two
+/// handles whose chains start at the same chunk (LOOKUP(10, 4) and
+/// LOOKUP(10, 2), say) each have their handler, a release of a chunk both
+/// hold runs both, and UNSUBSCRIBE of one leaves the other. SUBSCRIBE twice
+/// with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`.
 #[no_mangle]
 pub extern "C" fn sat_subscribe(
     chunk: *mut sat_chunk_t,
@@ -238,7 +249,7 @@ pub extern "C" fn sat_subscribe(
         };
         let ptrs = Ptrs(chunk, params);
         call("SUBSCRIBE", |c| {
-            c.subscribe(chain.first(), false, move |_, _: &Event| {
+            c.subscribe_chain(&chain, false, move |_, _: &Event| {
                 let p = ptrs;
                 // SAFETY: the caller's handler with its own arguments.
                 unsafe { h(p.0, p.1) };
@@ -248,7 +259,9 @@ pub extern "C" fn sat_subscribe(
     })
 }
 
-/// UNSUBSCRIBE: the chunk's handler will not run again.
+/// UNSUBSCRIBE: the handler this handle was subscribed with will not run
+/// again, not even for releases already notified. Other handles'
+/// subscriptions go on, whatever chunks they share with it.
 #[no_mangle]
 pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> i32 {
     boundary("UNSUBSCRIBE", || {
@@ -256,7 +269,7 @@ pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> i32 {
             Ok(c) => c,
             Err(s) => return s,
         };
-        call("UNSUBSCRIBE", |c| c.unsubscribe(chain.first()))
+        call("UNSUBSCRIBE", |c| c.unsubscribe_chain(&chain))
     })
 }
 

@@ -41,7 +41,14 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 5] = ["api", "errors", "integrity", "outside", "service"];
+const BINDINGS: [&str; 6] = [
+    "api",
+    "chain_subscribe",
+    "errors",
+    "integrity",
+    "outside",
+    "service",
+];
 
 /// The bindings tests of `variant`, built once: their directory.
 fn bindings(variant: Variant) -> &'static Path {
@@ -228,6 +235,39 @@ fn integrity(variant: Variant) {
     }
 }
 
+/// SUBSCRIBE on chains of several chunks (chain_subscribe.c): releases of a
+/// chain's second and third chunks run its handler, two more handles whose
+/// chains start at the same chunk are subscriptions of their own, and the
+/// run ends by itself while the subscribers still wait.
+fn chain_subscribe(variant: Variant) {
+    let exe = bindings(variant).join("chain_subscribe");
+    for provider in PROVIDERS {
+        let run = satrun(
+            5,
+            ".",
+            &[
+                "-n",
+                "5",
+                "--topology",
+                "bindings-tests/topology.xml",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+            ],
+            &[],
+            variant.sanitized(),
+        );
+        run.succeeded().has(&[
+            "[2] PASS chain_subscribe role (client 0): ",
+            "[3] PASS chain_subscribe role (client 1): ",
+            "[4] PASS chain_subscribe role (client 2): ",
+            "[3] PASS chain_subscribe handlers (client 1): ",
+            "[4] PASS chain_subscribe handlers (client 2): ",
+        ]);
+    }
+}
+
 #[test]
 fn calls_outside_a_run_fail_with_a_message() {
     for v in VARIANTS {
@@ -273,6 +313,26 @@ fn integrity_shared_library_sanitized() {
 #[test]
 fn integrity_static_library_sanitized() {
     integrity(StaticAsan);
+}
+
+#[test]
+fn chain_subscribe_shared_library() {
+    chain_subscribe(Shared);
+}
+
+#[test]
+fn chain_subscribe_static_library() {
+    chain_subscribe(Static);
+}
+
+#[test]
+fn chain_subscribe_shared_library_sanitized() {
+    chain_subscribe(SharedAsan);
+}
+
+#[test]
+fn chain_subscribe_static_library_sanitized() {
+    chain_subscribe(StaticAsan);
 }
 
 #[test]

@@ -114,6 +114,12 @@ impl Chain {
     pub fn layout(&self) -> &ChainLayout {
         &self.layout
     }
+
+    /// The chain's region: unique to this chain in its process, never
+    /// reused (what a chain subscription is keyed by).
+    pub(crate) fn region(&self) -> RegionId {
+        self.region
+    }
 }
 
 /// One local instance of a chunk.
@@ -491,6 +497,11 @@ impl Store {
                 self.copy_place(chunk, from, to);
             }
         }
+    }
+
+    /// Whether `chain` is in this store (an UNMAP'd chain no longer is).
+    pub fn holds(&self, chain: &Chain) -> bool {
+        self.regions.contains_key(&chain.region)
     }
 
     /// Takes a MAP'd chain's memory back: the chain's places are removed

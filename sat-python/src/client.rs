@@ -490,10 +490,15 @@ impl PyClient {
         Ok(PyBytes::new(py, &data))
     }
 
-    /// SUBSCRIBE: after every write release of the chunk (a chain's first
-    /// chunk), from any process, `callback(event)` runs in this process
-    /// with a `ChunkEvent`; `with_data` puts the chunk's bytes in it.
-    /// Returns once the home has recorded the subscription.
+    /// SUBSCRIBE: after every write release of the chunk, or of any chunk
+    /// of the chain, from any process, `callback(event)` runs in this
+    /// process with a `ChunkEvent` naming the chunk released and its
+    /// version; `with_data` puts that chunk's bytes in it. Returns once the
+    /// homes have recorded the subscription. Releases that arrive while the
+    /// callback waits to run merge into one event (per chain: the latest
+    /// release, whichever chunk). Each chain is a subscription of its own,
+    /// even when it starts at the same chunk as another; a chunk id and a
+    /// chain that holds it are separate subscriptions too.
     #[pyo3(signature = (target, callback, with_data = false))]
     fn subscribe(
         &self,
@@ -502,15 +507,15 @@ impl PyClient {
         callback: &Bound<'_, PyAny>,
         with_data: bool,
     ) -> PyResult<()> {
-        let chunk = target.chunk()?;
-        events::subscribe(py, &self.h, chunk, callable(callback)?, with_data)
+        let subject = target.subject()?;
+        events::subscribe(py, &self.h, subject, callable(callback)?, with_data)
     }
 
-    /// UNSUBSCRIBE: the callback will not run again, not even for
-    /// notifications already received.
+    /// UNSUBSCRIBE: the callback of that chain (or chunk id) will not run
+    /// again, not even for notifications already received.
     fn unsubscribe(&self, py: Python<'_>, target: Target<'_>) -> PyResult<()> {
-        let chunk = target.chunk()?;
-        self.h.blocking(py, |c| c.unsubscribe(chunk))
+        let subject = target.subject()?;
+        events::unsubscribe(py, &self.h, subject)
     }
 
     /// Runs `callback(id)` each time signal `id` is raised by any process.

@@ -14,27 +14,34 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use sat_core::client::{Event, HandlerResult};
+use sat_core::client::{Chain, Event, HandlerResult};
 
 use crate::chain::PyChain;
 use crate::handle::Handle;
 
-/// What a subscription is to: a chain (its first chunk) or a chunk id.
+/// What a subscription is to: a chain (every chunk of it) or a chunk id.
 #[derive(FromPyObject)]
 pub(crate) enum Target<'py> {
     Chain(Bound<'py, PyChain>),
     Id(u64),
 }
 
+/// A target, checked: the chain in the S-DSM (of a protected chain, its
+/// sealed chunks), or the chunk.
+pub(crate) enum Subject {
+    Chain(Chain),
+    Chunk(u64),
+}
+
 impl Target<'_> {
-    pub(crate) fn chunk(&self) -> PyResult<u64> {
+    pub(crate) fn subject(&self) -> PyResult<Subject> {
         match self {
             Target::Chain(c) => {
                 let c = c.get();
                 c.h.check_process()?;
-                Ok(c.chain.first())
+                Ok(Subject::Chain(c.chain.clone()))
             }
-            Target::Id(id) => Ok(*id),
+            Target::Id(id) => Ok(Subject::Chunk(*id)),
         }
     }
 }
@@ -42,7 +49,8 @@ impl Target<'_> {
 /// What a chunk subscription's callback is given.
 #[pyclass(name = "ChunkEvent", module = "sat", frozen)]
 pub(crate) struct ChunkEvent {
-    /// The chunk released (a chain's subscription is to its first chunk).
+    /// The chunk released: for a chain's subscription, the chain's chunk
+    /// whose release this tells of (the latest, when notifications merged).
     #[pyo3(get)]
     chunk: u64,
     /// The newest version when the notification left the home (version n
@@ -50,8 +58,8 @@ pub(crate) struct ChunkEvent {
     /// newest).
     #[pyo3(get)]
     version: u64,
-    /// The chunk's bytes at that version when subscribed `with_data`, else
-    /// None.
+    /// That chunk's bytes at that version when subscribed `with_data` (for a
+    /// chain, the bytes of that chunk only), else None.
     #[pyo3(get)]
     data: Option<Py<PyBytes>>,
 }
@@ -110,11 +118,24 @@ fn run_callback(
 pub(crate) fn subscribe(
     py: Python<'_>,
     h: &Arc<Handle>,
-    chunk: u64,
+    subject: Subject,
     callback: Py<PyAny>,
     with_data: bool,
 ) -> PyResult<()> {
     let handle = h.clone();
+    // The name a callback's exception note gives it: the core's name of the
+    // subscription, as in the handler's error.
+    let what = match &subject {
+        Subject::Chain(c) => {
+            let n = c.len();
+            let unit = if n == 1 { "chunk" } else { "chunks" };
+            format!(
+                "the callback of the chain of chunk {} ({n} {unit})",
+                c.first()
+            )
+        }
+        Subject::Chunk(chunk) => format!("the callback of chunk {chunk}"),
+    };
     let handler = move |_: &sat_core::client::Client, event: &Event| {
         let Event::Chunk {
             chunk,
@@ -124,7 +145,7 @@ pub(crate) fn subscribe(
         else {
             return Ok(());
         };
-        run_callback(&handle, &format!("the callback of chunk {chunk}"), |py| {
+        run_callback(&handle, &what, |py| {
             let event = ChunkEvent {
                 chunk: *chunk,
                 version: *version,
@@ -133,7 +154,17 @@ pub(crate) fn subscribe(
             callback.call1(py, (event,)).map(drop)
         })
     };
-    h.blocking(py, |c| c.subscribe(chunk, with_data, handler))
+    h.blocking(py, |c| match &subject {
+        Subject::Chain(chain) => c.subscribe_chain(chain, with_data, handler),
+        Subject::Chunk(chunk) => c.subscribe(*chunk, with_data, handler),
+    })
+}
+
+pub(crate) fn unsubscribe(py: Python<'_>, h: &Arc<Handle>, subject: Subject) -> PyResult<()> {
+    h.blocking(py, |c| match &subject {
+        Subject::Chain(chain) => c.unsubscribe_chain(chain),
+        Subject::Chunk(chunk) => c.unsubscribe(*chunk),
+    })
 }
 
 pub(crate) fn subscribe_signal(

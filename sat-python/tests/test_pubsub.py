@@ -150,11 +150,117 @@ def test_callback_exceptions_are_raised(satrun):
     )
     assert out.returncode != 0, out.stdout + out.stderr
     assert out.lines(2) == [
-        "rendezvous raised: callback failed during the wait | ['raised by the callback of chunk 50, "
-        "which SAT ran while this process waited in a blocking call; that call was abandoned']",
-        "run raised: role 2 failed: the handler of chunk 51 failed: KeyError: 'callback failed after "
-        "the role' | cause: KeyError('callback failed after the role') | ['raised by the callback of "
-        "chunk 51, which SAT ran after the role function had returned']",
+        "rendezvous raised: callback failed during the wait | ['raised by the callback of the chain "
+        "of chunk 50 (1 chunk), which SAT ran while this process waited in a blocking call; that "
+        "call was abandoned']",
+        "run raised: role 2 failed: the handler of the chain of chunk 51 (1 chunk) failed: KeyError: "
+        "'callback failed after the role' | cause: KeyError('callback failed after the role') | "
+        "['raised by the callback of the chain of chunk 51 (1 chunk), which SAT ran after the role "
+        "function had returned']",
     ]
     # The callback that failed after the role is printed as a failing role function is.
     assert "Traceback" in out.stderr and "in fail_after" in out.stderr
+
+
+def test_a_chain_subscription_hears_every_chunk_of_the_chain(satrun, provider):
+    """A release of the chain's second chunk alone runs the chain's callback, with that chunk, its
+    version and (with_data) its bytes."""
+    out = satrun(
+        """
+        import sat
+
+        seen = []
+
+        def publisher(client):
+            client.malloc_lst([60, 61, 62], [8])
+            client.barrier(1, 2)                   # the subscriber has subscribed
+            second = client.malloc_lst([61], [8])  # chunk 61 alone, never 60 or 62
+            with second.write() as view:
+                view[:] = (61).to_bytes(8, "little")
+
+        def subscriber(client):
+            chain = client.lookup_lst([60, 61, 62])
+
+            def on_release(event):
+                with chain.read() as view:
+                    values = [int.from_bytes(view[i:i + 8], "little") for i in range(0, 24, 8)]
+                seen.append((event.chunk, event.version, int.from_bytes(event.data, "little"),
+                             values))
+                client.unsubscribe(chain)
+
+            client.subscribe(chain, on_release, with_data=True)
+            client.barrier(1, 2)
+
+        sat.run({1: publisher, 2: subscriber})
+        print("callbacks (chunk, version, data, the chain read):", seen)
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(2) == ["callbacks (chunk, version, data, the chain read): [(61, 1, 61, [0, 61, 0])]"]
+
+
+
+def test_chains_that_start_at_one_chunk_are_subscriptions_of_their_own(satrun, provider):
+    """Two chains of one process that start at chunk 70 each have their callback, run by releases
+    of their own chunks; a third, subscribed and unsubscribed, takes nothing from the others."""
+    out = satrun(
+        """
+        import sat
+
+        seen = {}
+        # Each expected callback wakes the subscriber's role, which waits for it before the
+        # publisher's next release: releases are handled one at a time, none merges.
+        WAKES = {("a", 71): 10, ("b", 73): 11, ("a", 70): 12, ("b", 70): 13}
+
+        def publisher(client):
+            client.malloc_lst([70, 71, 72, 73], [8])
+            for step, chunk in enumerate((71, 73, 70)):
+                client.barrier(1 + step, 2)
+                alone = client.malloc_lst([chunk], [8])
+                with alone.write() as view:
+                    view[:] = chunk.to_bytes(8, "little")
+
+        def subscriber(client):
+            a = client.lookup_lst([70, 71, 72])
+            b = client.lookup_lst([70, 73])
+            c = client.lookup_lst([70])
+
+            def on(name):
+                def callback(event):
+                    seen.setdefault(name, []).append((event.chunk, event.version, event.data))
+                    if (name, event.chunk) in WAKES:
+                        client.wakeup(WAKES[name, event.chunk])
+                return callback
+
+            client.subscribe(a, on("a"))
+            client.subscribe(b, on("b"))
+            client.subscribe(c, on("c"))
+            client.unsubscribe(c)
+            try:
+                client.subscribe(b, on("b"))
+            except sat.UsageError as e:
+                print("twice:", e)
+            client.barrier(1, 2)
+            client.rendezvous(10)
+            client.barrier(2, 2)
+            client.rendezvous(11)
+            client.barrier(3, 2)
+            client.rendezvous(12)
+            client.rendezvous(13)
+            client.unsubscribe(a)
+            client.unsubscribe(b)
+
+        sat.run({1: publisher, 2: subscriber})
+        for name in sorted(seen):
+            print(name, seen[name])
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(2) == [
+        "twice: invalid use of the SAT API: SUBSCRIBE to the chain of chunk 70 (2 chunks): this "
+        "process is already subscribed; UNSUBSCRIBE first",
+        "a [(71, 1, None), (70, 1, None)]",
+        "b [(73, 1, None), (70, 1, None)]",
+    ]

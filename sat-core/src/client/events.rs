@@ -6,12 +6,29 @@
 //!   just applied when it left, and the data of that version when the
 //!   subscription asked for it. The home applies a release before it
 //!   notifies, so a handler's READ sees at least that version.
+//! - **Chunks and chains**: [`Client::subscribe`] is to one chunk,
+//!   [`Client::subscribe_chain`] to every chunk of a chain with one handler
+//!   (the report's SUBSCRIBE on a chain: the subscriber hears of every
+//!   modification of the chain). A chain's event names the chunk whose
+//!   release it tells of, with that chunk's version and, with data, that
+//!   chunk's bytes.
 //! - **Coalescing**: every write release notifies every subscriber, but
-//!   notifications of one chunk that arrive while an earlier one still waits
-//!   to be handled merge into it (the newest version and data win). So a
-//!   handler always runs after the last release and sees the last version;
-//!   a slow handler does not see every intermediate one. Signals merge the
-//!   same way: a handler runs at least once after each raise.
+//!   notifications that arrive while an earlier one of the same
+//!   subscription still waits to be handled merge into it: per chunk for a
+//!   chunk subscription (the newest version and data win), per chain for a
+//!   chain subscription (the latest notification wins, whichever chunk it
+//!   is of). So a handler always runs after the last release; one that
+//!   reads its chunk or chain then sees every last version, and a slow one
+//!   does not run once per release (nor, for a chain, once per chunk).
+//!   Signals merge the same way: a handler runs at least once after each
+//!   raise.
+//! - **One home subscription per chunk**: however many subscriptions of a
+//!   process include a chunk (the chunk itself, and every subscribed chain
+//!   it is in), its home records the process once and sends one
+//!   notification per release, which reaches each of them here; the data
+//!   travels when one of them asked for it. So the quiescence detection's
+//!   counts stay balanced: every notification the home counts as sent is
+//!   counted here once as received, used or discarded.
 //! - **Where handlers run**: on the role's thread, one at a time, after the
 //!   role function returns (the client loop) and also while the role waits
 //!   on other processes (rendezvous, barrier, recv; not inside an acquire,
@@ -19,7 +36,9 @@
 //!   call the whole API, subscribe and unsubscribe; events that arrive while
 //!   it runs wait until it returns.
 //! - **Unsubscribing** drops the pending events of that subscription at
-//!   once; notifications still on their way are discarded on arrival.
+//!   once; notifications still on their way are discarded on arrival. The
+//!   home forgets the process only when no subscription of it includes the
+//!   chunk any more.
 //! - **The client loop** ends when no subscription and no pending event is
 //!   left, or when the run has nothing left that could notify it
 //!   ([`crate::quiescence`]).
@@ -27,9 +46,11 @@
 use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Client;
 use crate::error::{SatError, SatResult};
+use crate::store::Chain;
 use crate::transport::Payload;
 use crate::wire::{self, Message, SyncOp};
 
@@ -38,7 +59,9 @@ use crate::wire::{self, Message, SyncOp};
 pub enum Event {
     /// A write release of `chunk` was applied at its home; `version` is the
     /// newest one when the notification left, `data` its bytes when the
-    /// subscription asked for them.
+    /// subscription asked for them. For a chain subscription, `chunk` is
+    /// the chain's chunk whose release is told (the latest one, when
+    /// notifications merged).
     Chunk {
         chunk: u64,
         version: u64,
@@ -58,22 +81,37 @@ type Handler = Arc<dyn Fn(&Client, &Event) -> HandlerResult + Send + Sync>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Topic {
     Chunk(u64),
+    /// A chain, by its region: each chain of this process has its own
+    /// (two chains that start at the same chunk are two subscriptions, the
+    /// same chain allocated twice is one). `first` and `len` name it.
+    Chain {
+        region: u64,
+        first: u64,
+        len: usize,
+    },
     Signal(u32),
+}
+
+impl Topic {
+    fn of_chain(chain: &Chain) -> Topic {
+        Topic::Chain {
+            region: chain.region(),
+            first: chain.first(),
+            len: chain.len(),
+        }
+    }
 }
 
 impl std::fmt::Display for Topic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Topic::Chunk(c) => write!(f, "chunk {c}"),
+            Topic::Chain { first, len: 1, .. } => write!(f, "the chain of chunk {first} (1 chunk)"),
+            Topic::Chain { first, len, .. } => {
+                write!(f, "the chain of chunk {first} ({len} chunks)")
+            }
             Topic::Signal(s) => write!(f, "signal {s}"),
         }
-    }
-}
-
-fn topic_of(e: &Event) -> Topic {
-    match *e {
-        Event::Chunk { chunk, .. } => Topic::Chunk(chunk),
-        Event::Signal { id } => Topic::Signal(id),
     }
 }
 
@@ -82,64 +120,98 @@ pub(crate) struct Handlers {
     map: HashMap<Topic, Handler>,
 }
 
+/// A subscription of this process.
+struct Subscription {
+    with_data: bool,
+    /// The chunks it hears of (none for a signal).
+    chunks: Vec<u64>,
+}
+
+/// A chunk as its home knows this process's subscriptions to it.
+#[derive(Default)]
+struct Wire {
+    /// The subscriptions of this process that include the chunk.
+    topics: Vec<Topic>,
+    /// How many of them asked for data.
+    data_users: usize,
+    /// What the home was last asked for: notifications with data or not.
+    with_data: bool,
+    /// SUBSCRIBEs sent for the chunk, and confirmations received. The home
+    /// answers them in order (one path, FIFO), so the n-th confirmation
+    /// answers the n-th SUBSCRIBE. Both only grow, even while nothing is
+    /// subscribed, so a late answer is never counted for a newer request.
+    asked: u64,
+    confirmed: u64,
+}
+
+/// A chunk and the number of confirmations of it that a SUBSCRIBE waits for.
+type Target = (u64, u64);
+
+/// A SUBSCRIBE to send, and the confirmation count that answers it.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    chunk: u64,
+    with_data: bool,
+    ticket: u64,
+}
+
 /// Subscriptions, pending events and the counters of the quiescence
 /// detection; filled by the progress engine.
 #[derive(Default)]
 pub(crate) struct Queue {
-    subscribed: HashSet<Topic>,
-    /// Subscriptions the home or coordinator has confirmed, not yet taken.
-    confirmed: HashSet<Topic>,
-    pending: VecDeque<Event>,
+    subscriptions: HashMap<Topic, Subscription>,
+    wires: HashMap<u64, Wire>,
+    /// Signal subscriptions the coordinator has confirmed, not yet taken.
+    signals_confirmed: HashSet<u32>,
+    /// Events to handle, with the subscription each is for.
+    pending: VecDeque<(Topic, Event)>,
     handling: bool,
     published: u64,
     received: u64,
 }
 
 impl Queue {
+    /// The home confirmed a SUBSCRIBE of `chunk`.
     pub fn subscribed(&mut self, chunk: u64) {
-        self.confirmed.insert(Topic::Chunk(chunk));
+        match self.wires.get_mut(&chunk) {
+            Some(w) => w.confirmed += 1,
+            None => tracing::warn!("a confirmation of chunk {chunk}, never asked for: dropped"),
+        }
     }
 
     pub fn signal_subscribed(&mut self, id: u32) {
-        self.confirmed.insert(Topic::Signal(id));
+        self.signals_confirmed.insert(id);
     }
 
+    /// A notification: counted once, then handed to every subscription of
+    /// this process that includes the chunk.
     pub fn notified(&mut self, chunk: u64, version: u64, data: Option<Arc<[u8]>>) {
         self.received += 1;
-        if !self.subscribed.contains(&Topic::Chunk(chunk)) {
+        let topics = self.wires.get(&chunk).map_or(&[][..], |w| &w.topics[..]);
+        if topics.is_empty() {
             tracing::debug!(
                 "notification of chunk {chunk} version {version} discarded: unsubscribed"
             );
             return;
         }
-        for e in self.pending.iter_mut() {
-            if let Event::Chunk {
-                chunk: c,
-                version: v,
-                data: d,
-            } = e
-            {
-                if *c == chunk {
-                    if version > *v {
-                        *v = version;
-                        *d = data;
-                    }
-                    return;
-                }
+        for topic in topics {
+            let wants_data = self.subscriptions.get(topic).is_some_and(|s| s.with_data);
+            if wants_data && data.is_none() {
+                // Sent before the home recorded that this subscription wants
+                // data: before the SUBSCRIBE returned, so not promised to it.
+                continue;
             }
+            let data = if wants_data { data.clone() } else { None };
+            merge(&mut self.pending, *topic, chunk, version, data);
         }
-        self.pending.push_back(Event::Chunk {
-            chunk,
-            version,
-            data,
-        });
     }
 
     pub fn signalled(&mut self, id: u32) {
         self.received += 1;
-        let ev = Event::Signal { id };
-        if self.subscribed.contains(&Topic::Signal(id)) && !self.pending.contains(&ev) {
-            self.pending.push_back(ev);
+        let topic = Topic::Signal(id);
+        if self.subscriptions.contains_key(&topic) && !self.pending.iter().any(|(t, _)| *t == topic)
+        {
+            self.pending.push_back((topic, Event::Signal { id }));
         }
     }
 
@@ -163,12 +235,139 @@ impl Queue {
     pub fn pending(&self) -> bool {
         !self.pending.is_empty()
     }
+
+    /// Records subscription `topic` to `chunks`; returns the SUBSCRIBEs to
+    /// send and the confirmation count each chunk must reach (a chunk whose
+    /// home already has what it needs waits only for what is on its way).
+    fn add(
+        &mut self,
+        topic: Topic,
+        chunks: &[u64],
+        with_data: bool,
+    ) -> Result<(Vec<Ask>, Vec<Target>), SatError> {
+        if self.subscriptions.contains_key(&topic) {
+            return Err(SatError::Usage(format!(
+                "SUBSCRIBE to {topic}: this process is already subscribed; UNSUBSCRIBE first"
+            )));
+        }
+        self.subscriptions.insert(
+            topic,
+            Subscription {
+                with_data,
+                chunks: chunks.to_vec(),
+            },
+        );
+        let (mut asks, mut targets) = (Vec::new(), Vec::with_capacity(chunks.len()));
+        for &chunk in chunks {
+            let w = self.wires.entry(chunk).or_default();
+            w.topics.push(topic);
+            w.data_users += usize::from(with_data);
+            if w.topics.len() == 1 || (with_data && !w.with_data) {
+                w.with_data = w.data_users > 0;
+                w.asked += 1;
+                asks.push(Ask {
+                    chunk,
+                    with_data: w.with_data,
+                    ticket: w.asked,
+                });
+            }
+            targets.push((chunk, w.asked));
+        }
+        Ok((asks, targets))
+    }
+
+    /// Forgets subscription `topic` and its pending events; returns what
+    /// to tell the homes, per chunk: None to UNSUBSCRIBE (no subscription
+    /// includes it any more), `Some(false)` to SUBSCRIBE without data (this
+    /// was its last subscription with data).
+    fn remove(&mut self, topic: Topic) -> Result<Vec<(u64, Option<bool>)>, SatError> {
+        let Some(sub) = self.subscriptions.remove(&topic) else {
+            return Err(SatError::Usage(format!(
+                "UNSUBSCRIBE from {topic}: this process is not subscribed to it"
+            )));
+        };
+        self.pending.retain(|(t, _)| *t != topic);
+        let mut msgs = Vec::new();
+        for chunk in sub.chunks {
+            let Some(w) = self.wires.get_mut(&chunk) else {
+                continue;
+            };
+            w.topics.retain(|t| *t != topic);
+            w.data_users -= usize::from(sub.with_data);
+            if w.topics.is_empty() {
+                w.with_data = false;
+                msgs.push((chunk, None));
+            } else if w.with_data && w.data_users == 0 {
+                // Counted like any SUBSCRIBE, so the confirmation counts
+                // stay in step; nothing waits for this one.
+                w.with_data = false;
+                w.asked += 1;
+                msgs.push((chunk, Some(false)));
+            }
+        }
+        Ok(msgs)
+    }
+
+    /// Whether every chunk of `targets` has the confirmations it waits for.
+    fn confirmed(&self, targets: &[Target]) -> bool {
+        targets
+            .iter()
+            .all(|&(c, t)| self.wires.get(&c).is_some_and(|w| w.confirmed >= t))
+    }
+}
+
+/// Merges a notification into the pending event of `topic`, or queues one.
+fn merge(
+    pending: &mut VecDeque<(Topic, Event)>,
+    topic: Topic,
+    chunk: u64,
+    version: u64,
+    data: Option<Arc<[u8]>>,
+) {
+    for (t, e) in pending.iter_mut() {
+        if *t != topic {
+            continue;
+        }
+        if let Event::Chunk {
+            chunk: c,
+            version: v,
+            data: d,
+        } = e
+        {
+            // One chunk's notifications come from its home in order, the
+            // newest version last; a chain's event tells of the latest
+            // notification, whichever chunk it is of.
+            if *c != chunk || version > *v {
+                *c = chunk;
+                *v = version;
+                *d = data;
+            }
+        }
+        return;
+    }
+    pending.push_back((
+        topic,
+        Event::Chunk {
+            chunk,
+            version,
+            data,
+        },
+    ));
 }
 
 thread_local! {
     /// Set while this thread runs a handler: handlers do not nest.
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
 }
+
+/// SUBSCRIBEs go out this many at a time, each group once the previous one
+/// is confirmed: a chain of 1,024 chunks is a few round trips, and a
+/// server's receive queue is not flooded (as allocation requests are
+/// windowed, docs/DESIGN.md).
+const SUBSCRIBE_WINDOW: usize = 32;
+
+/// How long a SUBSCRIBE waits for its home's confirmation.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(60);
 
 impl Client {
     /// SUBSCRIBE: from now on, every write release of `chunk` (allocated or
@@ -186,22 +385,60 @@ impl Client {
         if self.lock().store.get(chunk).is_none() {
             return Err(super::unknown(chunk));
         }
-        let msg = Message::Subscribe {
-            chunk,
-            client: self.rank,
-            with_data,
-        };
-        self.start_subscription(Topic::Chunk(chunk), Arc::new(handler), &msg)
+        self.start_chunk_subscription(Topic::Chunk(chunk), &[chunk], with_data, Arc::new(handler))
     }
 
     /// UNSUBSCRIBE: `chunk`'s handler will not run again, not even for
     /// notifications already received.
     pub fn unsubscribe(&self, chunk: u64) -> SatResult<()> {
-        let msg = Message::Unsubscribe {
-            chunk,
-            client: self.rank,
-        };
-        self.end_subscription(Topic::Chunk(chunk), &msg)
+        self.end_chunk_subscription(Topic::Chunk(chunk))
+    }
+
+    /// SUBSCRIBE to a chain: from now on, every write release of any chunk
+    /// of `chain`, from any process, runs `handler` here, with an
+    /// [`Event::Chunk`] naming the chunk released, its version and, with
+    /// `with_data`, that chunk's bytes (not the whole chain's). Returns
+    /// once every chunk's home has recorded the subscription.
+    ///
+    /// Notifications that arrive while an earlier one of the chain waits
+    /// to be handled merge into it, whichever chunk they are of: the
+    /// handler runs at least once after each release of any chunk, the
+    /// event then names the latest, and a slow handler does not run once
+    /// per chunk per release. A handler that reads the chain sees every
+    /// chunk at least at its notified version.
+    ///
+    /// Each chain of this process is a subscription of its own: two chains
+    /// that start at the same chunk (say chunks 10-13 and 10-11) each have
+    /// their handler, a release of chunk 10 runs both, and unsubscribing
+    /// one leaves the other. The same chain allocated twice is the same
+    /// chain: subscribing it twice is an error. Subscribing to a chunk
+    /// with [`Client::subscribe`] is separate from subscribing to a chain
+    /// that holds it.
+    pub fn subscribe_chain(
+        &self,
+        chain: &Chain,
+        with_data: bool,
+        handler: impl Fn(&Client, &Event) -> HandlerResult + Send + Sync + 'static,
+    ) -> SatResult<()> {
+        let topic = Topic::of_chain(chain);
+        {
+            let st = self.lock();
+            if !st.store.holds(chain) {
+                return Err(SatError::Usage(format!(
+                    "SUBSCRIBE to {topic}: this chain is not (or no longer) in this process; \
+                     MALLOC, LOOKUP or MAP it first"
+                )));
+            }
+        }
+        let chunks: Vec<u64> = chain.ids().collect();
+        self.start_chunk_subscription(topic, &chunks, with_data, Arc::new(handler))
+    }
+
+    /// UNSUBSCRIBE from a chain: its handler will not run again, not even
+    /// for notifications already received. Other subscriptions to its
+    /// chunks (another chain's, or a chunk's own) go on.
+    pub fn unsubscribe_chain(&self, chain: &Chain) -> SatResult<()> {
+        self.end_chunk_subscription(Topic::of_chain(chain))
     }
 
     /// Runs `handler` each time signal `id` is raised, by any process.
@@ -211,56 +448,108 @@ impl Client {
         id: u32,
         handler: impl Fn(&Client, &Event) -> HandlerResult + Send + Sync + 'static,
     ) -> SatResult<()> {
-        let msg = Message::Sync {
-            client: self.rank,
-            op: SyncOp::SignalSubscribe { id },
-        };
-        self.start_subscription(Topic::Signal(id), Arc::new(handler), &msg)
-    }
-
-    /// Stops the handler of signal `id`.
-    pub fn unsubscribe_signal(&self, id: u32) -> SatResult<()> {
-        let msg = Message::Sync {
-            client: self.rank,
-            op: SyncOp::SignalUnsubscribe { id },
-        };
-        self.end_subscription(Topic::Signal(id), &msg)
-    }
-
-    fn start_subscription(&self, topic: Topic, handler: Handler, msg: &Message) -> SatResult<()> {
+        let topic = Topic::Signal(id);
         {
             let mut st = self.lock();
             let st = &mut *st;
-            if !st.mail.events.subscribed.insert(topic) {
-                return Err(SatError::Usage(format!(
-                    "SUBSCRIBE to {topic}: this process is already subscribed; UNSUBSCRIBE first"
-                )));
-            }
-            self.handlers_lock().map.insert(topic, handler);
-            let n = wire::encode(msg, &mut st.header).expect("fits");
+            st.mail.events.add(topic, &[], false)?;
+            self.handlers_lock().map.insert(topic, Arc::new(handler));
+            let msg = Message::Sync {
+                client: self.rank,
+                op: SyncOp::SignalSubscribe { id },
+            };
+            let n = wire::encode(&msg, &mut st.header).expect("fits");
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
-        let deadline = self.clock.now() + std::time::Duration::from_secs(60);
+        let deadline = self.clock.now() + SUBSCRIBE_WAIT;
         let done = self.wait(Some(deadline), |st| {
-            st.mail.events.confirmed.remove(&topic).then_some(())
+            st.mail.events.signals_confirmed.remove(&id).then_some(())
         })?;
         done.ok_or_else(|| SatError::Timeout(format!("SUBSCRIBE to {topic}: no confirmation")))
     }
 
-    fn end_subscription(&self, topic: Topic, msg: &Message) -> SatResult<()> {
+    /// Stops the handler of signal `id`.
+    pub fn unsubscribe_signal(&self, id: u32) -> SatResult<()> {
         let mut st = self.lock();
         let st = &mut *st;
-        if !st.mail.events.subscribed.remove(&topic) {
-            return Err(SatError::Usage(format!(
-                "UNSUBSCRIBE from {topic}: this process is not subscribed to it"
-            )));
-        }
-        st.mail.events.pending.retain(|e| topic_of(e) != topic);
-        self.handlers_lock().map.remove(&topic);
-        let n = wire::encode(msg, &mut st.header).expect("fits");
+        st.mail.events.remove(Topic::Signal(id))?;
+        self.handlers_lock().map.remove(&Topic::Signal(id));
+        let msg = Message::Sync {
+            client: self.rank,
+            op: SyncOp::SignalUnsubscribe { id },
+        };
+        let n = wire::encode(&msg, &mut st.header).expect("fits");
         st.transport
             .send(self.server, &st.header[..n], Payload::None)?;
+        Ok(())
+    }
+
+    /// Records `topic` and sends the SUBSCRIBEs its chunks need, a window
+    /// at a time; returns once every chunk's home has confirmed.
+    fn start_chunk_subscription(
+        &self,
+        topic: Topic,
+        chunks: &[u64],
+        with_data: bool,
+        handler: Handler,
+    ) -> SatResult<()> {
+        let (asks, targets) = {
+            let mut st = self.lock();
+            let planned = st.mail.events.add(topic, chunks, with_data)?;
+            self.handlers_lock().map.insert(topic, handler);
+            planned
+        };
+        for window in asks.chunks(SUBSCRIBE_WINDOW) {
+            {
+                let mut st = self.lock();
+                let st = &mut *st;
+                for ask in window {
+                    let msg = Message::Subscribe {
+                        chunk: ask.chunk,
+                        client: self.rank,
+                        with_data: ask.with_data,
+                    };
+                    let n = wire::encode(&msg, &mut st.header).expect("fits");
+                    st.transport
+                        .send(self.server, &st.header[..n], Payload::None)?;
+                }
+            }
+            let sent: Vec<Target> = window.iter().map(|a| (a.chunk, a.ticket)).collect();
+            self.await_confirmations(topic, &sent)?;
+        }
+        // Chunks whose SUBSCRIBE another subscription sent and that are
+        // still on their way.
+        self.await_confirmations(topic, &targets)
+    }
+
+    fn await_confirmations(&self, topic: Topic, targets: &[Target]) -> SatResult<()> {
+        let deadline = self.clock.now() + SUBSCRIBE_WAIT;
+        let done = self.wait(Some(deadline), |st| {
+            st.mail.events.confirmed(targets).then_some(())
+        })?;
+        done.ok_or_else(|| SatError::Timeout(format!("SUBSCRIBE to {topic}: no confirmation")))
+    }
+
+    fn end_chunk_subscription(&self, topic: Topic) -> SatResult<()> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let msgs = st.mail.events.remove(topic)?;
+        self.handlers_lock().map.remove(&topic);
+        for (chunk, subscribe) in msgs {
+            let client = self.rank;
+            let msg = match subscribe {
+                None => Message::Unsubscribe { chunk, client },
+                Some(with_data) => Message::Subscribe {
+                    chunk,
+                    client,
+                    with_data,
+                },
+            };
+            let n = wire::encode(&msg, &mut st.header).expect("fits");
+            st.transport
+                .send(self.server, &st.header[..n], Payload::None)?;
+        }
         Ok(())
     }
 
@@ -280,15 +569,14 @@ impl Client {
     /// Runs the handlers of every pending event, oldest first.
     pub(crate) fn run_pending_handlers(&self) -> SatResult<()> {
         loop {
-            let event = {
+            let (topic, event) = {
                 let mut st = self.lock();
-                let Some(event) = st.mail.events.pending.pop_front() else {
+                let Some(next) = st.mail.events.pending.pop_front() else {
                     return Ok(());
                 };
                 st.mail.events.handling = true;
-                event
+                next
             };
-            let topic = topic_of(&event);
             let handler = self.handlers_lock().map.get(&topic).cloned();
             let outcome = handler.map(|h| {
                 IN_HANDLER.with(|f| f.set(true));
@@ -322,14 +610,14 @@ impl Client {
                 let mut st = self.lock();
                 let st = &mut *st;
                 let q = &st.mail.events;
-                if (q.subscribed.is_empty() && q.pending.is_empty()) || st.mail.stop {
+                if (q.subscriptions.is_empty() && q.pending.is_empty()) || st.mail.stop {
                     return Ok(());
                 }
                 if !told_server {
                     told_server = true;
                     tracing::debug!(
                         "role returned: waiting for the events of {} subscriptions",
-                        q.subscribed.len()
+                        q.subscriptions.len()
                     );
                     let n = wire::encode(&Message::ClientIdle, &mut st.header).expect("fits");
                     st.transport
@@ -338,7 +626,7 @@ impl Client {
             }
             self.wait(None, |st| {
                 let q = &st.mail.events;
-                (q.pending() || q.subscribed.is_empty() || st.mail.stop).then_some(())
+                (q.pending() || q.subscriptions.is_empty() || st.mail.stop).then_some(())
             })?;
         }
     }

@@ -1,10 +1,11 @@
 //! The client over the in-process transport: allocation requests (answers
-//! reach the request they answer, and nothing else), and waits on other
-//! processes that a failing handler ends (barrier, rendezvous).
+//! reach the request they answer, and nothing else), waits on other
+//! processes that a failing handler ends (barrier, rendezvous), and chain
+//! subscriptions.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::sync::atomic::Ordering;
@@ -620,4 +621,152 @@ fn a_failed_rendezvous_leaves_a_wakeup_sent_meanwhile_to_the_next() {
 #[test]
 fn a_failed_rendezvous_leaves_the_next_waiting_for_a_wakeup() {
     rendezvous_after_a_failed_handler(WakeupComes::After).unwrap();
+}
+
+// ---------------------------------------------------- chain subscriptions
+
+/// A write release of `value` (8 bytes, little-endian) into `chunk` alone,
+/// through a chain of its own.
+fn publish(client: &Client, chunk: ChunkId, value: u64) -> SatResult<()> {
+    client.malloc_lst(ProtocolId::HomeMesi, &[chunk], &[8])?;
+    client.acquire(chunk, Access::Write)?;
+    client.with_data_mut(chunk, |d| d.copy_from_slice(&value.to_le_bytes()))?;
+    client.release(chunk)
+}
+
+/// What a test's handlers saw: (subscription, chunk, version, data).
+type Seen = Arc<Mutex<Vec<(&'static str, u64, u64, Option<u64>)>>>;
+
+fn recorder(
+    seen: &Seen,
+    name: &'static str,
+) -> impl Fn(&Client, &Event) -> HandlerResult + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |_, event| {
+        if let Event::Chunk {
+            chunk,
+            version,
+            data,
+        } = event
+        {
+            let value = data
+                .as_deref()
+                .map(|d| u64::from_le_bytes(d[..8].try_into().unwrap()));
+            seen.lock().unwrap().push((name, *chunk, *version, value));
+        }
+        Ok(())
+    }
+}
+
+/// Takes in everything the publisher sent before its wakeup of `id`
+/// (one server: its notifications come first), then runs the handlers.
+/// The waiting thread is not the role's, so no handler runs before: the
+/// events merge as they would behind a slow handler.
+fn take_in(client: &Client, id: u32) -> SatResult<()> {
+    client.rendezvous(id)?;
+    client.run_pending_handlers()
+}
+
+/// A release of any chunk of a subscribed chain runs the chain's handler,
+/// with that chunk, its version and data; releases that arrive while the
+/// handler waits merge into one event per chain, naming the latest.
+#[test]
+fn a_chain_subscription_hears_every_chunk_and_merges_per_chain() {
+    let outcome = Run::new(2, Schedule::Immediate).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        let chain = a.malloc_lst(ProtocolId::HomeMesi, &[20, 21, 22], &[8])?;
+        let seen = Seen::default();
+        a.subscribe_chain(&chain, true, recorder(&seen, "chain"))?;
+        publish(b, 21, 121)?; // the chain's second chunk alone
+        b.wakeup(1)?;
+        take_in(a, 1)?;
+        assert_eq!(*seen.lock().unwrap(), vec![("chain", 21, 1, Some(121))]);
+        seen.lock().unwrap().clear();
+        for (chunk, value) in [(22, 122), (20, 120), (21, 221)] {
+            publish(b, chunk, value)?;
+        }
+        b.wakeup(1)?;
+        take_in(a, 1)?;
+        // Three releases, one run: the event tells of the latest.
+        assert_eq!(*seen.lock().unwrap(), vec![("chain", 21, 2, Some(221))]);
+        let read = a.read(&chain)?;
+        let values = read.data(|d| {
+            d.chunks(8)
+                .map(|v| u64::from_le_bytes(v.try_into().unwrap()))
+                .collect::<Vec<_>>()
+        })?;
+        drop(read);
+        assert_eq!(values, vec![120, 221, 122]);
+        a.unsubscribe_chain(&chain)?;
+        Ok(())
+    });
+    outcome.unwrap();
+}
+
+/// Two chains of one process that start at chunk 30, and chunk 30's own
+/// subscription, are three subscriptions: a release of chunk 30 runs the
+/// three handlers, each with data only if it asked; unsubscribing one
+/// leaves the others. The home records the process once per chunk: one
+/// notification per release, however many subscriptions include it.
+#[test]
+fn chains_that_start_at_one_chunk_are_subscriptions_of_their_own() {
+    let outcome = Run::new(2, Schedule::Immediate).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        let x = a.malloc_lst(ProtocolId::HomeMesi, &[30, 31], &[8])?;
+        let y = a.malloc_lst(ProtocolId::HomeMesi, &[30, 32], &[8])?;
+        let seen = Seen::default();
+        a.subscribe_chain(&x, false, recorder(&seen, "x"))?;
+        a.subscribe_chain(&y, true, recorder(&seen, "y"))?;
+        a.subscribe(30, false, recorder(&seen, "chunk 30"))?;
+        let twice = a.subscribe_chain(&x, false, |_, _| Ok(()));
+        assert!(
+            matches!(&twice, Err(SatError::Usage(m)) if m
+                == "SUBSCRIBE to the chain of chunk 30 (2 chunks): this process is already \
+                    subscribed; UNSUBSCRIBE first"),
+            "{twice:?}"
+        );
+        let received = |c: &Client| c.lock().mail.events.counters().1;
+        // Releases by B, then what A received (notifications) and handled.
+        let round = |releases: &[(ChunkId, u64)]| -> SatResult<_> {
+            let before = received(a);
+            for &(chunk, value) in releases {
+                publish(b, chunk, value)?;
+            }
+            b.wakeup(2)?;
+            take_in(a, 2)?;
+            let mut got = std::mem::take(&mut *seen.lock().unwrap());
+            got.sort();
+            Ok((received(a) - before, got))
+        };
+        assert_eq!(
+            round(&[(30, 1)])?,
+            (
+                1,
+                vec![
+                    ("chunk 30", 30, 1, None),
+                    ("x", 30, 1, None),
+                    ("y", 30, 1, Some(1)),
+                ]
+            )
+        );
+        a.unsubscribe_chain(&x)?;
+        assert!(matches!(a.unsubscribe_chain(&x), Err(SatError::Usage(_))));
+        // Chunk 31 is no longer subscribed at its home: no notification.
+        // Y's two merge into one event, of the latest (chunk 32).
+        assert_eq!(
+            round(&[(31, 2), (30, 3), (32, 4)])?,
+            (2, vec![("chunk 30", 30, 2, None), ("y", 32, 1, Some(4))])
+        );
+        a.unsubscribe_chain(&y)?;
+        // The last subscription with data is gone: chunk 30's notifications
+        // come without it, and chunk 32's no more.
+        assert_eq!(
+            round(&[(30, 5), (32, 6)])?,
+            (1, vec![("chunk 30", 30, 3, None)])
+        );
+        a.unsubscribe(30)?;
+        assert_eq!(round(&[(30, 7)])?, (0, vec![]));
+        Ok(())
+    });
+    outcome.unwrap();
 }

@@ -50,10 +50,13 @@ array (stored as .npy, so its dtype and shape come back), ``symbols[name]`` wait
 wait.
 
 ``client.subscribe(chain, callback, with_data=False)`` runs ``callback(event)`` after write
-releases of the chain's first chunk; ``client.subscribe_signal(id, callback)`` and
+releases of any chunk of the chain (``event.chunk`` names it, ``event.data`` holds that chunk's
+bytes with ``with_data``); each chain is a subscription of its own, even one that starts at the same
+chunk as another. ``client.subscribe_signal(id, callback)`` and
 ``client.raise_signal(id)`` do the same without a chunk. Callbacks run on the role's thread
 while it waits in ``barrier``, ``rendezvous`` or a symbol read, and after the role function
-returns; notifications of one chunk that wait for their callback merge into the newest. An
+returns; notifications that wait for their callback merge into the newest (per chunk, and per
+chain whichever chunk they are of). An
 exception in a callback propagates out of the blocking call that ran it, or, after the role
 function, makes ``sat.run`` raise ``RoleError`` from it.
 

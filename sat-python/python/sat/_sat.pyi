@@ -109,6 +109,10 @@ class Chain:
 
 @final
 class ChunkEvent:
+    """A release told to a subscription: ``chunk`` is the chunk released (for a chain's
+    subscription, the chain's chunk whose release this is, the latest when notifications merged),
+    ``version`` that chunk's version, ``data`` that chunk's bytes with ``with_data``, else None."""
+
     @property
     def chunk(self) -> int: ...
     @property
@@ -217,8 +221,11 @@ class Client:
         target: Union[Chain, int],
         callback: Callable[[ChunkEvent], object],
         with_data: bool = False,
-    ) -> None: ...
-    def unsubscribe(self, target: Union[Chain, int]) -> None: ...
+    ) -> None:
+        """Runs ``callback`` after every write release of the chunk id, or of any chunk of the
+        chain; each chain (and each chunk id) is a subscription of its own."""
+    def unsubscribe(self, target: Union[Chain, int]) -> None:
+        """Ends the subscription of that chain (or chunk id), and only that one."""
     def subscribe_signal(self, id: int, callback: Callable[[int], object]) -> None: ...
     def unsubscribe_signal(self, id: int) -> None: ...
     def raise_signal(self, id: int) -> None: ...
