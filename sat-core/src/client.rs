@@ -6,6 +6,7 @@
 //! client never needs a thread of its own to make progress.
 
 use std::collections::{HashMap, VecDeque};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ pub use events::{Event, HandlerResult};
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
 mod events;
+mod loans;
 mod symbols;
 mod sync;
 use crate::topology::Topology;
@@ -244,6 +246,8 @@ struct ClientState {
     received: u64,
     /// User messages sent ([`Client::send`]).
     user_sent: u64,
+    /// Scope bytes lent to closures that run without the lock ([`loans`]).
+    loans: loans::Loans,
 }
 
 impl Client {
@@ -279,6 +283,7 @@ impl Client {
                 header: [0; MAX_HEADER],
                 received: 0,
                 user_sent: 0,
+                loans: loans::Loans::default(),
             }),
         }
     }
@@ -1013,8 +1018,7 @@ impl Client {
     /// goes home (one message); after a read, local changes are dropped.
     pub fn release(&self, chunk: ChunkId) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
-        let mut st = self.lock();
-        st.end_scope((self.rank, self.server), chunk, Ending::Release)
+        self.end_scope(chunk, Ending::Release)
     }
 
     /// Ends the scope on `chunk` without publishing: after a WRITE or
@@ -1023,8 +1027,37 @@ impl Client {
     /// home's). After a READ, the same as [`Client::release`].
     pub fn abort(&self, chunk: ChunkId) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
-        let mut st = self.lock();
-        st.end_scope((self.rank, self.server), chunk, Ending::Abort)
+        self.end_scope(chunk, Ending::Abort)
+    }
+
+    /// Ends a scope of `chunk` once no closure has its bytes: another
+    /// thread's closure is waited for; this thread's own is misuse (the
+    /// closure is still using the bytes the scope would publish or drop).
+    fn end_scope(&self, chunk: ChunkId, ending: Ending) -> SatResult<()> {
+        let me = std::thread::current().id();
+        let to = (self.rank, self.server);
+        {
+            let mut st = self.lock();
+            match st.loans.in_the_way_of_ending(chunk, me) {
+                loans::Conflict::None => return st.end_scope(to, chunk, ending),
+                loans::Conflict::Mine => {
+                    return Err(SatError::Usage(format!(
+                        "{} of chunk {chunk} inside a closure that has its bytes (with_data, \
+                         with_chain or Scope::data): end the scope after the closure returns",
+                        match ending {
+                            Ending::Release => "RELEASE",
+                            Ending::Abort => "abort",
+                        }
+                    )))
+                }
+                loans::Conflict::Others => {}
+            }
+        }
+        let ended = self.wait(None, |st| {
+            (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None)
+                .then(|| st.end_scope(to, chunk, ending))
+        })?;
+        ended.expect("a wait without a deadline ends with its value")
     }
 
     /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
@@ -1122,75 +1155,145 @@ impl Client {
         }
     }
 
-    /// Runs `f` on the data of `chunk`, inside an open scope.
+    /// Runs `f` on the data of `chunk`, inside an open scope. `f` runs
+    /// without the client's lock: it may call the whole API, and other
+    /// threads and the background progress go on meanwhile. The scope
+    /// cannot end while `f` runs: a RELEASE from another thread waits for
+    /// it, one from inside `f` is refused (see [`loans`]).
     pub fn with_data<R>(&self, chunk: ChunkId, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
-        let st = self.lock();
-        let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
-        if !c.side.in_scope() {
-            return Err(SatError::Usage(format!(
-                "chunk {chunk} is read outside a scope: call READ, WRITE or READWRITE first"
-            )));
-        }
-        let bytes = st
-            .store
-            .scope_bytes(chunk)
-            .expect("a chunk in scope is resident");
-        Ok(f(bytes))
+        let lent = self.lend(&[chunk], false, |st| {
+            let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
+            if !c.side.in_scope() {
+                return Err(SatError::Usage(format!(
+                    "chunk {chunk} is read outside a scope: call READ, WRITE or READWRITE first"
+                )));
+            }
+            let bytes = st
+                .store
+                .scope_bytes(chunk)
+                .expect("a chunk in scope is resident");
+            Ok(NonNull::from(bytes))
+        })?;
+        // SAFETY: see `Lent`; the bytes are lent for reading.
+        Ok(f(unsafe { lent.bytes.as_ref() }))
     }
 
-    /// Runs `f` on the data of `chunk`, inside an open write scope.
+    /// Runs `f` on the data of `chunk`, inside an open write scope; as
+    /// [`Client::with_data`], `f` runs without the client's lock.
     pub fn with_data_mut<R>(&self, chunk: ChunkId, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
-        let mut st = self.lock();
-        let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
-        if !c.side.writing() {
-            return Err(SatError::Usage(format!(
-                "chunk {chunk} is written outside a write scope: call WRITE or READWRITE first"
-            )));
-        }
-        let place = st.store.scope_place(chunk).expect("known");
-        let bytes = st
-            .store
-            .bytes_mut(chunk, place)
-            .expect("a chunk in scope is resident");
-        Ok(f(bytes))
+        let mut lent = self.lend(&[chunk], true, |st| {
+            let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
+            if !c.side.writing() {
+                return Err(SatError::Usage(format!(
+                    "chunk {chunk} is written outside a write scope: call WRITE or READWRITE first"
+                )));
+            }
+            let place = st.store.scope_place(chunk).expect("known");
+            let bytes = st
+                .store
+                .bytes_mut(chunk, place)
+                .expect("a chunk in scope is resident");
+            Ok(NonNull::from(bytes))
+        })?;
+        // SAFETY: see `Lent`; the bytes are lent for writing, to this call.
+        Ok(f(unsafe { lent.bytes.as_mut() }))
     }
 
     /// Runs `f` on the contiguous data of `chain`, every chunk of which must
-    /// be inside a scope (see [`Client::acquire_chain`]).
+    /// be inside a scope (see [`Client::acquire_chain`]); as
+    /// [`Client::with_data`], `f` runs without the client's lock.
     pub fn with_chain<R>(&self, chain: &Chain, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
-        let st = self.lock();
-        for id in chain.ids() {
-            if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
-                return Err(SatError::Usage(format!(
-                    "chunk {id} of the chain is read outside a scope: acquire the chain first"
-                )));
+        let ids: Vec<ChunkId> = chain.ids().collect();
+        let lent = self.lend(&ids, false, |st| {
+            for id in chain.ids() {
+                if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
+                    return Err(SatError::Usage(format!(
+                        "chunk {id} of the chain is read outside a scope: acquire the chain first"
+                    )));
+                }
             }
-        }
-        let bytes = st
-            .store
-            .chain_bytes(chain)
-            .expect("a chain in scope is resident");
-        Ok(f(bytes))
+            let bytes = st
+                .store
+                .chain_bytes(chain)
+                .expect("a chain in scope is resident");
+            Ok(NonNull::from(bytes))
+        })?;
+        // SAFETY: see `Lent`; the bytes are lent for reading.
+        Ok(f(unsafe { lent.bytes.as_ref() }))
     }
 
     /// Runs `f` on the contiguous data of `chain`, every chunk of which must
-    /// be inside a write scope opened through this chain.
+    /// be inside a write scope opened through this chain; as
+    /// [`Client::with_data`], `f` runs without the client's lock.
     pub fn with_chain_mut<R>(&self, chain: &Chain, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
-        let mut st = self.lock();
-        for id in chain.ids() {
-            let through_chain = st.store.place_index(id, Some(chain)) == st.store.scope_place(id);
-            if !st.store.get(id).is_some_and(|c| c.side.writing()) || !through_chain {
-                return Err(SatError::Usage(format!(
-                    "chunk {id} of the chain is written outside a write scope on this chain: \
-                     acquire the chain with WRITE or READWRITE first"
-                )));
+        let ids: Vec<ChunkId> = chain.ids().collect();
+        let mut lent = self.lend(&ids, true, |st| {
+            for id in chain.ids() {
+                let through_chain =
+                    st.store.place_index(id, Some(chain)) == st.store.scope_place(id);
+                if !st.store.get(id).is_some_and(|c| c.side.writing()) || !through_chain {
+                    return Err(SatError::Usage(format!(
+                        "chunk {id} of the chain is written outside a write scope on this chain: \
+                         acquire the chain with WRITE or READWRITE first"
+                    )));
+                }
             }
+            let bytes = st
+                .store
+                .chain_bytes_mut(chain)
+                .expect("a chain in scope is resident");
+            Ok(NonNull::from(bytes))
+        })?;
+        // SAFETY: see `Lent`; the bytes are lent for writing, to this call.
+        Ok(f(unsafe { lent.bytes.as_mut() }))
+    }
+
+    /// Lends the bytes `locate` finds (checking the scope, under the lock)
+    /// to the caller, for writing when `exclusive`: once no loan of another
+    /// thread is in the way (waiting for it), and refused when one of this
+    /// thread's is (a nested closure). The loan ends when the [`Lent`] is
+    /// dropped, also by a panic.
+    fn lend(
+        &self,
+        chunks: &[ChunkId],
+        exclusive: bool,
+        mut locate: impl FnMut(&mut ClientState) -> SatResult<NonNull<[u8]>>,
+    ) -> SatResult<Lent<'_>> {
+        let me = std::thread::current().id();
+        loop {
+            {
+                let mut st = self.lock();
+                let bytes = locate(&mut st)?;
+                match st.loans.conflict(chunks, exclusive, me) {
+                    loans::Conflict::None => {
+                        st.loans.lend(chunks, exclusive, me);
+                        return Ok(Lent {
+                            client: self,
+                            chunks: chunks.to_vec(),
+                            exclusive,
+                            bytes,
+                        });
+                    }
+                    loans::Conflict::Mine => {
+                        return Err(SatError::Usage(format!(
+                            "chunk {} is already {} by a closure of this thread (with_data, \
+                             with_chain or Scope::data): a closure that writes a chunk's bytes \
+                             may not be nested with another access to them",
+                            chunks[0],
+                            if exclusive {
+                                "lent"
+                            } else {
+                                "lent for writing"
+                            }
+                        )))
+                    }
+                    loans::Conflict::Others => {}
+                }
+            }
+            self.wait(None, |st| {
+                (st.loans.conflict(chunks, exclusive, me) == loans::Conflict::None).then_some(())
+            })?;
         }
-        let bytes = st
-            .store
-            .chain_bytes_mut(chain)
-            .expect("a chain in scope is resident");
-        Ok(f(bytes))
     }
 
     /// Sends allocation requests and waits for every answer, in request
@@ -1305,6 +1408,9 @@ impl Client {
     }
 
     fn finish_with(&self, timeout: Duration, open_scopes: Ending) -> SatResult<()> {
+        // A closure of another thread still using a scope's bytes (a thread
+        // the role left running): its scope ends after it.
+        self.wait(None, |st| st.loans.is_empty().then_some(()))?;
         {
             let mut st = self.lock();
             let st = &mut *st;
@@ -1434,6 +1540,34 @@ impl Client {
                 idle.idle();
             }
         }
+    }
+}
+
+/// Scope bytes lent to one closure ([`Client::lend`]); dropping it gives
+/// them back.
+///
+/// `bytes` points into the store's memory for a chunk (or chain) in an open
+/// scope. It stays valid, and no one else writes it, until this is dropped:
+/// the scope cannot end while the loan is out ([`Client::end_scope`] waits
+/// or refuses), the store writes a chunk's bytes only before a scope opens
+/// and never moves or frees memory with a chunk in a scope (eviction skips
+/// such regions, UNMAP is refused), and loans for writing exclude every
+/// other loan of the chunk ([`loans::Loans::conflict`]). Whatever the store
+/// does meanwhile concerns other chunks' bytes.
+struct Lent<'c> {
+    client: &'c Client,
+    chunks: Vec<ChunkId>,
+    exclusive: bool,
+    bytes: NonNull<[u8]>,
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let me = std::thread::current().id();
+        self.client
+            .lock()
+            .loans
+            .give_back(&self.chunks, self.exclusive, me);
     }
 }
 

@@ -770,3 +770,103 @@ fn chains_that_start_at_one_chunk_are_subscriptions_of_their_own() {
     });
     outcome.unwrap();
 }
+
+// ------------------------------------------- closures given a scope's bytes
+
+/// Runs `f` on a thread of its own and returns what it returned; fails the
+/// test if it has not returned within [`WAIT`] (a deadlock: the thread is
+/// left behind, the test fails instead of hanging).
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(WAIT) {
+        Ok(Ok(v)) => v,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{what}: no answer within {WAIT:?}, deadlocked"),
+    }
+}
+
+/// A closure given a scope's bytes runs without the client's lock, so it
+/// may call the client: a GET of another chunk works, a nested read of the
+/// chunk it writes and a RELEASE of it are refused with a usage error (they
+/// would corrupt or deadlock), and nothing is left locked afterwards.
+#[test]
+fn a_closure_given_a_scopes_bytes_may_call_the_client() {
+    let seen = within("a closure that calls the client", || {
+        Run::new(1, Schedule::Immediate).serve(|clients| -> SatResult<(u64, u64)> {
+            let c = &clients[0];
+            c.malloc(1, 8)?;
+            c.malloc(2, 8)?;
+            c.put(2, &7u64.to_le_bytes())?;
+            c.acquire(1, Access::Write)?;
+            let inner = c.with_data_mut(1, |d| -> SatResult<u64> {
+                let mut buf = [0u8; 8];
+                c.get(2, &mut buf)?;
+                d.copy_from_slice(&buf);
+                let nested = c.with_data(1, |_| ());
+                assert!(matches!(nested, Err(SatError::Usage(_))), "{nested:?}");
+                let early = c.release(1);
+                assert!(matches!(early, Err(SatError::Usage(_))), "{early:?}");
+                Ok(u64::from_le_bytes(buf))
+            })??;
+            c.release(1)?;
+            // Read scopes nest: a closure reading a chunk may read it again.
+            c.acquire(1, Access::Read)?;
+            let twice = c.with_data(1, |outer| c.with_data(1, |inner| outer == inner))??;
+            assert!(twice);
+            c.release(1)?;
+            Ok((inner, word(c, 1)))
+        })
+    });
+    assert_eq!(seen.unwrap(), (7, 7));
+}
+
+/// A long closure stops neither the homes nor the process's other threads:
+/// while one thread's closure reads chunk 1, another process's write of
+/// chunk 2 (which this process holds) completes, because this process still
+/// answers the home's invalidation; another thread of this process reads
+/// chunk 2 meanwhile; and a RELEASE of chunk 1 from that thread waits for
+/// the closure to return.
+#[test]
+fn a_long_closure_stops_neither_the_homes_nor_other_threads() {
+    let out = within("a long closure", || {
+        Run::new(2, Schedule::Immediate).serve(|clients| -> SatResult<(u64, bool)> {
+            let (a, b) = (&clients[0], &clients[1]);
+            a.malloc(1, 8)?;
+            publish(a, 2, 5)?;
+            assert_eq!(word(a, 2), 5);
+            b.lookup(2, WAIT)?;
+            a.acquire(1, Access::Read)?;
+            let (started_tx, started) = mpsc::channel();
+            let (finish, finish_rx) = mpsc::channel::<()>();
+            let released = &AtomicBool::new(false);
+            std::thread::scope(|s| -> SatResult<(u64, bool)> {
+                let reader = s.spawn(move || {
+                    a.with_data(1, |_| {
+                        started_tx.send(()).unwrap();
+                        finish_rx.recv().unwrap();
+                        // The scope is still open: no RELEASE ended it.
+                        !released.load(Ordering::SeqCst)
+                    })
+                });
+                started.recv().unwrap();
+                // Chunk 2 is in `a`: this write completes only once `a`
+                // answers its home, with the closure still running.
+                publish(b, 2, 9)?;
+                let now = word(a, 2);
+                let releaser = s.spawn(move || {
+                    let r = a.release(1);
+                    released.store(true, Ordering::SeqCst);
+                    r
+                });
+                finish.send(()).unwrap();
+                let open_throughout = reader.join().unwrap()?;
+                releaser.join().unwrap()?;
+                Ok((now, open_throughout))
+            })
+        })
+    });
+    assert_eq!(out.unwrap(), (9, true));
+}

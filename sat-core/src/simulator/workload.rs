@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use super::world::{OpenScope, Shared};
+use super::world::{Hearing, OpenScope, Shared};
 use super::{content, Config, Rng, PROTOCOLS};
 use crate::chunk::ChunkId;
 use crate::client::{Chain, Client, Event, LocalMemory};
@@ -268,6 +268,7 @@ impl Thread {
             }
             {
                 let mut o = Shared::lock(&self.shared.oracle);
+                o.failed_roles.insert(self.client_index);
                 o.scopes.retain(|s| s.thread != self.id);
                 for h in &st.held {
                     for &(_, token) in &h.tokens {
@@ -314,7 +315,7 @@ impl Thread {
             80..=84 => self.panic_in_scope(st),
             85..=88 => self.put_get(st),
             89..=91 => self.failing_write(st),
-            92..=96 => self.subscription(),
+            92..=96 => self.subscription(st),
             _ => self.signal(),
         }
     }
@@ -413,7 +414,23 @@ impl Thread {
             return;
         }
         self.fault.clear();
-        let tokens = self.opened(&chain, &ids, access);
+        // Sometimes the closure that writes the scope's bytes takes its
+        // time (other threads run meanwhile) and calls the client: a GET of
+        // a later chunk (ascending, as scopes nest here) and a RELEASE of
+        // its own chunk, which must be refused.
+        let busy = self.program.rng.chance(30).then(|| {
+            let top = ids.iter().chain(held.iter()).copied().max().unwrap_or(0);
+            let later: Vec<ChunkId> = self
+                .program
+                .chunks
+                .shared
+                .iter()
+                .map(|c| c.0)
+                .filter(|&c| c > top)
+                .collect();
+            (!later.is_empty()).then(|| later[self.program.rng.below(later.len() as u64) as usize])
+        });
+        let tokens = self.opened(&chain, &ids, access, busy);
         let saw: Vec<String> = ids
             .iter()
             .map(|&id| {
@@ -453,7 +470,13 @@ impl Thread {
 
     /// A scope just opened on `chain`: check what it sees, record it, and
     /// write new tokens in a write scope.
-    fn opened(&self, chain: &Chain, ids: &[ChunkId], access: Access) -> Vec<(ChunkId, u64)> {
+    fn opened(
+        &self,
+        chain: &Chain,
+        ids: &[ChunkId],
+        access: Access,
+        busy: Option<Option<ChunkId>>,
+    ) -> Vec<(ChunkId, u64)> {
         let layout = chain.layout().clone();
         let mut tokens = Vec::new();
         let seen = self
@@ -501,6 +524,9 @@ impl Thread {
         }
         if access.exclusive() {
             let written = self.client.with_chain_mut(chain, |bytes| {
+                if let Some(get) = busy {
+                    self.busy_closure(ids[0], get);
+                }
                 for (k, &(id, token)) in tokens.iter().enumerate() {
                     let prev = {
                         let o = Shared::lock(&self.shared.oracle);
@@ -515,6 +541,37 @@ impl Thread {
             }
         }
         tokens
+    }
+
+    /// Inside a closure that has `own`'s bytes: let other threads run, GET
+    /// chunk `get`, and try to release `own` (refused while lent).
+    fn busy_closure(&self, own: ChunkId, get: Option<ChunkId>) {
+        self.note(|| format!("a closure with chunk {own}'s bytes calls the client"));
+        self.shared.sched.pause();
+        if let Some(id) = get {
+            let mut buf = vec![0u8; self.program.chunks.size(id)];
+            match self.client.get(id, &mut buf) {
+                Ok(()) => {
+                    if let Err(e) = self.shared.check_sees(self.client_index, id, &buf, true) {
+                        self.shared.fail(
+                            "a scope sees the home's current version",
+                            format!("a GET inside a closure: {e}"),
+                        );
+                    }
+                }
+                Err(e) => self
+                    .shared
+                    .fail("a closure may call the client", format!("GET {id}: {e}")),
+            }
+        }
+        match self.client.release(own) {
+            Err(crate::error::SatError::Usage(_)) => {}
+            other => self.shared.fail(
+                "a scope cannot end while a closure has its bytes",
+                format!("RELEASE of chunk {own} inside its closure: {other:?}"),
+            ),
+        }
+        self.shared.sched.pause();
     }
 
     /// Ends held scope `i` by a release or an abort.
@@ -604,7 +661,7 @@ impl Thread {
             Ok(s) => s,
             Err(_) => return,
         };
-        let tokens = self.opened(&chain, &ids, Access::Write);
+        let tokens = self.opened(&chain, &ids, Access::Write, None);
         {
             let mut o = Shared::lock(&self.shared.oracle);
             o.scopes.retain(|s| s.thread != self.id);
@@ -735,46 +792,117 @@ impl Thread {
         }
     }
 
-    /// SUBSCRIBE to a shared chunk (handlers GET it and check what they
-    /// see; some unsubscribe after a few events), or UNSUBSCRIBE.
-    fn subscription(&mut self) {
-        let id = self.pick_shared();
+    /// SUBSCRIBE to a shared chunk or to a chain this thread knows
+    /// (handlers GET every chunk subscribed to and check what they see;
+    /// some unsubscribe after a few events), or UNSUBSCRIBE. Each
+    /// subscription is recorded as a [`Hearing`]: at the end of a run, a
+    /// subscription still in place must have heard of every release of its
+    /// chunks made after it was confirmed.
+    fn subscription(&mut self, st: &State) {
         let with_data = self.program.rng.chance(50);
         let stop_after = self.program.rng.below(4);
-        set_op(self, Some(format!("SUBSCRIBE {id}")));
+        let chain = match st.chains.len() {
+            0 => None,
+            n if self.program.rng.chance(50) => Some(
+                st.chains[self.program.rng.below(n as u64) as usize]
+                    .chain
+                    .clone(),
+            ),
+            _ => None,
+        };
+        let ids: Vec<ChunkId> = match &chain {
+            Some(c) => c.ids().collect(),
+            None => vec![self.pick_shared()],
+        };
+        let what = match &chain {
+            Some(_) => format!("the chain {ids:?}"),
+            None => format!("chunk {}", ids[0]),
+        };
+        set_op(self, Some(format!("SUBSCRIBE {what}")));
+        let hearing = {
+            let mut o = Shared::lock(&self.shared.oracle);
+            o.hearings.push(Hearing {
+                client: self.client_index,
+                what: what.clone(),
+                chunks: Vec::new(),
+                live: false,
+            });
+            o.hearings.len() - 1
+        };
         let shared = self.shared.clone();
-        let size = self.program.chunks.size(id);
-        let runs = Arc::new(AtomicUsize::new(0));
+        let sizes: Vec<(ChunkId, usize)> = ids
+            .iter()
+            .map(|&id| (id, self.program.chunks.size(id)))
+            .collect();
+        let runs = AtomicUsize::new(0);
+        let stopped = Arc::new(AtomicBool::new(false));
+        let unsubscribed = stopped.clone();
         let client = self.client_index;
-        let r = self.client.subscribe(id, with_data, move |c, event| {
+        let of_chain = chain.clone();
+        let handler = move |c: &Client, event: &Event| -> crate::client::HandlerResult {
             Shared::lock(&shared.oracle).notifications += 1;
-            let Event::Chunk { chunk, .. } = event else {
+            let heard = match event {
+                Event::Chunk { chunk, .. } => sizes.iter().any(|s| s.0 == *chunk),
+                Event::Signal { .. } => false,
+            };
+            if !heard {
                 shared.fail(
                     "events match subscriptions",
-                    format!("{event:?} for chunk {id}"),
+                    format!("{event:?} for a subscription to {:?}", sizes),
                 );
                 return Ok(());
-            };
-            let mut buf = vec![0u8; size];
-            c.get(*chunk, &mut buf)?;
-            if let Err(e) = shared.check_sees(client, *chunk, &buf, true) {
-                shared.fail(
-                    "a scope sees the home's current version",
-                    format!("a handler's GET: {e}"),
-                );
+            }
+            for &(chunk, size) in &sizes {
+                let mut buf = vec![0u8; size];
+                c.get(chunk, &mut buf)?;
+                match shared.check_sees(client, chunk, &buf, true) {
+                    Ok(seen) => {
+                        let mut o = Shared::lock(&shared.oracle);
+                        if let Some(h) =
+                            o.hearings[hearing].chunks.iter_mut().find(|h| h.0 == chunk)
+                        {
+                            h.2 = h.2.max(seen);
+                        }
+                    }
+                    Err(e) => shared.fail(
+                        "a scope sees the home's current version",
+                        format!("a handler's GET: {e}"),
+                    ),
+                }
             }
             let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
             if stop_after > 0 && n as u64 >= stop_after {
-                c.unsubscribe(*chunk)?;
+                stopped.store(true, Ordering::SeqCst);
+                Shared::lock(&shared.oracle).hearings[hearing].live = false;
+                match &of_chain {
+                    Some(chain) => c.unsubscribe_chain(chain)?,
+                    None => c.unsubscribe(sizes[0].0)?,
+                }
             }
             Ok(())
-        });
+        };
+        let r = match &chain {
+            Some(chain) => self.client.subscribe_chain(chain, with_data, handler),
+            None => self.client.subscribe(ids[0], with_data, handler),
+        };
         match r {
-            Ok(()) => self.note(|| format!("subscribed to {id} (data {with_data})")),
+            Ok(()) => {
+                // Releases the homes applied before now may not be told;
+                // every later one must be.
+                let since: Vec<(ChunkId, u64, u64)> = ids
+                    .iter()
+                    .map(|&id| (id, self.shared.home(id).map_or(0, |h| h.0), 0))
+                    .collect();
+                let mut o = Shared::lock(&self.shared.oracle);
+                let h = &mut o.hearings[hearing];
+                h.live = !unsubscribed.load(Ordering::SeqCst);
+                h.chunks = since;
+                drop(o);
+                self.note(|| format!("subscribed to {what} (data {with_data})"));
+            }
             Err(e) => {
                 if !e.to_string().contains("already subscribed") {
-                    self.shared
-                        .fail("SUBSCRIBE works", format!("chunk {id}: {e}"));
+                    self.shared.fail("SUBSCRIBE works", format!("{what}: {e}"));
                 }
             }
         }

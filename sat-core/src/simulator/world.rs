@@ -1,7 +1,7 @@
 //! A simulated run: its topology, servers and clients, the scheduling loop,
 //! and the invariants checked after every step.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -52,6 +52,19 @@ pub(crate) struct OpenScope {
     pub version: Version,
 }
 
+/// A subscription of a simulated client, and what its handler heard.
+#[derive(Debug, Clone)]
+pub(crate) struct Hearing {
+    pub client: usize,
+    /// What it is to ("chunk 17", "the chain [17, 18]").
+    pub what: String,
+    /// Per chunk: the home's version when SUBSCRIBE returned, and the
+    /// newest version the handler has seen.
+    pub chunks: Vec<(u64, Version, Version)>,
+    /// Still in place (never unsubscribed).
+    pub live: bool,
+}
+
 /// What the simulated threads did, as the invariants need it.
 #[derive(Debug, Default)]
 pub(crate) struct Oracle {
@@ -63,6 +76,9 @@ pub(crate) struct Oracle {
     pub aborted: u64,
     pub read_checks: u64,
     pub notifications: u64,
+    pub hearings: Vec<Hearing>,
+    /// Clients whose role failed: they run no handlers at the end.
+    pub failed_roles: BTreeSet<usize>,
 }
 
 impl Oracle {
@@ -747,5 +763,31 @@ fn final_checks(shared: &Shared, service: bool) {
         drop(oracle);
         drop(homes);
         shared.fail("no lost update", problems.join("; "));
+        return;
+    }
+    // A subscription still in place heard of every release made after it
+    // was confirmed: its handler ran after the last one and saw it. (In a
+    // service, clients detach without waiting for their events.)
+    if service {
+        return;
+    }
+    for h in &oracle.hearings {
+        if !h.live || oracle.failed_roles.contains(&h.client) {
+            continue;
+        }
+        for &(chunk, since, seen) in &h.chunks {
+            let now = homes.get(&chunk).map_or(0, |(v, _)| *v);
+            if now > since && seen < now {
+                let detail = format!(
+                    "client {}'s subscription to {}: chunk {chunk} went from version {since} to \
+                     {now} after SUBSCRIBE returned, and the handler saw version {seen} at most",
+                    h.client, h.what
+                );
+                drop(oracle);
+                drop(homes);
+                shared.fail("a subscriber hears of every release", detail);
+                return;
+            }
+        }
     }
 }
