@@ -15,7 +15,7 @@ use crate::quiescence::{Accounts, Waves};
 use crate::stats;
 use crate::sync::Coordinator;
 use crate::topology::Topology;
-use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
+use crate::transport::{Payload, Rank, Received, Sender, Transport, TransportError, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
 /// The seed: rank 0, which decides when the run is over.
@@ -58,6 +58,9 @@ struct ServerState<'t> {
     told_quiet: bool,
     /// Service mode: clients attach and detach; there is no end of run.
     service: Option<ServiceSide>,
+    /// Messages the transport refused, by destination: handled after the
+    /// poll as that peer's loss ([`ServerState::survive`]).
+    send_failures: Vec<(Rank, TransportError)>,
 }
 
 mod events;
@@ -232,6 +235,7 @@ impl<'t> Server<'t> {
                 1
             }
         };
+        st.take_send_failures()?;
         if st.service.is_some() {
             st.apply_membership(transport);
         }
@@ -309,6 +313,7 @@ impl<'t> ServerState<'t> {
             waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
             told_quiet: false,
             service,
+            send_failures: Vec::new(),
         }
     }
 }
@@ -346,13 +351,45 @@ impl ServerState<'_> {
 
     fn send(&mut self, out: &mut dyn Sender, dest: Rank, msg: &Message, payload: Payload<'_>) {
         let n = wire::encode(msg, &mut self.header).expect("server messages fit a header");
-        if let Err(e) = out.send(dest, &self.header[..n], payload) {
-            tracing::warn!(
-                "server {}: could not send {} to {dest}: {e}",
-                self.rank,
-                msg.kind()
-            );
+        match out.send(dest, &self.header[..n], payload) {
+            Ok(()) => {}
+            // A service's slot whose client left: nobody to tell.
+            Err(e @ TransportError::NotAttached { .. }) if self.service.is_some() => {
+                tracing::debug!(
+                    "server {}: {} to {dest} dropped: {e}",
+                    self.rank,
+                    msg.kind()
+                );
+            }
+            // Not a peer (a rank from the wire the handlers did not check):
+            // there is nobody to lose.
+            Err(e @ TransportError::UnknownRank { .. }) => {
+                tracing::warn!("server {}: {} dropped: {e}", self.rank, msg.kind());
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "server {}: could not send {} to {dest}: {e}",
+                    self.rank,
+                    msg.kind()
+                );
+                // A lost message leaves its peer waiting forever: the peer
+                // is treated as lost, after the poll.
+                self.send_failures.push((dest, e));
+            }
         }
+    }
+
+    /// Handles the sends refused during the last poll: each as the loss of
+    /// its destination. A service forgets such a client; anything else
+    /// ends the server with the error, naming the peer (see `survive`).
+    fn take_send_failures(&mut self) -> SatResult<()> {
+        for (dest, e) in std::mem::take(&mut self.send_failures) {
+            self.survive(TransportError::PeerLost {
+                rank: dest,
+                reason: format!("a message to it could not be sent: {e}"),
+            })?;
+        }
+        Ok(())
     }
 
     /// Moves the termination protocol on once local conditions hold.
@@ -1301,5 +1338,117 @@ mod tests {
         assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
         assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
         assert_eq!(net.messages_sent(), 6);
+    }
+
+    /// A transport whose sends to one rank are refused, also the answers
+    /// sent from inside a poll.
+    struct Refusing<'a> {
+        inner: &'a mut dyn Transport,
+        to: Rank,
+    }
+
+    struct RefusingSender<'a> {
+        inner: &'a mut dyn Sender,
+        to: Rank,
+    }
+
+    impl Sender for RefusingSender<'_> {
+        fn send(
+            &mut self,
+            dest: Rank,
+            header: &[u8],
+            payload: Payload<'_>,
+        ) -> Result<(), TransportError> {
+            if dest == self.to {
+                return Err(TransportError::Fabric {
+                    call: "fi_tsend",
+                    code: 5,
+                    message: "a send failure the test asked for".into(),
+                });
+            }
+            self.inner.send(dest, header, payload)
+        }
+    }
+
+    impl Sender for Refusing<'_> {
+        fn send(
+            &mut self,
+            dest: Rank,
+            header: &[u8],
+            payload: Payload<'_>,
+        ) -> Result<(), TransportError> {
+            let to = self.to;
+            RefusingSender {
+                inner: &mut *self.inner,
+                to,
+            }
+            .send(dest, header, payload)
+        }
+    }
+
+    impl Transport for Refusing<'_> {
+        fn rank(&self) -> Rank {
+            self.inner.rank()
+        }
+        fn size(&self) -> u32 {
+            self.inner.size()
+        }
+        fn poll(
+            &mut self,
+            on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
+        ) -> Result<usize, TransportError> {
+            let to = self.to;
+            self.inner
+                .poll(&mut |out, m| on_message(&mut RefusingSender { inner: out, to }, m))
+        }
+        fn messages_sent(&self) -> u64 {
+            self.inner.messages_sent()
+        }
+        fn sends_drained(&mut self) -> Result<bool, TransportError> {
+            self.inner.sends_drained()
+        }
+    }
+
+    /// An answer the transport refuses would leave its client waiting
+    /// forever. Outside a service the server ends with an error naming the
+    /// client (the launcher then stops the run); a service forgets the
+    /// client, as one that died.
+    #[test]
+    fn a_refused_answer_is_the_loss_of_its_client() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        for in_service in [false, true] {
+            let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+            let mut client2 = eps.remove(2);
+            let mut server0 = eps.remove(0);
+            let service = in_service.then(|| ServiceSide::new(None));
+            let mut server = Server::new(&topology, 0, service, Clock::Real);
+            server.st.client_done[2] = false;
+            // A MALLOC of 0 bytes, answered at once by a refusal.
+            let msg = Message::Malloc {
+                chunk: 0,
+                size: 0,
+                client: 2,
+                request: 0,
+                protocol: ProtocolId::HomeMesi,
+                label: crate::chunk::NO_LABEL,
+            };
+            let mut hdr = [0u8; MAX_HEADER];
+            let n = wire::encode(&msg, &mut hdr).unwrap();
+            client2.send(0, &hdr[..n], Payload::None).unwrap();
+            let stepped = server.step(&mut Refusing {
+                inner: &mut server0,
+                to: 2,
+            });
+            if in_service {
+                assert!(stepped.is_ok(), "{:?}", stepped.err());
+                assert!(server.st.client_done[2], "the service forgot client 2");
+            } else {
+                let e = stepped.expect_err("the server ends").to_string();
+                assert!(
+                    e.contains("rank 2") && e.contains("could not be sent"),
+                    "{e}"
+                );
+            }
+        }
     }
 }

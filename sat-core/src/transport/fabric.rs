@@ -30,7 +30,11 @@
 //!
 //! # Order
 //!
-//! `FI_ORDER_SAS` keeps each sender's eager packets in order. A large payload
+//! `FI_ORDER_SAS` keeps each sender's eager packets in order as the provider
+//! processes them, but completion reports may come in another order. Every
+//! eager packet's tag carries a sequence number per (sender, receiver) pair
+//! (bits 43..62, see [`super::sequence`]); the receiver takes a sender's
+//! packets by it, holding one that completes early. A large payload
 //! completes on its own receive, so each sender has a queue of pending
 //! messages: messages that arrive behind an unfinished large payload wait in
 //! their receive buffer until it has arrived.
@@ -60,6 +64,7 @@ use tracing::{debug, warn};
 
 use crate::stats::{self, Activity};
 
+use super::sequence::{self, Incoming, Outgoing};
 use super::{Payload, Provider, Rank, Received, Sender, Transport, TransportError, MAX_HEADER};
 
 /// The largest eager packet: prefix + header + inline payload, in bytes.
@@ -118,6 +123,10 @@ const LARGE_TAG: u64 = 1 << 63;
 const COMPACT_TAG: u64 = 1 << 62;
 const COMPACT_HLEN_SHIFT: u32 = 32;
 const COMPACT_HLEN_MASK: u64 = 0x7ff;
+/// An eager packet's sequence number (per sender and receiver) sits in tag
+/// bits 43..62.
+const EAGER_SEQ_SHIFT: u32 = 43;
+const EAGER_SEQ_MASK: u64 = (1 << sequence::SEQ_BITS) - 1;
 const SEQ_MASK: u32 = 0x7fff_ffff;
 /// Pre-posted eager receives match every tag with bit 63 clear.
 const EAGER_IGNORE: u64 = !LARGE_TAG;
@@ -789,6 +798,10 @@ enum Pending {
 struct PeerQueue {
     pending: VecDeque<Pending>,
     dirty: bool,
+    /// Its eager packets put back in sending order: (slot, length, tag).
+    order: Incoming<(u32, usize, u64)>,
+    /// The sequence numbers of the eager packets sent to it.
+    sent: Outgoing,
 }
 
 /// A receive that could not be posted (`-FI_EAGAIN`) and is retried.
@@ -823,6 +836,8 @@ struct Core {
     send_ctx: Vec<Box<OpCtx>>,
     send_buf: Vec<Box<[u8]>>,
     send_dest: Vec<Rank>,
+    /// The tag of each send slot's packet (its sequence number included).
+    send_tag: Vec<u64>,
     send_free: Vec<u32>,
     inject_buf: Box<[u8]>,
 
@@ -846,6 +861,8 @@ struct Core {
     large_in_flight: Vec<u32>,
 
     next_seq: u32,
+    /// Eager packets due for [`Core::take_eager`] (kept to reuse its room).
+    in_order: Vec<(u32, usize, u64)>,
     /// Messages accepted by `send`, for [`Transport::messages_sent`].
     messages_sent: u64,
     outstanding: usize,
@@ -981,6 +998,7 @@ impl FabricEndpoint {
             send_ctx: Vec::with_capacity(SEND_SLOTS_SOFT),
             send_buf: Vec::with_capacity(SEND_SLOTS_SOFT),
             send_dest: Vec::with_capacity(SEND_SLOTS_SOFT),
+            send_tag: Vec::with_capacity(SEND_SLOTS_SOFT),
             send_free: Vec::with_capacity(SEND_SLOTS_SOFT),
             inject_buf: vec![0u8; inject_size].into_boxed_slice(),
             lsend: Vec::new(),
@@ -998,6 +1016,7 @@ impl FabricEndpoint {
             queued_dests: Vec::new(),
             large_in_flight: Vec::new(),
             next_seq: 0,
+            in_order: Vec::new(),
             messages_sent: 0,
             outstanding: 0,
             malformed: 0,
@@ -1062,6 +1081,8 @@ impl FabricEndpoint {
             .map(|_| PeerQueue {
                 pending: VecDeque::with_capacity(16),
                 dirty: false,
+                order: Incoming::default(),
+                sent: Outgoing::default(),
             })
             .collect();
         self.core.dirty = Vec::with_capacity(size as usize);
@@ -1426,13 +1447,47 @@ impl Core {
         self.outstanding -= 1;
     }
 
+    /// An eager packet has completed: it is taken in its sender's order
+    /// ([`super::sequence`]), now or once the packets before it have.
     fn on_eager_recv(&mut self, slot: u32, len: usize, tag: u64) {
+        self.recv_posted[slot as usize] = false;
+        let src = (tag & 0xffff_ffff) as Rank;
+        if src >= self.size {
+            warn!(
+                tag,
+                len,
+                reason = "unknown source rank",
+                "malformed packet dropped"
+            );
+            self.malformed += 1;
+            self.repost_eager(slot);
+            return;
+        }
+        let seq = ((tag >> EAGER_SEQ_SHIFT) & EAGER_SEQ_MASK) as u32;
+        let mut ready = std::mem::take(&mut self.in_order);
+        let arrived = self.peers[src as usize]
+            .order
+            .arrive(seq, (slot, len, tag), &mut ready);
+        if let Err(((slot, len, tag), why)) = arrived {
+            warn!(tag, len, reason = why, "malformed packet dropped");
+            self.malformed += 1;
+            self.repost_eager(slot);
+        }
+        for (slot, len, tag) in ready.drain(..) {
+            self.take_eager(slot, len, tag);
+        }
+        self.in_order = ready;
+    }
+
+    /// Takes eager packet `slot` in its sender's order: queues it for
+    /// delivery, or starts receiving the large payload it announces.
+    fn take_eager(&mut self, slot: u32, len: usize, tag: u64) {
         let i = slot as usize;
-        self.recv_posted[i] = false;
         let src = (tag & 0xffff_ffff) as Rank;
         let compact = tag & COMPACT_TAG != 0;
-        let extra = tag & !COMPACT_TAG & !(COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT);
-        let checked = if extra >> 32 != 0 || (!compact && tag >> 32 != 0) {
+        let unnumbered = tag & !(EAGER_SEQ_MASK << EAGER_SEQ_SHIFT);
+        let extra = unnumbered & !COMPACT_TAG & !(COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT);
+        let checked = if extra >> 32 != 0 || (!compact && unnumbered >> 32 != 0) {
             Err("tag has bits above the rank")
         } else if src >= self.size {
             Err("unknown source rank")
@@ -1517,6 +1572,17 @@ impl Core {
         self.repost_eager(slot);
     }
 
+    /// A new peer in `rank`'s slot counts its packets from 0, both ways;
+    /// packets of the one before it still waiting for their turn are
+    /// dropped.
+    fn restart_order(&mut self, rank: Rank) {
+        let peer = &mut self.peers[rank as usize];
+        peer.sent = Outgoing::default();
+        for (slot, _, _) in peer.order.reset() {
+            self.repost_eager(slot);
+        }
+    }
+
     fn repost_eager(&mut self, slot: u32) {
         if let Err(e) = self.post_eager_recv(slot) {
             self.defer(e);
@@ -1553,19 +1619,20 @@ impl Core {
         let message = format!("{} ({msg})", strerror(err.err));
         let truncated = err.err == fi::FI_ETRUNC as i32;
         match Self::op_of(err.op_context) {
+            Some(Op::EagerRecv(slot)) if truncated => {
+                // Dropped in its sender's order, as it still took a number:
+                // a length beyond the buffer is malformed at its turn.
+                warn!(tag = err.tag, "packet larger than the eager limit");
+                self.on_eager_recv(slot, usize::MAX, err.tag);
+            }
             Some(Op::EagerRecv(slot)) => {
                 self.recv_posted[slot as usize] = false;
-                if truncated {
-                    warn!(tag = err.tag, "packet larger than the eager limit dropped");
-                    self.malformed += 1;
-                } else {
-                    warn!(error = %message, "eager receive failed");
-                    self.defer(TransportError::Fabric {
-                        call: "fi_trecv",
-                        code: err.err,
-                        message,
-                    });
-                }
+                warn!(error = %message, "eager receive failed");
+                self.defer(TransportError::Fabric {
+                    call: "fi_trecv",
+                    code: err.err,
+                    message,
+                });
                 self.repost_eager(slot);
             }
             Some(Op::LargeRecv(slot)) => {
@@ -1625,7 +1692,7 @@ impl Core {
                         len,
                         ptr::null_mut(),
                         self.av_addr[self.send_dest[i] as usize],
-                        u64::from(self.rank),
+                        self.send_tag[i],
                         self.send_ctx[i].as_context(),
                     )
                 }
@@ -1785,12 +1852,35 @@ impl Core {
         self.send_buf
             .push(vec![0u8; EAGER_LIMIT].into_boxed_slice());
         self.send_dest.push(0);
+        self.send_tag.push(0);
         Ok(s)
     }
 
+    /// Sends one eager packet, numbered in order for `dest`; a packet that
+    /// does not leave (an error) gives its number back.
     fn send_packet(
         &mut self,
         dest: Rank,
+        kind: u8,
+        header: &[u8],
+        inline: &[u8],
+        payload_len: usize,
+        seq: u32,
+    ) -> Result<(), TransportError> {
+        let order = self.peers[dest as usize].sent.take();
+        let tag = u64::from(self.rank) | (u64::from(order) << EAGER_SEQ_SHIFT);
+        let sent = self.send_numbered(dest, tag, kind, header, inline, payload_len, seq);
+        if sent.is_err() {
+            self.peers[dest as usize].sent.untake(order);
+        }
+        sent
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_numbered(
+        &mut self,
+        dest: Rank,
+        tag: u64,
         kind: u8,
         header: &[u8],
         inline: &[u8],
@@ -1807,8 +1897,7 @@ impl Core {
             let buf = &mut self.inject_buf[..bare];
             buf[..header.len()].copy_from_slice(header);
             buf[header.len()..].copy_from_slice(inline);
-            let tag =
-                u64::from(self.rank) | COMPACT_TAG | ((header.len() as u64) << COMPACT_HLEN_SHIFT);
+            let tag = tag | COMPACT_TAG | ((header.len() as u64) << COMPACT_HLEN_SHIFT);
             // SAFETY: inject_buf holds `bare` initialised bytes; inject
             // copies them before returning and reports no completion.
             let ret = unsafe {
@@ -1844,7 +1933,7 @@ impl Core {
                     self.inject_buf.as_ptr().cast::<c_void>(),
                     total,
                     self.av_addr[dest as usize],
-                    u64::from(self.rank),
+                    tag,
                 )
             };
             if ret == 0 {
@@ -1859,6 +1948,7 @@ impl Core {
         let i = slot as usize;
         fill(&mut self.send_buf[i][..total]);
         self.send_dest[i] = dest;
+        self.send_tag[i] = tag;
         self.submit(dest, Post::Eager { slot, len: total })
     }
 
@@ -2096,6 +2186,7 @@ impl Transport for FabricTransport {
             });
         }
         self.core.remove_address(rank);
+        self.core.restart_order(rank);
         self.core.insert_address(rank, address)?;
         debug!(rank, "a peer joined");
         Ok(())
@@ -2109,6 +2200,7 @@ impl Transport for FabricTransport {
             });
         }
         self.core.remove_address(rank);
+        self.core.restart_order(rank);
         debug!(rank, "a peer left");
         Ok(())
     }
@@ -2222,7 +2314,8 @@ mod tests {
     }
 
     /// Malformed packets are dropped with a warning, never delivered, and the
-    /// next good message still arrives.
+    /// next good message still arrives. So are well-formed packets whose
+    /// sequence number repeats one already taken or runs far ahead.
     fn malformed_packets_are_dropped(provider: Provider, oversize: bool) {
         let (mut a, mut b) = pair(provider);
         let packet = |kind: u8, hlen: usize, plen: usize, size: usize| {
@@ -2232,7 +2325,9 @@ mod tests {
         };
         let mut bad_magic = packet(KIND_INLINE, 0, 4, PREFIX_LEN + 4);
         bad_magic[1] = b'!';
-        let mut packets = vec![
+        // Each from rank 0, numbered in order as a sender would: dropped
+        // for what they hold.
+        let mut in_order = vec![
             (bad_magic, 0),
             // Lengths that do not add up.
             (packet(KIND_INLINE, 0, 3, PREFIX_LEN + 4), 0),
@@ -2240,20 +2335,40 @@ mod tests {
             (vec![0u8; 10], 0),
             // Unknown kind.
             (packet(7, 0, 0, PREFIX_LEN), 0),
-            // An unknown source rank, and stray bits above the rank.
-            (packet(KIND_INLINE, 0, 0, PREFIX_LEN), 7),
+            // Stray bits above the rank.
             (packet(KIND_INLINE, 0, 0, PREFIX_LEN), 1 << 40),
             // Compact packets: a header longer than the packet, a header
-            // over MAX_HEADER, and stray bits beside the header length.
+            // over MAX_HEADER.
             (vec![0u8; 10], COMPACT_TAG | (100 << COMPACT_HLEN_SHIFT)),
             (vec![0u8; 3000], COMPACT_TAG | (2000 << COMPACT_HLEN_SHIFT)),
-            (vec![0u8; 10], COMPACT_TAG | (1 << 50)),
         ];
         if oversize {
-            packets.push((vec![0u8; EAGER_LIMIT + 100], 0));
+            in_order.push((vec![0u8; EAGER_LIMIT + 100], 0));
         }
+        let numbered = in_order.len() as u64;
+        let mut packets: Vec<(Vec<u8>, u64)> = in_order
+            .into_iter()
+            .enumerate()
+            .map(|(i, (p, tag))| (p, tag | ((i as u64) << EAGER_SEQ_SHIFT)))
+            .collect();
+        // An unknown source rank (its number does not count).
+        packets.push((packet(KIND_INLINE, 0, 0, PREFIX_LEN), 7));
+        // Well-formed messages out of sequence: a number already taken, and
+        // one far ahead of the next due.
+        let forged = |text: &[u8]| {
+            let mut p = packet(KIND_INLINE, 3, text.len(), PREFIX_LEN + 3 + text.len());
+            p[PREFIX_LEN..PREFIX_LEN + 3].copy_from_slice(b"hdr");
+            p[PREFIX_LEN + 3..].copy_from_slice(text);
+            p
+        };
+        packets.push((forged(b"a replay"), 0));
+        packets.push((forged(b"a runaway"), (numbered + 500) << EAGER_SEQ_SHIFT));
         let expected = packets.len() as u64;
         let ctxs = raw_send(&mut a, &mut b, &packets);
+        // The transport's own next packet to rank 1 follows the raw ones.
+        for _ in 0..numbered {
+            a.core.peers[1].sent.take();
+        }
         a.send(1, b"hdr", Payload::Copy(b"still works")).unwrap();
 
         let mut got = Vec::new();

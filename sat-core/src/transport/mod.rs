@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 pub mod fabric;
 pub mod mem;
+pub(crate) mod sequence;
 
 /// A process of the run: index in the address table, 0 is the seed server.
 pub type Rank = u32;
