@@ -362,6 +362,12 @@ impl Client {
         }
     }
 
+    /// The deadline `timeout` from now; None (no deadline) when that lies
+    /// beyond what the clock can express, as `Duration::MAX` does.
+    pub(crate) fn deadline_in(&self, timeout: Duration) -> Option<Instant> {
+        self.clock.now().checked_add(timeout)
+    }
+
     fn lock(&self) -> MutexGuard<'_, ClientState> {
         // A panic in another thread's call leaves nothing half-updated that a
         // later call could trip on: every update is a single push or flag.
@@ -413,9 +419,7 @@ impl Client {
 
     /// Waits at most `timeout` for the next message.
     pub fn recv_timeout(&self, timeout: Duration) -> SatResult<Option<UserMessage>> {
-        self.wait_running_handlers(Some(self.clock.now() + timeout), |st| {
-            st.mail.inbox.pop_front()
-        })
+        self.wait_running_handlers(self.deadline_in(timeout), |st| st.mail.inbox.pop_front())
     }
 
     /// The next message if one has arrived, without waiting.
@@ -583,7 +587,10 @@ impl Client {
             })
             .collect::<Vec<_>>();
         // The homes answer within `timeout`; allow for the way back.
-        let outcomes = self.allocation(&requests, Some(timeout + Duration::from_secs(30)))?;
+        let outcomes = self.allocation(
+            &requests,
+            Some(timeout.saturating_add(Duration::from_secs(30))),
+        )?;
         let mut sizes = Vec::with_capacity(ids.len());
         let mut protocols = Vec::with_capacity(ids.len());
         let mut labels = Vec::with_capacity(ids.len());
@@ -1332,7 +1339,7 @@ impl Client {
         numbers: &mut Vec<u64>,
     ) -> SatResult<Vec<AllocOutcome>> {
         let mut outcomes = Vec::with_capacity(requests.len());
-        let mut deadline = bound.map(|b| self.clock.now() + b);
+        let mut deadline = bound.and_then(|b| self.deadline_in(b));
         while outcomes.len() < requests.len() {
             let window = (outcomes.len() + ALLOC_WINDOW).min(requests.len());
             if numbers.len() < window {
@@ -1372,7 +1379,7 @@ impl Client {
                 return Err(self.unanswered(request, bound.unwrap_or_default()));
             };
             outcomes.push(outcome);
-            deadline = bound.map(|b| self.clock.now() + b);
+            deadline = bound.and_then(|b| self.deadline_in(b));
         }
         Ok(outcomes)
     }
@@ -1444,7 +1451,7 @@ impl Client {
             st.transport
                 .send(self.server, &st.header[..n], Payload::None)?;
         }
-        let acked = self.wait(Some(self.clock.now() + timeout), |st| {
+        let acked = self.wait(self.deadline_in(timeout), |st| {
             st.mail.done_acked.then_some(())
         })?;
         if acked.is_none() {
@@ -1453,7 +1460,7 @@ impl Client {
                 self.server
             )));
         }
-        self.wait(Some(self.clock.now() + timeout), |st| {
+        self.wait(self.deadline_in(timeout), |st| {
             st.transport.sends_drained().ok().filter(|d| *d).map(|_| ())
         })?;
         self.finished.store(true, Ordering::Release);

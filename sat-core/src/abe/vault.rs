@@ -600,7 +600,7 @@ impl Vault {
                             Vault::WAIT
                         )));
                     }
-                    client.wait_for_bucket_change(first, seen, deadline)?;
+                    client.wait_for_bucket_change(first, seen, Some(deadline))?;
                 }
                 Err(e) => {
                     let _ = client.release_chain(chain.sealed());

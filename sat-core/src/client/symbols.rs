@@ -478,7 +478,7 @@ impl Client {
     pub fn read_symbol(&self, name: &str, timeout: Duration) -> SatResult<Vec<u8>> {
         const CALL: &str = "read_symbol";
         check_name(name).map_err(|e| usage(CALL, name, e))?;
-        let deadline = self.clock.now() + timeout;
+        let deadline = self.deadline_in(timeout);
         let b = bucket_index(name);
         let bucket_id = self.open_bucket(CALL, name, b)?;
         loop {
@@ -491,7 +491,7 @@ impl Client {
                 return Ok(value);
             }
             released?;
-            if self.clock.now() >= deadline {
+            if deadline.is_some_and(|d| self.clock.now() >= d) {
                 return Err(SatError::Timeout(format!(
                     "{CALL}({}): no process wrote this symbol within {timeout:?}; \
                      write it with write_symbol somewhere, or read with a longer timeout",
@@ -576,9 +576,9 @@ impl Client {
         &self,
         bucket_id: ChunkId,
         seen: Option<Version>,
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> SatResult<()> {
-        self.wait_running_handlers(Some(deadline), |st| {
+        self.wait_running_handlers(deadline, |st| {
             let c = st.store.get(bucket_id)?;
             (c.side.state() != State::Shared || c.side.version() != seen).then_some(())
         })?;

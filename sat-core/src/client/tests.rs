@@ -870,3 +870,21 @@ fn a_long_closure_stops_neither_the_homes_nor_other_threads() {
     });
     assert_eq!(out.unwrap(), (9, true));
 }
+
+/// A timeout of `Duration::MAX` means no deadline: LOOKUP, recv_timeout and
+/// read_symbol wait as long as needed (they used to panic adding it to the
+/// clock).
+#[test]
+fn a_timeout_of_duration_max_waits_without_a_deadline() {
+    let got = Run::new(2, Schedule::Immediate).serve(|clients| -> SatResult<_> {
+        let (a, b) = (&clients[0], &clients[1]);
+        a.malloc(5, 8)?;
+        let size = b.lookup(5, Duration::MAX)?;
+        a.send(b.rank(), 1, b"hi")?;
+        let m = b.recv_timeout(Duration::MAX)?.expect("a message");
+        a.write_symbol("limitless", b"yes")?;
+        let value = b.read_symbol("limitless", Duration::MAX)?;
+        Ok((size, m.data, value))
+    });
+    assert_eq!(got.unwrap(), (8, b"hi".to_vec(), b"yes".to_vec()));
+}
