@@ -314,7 +314,10 @@ int32_t sat_readwrite(struct sat_chunk_t *chunk);
  * to the chunks' homes (of a protected chain: sealed as its next version).
  * When the message cannot be sent, the scope stays open as it was and
  * the error is returned. A process that ends (`exit`, a crash) inside a
- * write scope publishes nothing: its homes keep their versions.
+ * write scope publishes nothing: its homes keep their versions. A RELEASE
+ * of a chain that was not acquired (a chunk of it is in no scope) returns
+ * `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
+ * over one of its chunks opened.
  */
 int32_t sat_release(struct sat_chunk_t *chunk);
 

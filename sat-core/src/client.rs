@@ -900,8 +900,23 @@ impl Client {
         first.map_or(Ok(()), Err)
     }
 
-    /// Releases every chunk of `chain`; reports the first error.
+    /// Releases every chunk of `chain`; reports the first error. A chain
+    /// with a chunk outside any scope was not acquired as a whole: the
+    /// RELEASE is refused and ends nothing (else it would end a scope that
+    /// another chain over the same chunk opened).
     pub fn release_chain(&self, chain: &Chain) -> SatResult<()> {
+        {
+            let st = self.lock();
+            for id in chain.ids() {
+                if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
+                    return Err(SatError::Usage(format!(
+                        "RELEASE of the chain that starts at chunk {}: chunk {id} is in no scope; \
+                         release the chain that was acquired (READ, WRITE or READWRITE)",
+                        chain.first()
+                    )));
+                }
+            }
+        }
         let mut first = None;
         for id in chain.ids() {
             if let Err(e) = self.release(id) {

@@ -888,3 +888,23 @@ fn a_timeout_of_duration_max_waits_without_a_deadline() {
     });
     assert_eq!(got.unwrap(), (8, b"hi".to_vec(), b"yes".to_vec()));
 }
+
+/// A RELEASE of a chain that was not acquired is refused and ends nothing,
+/// even when one of its chunks is in a scope another chain opened (it used
+/// to end that scope).
+#[test]
+fn releasing_a_chain_that_was_not_acquired_ends_nothing() {
+    let run = Run::new(1, Schedule::Immediate);
+    run.serve(|clients| {
+        let c = &clients[0];
+        let a = c.malloc(10, 8).unwrap();
+        c.malloc(11, 8).unwrap();
+        let b = c.lookup_lst(&[10, 11], WAIT).unwrap();
+        c.acquire_chain(&a, Access::Read).unwrap();
+        let wrong = c.release_chain(&b);
+        assert!(matches!(wrong, Err(SatError::Usage(_))), "{wrong:?}");
+        // The scope through the first chain is still open.
+        c.with_chain(&a, |d| d.len()).expect("still in its scope");
+        c.release_chain(&a).unwrap();
+    });
+}
