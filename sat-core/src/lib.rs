@@ -42,6 +42,7 @@ pub mod os;
 pub mod progress;
 pub mod protocol;
 pub mod quiescence;
+pub mod segment;
 pub mod server;
 pub mod service;
 #[cfg(feature = "simulator")]

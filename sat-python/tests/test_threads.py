@@ -33,9 +33,12 @@ def test_other_thread_runs_while_one_waits_in_barrier(satrun, provider):
             t2.join()
             t1.join()
             count, barrier_done_at_go = state["at_go"]
+            # The barrier cannot end before "go" is written, and the counter
+            # writes it: had the blocked call kept the GIL, neither would run.
+            # (How much it counts depends on the machine's load: not asserted.)
             assert not barrier_done_at_go, "the barrier ended before the other client entered it"
-            assert count > 10000, count
-            print("counted while blocked:", "many" if count > 10000 else count)
+            assert count > 0, count
+            print("counted while blocked:", "yes" if count > 0 else count)
 
         def late(client):
             client.read_symbol("go", timeout=20)
@@ -46,4 +49,4 @@ def test_other_thread_runs_while_one_waits_in_barrier(satrun, provider):
         provider=provider,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.lines(1) == ["counted while blocked: many"]
+    assert out.lines(1) == ["counted while blocked: yes"]

@@ -1,0 +1,302 @@
+//! A slot of a host segment: a 64-byte header, then one version's bytes.
+//!
+//! The header's lock word is a readers-writer lock that processes share:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | 31 | a writer holds the slot |
+//! | 30 | a writer waits: no new reader may enter |
+//! | 0..30 | readers inside |
+//!
+//! Every change to it is one atomic read-modify-write. A waiter spins a
+//! little, then counts itself in `sleepers` and sleeps on the lock word
+//! (`wait.rs`); whoever releases the lock wakes the sleepers when there are
+//! any. The futex compares the lock word before sleeping, so a release that
+//! lands between a waiter's look and its sleep makes the sleep return at
+//! once: no wake-up is lost.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
+
+use super::wait;
+
+/// Slots start at multiples of this (a cache line: two slots' headers never
+/// share one).
+pub const SLOT_ALIGN: usize = 64;
+
+const WRITER: u32 = 1 << 31;
+const WRITER_WAITING: u32 = 1 << 30;
+const READERS: u32 = WRITER_WAITING - 1;
+
+/// How long a waiter spins before it sleeps. On two cores a holder that is
+/// not running cannot let go while a waiter spins, so the spin is short.
+const SPINS: u32 = 200;
+
+/// The header of a slot, in shared memory.
+#[repr(C, align(64))]
+pub struct SlotHeader {
+    lock: AtomicU32,
+    /// Waiters asleep on `lock`: a release makes a system call only when
+    /// there are some.
+    sleepers: AtomicU32,
+    /// The version the slot holds (0: never written).
+    version: AtomicU64,
+    /// The rank holding the write lock, plus one (0: none): what lets a
+    /// server free a slot whose writer died.
+    owner: AtomicU32,
+    /// Bumped by every publication: what a process waiting for a newer
+    /// version sleeps on ([`Slot::wait_newer`]).
+    published: AtomicU32,
+    /// The version's size in bytes (at most the slot's capacity).
+    size: AtomicU64,
+    /// Processes asleep on `published`.
+    watchers: AtomicU32,
+    _reserved: u32,
+    _pad: [u64; 3],
+}
+
+const _: () = assert!(std::mem::size_of::<SlotHeader>() == SLOT_ALIGN);
+
+/// A slot of a segment mapped in this process.
+pub struct Slot<'s> {
+    header: &'s SlotHeader,
+    data: *mut u8,
+    capacity: usize,
+}
+
+impl<'s> Slot<'s> {
+    /// # Safety
+    /// `at` must be aligned to [`SLOT_ALIGN`] and point at a header followed
+    /// by `capacity` bytes, all inside one mapping that outlives `'s`.
+    pub(super) unsafe fn at(at: *mut u8, capacity: usize) -> Slot<'s> {
+        Slot {
+            // SAFETY: as the caller promises; the header is all atomics, so
+            // shared references to it are sound across threads and processes.
+            header: unsafe { &*(at as *const SlotHeader) },
+            // SAFETY: the data follows the header inside the mapping.
+            data: unsafe { at.add(std::mem::size_of::<SlotHeader>()) },
+            capacity,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The version the slot holds now, read without the lock: a hint (a
+    /// writer may be about to move it), for deciding whether to ask.
+    pub fn peek_version(&self) -> u64 {
+        self.header.version.load(SeqCst)
+    }
+
+    /// Prepares a slot nobody uses for a chunk of `size` bytes: unlocked, at
+    /// version 0, its bytes zero.
+    pub fn init(&self, size: usize) {
+        assert!(size <= self.capacity, "a slot holds at most its capacity");
+        self.header.lock.store(0, SeqCst);
+        self.header.sleepers.store(0, SeqCst);
+        self.header.owner.store(0, SeqCst);
+        self.header.published.store(0, SeqCst);
+        self.header.watchers.store(0, SeqCst);
+        self.header.version.store(0, SeqCst);
+        self.header.size.store(size as u64, SeqCst);
+        // SAFETY: the slot is not in use (the caller's promise, as the one
+        // that allocates slots); data holds `capacity` bytes.
+        unsafe { std::ptr::write_bytes(self.data, 0, self.capacity) };
+    }
+
+    fn size(&self) -> usize {
+        (self.header.size.load(SeqCst) as usize).min(self.capacity)
+    }
+
+    /// Enters as a reader, waiting while a writer holds or waits for the slot.
+    pub fn read(&self) -> ReadGuard<'_, 's> {
+        let mut spins = 0;
+        loop {
+            let now = self.header.lock.load(SeqCst);
+            if now & (WRITER | WRITER_WAITING) == 0 && now & READERS != READERS {
+                if self
+                    .header
+                    .lock
+                    .compare_exchange(now, now + 1, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    return ReadGuard { slot: self };
+                }
+                continue;
+            }
+            self.pause(&mut spins, now);
+        }
+    }
+
+    /// Enters as a reader if no writer holds or waits for the slot.
+    pub fn try_read(&self) -> Option<ReadGuard<'_, 's>> {
+        let now = self.header.lock.load(SeqCst);
+        (now & (WRITER | WRITER_WAITING) == 0
+            && now & READERS != READERS
+            && self
+                .header
+                .lock
+                .compare_exchange(now, now + 1, SeqCst, SeqCst)
+                .is_ok())
+        // Made only once the reader is in: a guard's drop lets a reader out.
+        .then(|| ReadGuard { slot: self })
+    }
+
+    /// Enters as the writer for `rank`, waiting for readers and another
+    /// writer to leave (new readers wait meanwhile).
+    pub fn write(&self, rank: u32) -> WriteGuard<'_, 's> {
+        let mut spins = 0;
+        loop {
+            let now = self.header.lock.load(SeqCst);
+            if now & (WRITER | READERS) == 0 {
+                // Taking it clears the waiting bit: other waiting writers
+                // set it again when they look.
+                if self
+                    .header
+                    .lock
+                    .compare_exchange(now, WRITER, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    self.header.owner.store(rank + 1, SeqCst);
+                    return WriteGuard { slot: self };
+                }
+                continue;
+            }
+            let waiting = self.header.lock.fetch_or(WRITER_WAITING, SeqCst) | WRITER_WAITING;
+            self.pause(&mut spins, waiting);
+        }
+    }
+
+    /// Spins, then sleeps while the lock word still reads `seen`.
+    fn pause(&self, spins: &mut u32, seen: u32) {
+        if *spins < SPINS {
+            *spins += 1;
+            std::hint::spin_loop();
+            return;
+        }
+        self.header.sleepers.fetch_add(1, SeqCst);
+        wait::wait(&self.header.lock, seen, None);
+        self.header.sleepers.fetch_sub(1, SeqCst);
+    }
+
+    fn wake(&self) {
+        if self.header.sleepers.load(SeqCst) > 0 {
+            wait::wake_all(&self.header.lock);
+        }
+    }
+
+    /// Waits until the slot holds a version newer than `than`, at most
+    /// `timeout` (None: no limit); returns the version it holds then. Spins
+    /// briefly, then sleeps until a publication wakes it.
+    pub fn wait_newer(&self, than: u64, timeout: Option<std::time::Duration>) -> u64 {
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        let mut spins = 0;
+        loop {
+            let seen = self.header.published.load(SeqCst);
+            let version = self.header.version.load(SeqCst);
+            if version > than {
+                return version;
+            }
+            let left = match deadline {
+                None => None,
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return version,
+                },
+            };
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+                continue;
+            }
+            self.header.watchers.fetch_add(1, SeqCst);
+            wait::wait(&self.header.published, seen, left);
+            self.header.watchers.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Frees the write lock held by `rank` (a process that died inside a
+    /// write scope): the version is left as it was. Returns whether it held
+    /// it.
+    pub fn release_if_owner(&self, rank: u32) -> bool {
+        if self
+            .header
+            .owner
+            .compare_exchange(rank + 1, 0, SeqCst, SeqCst)
+            .is_err()
+        {
+            return false;
+        }
+        self.header.lock.fetch_and(!WRITER, SeqCst);
+        self.wake();
+        true
+    }
+}
+
+/// A read lock on a slot: its version and bytes stay as they are.
+pub struct ReadGuard<'g, 's> {
+    slot: &'g Slot<'s>,
+}
+
+impl ReadGuard<'_, '_> {
+    pub fn version(&self) -> u64 {
+        self.slot.header.version.load(SeqCst)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: no writer holds the slot while this read lock is held, so
+        // nothing writes these bytes; they lie inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.slot.data, self.slot.size()) }
+    }
+}
+
+impl Drop for ReadGuard<'_, '_> {
+    fn drop(&mut self) {
+        let before = self.slot.header.lock.fetch_sub(1, SeqCst);
+        if before & READERS == 1 && before & WRITER_WAITING != 0 {
+            self.slot.wake();
+        }
+    }
+}
+
+/// The write lock on a slot.
+pub struct WriteGuard<'g, 's> {
+    slot: &'g Slot<'s>,
+}
+
+impl WriteGuard<'_, '_> {
+    pub fn version(&self) -> u64 {
+        self.slot.header.version.load(SeqCst)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: this guard is the slot's only holder.
+        unsafe { std::slice::from_raw_parts(self.slot.data, self.slot.size()) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: this guard is the slot's only holder, and `&mut self`
+        // makes this the only reference to the bytes through it.
+        unsafe { std::slice::from_raw_parts_mut(self.slot.data, self.slot.size()) }
+    }
+
+    /// Makes the bytes written the slot's next version, and wakes the
+    /// processes waiting for one.
+    pub fn publish(&mut self) -> u64 {
+        let h = self.slot.header;
+        let version = h.version.fetch_add(1, SeqCst) + 1;
+        h.published.fetch_add(1, SeqCst);
+        if h.watchers.load(SeqCst) > 0 {
+            wait::wake_all(&h.published);
+        }
+        version
+    }
+}
+
+impl Drop for WriteGuard<'_, '_> {
+    fn drop(&mut self) {
+        self.slot.header.owner.store(0, SeqCst);
+        self.slot.header.lock.fetch_and(!WRITER, SeqCst);
+        self.slot.wake();
+    }
+}
