@@ -1,6 +1,8 @@
 //! Lending a scope's bytes to a closure that runs **without the client
-//! lock** ([`Client::with_data`], [`Client::with_data_mut`],
-//! [`Client::with_chain`], [`Client::with_chain_mut`], `Scope::data`).
+//! lock** ([`with_data`](super::Client::with_data),
+//! [`with_data_mut`](super::Client::with_data_mut),
+//! [`with_chain`](super::Client::with_chain),
+//! [`with_chain_mut`](super::Client::with_chain_mut), `Scope::data`).
 //!
 //! A closure given a chunk's bytes may take as long as it likes and may call
 //! the whole API (acquire other chunks, GET, send, even read the same chunk
