@@ -126,18 +126,13 @@ fn slots_outside_the_segment_or_misaligned_are_refused() {
 }
 
 const CHILD: &str = "SAT_SEGMENT_TEST_CHILD";
-const CROSS_WRITES: u64 = 3000;
 
-/// Two processes increment one slot's counter under its write lock, each
-/// sleeping on the futex when the other holds it: every increment counts.
-#[test]
-fn two_processes_share_a_slot() {
-    let seg = Segment::create("sat-test", 4096).unwrap();
-    seg.slot(0, 8).unwrap().init(8);
-    let me = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(me)
+/// Starts this test binary again as another process that runs the ignored
+/// test `partner`, which maps `seg` ([`partner_segment`]).
+fn start_partner(seg: &Segment, partner: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "segment::tests::the_other_process",
+            &format!("segment::tests::{partner}"),
             "--exact",
             "--ignored",
             "--test-threads=1",
@@ -148,7 +143,24 @@ fn two_processes_share_a_slot() {
         )
         .stdout(std::process::Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// In a partner process: the segment its parent test created.
+fn partner_segment() -> Segment {
+    let spec = std::env::var(CHILD).expect("started by another test, with the segment to map");
+    let (pid, fd) = spec.split_once(':').unwrap();
+    Segment::open(pid.parse().unwrap(), fd.parse().unwrap(), 4096).unwrap()
+}
+const CROSS_WRITES: u64 = 3000;
+
+/// Two processes increment one slot's counter under its write lock, each
+/// sleeping on the futex when the other holds it: every increment counts.
+#[test]
+fn two_processes_share_a_slot() {
+    let seg = Segment::create("sat-test", 4096).unwrap();
+    seg.slot(0, 8).unwrap().init(8);
+    let mut child = start_partner(&seg, "the_other_process");
     increment(&seg, 0);
     let status = child.wait().unwrap();
     assert!(status.success(), "the other process failed: {status}");
@@ -177,10 +189,7 @@ fn increment(seg: &Segment, rank: u32) {
 #[test]
 #[ignore = "the second process of two_processes_share_a_slot, which starts it"]
 fn the_other_process() {
-    let spec = std::env::var(CHILD).expect("started by two_processes_share_a_slot");
-    let (pid, fd) = spec.split_once(':').unwrap();
-    let seg = Segment::open(pid.parse().unwrap(), fd.parse().unwrap(), 4096).unwrap();
-    increment(&seg, 1);
+    increment(&partner_segment(), 1);
 }
 
 /// A process waiting for a newer version wakes when one is published, and
@@ -209,21 +218,7 @@ fn a_waiter_for_a_newer_version_wakes_on_publication() {
 fn two_processes_hand_off_through_slots() {
     let seg = Segment::create("sat-test-handoff", 4096).unwrap();
     seg.slot(0, 64).unwrap().init(64);
-    let me = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(me)
-        .args([
-            "segment::tests::the_hand_off_partner",
-            "--exact",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(
-            CHILD,
-            format!("{}:{}", std::process::id(), seg.fd().unwrap()),
-        )
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = start_partner(&seg, "the_hand_off_partner");
     let started = std::time::Instant::now();
     let last = bounce(&seg, 0);
     let per = started.elapsed() / HANDOFFS as u32;
@@ -260,8 +255,5 @@ fn bounce(seg: &Segment, rank: u64) -> u64 {
 #[test]
 #[ignore = "the second process of two_processes_hand_off_through_slots, which starts it"]
 fn the_hand_off_partner() {
-    let spec = std::env::var(CHILD).expect("started by two_processes_hand_off_through_slots");
-    let (pid, fd) = spec.split_once(':').unwrap();
-    let seg = Segment::open(pid.parse().unwrap(), fd.parse().unwrap(), 4096).unwrap();
-    bounce(&seg, 1);
+    bounce(&partner_segment(), 1);
 }
