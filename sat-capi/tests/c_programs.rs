@@ -157,10 +157,10 @@ fn outside(variant: Variant) {
     );
 }
 
-/// The ABI at work: 5 processes (2 servers, 3 clients), each client
-/// checking its own results, then its handlers' once the bootstrap returns.
-fn api(variant: Variant) {
-    let exe = bindings(variant).join("api");
+/// Runs bindings-tests program `name` as 5 processes under `topology`, over
+/// each provider, and checks that it succeeded and printed `expected`.
+fn five_processes(variant: Variant, name: &str, topology: &str, expected: &[&str]) {
+    let exe = bindings(variant).join(name);
     for provider in PROVIDERS {
         let run = satrun(
             5,
@@ -169,7 +169,7 @@ fn api(variant: Variant) {
                 "-n",
                 "5",
                 "--topology",
-                "bindings-tests/topology.xml",
+                topology,
                 "--provider",
                 provider,
                 "--",
@@ -178,15 +178,26 @@ fn api(variant: Variant) {
             &[],
             variant.sanitized(),
         );
-        run.succeeded().has(&[
+        run.succeeded().has(expected);
+    }
+}
+
+/// The ABI at work: 5 processes (2 servers, 3 clients), each client
+/// checking its own results, then its handlers' once the bootstrap returns.
+fn api(variant: Variant) {
+    five_processes(
+        variant,
+        "api",
+        "bindings-tests/topology.xml",
+        &[
             "[2] PASS api role (rank 2): ",
             "[3] PASS api role (rank 3): ",
             "[4] PASS api role (rank 4): ",
             "[2] PASS api handlers (client 0): ",
             "[3] PASS api handlers (client 1): ",
             "[4] PASS api handlers (client 2): ",
-        ]);
-    }
+        ],
+    );
 }
 
 /// Misuse in a run: errors with messages, then the API still works.
@@ -209,30 +220,16 @@ fn errors(variant: Variant) {
 /// half way, writes inside a READ scope (integrity.c says what each checks).
 /// `sat-capi/tests/install.rs` runs it against the installed library too.
 fn integrity(variant: Variant) {
-    let exe = bindings(variant).join("integrity");
-    for provider in PROVIDERS {
-        let run = satrun(
-            5,
-            ".",
-            &[
-                "-n",
-                "5",
-                "--topology",
-                "bindings-tests/integrity_topology.xml",
-                "--provider",
-                provider,
-                "--",
-                path_str(&exe),
-            ],
-            &[],
-            variant.sanitized(),
-        );
-        run.succeeded().has(&[
+    five_processes(
+        variant,
+        "integrity",
+        "bindings-tests/integrity_topology.xml",
+        &[
             "[2] PASS integrity: ",
             "[3] PASS integrity: ",
             "[4] PASS integrity: ",
-        ]);
-    }
+        ],
+    );
 }
 
 /// SUBSCRIBE on chains of several chunks (chain_subscribe.c): releases of a
@@ -240,32 +237,18 @@ fn integrity(variant: Variant) {
 /// chains start at the same chunk are subscriptions of their own, and the
 /// run ends by itself while the subscribers still wait.
 fn chain_subscribe(variant: Variant) {
-    let exe = bindings(variant).join("chain_subscribe");
-    for provider in PROVIDERS {
-        let run = satrun(
-            5,
-            ".",
-            &[
-                "-n",
-                "5",
-                "--topology",
-                "bindings-tests/topology.xml",
-                "--provider",
-                provider,
-                "--",
-                path_str(&exe),
-            ],
-            &[],
-            variant.sanitized(),
-        );
-        run.succeeded().has(&[
+    five_processes(
+        variant,
+        "chain_subscribe",
+        "bindings-tests/topology.xml",
+        &[
             "[2] PASS chain_subscribe role (client 0): ",
             "[3] PASS chain_subscribe role (client 1): ",
             "[4] PASS chain_subscribe role (client 2): ",
             "[3] PASS chain_subscribe handlers (client 1): ",
             "[4] PASS chain_subscribe handlers (client 2): ",
-        ]);
-    }
+        ],
+    );
 }
 
 #[test]
