@@ -24,6 +24,7 @@ pub use events::{Event, HandlerResult};
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
 mod events;
+mod host;
 mod loans;
 mod symbols;
 mod sync;
@@ -248,6 +249,8 @@ struct ClientState {
     user_sent: u64,
     /// Scope bytes lent to closures that run without the lock ([`loans`]).
     loans: loans::Loans,
+    /// Scopes on chunks whose version is in a host slot ([`host`]).
+    host: host::HostPath,
 }
 
 impl Client {
@@ -284,6 +287,7 @@ impl Client {
                 received: 0,
                 user_sent: 0,
                 loans: loans::Loans::default(),
+                host: host::HostPath::default(),
             }),
         }
     }
@@ -629,7 +633,7 @@ impl Client {
                 )));
             }
         }
-        Ok(self.add_chain(ChunkEvent::Lookup, layout, &protocols, &labels, memory))
+        self.add_chain(ChunkEvent::Lookup, layout, &protocols, &labels, memory)
     }
 
     /// Adds a chain the homes confirmed to the store; `event` says how it
@@ -641,21 +645,28 @@ impl Client {
         protocols: &[ProtocolId],
         labels: &[Label],
         memory: Option<Box<dyn LocalMemory>>,
-    ) -> Chain {
+    ) -> SatResult<Chain> {
         let mut st = self.lock();
+        let st = &mut *st;
+        let mut hosts = Vec::with_capacity(layout.len());
+        for &(id, _) in layout.chunks() {
+            let slot = st.host.take_slot(id)?;
+            // A chunk already here keeps the slot it has.
+            hosts.push(slot.filter(|_| st.store.get(id).is_none()));
+        }
         for (&(id, _), &label) in layout.chunks().iter().zip(labels) {
             if label != NO_LABEL {
                 st.labels.insert(id, label);
             }
         }
-        let chain = st.store.add_chain(layout, protocols, memory);
+        let chain = st.store.add_chain(layout, protocols, hosts, memory);
         if stats::on() {
             let (chunks, footprint) = st.store.stats_counts();
             for &(id, size) in chain.layout().chunks() {
                 stats::chunk_event(event, id, size, chunks, footprint);
             }
         }
-        chain
+        Ok(chain)
     }
 
     /// MALLOC_LST inside the range reserved for the symbol table.
@@ -812,7 +823,7 @@ impl Client {
         }
         let protocols = vec![protocol; layout.len()];
         let labels = vec![label; layout.len()];
-        Ok(self.add_chain(ChunkEvent::Alloc, layout, &protocols, &labels, memory))
+        self.add_chain(ChunkEvent::Alloc, layout, &protocols, &labels, memory)
     }
 
     /// A chain found in the local store is joined only with its own label.
@@ -961,8 +972,12 @@ impl Client {
             // Take in what has arrived first: an invalidation waiting in the
             // queue turns a would-be hit into a miss that fetches the newer
             // version, and a process spinning on read hits still answers
-            // the home (its background progress finds the lock taken).
-            st.progress(self.rank, self.server)?;
+            // the home (its background progress finds the lock taken). A
+            // chunk in a host slot gets no invalidation: its scopes leave
+            // the endpoint to the background progress, and cost no poll.
+            if st.store.get(chunk).is_some_and(|c| c.host.is_none()) {
+                st.progress(self.rank, self.server)?;
+            }
             // A scope that reads must see the version through this place: a
             // place that joined after the version arrived is filled from
             // one that holds it (or the version is forgotten and fetched).
@@ -998,27 +1013,42 @@ impl Client {
                 access_name(access),
                 c.side.state()
             );
-            let msg = Message::Coherence {
-                chunk,
-                client: self.rank,
-                op: req.into(),
-            };
-            let n = wire::encode(&msg, &mut st.header).expect("fits");
-            if let Err(e) = st
-                .transport
-                .send(self.server, &st.header[..n], Payload::None)
-            {
-                // The home never heard of this acquire: nothing changed.
-                st.store.get_mut(chunk).expect("placed").side = before;
-                return Err(e.into());
+            // The grant to wait for: the host path may give it at once.
+            let granted = c.grants + 1;
+            if c.host.is_some() {
+                st.host.request(&mut st.store, self.rank, chunk, req);
+            } else {
+                let msg = Message::Coherence {
+                    chunk,
+                    client: self.rank,
+                    op: req.into(),
+                };
+                let n = wire::encode(&msg, &mut st.header).expect("fits");
+                if let Err(e) = st
+                    .transport
+                    .send(self.server, &st.header[..n], Payload::None)
+                {
+                    // The home never heard of this acquire: nothing changed.
+                    st.store.get_mut(chunk).expect("placed").side = before;
+                    return Err(e.into());
+                }
             }
             let c = st.store.get_mut(chunk).expect("placed");
             c.holders.push(me);
             if stats::on() && c.scope_stat.is_none() {
                 c.scope_stat = Some((started, access, false));
             }
-            let granted = c.grants + 1;
             st.store.set_scope_place(chunk, place);
+            // A grant the host slot gave at once needs no wait.
+            let c = st.store.get(chunk).expect("placed");
+            if c.host.is_some() && c.grants >= granted {
+                if access != Access::Write {
+                    st.store.make_valid(chunk, place);
+                }
+                drop(guard);
+                self.host_step_taken();
+                return Ok(());
+            }
             break granted;
         };
         self.wait(None, |st| {
@@ -1080,6 +1110,16 @@ impl Client {
                 .then(|| st.end_scope(to, chunk, ending))
         })?;
         ended.expect("a wait without a deadline ends with its value")
+    }
+
+    /// A scope opened on a host slot takes it without a message: under the
+    /// simulator, another process may run right after, as it could on a
+    /// real host. (A release needs no such point: like a release message
+    /// on its way, its effect is seen from the next step on.)
+    fn host_step_taken(&self) {
+        if let Clock::Simulated(t) = &self.clock {
+            t.pass();
+        }
     }
 
     /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
@@ -1457,6 +1497,12 @@ impl Client {
                     st.end_scope((self.rank, self.server), chunk, open_scopes)?;
                 }
             }
+        }
+        // The home hears of every release before it hears that we are done.
+        self.wait(None, |st| st.host.told_everything().then_some(()))?;
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
             let (published, received) = st.mail.events.counters();
             let done = Message::ClientDone {
                 published,
@@ -1617,6 +1663,10 @@ struct Mailbox {
     alloc: HashMap<u64, (ChunkId, Option<AllocOutcome>)>,
     /// The number of the next allocation request (per client).
     next_request: u64,
+    /// Host slots named by allocation answers, for [`host::HostPath`].
+    named: Vec<(ChunkId, crate::segment::SlotPlace)>,
+    /// Answers to `Published` taken in, for [`host::HostPath`].
+    published_acks: u32,
     /// Answers of synchronization objects ([`sync`]).
     sync: sync::Answers,
     /// Subscriptions and their pending events ([`events`]).
@@ -1641,7 +1691,16 @@ impl ClientState {
                 handle(me, server, mail, out, m)
             })?;
         self.received += n as u64;
-        Ok(n)
+        for (chunk, place) in self.mail.named.drain(..) {
+            self.host.named(chunk, place);
+        }
+        self.host
+            .acknowledged(std::mem::take(&mut self.mail.published_acks));
+        // A grant made here is progress as much as a message is.
+        let granted = self.host.retry(&mut self.store, me);
+        self.host
+            .tell_home_again(self.transport.as_mut(), &mut self.header, (me, server));
+        Ok(n + granted)
     }
 
     /// Ends one scope of `chunk`. A release after a write sends its bytes
@@ -1671,6 +1730,10 @@ impl ClientState {
             c.side.state()
         );
         let place = self.store.scope_place(chunk).expect("known");
+        let host = self.store.get(chunk).and_then(|c| c.host.clone());
+        if let (Some(op), Some(slot)) = (sent, host) {
+            return self.end_host_scope(to, chunk, &slot, op, place);
+        }
         if let Some(op) = sent {
             let publishes = was_writing && matches!(op, ToHome::Release { .. });
             let data = if publishes {
@@ -1698,6 +1761,62 @@ impl ClientState {
                 self.store.forget_version(chunk);
             }
         }
+        self.scope_ended(chunk);
+        Ok(())
+    }
+
+    /// [`ClientState::end_scope`] on a chunk whose version is in a host
+    /// slot: the slot takes the bytes and the lock goes; after a
+    /// publication the home is told when the chunk has subscribers, with
+    /// the bytes if one of them wants data. The publication cannot be
+    /// undone, so a message that cannot leave now is sent again when the
+    /// client next polls ([`host::HostPath::tell_home`]).
+    fn end_host_scope(
+        &mut self,
+        to: (Rank, Rank),
+        chunk: ChunkId,
+        slot: &crate::segment::SlotRef,
+        op: ToHome,
+        place: usize,
+    ) -> SatResult<()> {
+        let data = match op {
+            ToHome::Release { .. } => self.store.bytes(chunk, place),
+            _ => None,
+        };
+        let published = host::end_scope(slot, chunk, op, data)?;
+        if matches!(op, ToHome::Abort) {
+            self.store.forget_version(chunk);
+        }
+        if let Some(version) = published {
+            self.store.spread(chunk, place);
+            // Only a release someone subscribed to concerns the home: it
+            // notifies them, and the quiescence detection counts the
+            // release at both ends.
+            let (subscribers, with_data) = slot.slot().subscribers();
+            if subscribers > 0 {
+                self.mail.events.count_published();
+                let bytes = if with_data > 0 {
+                    self.store.bytes(chunk, place)
+                } else {
+                    None
+                };
+                let published = host::Published {
+                    chunk,
+                    version,
+                    bytes: bytes.map(<[u8]>::to_vec),
+                    releases: 1,
+                };
+                self.host
+                    .tell_home(self.transport.as_mut(), &mut self.header, to, published);
+            }
+        }
+        self.scope_ended(chunk);
+        Ok(())
+    }
+
+    /// The calling thread's scope on `chunk` has ended: it is no longer a
+    /// holder, and the statistics stream records the scope with its last.
+    fn scope_ended(&mut self, chunk: ChunkId) {
         let c = self.store.get_mut(chunk).expect("known");
         let me = std::thread::current().id();
         if let Some(i) = c.holders.iter().position(|&t| t == me) {
@@ -1712,7 +1831,6 @@ impl ClientState {
         {
             stats::access(chunk, access, hit, start);
         }
-        Ok(())
     }
 }
 
@@ -1811,13 +1929,20 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: R
             })
         }
         Ok(Message::ClientDoneAck) => mail.done_acked = true,
+        Ok(Message::PublishedAck { client }) if client == me => mail.published_acks += 1,
         Ok(Message::AllocReply {
             chunk,
             client,
             request,
             outcome,
+            host,
         }) if client == me => match mail.alloc.get_mut(&request) {
-            Some((asked, answer)) if *asked == chunk && answer.is_none() => *answer = Some(outcome),
+            Some((asked, answer)) if *asked == chunk && answer.is_none() => {
+                *answer = Some(outcome);
+                if let Some(place) = host {
+                    mail.named.push((chunk, place));
+                }
+            }
             Some((asked, _)) => tracing::warn!(
                 "dropped an answer about chunk {chunk} ({outcome}) to request {request}, \
                  which asked about chunk {asked} or was answered already"

@@ -12,6 +12,7 @@ use crate::error::{SatError, SatResult};
 use crate::progress::{Clock, Idle, IdlePolicy};
 use crate::protocol::{mesi, HomeSide, Out, ProtocolId, ToClient};
 use crate::quiescence::{Accounts, Waves};
+use crate::segment::{SlotPlace, SlotRef};
 use crate::stats;
 use crate::sync::Coordinator;
 use crate::topology::Topology;
@@ -58,12 +59,16 @@ struct ServerState<'t> {
     told_quiet: bool,
     /// Service mode: clients attach and detach; there is no end of run.
     service: Option<ServiceSide>,
+    /// Where this server keeps its chunks' versions when its clients share
+    /// its host (None: in its own memory, moved by messages).
+    host: Option<host::HostVersions>,
     /// Messages the transport refused, by destination: handled after the
     /// poll as that peer's loss ([`ServerState::survive`]).
     send_failures: Vec<(Rank, TransportError)>,
 }
 
 mod events;
+pub(crate) mod host;
 mod membership;
 #[cfg(test)]
 mod message_counts;
@@ -76,6 +81,36 @@ struct HomeEntry {
     protocol: ProtocolId,
     side: Box<dyn HomeSide>,
     subscribers: std::collections::BTreeMap<Rank, bool>,
+    /// The slot holding the version, when this home keeps it in a host
+    /// segment (`server/host.rs`): then the slot, not `side`, is the
+    /// chunk's version and its scope discipline.
+    slot: Option<(SlotRef, SlotPlace)>,
+}
+
+impl HomeEntry {
+    /// Tells releasers through the slot whether anyone subscribes, and
+    /// whether some subscriber wants data.
+    fn subscribers_changed(&self) {
+        if let Some((slot, _)) = &self.slot {
+            let with_data = self.subscribers.values().filter(|&&d| d).count();
+            slot.slot()
+                .set_subscribers(self.subscribers.len() as u32, with_data as u32);
+        }
+    }
+
+    /// The last released version and its bytes (copied out of a slot).
+    fn current(&self) -> (crate::protocol::Version, std::sync::Arc<[u8]>) {
+        match &self.slot {
+            None => (self.side.version(), self.side.data().clone()),
+            Some((slot, _)) => {
+                // SAFETY: a home reads its slots outside any lock only where
+                // no client can be inside a release: after the run, and in
+                // the simulator between steps.
+                let (version, bytes) = unsafe { slot.slot().snapshot() };
+                (version, bytes.into())
+            }
+        }
+    }
 }
 
 /// The name of a coherence message in the debug stream, as Figure 14 has
@@ -117,7 +152,18 @@ pub fn run(
     transport: &mut dyn Transport,
     policy: IdlePolicy,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, None)
+    serve(topology, transport, policy, None, None)
+}
+
+/// [`run`], keeping the versions this server homes in host segments when
+/// `host` says so (every process of the run on this host).
+pub(crate) fn run_on_host(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+    host: Option<host::Backing>,
+) -> SatResult<()> {
+    serve(topology, transport, policy, None, host)
 }
 
 /// Runs a server of a service: clients attach to its slots and detach at
@@ -129,7 +175,7 @@ pub(crate) fn run_service(
     policy: IdlePolicy,
     service: ServiceSide,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, Some(service))
+    serve(topology, transport, policy, Some(service), None)
 }
 
 fn serve(
@@ -137,13 +183,14 @@ fn serve(
     transport: &mut dyn Transport,
     policy: IdlePolicy,
     service: Option<ServiceSide>,
+    host: Option<host::Backing>,
 ) -> SatResult<()> {
     let rank = transport.rank();
     // A server's time is SAT's, but for message passing and sleep. A
     // service's servers are stopped by a signal and write no statistics.
     stats::start(stats::Identity::of(topology, rank));
     let serving = stats::doing(stats::Activity::Sdsm);
-    let mut server = Server::new(topology, rank, service, Clock::Real);
+    let mut server = Server::new(topology, rank, service, Clock::Real, host);
     tracing::debug!(
         "server {rank} serves clients {:?}",
         topology.clients_of(rank)
@@ -211,9 +258,10 @@ impl<'t> Server<'t> {
         rank: Rank,
         service: Option<ServiceSide>,
         clock: Clock,
+        host: Option<host::Backing>,
     ) -> Server<'t> {
         Server {
-            st: ServerState::new(topology, rank, service, clock),
+            st: ServerState::new(topology, rank, service, clock, host),
         }
     }
 
@@ -254,11 +302,11 @@ impl<'t> Server<'t> {
     #[cfg(feature = "simulator")]
     pub(crate) fn homes(
         &self,
-    ) -> impl Iterator<Item = (u64, crate::protocol::Version, &std::sync::Arc<[u8]>)> + '_ {
-        self.st
-            .homes
-            .iter()
-            .map(|(&c, h)| (c, h.side.version(), h.side.data()))
+    ) -> impl Iterator<Item = (u64, crate::protocol::Version, std::sync::Arc<[u8]>)> + '_ {
+        self.st.homes.iter().map(|(&c, h)| {
+            let (version, data) = h.current();
+            (c, version, data)
+        })
     }
 
     /// A service's slot `client` has a client attached (the simulator
@@ -284,6 +332,7 @@ impl<'t> ServerState<'t> {
         rank: Rank,
         service: Option<ServiceSide>,
         clock: Clock,
+        host: Option<host::Backing>,
     ) -> ServerState<'t> {
         let size = topology.len() as usize;
         let servers = topology.servers();
@@ -312,6 +361,9 @@ impl<'t> ServerState<'t> {
             accounts: Accounts::new(topology.clients_of(rank)),
             waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
             told_quiet: false,
+            // A client of a service may attach from anywhere: its homes
+            // keep their versions where messages reach them.
+            host: host.filter(|_| !in_service).map(host::HostVersions::new),
             service,
             send_failures: Vec::new(),
         }
@@ -328,7 +380,7 @@ impl ServerState<'_> {
         let written = std::fs::create_dir_all(dir).and_then(|()| {
             for (chunk, home) in &self.homes {
                 let path = dir.join(format!("home.{}.{chunk:016x}", self.rank));
-                std::fs::write(path, &home.side.data()[..])?;
+                std::fs::write(path, &home.current().1[..])?;
             }
             Ok(())
         });
@@ -478,6 +530,15 @@ impl ServerState<'_> {
             }
             Message::Coherence { chunk, client, op } => {
                 self.coherence(out, m, src_is_server, chunk, client, op)
+            }
+            Message::Published {
+                chunk,
+                client,
+                version,
+                releases,
+            } => self.published(out, m, src_is_server, (chunk, client, version), releases),
+            Message::PublishedAck { client } if src_is_server && self.is_my_client(client) => {
+                self.send_to_client(out, client, &msg)
             }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send_to_client(out, client, &msg)
@@ -662,6 +723,19 @@ impl ServerState<'_> {
                     return;
                 }
                 if self.alloc.size_of(chunk).is_none() {
+                    let slot = match self.host.as_mut().map(|h| h.allocate(size as usize)) {
+                        None => None,
+                        Some(Ok(slot)) => Some(slot),
+                        Some(Err(e)) => {
+                            tracing::warn!(
+                                "server {}: malloc of chunk {chunk} refused: no host slot for \
+                                 {size} bytes: {e}",
+                                self.rank
+                            );
+                            self.answer(out, chunk, (client, request), AllocOutcome::Refused);
+                            return;
+                        }
+                    };
                     let side = protocol.consistency().new_home(size as usize);
                     self.homes.insert(
                         chunk,
@@ -669,6 +743,7 @@ impl ServerState<'_> {
                             protocol,
                             side,
                             subscribers: Default::default(),
+                            slot,
                         },
                     );
                 }
@@ -708,6 +783,14 @@ impl ServerState<'_> {
         (client, request): (Rank, u64),
         outcome: AllocOutcome,
     ) {
+        let host = match outcome {
+            AllocOutcome::Allocated { .. } => self
+                .homes
+                .get(&chunk)
+                .and_then(|h| h.slot.as_ref())
+                .map(|(_, place)| *place),
+            _ => None,
+        };
         self.send_to_client(
             out,
             client,
@@ -716,6 +799,7 @@ impl ServerState<'_> {
                 client,
                 request,
                 outcome,
+                host,
             },
         );
     }
@@ -840,6 +924,7 @@ impl ServerState<'_> {
         for chunk in chunks {
             let entry = self.homes.get_mut(&chunk).expect("listed");
             entry.subscribers.remove(&client);
+            entry.subscribers_changed();
             entry.side.client_left(client, &mut outs);
             self.send_home_answers(out, chunk, &mut outs);
         }
@@ -1106,7 +1191,7 @@ mod tests {
             let n = wire::encode(&msg, &mut hdr).unwrap();
             client2.send(0, &hdr[..n], Payload::None).unwrap();
         }
-        let mut st = ServerState::new(&topology, 0, None, Clock::Real);
+        let mut st = ServerState::new(&topology, 0, None, Clock::Real, None);
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
             .unwrap();
@@ -1128,7 +1213,7 @@ mod tests {
         rank: Rank,
         service: Option<ServiceSide>,
     ) -> ServerState<'_> {
-        ServerState::new(topology, rank, service, Clock::Real)
+        ServerState::new(topology, rank, service, Clock::Real, None)
     }
 
     /// Sends each message from `from` to `st`'s endpoint and lets `st`
@@ -1182,6 +1267,7 @@ mod tests {
                     client: c,
                     request: 0,
                     outcome: AllocOutcome::NotAllocated,
+                    host: None,
                 },
                 Message::Coherence {
                     chunk: 0,
@@ -1334,6 +1420,7 @@ mod tests {
             client: 2,
             request,
             outcome: AllocOutcome::Refused,
+            host: None,
         };
         assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
         assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
@@ -1421,7 +1508,7 @@ mod tests {
             let mut client2 = eps.remove(2);
             let mut server0 = eps.remove(0);
             let service = in_service.then(|| ServiceSide::new(None));
-            let mut server = Server::new(&topology, 0, service, Clock::Real);
+            let mut server = Server::new(&topology, 0, service, Clock::Real, None);
             server.st.client_done[2] = false;
             // A MALLOC of 0 bytes, answered at once by a refusal.
             let msg = Message::Malloc {

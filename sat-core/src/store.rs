@@ -34,6 +34,7 @@ use std::thread::ThreadId;
 
 use crate::chunk::{ChainLayout, ChunkId};
 use crate::protocol::{ClientSide, ProtocolId};
+use crate::segment::SlotRef;
 use crate::topology::MemoryCapacity;
 
 /// Memory that chunk data can live in: SAT's own buffers, or the caller's
@@ -138,6 +139,10 @@ pub(crate) struct LocalChunk {
     pub size: usize,
     pub protocol: ProtocolId,
     pub side: Box<dyn ClientSide>,
+    /// The host slot its home keeps the version in, when it does: scopes
+    /// are then opened on the slot (`client/host.rs`), and `side` is the
+    /// home-only protocol's whatever `protocol` says.
+    pub host: Option<SlotRef>,
     /// Its instances; the first is the one plain chunk calls use.
     places: Vec<Place>,
     /// The instance the open write scope was acquired through: its bytes
@@ -231,6 +236,7 @@ impl Store {
         &mut self,
         layout: ChainLayout,
         protocols: &[ProtocolId],
+        hosts: Vec<Option<SlotRef>>,
         memory: Option<Box<dyn LocalMemory>>,
     ) -> Chain {
         if memory.is_none() {
@@ -242,11 +248,17 @@ impl Store {
         let region = self.next_region;
         self.next_region += 1;
         let exposed = memory.as_ref().is_some_and(|m| m.exposed());
+        let mut hosts = hosts.into_iter();
         for (i, &(id, size)) in layout.chunks().iter().enumerate() {
+            let host = hosts.next().flatten();
             let chunk = self.chunks.entry(id).or_insert_with(|| LocalChunk {
                 size,
                 protocol: protocols[i],
-                side: protocols[i].consistency().new_client(size),
+                side: match host {
+                    Some(_) => ProtocolId::HomeOnly.consistency().new_client(size),
+                    None => protocols[i].consistency().new_client(size),
+                },
+                host,
                 places: Vec::new(),
                 scope_place: 0,
                 holders: Vec::new(),

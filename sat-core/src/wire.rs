@@ -10,11 +10,12 @@ use bincode::{Decode, Encode};
 
 use crate::chunk::Label;
 use crate::protocol::ProtocolId;
+use crate::segment::SlotPlace;
 use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 5;
+pub const WIRE_VERSION: u32 = 6;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -83,6 +84,10 @@ pub enum Message {
         client: Rank,
         request: u64,
         outcome: AllocOutcome,
+        /// The slot that holds the chunk's version, when its home keeps it
+        /// in a host segment (every process of the run on its host): the
+        /// client then opens scopes on the slot, not through messages.
+        host: Option<SlotPlace>,
     },
     /// A coherence message about `chunk` between `client` and the chunk's
     /// home, either way; chunk data, when it carries some, is the payload.
@@ -124,6 +129,23 @@ pub enum Message {
     /// Server of `client` -> seed: every server has forgotten the client;
     /// its slot may take another process.
     SlotFree { client: Rank },
+    /// Client -> the chunk's home (through its server): the client released
+    /// `version` of `chunk` into the chunk's host slot. The home notifies
+    /// the subscribers; the payload is the version's bytes when the slot
+    /// said that some subscriber wants data.
+    Published {
+        chunk: u64,
+        client: Rank,
+        version: u64,
+        /// The releases this one message tells of (a client merges the
+        /// releases of one chunk that wait to be told), for the quiescence
+        /// detection's counts.
+        releases: u32,
+    },
+    /// Home -> the client of a `Published`: taken in. A client keeps a
+    /// window of unanswered `Published`, so that a burst of releases never
+    /// floods its server's receive queue.
+    PublishedAck { client: Rank },
     /// Home -> subscriber: `chunk` has a new version, applied at the home
     /// before this left; the payload is its data when subscribed with data.
     Notify {
@@ -307,6 +329,8 @@ impl Message {
             Message::ClientLost { .. } => "client_lost",
             Message::ClientForgotten { .. } => "client_forgotten",
             Message::SlotFree { .. } => "slot_free",
+            Message::Published { .. } => "published",
+            Message::PublishedAck { .. } => "published_ack",
         }
     }
 }
@@ -422,18 +446,21 @@ mod tests {
                     protocol: ProtocolId::HomeOnly,
                     label: [0xAB; 32],
                 },
+                host: None,
             },
             Message::AllocReply {
                 chunk: 7,
                 client: 2,
                 request: 3,
                 outcome: AllocOutcome::NotAllocated,
+                host: None,
             },
             Message::AllocReply {
                 chunk: 0,
                 client: 2,
                 request: 4,
                 outcome: AllocOutcome::Refused,
+                host: None,
             },
         ] {
             let n = encode(&msg, &mut buf).unwrap();
@@ -496,7 +523,21 @@ mod tests {
                     protocol: ProtocolId::HomeOnly,
                     label: [0xff; 32],
                 },
+                host: Some(SlotPlace {
+                    pid: u32::MAX,
+                    fd: i32::MIN,
+                    segment_len: u64::MAX,
+                    offset: u64::MAX,
+                    capacity: u64::MAX,
+                }),
             },
+            Message::Published {
+                chunk: u64::MAX,
+                client: u32::MAX,
+                version: u64::MAX,
+                releases: u32::MAX,
+            },
+            Message::PublishedAck { client: u32::MAX },
         ] {
             let n = encode(&msg, &mut buf).unwrap();
             assert_eq!(decode(&buf[..n]).unwrap(), msg);

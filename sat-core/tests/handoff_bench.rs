@@ -18,19 +18,67 @@ const CHUNKS: u64 = 4;
 
 #[test]
 fn the_handoff_bench_measures_the_messages_of_every_operation() {
-    let out = run(Command::new(env!("CARGO_BIN_EXE_sat-handoff-bench")).args([
-        "--providers",
-        "shm",
-        "--small-iters",
-        &SMALL_ITERS.to_string(),
-        "--large-iters",
-        &LARGE_ITERS.to_string(),
-        "--large",
-        "1048576",
-        "--chunk-size",
-        "262144",
-        "--results",
-    ]));
+    // A hand-off (64 B): the write with the reader as its one sharer
+    // (clients: request, acknowledgement; server: invalidation, grant), its
+    // release (client), the reader's miss (client: request; server: grant).
+    // The 1 MiB chain costs that per chunk: PUT is the write and its
+    // release, GET the read misses, the large hand-off both. These are the
+    // message path's counts: on one host the homes keep their versions in
+    // host segments unless told not to.
+    check_messages(
+        "off",
+        [
+            ("handoff", "64", 2 * SMALL_ITERS, 2 + 1 + 1, 2 + 1),
+            (
+                "put-release",
+                "1048576",
+                LARGE_ITERS,
+                (2 + 1) * CHUNKS,
+                2 * CHUNKS,
+            ),
+            ("put", "1048576", LARGE_ITERS, (2 + 1) * CHUNKS, 2 * CHUNKS),
+            ("get", "1048576", LARGE_ITERS, CHUNKS, CHUNKS),
+            ("handoff", "1048576", LARGE_ITERS, 4 * CHUNKS, 3 * CHUNKS),
+        ],
+    );
+}
+
+/// On one host the versions are in host segments: no operation of the
+/// bench sends a message (nobody subscribes, so releases tell the home
+/// nothing), and the data handed over is still checked.
+#[test]
+fn on_one_host_the_handoff_bench_sends_no_message() {
+    check_messages(
+        "on",
+        [
+            ("handoff", "64", 2 * SMALL_ITERS, 0, 0),
+            ("put-release", "1048576", LARGE_ITERS, 0, 0),
+            ("put", "1048576", LARGE_ITERS, 0, 0),
+            ("get", "1048576", LARGE_ITERS, 0, 0),
+            ("handoff", "1048576", LARGE_ITERS, 0, 0),
+        ],
+    );
+}
+
+/// Runs the bench with `SAT_HOST_SEGMENTS=segments` and checks, per
+/// operation (key, size, operations, client sends, server sends), the
+/// messages it measured.
+fn check_messages(segments: &str, expected: [(&str, &str, u64, u64, u64); 5]) {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_sat-handoff-bench"))
+        .env("SAT_HOST_SEGMENTS", segments)
+        .args([
+            "--providers",
+            "shm",
+            "--small-iters",
+            &SMALL_ITERS.to_string(),
+            "--large-iters",
+            &LARGE_ITERS.to_string(),
+            "--large",
+            "1048576",
+            "--chunk-size",
+            "262144",
+            "--results",
+        ]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<Vec<&str>> = stdout
@@ -51,25 +99,6 @@ fn the_handoff_bench_measures_the_messages_of_every_operation() {
         v.parse()
             .unwrap_or_else(|_| panic!("{v:?} is not a number in:\n{stdout}"))
     };
-    // Per operation: (key, size, operations, client sends, server sends).
-    // A hand-off (64 B): the write with the reader as its one sharer
-    // (clients: request, acknowledgement; server: invalidation, grant), its
-    // release (client), the reader's miss (client: request; server: grant).
-    // The 1 MiB chain costs that per chunk: PUT is the write and its
-    // release, GET the read misses, the large hand-off both.
-    let expected = [
-        ("handoff", "64", 2 * SMALL_ITERS, 2 + 1 + 1, 2 + 1),
-        (
-            "put-release",
-            "1048576",
-            LARGE_ITERS,
-            (2 + 1) * CHUNKS,
-            2 * CHUNKS,
-        ),
-        ("put", "1048576", LARGE_ITERS, (2 + 1) * CHUNKS, 2 * CHUNKS),
-        ("get", "1048576", LARGE_ITERS, CHUNKS, CHUNKS),
-        ("handoff", "1048576", LARGE_ITERS, 4 * CHUNKS, 3 * CHUNKS),
-    ];
     for (key, size, ops, client, server) in expected {
         let r = find("RESULT", 10, key, size);
         for v in &r[4..] {

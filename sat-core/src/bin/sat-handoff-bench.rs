@@ -33,9 +33,14 @@
 //! - **GET, 64 MiB**: told by A (a relayed message sent after its release,
 //!   so it reaches B after the home has the version), B opens a READ scope on
 //!   the chain, checks every chunk's stamp and RELEASEs: the reader's half.
-//! - **hand-off, 64 MiB**: from A's acquire to the end of B's release (one
-//!   clock: the host's wall clock, read in both processes): PUT, the relayed
-//!   notification, GET.
+//! - **hand-off, 64 MiB**: a round of its own after PUT and GET: A opens its
+//!   WRITE scope on the chain, then tells B, which opens its READ scope at
+//!   once and so waits for A's data, as an MPI receiver posts its receive
+//!   before the sender sends; A stamps the next version and RELEASEs. Timed
+//!   from A's acquire to the end of B's release (one clock: the host's wall
+//!   clock, read in both processes). Each chunk reaches B as soon as A's
+//!   release of it does: over a host segment B copies chunk k out while A
+//!   copies chunk k+1 in. Its message counts are PUT's and GET's together.
 //!
 //! Message counts, measured: what the clients send per operation and what
 //! the server sends them, counted where it arrives (`Client::traffic`; the
@@ -111,6 +116,11 @@ const WROTE: u32 = 1;
 const READ: u32 = 2;
 const FLUSH: u32 = 3;
 const FIGURES: u32 = 4;
+const WRITING: u32 = 5;
+const READ_AGAIN: u32 = 6;
+/// Added to the stamps of the hand-off rounds, so that they differ from
+/// the PUT rounds' stamps.
+const HANDOFF_STAMP: u64 = 1 << 40;
 
 fn bad(what: &str) -> SatError {
     SatError::Usage(format!("hand-off bench: {what}"))
@@ -307,13 +317,12 @@ fn large_handoff(
             // B has read and said so: nothing is under way. The relayed
             // FLUSH is a fence: A's release has reached the home.
             let m0 = co.msgs();
-            let wall0 = wall_ns();
             let t0 = Instant::now();
             c.acquire_chain(&chain, Access::Write)?;
             c.with_chain_mut(&chain, |d| stamp(d, &offs, v))?;
             c.release_chain(&chain)?;
             let released = micros(t0.elapsed());
-            co.send(b, WROTE, &wall0.to_le_bytes())?;
+            co.send(b, WROTE, &[])?;
             co.send(a, FLUSH, &[])?;
             co.expect(a, FLUSH)?;
             let home = micros(t0.elapsed());
@@ -327,16 +336,14 @@ fn large_handoff(
         } else {
             // Waiting for A's word, B answers the invalidations of its copy;
             // A's word follows them.
-            let d = co.expect(a, WROTE)?;
+            co.expect(a, WROTE)?;
             let acks = co.msgs().since(acks0);
-            let wall0 = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("short stamp"))?);
             let m1 = co.msgs();
             let t0 = Instant::now();
             c.acquire_chain(&chain, Access::Read)?;
             let seen = c.with_chain(&chain, |d| check_stamp(d, &offs, v))?;
             c.release_chain(&chain)?;
             let get = micros(t0.elapsed());
-            let whole = wall_ns().saturating_sub(wall0) as f64 / 1e3;
             co.fence()?;
             let get_msgs = co.msgs().since(m1);
             seen?;
@@ -344,9 +351,33 @@ fn large_handoff(
             co.send(a, READ, &[])?;
             if measured {
                 out.get.push(get);
-                out.whole.push(whole);
                 out.put += acks;
                 out.get_msgs += get_msgs;
+            }
+        }
+        // The hand-off round: B waits in its READ while A writes.
+        let v = v + HANDOFF_STAMP;
+        if c.rank() == a {
+            let wall0 = wall_ns();
+            c.acquire_chain(&chain, Access::Write)?;
+            co.send(b, WRITING, &wall0.to_le_bytes())?;
+            c.with_chain_mut(&chain, |d| stamp(d, &offs, v))?;
+            c.release_chain(&chain)?;
+            co.expect(b, READ_AGAIN)?;
+        } else {
+            let d = co.expect(a, WRITING)?;
+            let wall0 = u64::from_le_bytes(d[..8].try_into().map_err(|_| bad("short stamp"))?);
+            c.acquire_chain(&chain, Access::Read)?;
+            let seen = c.with_chain(&chain, |d| check_stamp(d, &offs, v))?;
+            c.release_chain(&chain)?;
+            let whole = wall_ns().saturating_sub(wall0) as f64 / 1e3;
+            seen?;
+            // A's next PUT is counted from here, as after the GET.
+            co.fence()?;
+            acks0 = co.msgs();
+            co.send(a, READ_AGAIN, &[])?;
+            if measured {
+                out.whole.push(whole);
             }
         }
     }

@@ -123,6 +123,8 @@ pub struct Joined {
     pub topology: Arc<Topology>,
     pub provider: Provider,
     pub transport: FabricTransport,
+    /// Every process of the run is on this host.
+    pub one_host: bool,
 }
 
 /// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
@@ -210,6 +212,7 @@ fn join_with(
             topology,
             provider: setup.provider,
             transport,
+            one_host: setup.one_host,
         },
         started,
     ))
@@ -226,7 +229,8 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
     if role == 0 {
-        return server::run(&joined.topology, transport.as_mut(), policy);
+        let host = crate::server::host::backing_for_run(joined.one_host);
+        return server::run_on_host(&joined.topology, transport.as_mut(), policy, host);
     }
     let f = roles
         .take(role)

@@ -49,6 +49,7 @@ enum FromSeed {
     Setup {
         provider: Provider,
         topology: Topology,
+        one_host: bool,
     },
     Table(Vec<Vec<u8>>),
     Go,
@@ -63,6 +64,9 @@ pub struct Setup {
     /// The local address libfabric's tcp provider should bind: the one this
     /// process uses to reach the seed (so it is on the network the peers share).
     pub local_ip: IpAddr,
+    /// Every rank of the run is on one host (the seed compared the host
+    /// names they reported): homes may keep versions in host segments.
+    pub one_host: bool,
 }
 
 /// This process's link to the seed, for the duration of the bootstrap.
@@ -268,7 +272,12 @@ impl Peer {
 
     fn setup(&mut self) -> SatResult<Setup> {
         match self.recv()? {
-            FromSeed::Setup { provider, topology } => Ok(Setup {
+            FromSeed::Setup {
+                provider,
+                topology,
+                one_host,
+            } => Ok(Setup {
+                one_host,
                 provider,
                 topology,
                 local_ip: self.local_ip,
@@ -384,6 +393,10 @@ impl Seed {
         Ok(seed)
     }
 
+    fn one_host(&self) -> bool {
+        self.hosts.iter().all(|h| *h == self.hosts[0])
+    }
+
     /// The provider: the one asked for (all askers must agree); otherwise
     /// `shm` when every rank is on this host, else `tcp`.
     fn choose_provider(&self) -> Result<Provider, String> {
@@ -403,7 +416,7 @@ impl Seed {
         if let Some((p, _)) = chosen {
             return Ok(p);
         }
-        if self.hosts.iter().all(|h| *h == self.hosts[0]) {
+        if self.one_host() {
             Ok(Provider::Shm)
         } else {
             Ok(Provider::Tcp)
@@ -422,11 +435,14 @@ impl Seed {
                 return Err(e);
             }
         };
+        let one_host = self.one_host();
         self.broadcast(&FromSeed::Setup {
             provider,
             topology: topology.clone(),
+            one_host,
         })?;
         Ok(Setup {
+            one_host,
             provider,
             topology,
             local_ip: self.local_ip,

@@ -21,6 +21,8 @@ struct Run {
     topology: Arc<Topology>,
     server: MemTransport,
     clients: Vec<Client>,
+    /// Where the server keeps its versions (None: in its own memory).
+    host: Option<crate::server::host::Backing>,
 }
 
 impl Run {
@@ -36,6 +38,16 @@ impl Run {
             topology,
             server,
             clients,
+            host: None,
+        }
+    }
+
+    /// As [`Run::new`], with the server keeping its versions in host slots
+    /// (in this process's memory: its clients are threads here).
+    fn on_one_host(clients: u32) -> Run {
+        Run {
+            host: Some(crate::server::host::Backing::Private),
+            ..Run::new(clients, Schedule::Immediate)
         }
     }
 
@@ -46,12 +58,14 @@ impl Run {
             topology,
             mut server,
             clients,
+            host,
         } = self;
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let topology = &topology;
-            let server =
-                s.spawn(move || crate::server::run(topology, &mut server, IdlePolicy::default()));
+            let server = s.spawn(move || {
+                crate::server::run_on_host(topology, &mut server, IdlePolicy::default(), host)
+            });
             // As in a run: each client answers the homes while its threads
             // do something else.
             for c in &clients {
@@ -263,6 +277,7 @@ fn failing_pair() -> (Run, Arc<std::sync::atomic::AtomicBool>) {
             topology,
             server,
             clients,
+            host: None,
         },
         armed,
     )
@@ -907,4 +922,109 @@ fn releasing_a_chain_that_was_not_acquired_ends_nothing() {
         c.with_chain(&a, |d| d.len()).expect("still in its scope");
         c.release_chain(&a).unwrap();
     });
+}
+
+/// On one host, scopes open on the home's slot: hand-offs of a chunk in
+/// both directions, and reads that fetch each new version, cost no
+/// message, and each read sees the last release.
+#[test]
+fn on_one_host_scopes_cost_no_message_and_see_the_last_release() {
+    let outcome = Run::on_one_host(2).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        a.malloc_lst(ProtocolId::HomeMesi, &[40], &[64])?;
+        b.malloc_lst(ProtocolId::HomeOnly, &[41], &[64])?;
+        b.lookup(40, WAIT)?;
+        a.lookup(41, WAIT)?;
+        let sent = (a.messages_sent(), b.messages_sent());
+        for round in 1..=20u64 {
+            let (writer, reader) = if round % 2 == 1 { (a, b) } else { (b, a) };
+            for chunk in [40, 41] {
+                writer.acquire(chunk, Access::ReadWrite)?;
+                let before =
+                    writer.with_data(chunk, |d| u64::from_le_bytes(d[..8].try_into().unwrap()))?;
+                assert_eq!(before, round - 1, "a READWRITE sees the last release");
+                writer.with_data_mut(chunk, |d| d[..8].copy_from_slice(&round.to_le_bytes()))?;
+                writer.release(chunk)?;
+                let mut seen = [0u8; 64];
+                reader.get(chunk, &mut seen)?;
+                assert_eq!(u64::from_le_bytes(seen[..8].try_into().unwrap()), round);
+            }
+        }
+        assert_eq!(
+            (a.messages_sent(), b.messages_sent()),
+            sent,
+            "no message for a scope"
+        );
+        Ok(())
+    });
+    outcome.unwrap();
+}
+
+/// On one host, a writer of another thread waits for the open read scope,
+/// and a reader that comes meanwhile waits behind the writer; the reader
+/// then sees the writer's release.
+#[test]
+fn on_one_host_a_writer_waits_for_readers_and_keeps_new_ones_out() {
+    let outcome = Run::on_one_host(2).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        a.malloc_lst(ProtocolId::HomeMesi, &[42], &[8])?;
+        b.lookup(42, WAIT)?;
+        a.acquire(42, Access::Read)?;
+        let (granted_tx, granted_rx) = mpsc::channel();
+        std::thread::scope(|s| -> Outcome {
+            let writer = s.spawn(move || -> SatResult<()> {
+                b.acquire(42, Access::Write)?;
+                granted_tx.send(()).unwrap();
+                b.with_data_mut(42, |d| d.copy_from_slice(&7u64.to_le_bytes()))?;
+                b.release(42)
+            });
+            // The writer cannot be granted while the read scope is open.
+            assert!(granted_rx.recv_timeout(Duration::from_millis(50)).is_err());
+            a.release(42)?;
+            granted_rx
+                .recv_timeout(WAIT)
+                .expect("the writer is granted once the reader left");
+            writer.join().unwrap()?;
+            Ok(())
+        })?;
+        assert_eq!(word(a, 42), 7);
+        Ok(())
+    });
+    outcome.unwrap();
+}
+
+/// On one host, a subscriber hears of a release made in the slot, with the
+/// data when it asked for it; a release before any subscription tells the
+/// home nothing.
+#[test]
+fn on_one_host_subscribers_hear_of_releases_with_their_data() {
+    let outcome = Run::on_one_host(2).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        publish(b, 43, 1)?;
+        publish(b, 44, 1)?;
+        let sent = b.messages_sent();
+        publish(b, 43, 2)?;
+        assert_eq!(
+            b.messages_sent(),
+            sent,
+            "nobody subscribes: the home hears nothing"
+        );
+        a.malloc_lst(ProtocolId::HomeMesi, &[43], &[8])?;
+        a.malloc_lst(ProtocolId::HomeMesi, &[44], &[8])?;
+        let seen = Seen::default();
+        a.subscribe(43, true, recorder(&seen, "with data"))?;
+        a.subscribe(44, false, recorder(&seen, "without"))?;
+        publish(b, 43, 3)?;
+        publish(b, 44, 4)?;
+        b.wakeup(2)?;
+        take_in(a, 2)?;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![("with data", 43, 3, Some(3)), ("without", 44, 2, None)]
+        );
+        a.unsubscribe(43)?;
+        a.unsubscribe(44)?;
+        Ok(())
+    });
+    outcome.unwrap();
 }

@@ -28,6 +28,11 @@ pub enum SegmentError {
         capacity: usize,
         len: usize,
     },
+    #[error(
+        "host segment: process {pid}'s segment lives in its own memory and cannot be mapped \
+         from another process"
+    )]
+    NotShared { pid: u32 },
 }
 
 fn last_os_error(call: &'static str) -> SegmentError {

@@ -15,14 +15,19 @@
 //! - waiting spins briefly, then sleeps on the lock word (a futex shared
 //!   between processes) and wakes when the holder lets go: nothing polls.
 //!
-//! Which chunks have a slot, and how the server's protocols lend the lock to
-//! clients on other hosts, are decided by the layers above.
+//! `shared.rs` names slots on the wire and maps segments once per process.
+//! Which chunks have a slot is decided by the layers above: a server homes
+//! its chunks' versions in slots when every process of the run is on its
+//! host (`server/host.rs`), and its clients then open scopes on them
+//! directly (`client/host.rs`).
 
 mod memory;
+mod shared;
 mod slot;
 pub(crate) mod wait;
 
 pub use memory::{Segment, SegmentError};
+pub use shared::{publish, slot_footprint, Segments, SlotPlace, SlotRef};
 pub use slot::{Slot, SlotHeader, SLOT_ALIGN};
 
 #[cfg(test)]

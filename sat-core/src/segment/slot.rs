@@ -50,8 +50,15 @@ pub struct SlotHeader {
     size: AtomicU64,
     /// Processes asleep on `published`.
     watchers: AtomicU32,
+    /// Subscribers that want a release's bytes with its notification, as
+    /// the home counts them: a releaser sends its bytes to the home only
+    /// when there are some.
+    data_subscribers: AtomicU32,
+    /// Subscribers of any kind, as the home counts them: a release with
+    /// none tells the home nothing.
+    subscribers: AtomicU32,
     _reserved: u32,
-    _pad: [u64; 3],
+    _pad: [u64; 2],
 }
 
 const _: () = assert!(std::mem::size_of::<SlotHeader>() == SLOT_ALIGN);
@@ -97,11 +104,21 @@ impl<'s> Slot<'s> {
         self.header.owner.store(0, SeqCst);
         self.header.published.store(0, SeqCst);
         self.header.watchers.store(0, SeqCst);
+        self.header.data_subscribers.store(0, SeqCst);
+        self.header.subscribers.store(0, SeqCst);
         self.header.version.store(0, SeqCst);
         self.header.size.store(size as u64, SeqCst);
         // SAFETY: the slot is not in use (the caller's promise, as the one
         // that allocates slots); data holds `capacity` bytes.
         unsafe { std::ptr::write_bytes(self.data, 0, self.capacity) };
+    }
+
+    /// Prepares a slot in memory never used before (a fresh segment's
+    /// zeroes: unlocked, version 0, zero bytes) for a chunk of `size` bytes,
+    /// without touching its data pages.
+    pub fn init_fresh(&self, size: usize) {
+        assert!(size <= self.capacity, "a slot holds at most its capacity");
+        self.header.size.store(size as u64, SeqCst);
     }
 
     fn size(&self) -> usize {
@@ -183,6 +200,115 @@ impl<'s> Slot<'s> {
         if self.header.sleepers.load(SeqCst) > 0 {
             wait::wake_all(&self.header.lock);
         }
+    }
+
+    /// Takes a read lock that outlives any guard, for a scope that holds it
+    /// across calls, if no writer holds or waits for the slot. The holder
+    /// ends it with [`Slot::unlock_read`].
+    pub fn try_lock_read(&self) -> bool {
+        self.try_read().map(std::mem::forget).is_some()
+    }
+
+    /// Ends a read lock taken by [`Slot::try_lock_read`].
+    ///
+    /// # Safety
+    /// The caller holds such a read lock and gives it up here.
+    pub unsafe fn unlock_read(&self) {
+        drop(ReadGuard { slot: self });
+    }
+
+    /// Takes the write lock for `rank` if nobody holds the slot, for a scope
+    /// that holds it across calls (ended by [`Slot::unlock_write`]). When
+    /// readers hold it, says that a writer waits, so that no new reader
+    /// enters: the writer asks again until it gets it.
+    pub fn try_lock_write(&self, rank: u32) -> bool {
+        let now = self.header.lock.load(SeqCst);
+        if now & (WRITER | READERS) == 0
+            && self
+                .header
+                .lock
+                .compare_exchange(now, WRITER, SeqCst, SeqCst)
+                .is_ok()
+        {
+            self.header.owner.store(rank + 1, SeqCst);
+            return true;
+        }
+        if now & WRITER == 0 {
+            self.header.lock.fetch_or(WRITER_WAITING, SeqCst);
+        }
+        false
+    }
+
+    /// Ends a write lock taken by [`Slot::try_lock_write`], with or without
+    /// a publication before it.
+    ///
+    /// # Safety
+    /// The caller holds the write lock and gives it up here.
+    pub unsafe fn unlock_write(&self) {
+        drop(WriteGuard { slot: self });
+    }
+
+    /// The version's bytes, for a holder of a lock taken by
+    /// [`Slot::try_lock_read`] or [`Slot::try_lock_write`].
+    ///
+    /// # Safety
+    /// The caller holds a lock on the slot for as long as it uses the
+    /// bytes, and holds no mutable view of them.
+    pub unsafe fn held_bytes(&self) -> &[u8] {
+        // SAFETY: the caller's lock keeps writers out (or is the writer's).
+        unsafe { std::slice::from_raw_parts(self.data, self.size()) }
+    }
+
+    /// Copies `bytes` in as the slot's next version, for the holder of the
+    /// write lock taken by [`Slot::try_lock_write`], and wakes the
+    /// processes waiting for one; returns the new version. Refused when
+    /// `bytes` is not the version's size.
+    ///
+    /// # Safety
+    /// The caller holds the write lock.
+    pub unsafe fn publish_held(&self, bytes: &[u8]) -> Result<u64, usize> {
+        let size = self.size();
+        if bytes.len() != size {
+            return Err(size);
+        }
+        // SAFETY: the write lock makes the caller the only one to touch the
+        // bytes; they lie inside the mapping.
+        let data = unsafe { std::slice::from_raw_parts_mut(self.data, size) };
+        data.copy_from_slice(bytes);
+        Ok(WriteGuard { slot: self }.publish_keeping_lock())
+    }
+
+    /// The version and a copy of its bytes, read without the lock.
+    ///
+    /// # Safety
+    /// No release into the slot is under way (after the run, or between
+    /// the simulator's steps, where a release is never half done): a writer
+    /// inside its scope is fine, since a scope writes the slot only as it
+    /// releases.
+    pub unsafe fn snapshot(&self) -> (u64, Vec<u8>) {
+        let version = self.header.version.load(SeqCst);
+        // SAFETY: the caller's promise: nobody writes the bytes meanwhile.
+        let bytes = unsafe { std::slice::from_raw_parts(self.data, self.size()) }.to_vec();
+        (version, bytes)
+    }
+
+    /// The home's subscribers of the chunk, as it set them: (all, those
+    /// that want data).
+    pub fn subscribers(&self) -> (u32, u32) {
+        (
+            self.header.subscribers.load(SeqCst),
+            self.header.data_subscribers.load(SeqCst),
+        )
+    }
+
+    /// The home records how many subscribers there are, and how many of
+    /// them want data. Set before the home answers a SUBSCRIBE, and read by
+    /// a releaser after it has published: a release that reads no
+    /// subscriber was published before any SUBSCRIBE returned, so it was
+    /// promised to nobody.
+    pub fn set_subscribers(&self, all: u32, with_data: u32) {
+        self.header.subscribers.store(all, SeqCst);
+        self.header.data_subscribers.store(with_data, SeqCst);
     }
 
     /// Waits until the slot holds a version newer than `than`, at most
@@ -283,6 +409,18 @@ impl WriteGuard<'_, '_> {
     /// Makes the bytes written the slot's next version, and wakes the
     /// processes waiting for one.
     pub fn publish(&mut self) -> u64 {
+        self.publish_in_place()
+    }
+
+    /// [`WriteGuard::publish`], for a lock held beyond this guard: the
+    /// guard is consumed without letting the lock go.
+    fn publish_keeping_lock(self) -> u64 {
+        let version = self.publish_in_place();
+        std::mem::forget(self);
+        version
+    }
+
+    fn publish_in_place(&self) -> u64 {
         let h = self.slot.header;
         let version = h.version.fetch_add(1, SeqCst) + 1;
         h.published.fetch_add(1, SeqCst);

@@ -5,7 +5,9 @@
 use super::{ServerState, SEED};
 use crate::quiescence::{Report, WaveStart};
 use crate::sync::Coordinator;
-use crate::transport::{Payload, Rank, Sender};
+use std::sync::Arc;
+
+use crate::transport::{Payload, Rank, Received, Sender};
 use crate::wire::{Message, SyncOp};
 
 impl ServerState<'_> {
@@ -103,11 +105,15 @@ impl ServerState<'_> {
         match *msg {
             Message::Subscribe { with_data, .. } => {
                 entry.subscribers.insert(client, with_data);
+                // Before the answer: a release made after the SUBSCRIBE
+                // returns sees that data is wanted.
+                entry.subscribers_changed();
                 tracing::debug!("chunk {chunk}: client {client} subscribed (data: {with_data})");
                 self.send_to_client(out, client, &Message::Subscribed { chunk, client });
             }
             _ => {
                 entry.subscribers.remove(&client);
+                entry.subscribers_changed();
                 tracing::debug!("chunk {chunk}: client {client} unsubscribed");
             }
         }
@@ -124,23 +130,114 @@ impl ServerState<'_> {
         }
         let version = entry.side.version();
         let data = entry.side.data().clone();
+        self.notify(out, chunk, version, Some(data));
+    }
+
+    /// Tells every subscriber of `chunk` of `version`; those that want data
+    /// get `data`, or a notification without it when there is none (a
+    /// release into a host slot made before the subscription asked for data:
+    /// not promised to it, see `client/events.rs`).
+    fn notify(&mut self, out: &mut dyn Sender, chunk: u64, version: u64, data: Option<Arc<[u8]>>) {
+        let Some(entry) = self.homes.get(&chunk) else {
+            return;
+        };
         let subscribers: Vec<(Rank, bool)> =
             entry.subscribers.iter().map(|(&c, &d)| (c, d)).collect();
-        for (client, with_data) in subscribers {
+        for (client, wants_data) in subscribers {
             self.accounts.count_notified();
+            let with_data = wants_data && data.is_some();
             let msg = Message::Notify {
                 chunk,
                 client,
                 version,
                 with_data,
             };
-            let payload = if with_data {
-                Payload::Shared(&data)
-            } else {
-                Payload::None
+            let payload = match (&data, with_data) {
+                (Some(d), true) => Payload::Shared(d),
+                _ => Payload::None,
             };
             self.send_to_client_with(out, client, &msg, payload);
         }
+    }
+
+    /// A client released `version` of `chunk` into its host slot: the
+    /// release is applied (the slot holds it), so the subscribers are told.
+    /// The payload, when there is one, is the version's bytes for those
+    /// that want data.
+    pub(super) fn published(
+        &mut self,
+        out: &mut dyn Sender,
+        m: Received<'_>,
+        src_is_server: bool,
+        (chunk, client, version): (u64, Rank, u64),
+        releases: u32,
+    ) {
+        let msg = Message::Published {
+            chunk,
+            client,
+            version,
+            releases,
+        };
+        if !self.on_behalf_of(m.src, src_is_server, client) {
+            tracing::warn!("server {}: dropped a published from {}", self.rank, m.src);
+            return;
+        }
+        let home = self.home_of(chunk);
+        if home != self.rank {
+            if src_is_server {
+                tracing::warn!(
+                    "server {}: published of chunk {chunk} forwarded here, but its home is {home}",
+                    self.rank
+                );
+            } else {
+                self.send(out, home, &msg, Payload::Copy(m.payload));
+            }
+            return;
+        }
+        // Answered whatever becomes of it: the client's window moves on.
+        self.send_to_client(out, client, &Message::PublishedAck { client });
+        let Some(entry) = self.homes.get(&chunk) else {
+            tracing::warn!(
+                "server {}: published of chunk {chunk}, which nobody allocated: dropped",
+                self.rank
+            );
+            return;
+        };
+        let Some((slot, _)) = &entry.slot else {
+            tracing::warn!(
+                "server {}: published of chunk {chunk}, whose version is not in a host slot: \
+                 dropped",
+                self.rank
+            );
+            return;
+        };
+        let held = slot.slot().peek_version();
+        if version == 0 || version > held {
+            tracing::warn!(
+                "server {}: published of chunk {chunk} version {version}, but its slot holds \
+                 version {held}: dropped",
+                self.rank
+            );
+            return;
+        }
+        let size = entry.side.data().len();
+        let data = match m.payload.len() {
+            0 => None,
+            n if n == size => Some(Arc::from(m.payload)),
+            n => {
+                tracing::warn!(
+                    "server {}: published of chunk {chunk} carries {n} bytes, the chunk has \
+                     {size}: notified without data",
+                    self.rank
+                );
+                None
+            }
+        };
+        tracing::debug!("chunk {chunk}: client {client} published version {version} in its slot");
+        for _ in 0..releases {
+            self.accounts.count_applied();
+        }
+        self.notify(out, chunk, version, data);
     }
 
     /// Reports this server's state to the seed once no client of it runs

@@ -150,7 +150,7 @@ impl<'t> Stack<'t> {
         for ep in endpoints {
             let rank = ep.rank();
             if topology.is_server(rank) {
-                servers.push((Server::new(topology, rank, None, Clock::Real), ep));
+                servers.push((Server::new(topology, rank, None, Clock::Real, None), ep));
             } else {
                 clients.push(Client::new(topology.clone(), Box::new(ep)));
             }

@@ -78,6 +78,8 @@ pub struct Outcome {
     pub servers: u32,
     pub clients: u32,
     pub service: bool,
+    /// The homes kept their versions in host slots.
+    pub host_slots: bool,
     pub committed: u64,
     pub aborted: u64,
     pub read_checks: u64,

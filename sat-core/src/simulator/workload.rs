@@ -606,6 +606,12 @@ impl Thread {
             }
         }
         set_op(self, Some(format!("{end:?} {:?} {ids:?}", h.access)));
+        if end == End::Release {
+            let mut o = Shared::lock(&self.shared.oracle);
+            for t in &h.tokens {
+                o.releasing(t.1);
+            }
+        }
         let mut ended = vec![false; ids.len()];
         for (k, &id) in ids.iter().enumerate() {
             let r = match end {
@@ -706,6 +712,12 @@ impl Thread {
         let mut bytes = vec![0u8; size];
         content::write(&mut bytes, id, token, content::BLIND);
         set_op(self, Some(format!("PUT {id} token {token}")));
+        {
+            // Its version is known once published (0 until then).
+            let mut o = Shared::lock(&self.shared.oracle);
+            o.tokens.get_mut(&token).expect("made").version = 0;
+            o.releasing(token);
+        }
         match self.client.put(id, &bytes) {
             Ok(()) => {
                 let version = self.client.local_version(id).unwrap_or(0);
@@ -940,7 +952,7 @@ impl Thread {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     Release,
     Abort,

@@ -38,6 +38,9 @@ pub(crate) enum Status {
     /// Its release returned, but its client died before the home took it
     /// in: the home may publish it, or never.
     Lost,
+    /// Its release is under way: a release into a host slot is published
+    /// before the call returns, so the home may show it already.
+    Releasing,
 }
 
 /// A scope a simulated thread holds, and the version it sees: the home may
@@ -104,6 +107,12 @@ impl Oracle {
     /// already taken by another release.
     pub fn commit(&mut self, token: u64) -> Result<(), String> {
         let t = self.tokens.get_mut(&token).expect("a known token");
+        if t.status == Status::Committed
+            && self.committed.get(&(t.chunk, t.version)) == Some(&token)
+        {
+            // The home showed it while its release was under way.
+            return Ok(());
+        }
         t.status = Status::Committed;
         if let Some(other) = self.committed.insert((t.chunk, t.version), token) {
             return Err(format!(
@@ -132,6 +141,15 @@ impl Oracle {
             let t = self.tokens.get_mut(&id).expect("listed");
             t.status = Status::Lost;
             self.committed.remove(&(t.chunk, t.version));
+        }
+    }
+
+    /// The release of `token`'s scope begins.
+    pub fn releasing(&mut self, token: u64) {
+        if let Some(t) = self.tokens.get_mut(&token) {
+            if t.status == Status::Open {
+                t.status = Status::Releasing;
+            }
         }
     }
 
@@ -239,6 +257,9 @@ struct Shape {
     service: bool,
     capacities: Vec<u32>,
     max_delay: u32,
+    /// The homes keep versions in host slots (a run only: a service's
+    /// homes never do), as when every process of a run shares a host.
+    host_slots: bool,
 }
 
 impl Shape {
@@ -260,6 +281,7 @@ impl Shape {
                 })
                 .collect(),
             max_delay: rng.below(5) as u32,
+            host_slots: rng.chance(50),
         }
     }
 
@@ -326,12 +348,17 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     });
     shared.note(|| {
         format!(
-            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls",
+            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}",
             shape.servers,
             shape.clients,
             shape.capacities,
             if shape.service { "a service" } else { "a run" },
-            shape.max_delay
+            shape.max_delay,
+            if shape.host_slots && !shape.service {
+                ", versions in host slots"
+            } else {
+                ""
+            }
         )
     });
 
@@ -339,7 +366,10 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     let mut servers = Vec::new();
     for rank in 0..shape.servers {
         let side = shape.service.then(|| ServiceSide::new(None));
-        let mut server = Server::new(&topology, rank, side, clock.clone());
+        let host = shape
+            .host_slots
+            .then_some(crate::server::host::Backing::Private);
+        let mut server = Server::new(&topology, rank, side, clock.clone(), host);
         if shape.service {
             for &c in topology.clients_of(rank) {
                 server.attach(c);
@@ -518,9 +548,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                     Ok(_) => {}
                     Err(e) => shared.fail("no server error", format!("server {i}: {e}")),
                 }
-                let mut homes = Shared::lock(&shared.homes);
-                for (chunk, version, data) in server.homes() {
-                    homes.insert(chunk, (version, data.clone()));
+                if !shape.host_slots {
+                    let mut homes = Shared::lock(&shared.homes);
+                    for (chunk, version, data) in server.homes() {
+                        homes.insert(chunk, (version, data));
+                    }
                 }
             }
             Actor::Thread(t) => {
@@ -531,6 +563,16 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             Actor::Background(ci) => {
                 crate::observe::set_thread_rank(Some(client_rank(ci)));
                 clients[ci].background_step();
+            }
+        }
+        // A client on the host path publishes into its home's slot itself:
+        // any step may have moved a home.
+        if shape.host_slots {
+            let mut homes = Shared::lock(&shared.homes);
+            for (server, _, _) in &servers {
+                for (chunk, version, data) in server.homes() {
+                    homes.insert(chunk, (version, data));
+                }
             }
         }
         if let Err(f) = check_homes(&shared, &mut seen) {
@@ -573,6 +615,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         servers: shape.servers,
         clients: shape.clients,
         service: shape.service,
+        host_slots: shape.host_slots && !shape.service,
         committed: oracle.committed.len() as u64,
         aborted: oracle.aborted,
         read_checks: oracle.read_checks,
@@ -647,7 +690,7 @@ fn check_homes(
                 format!("chunk {chunk} version {version} is all zeros: no release wrote that"),
             );
         }
-        let Some(t) = oracle.tokens.get(&token).cloned() else {
+        let Some(mut t) = oracle.tokens.get(&token).cloned() else {
             return bad(
                 "no invented bytes",
                 format!(
@@ -657,9 +700,15 @@ fn check_homes(
         };
         match t.status {
             Status::Committed => {}
-            Status::Lost => {
-                // It arrived after all: it holds its version.
-                oracle.tokens.get_mut(&token).expect("known").status = Status::Committed;
+            Status::Lost | Status::Releasing => {
+                // It arrived after all: it holds its version (a PUT's
+                // version is known only once it is published).
+                let known = oracle.tokens.get_mut(&token).expect("known");
+                known.status = Status::Committed;
+                if known.version == 0 {
+                    known.version = *version;
+                }
+                t = known.clone();
                 if let Some(other) = oracle.committed.insert((chunk, t.version), token) {
                     return bad(
                         "each version has one release",

@@ -35,8 +35,18 @@ fn fill(store: &mut Store, chunk: ChunkId, bytes: &[u8]) {
 #[test]
 fn the_same_layout_returns_the_same_chain() {
     let mut s = Store::new(MemoryCapacity::Unlimited);
-    let a = s.add_chain(ChainLayout::malloc(10, 100, 40).unwrap(), &[MESI; 3], None);
-    let b = s.add_chain(ChainLayout::malloc(10, 100, 40).unwrap(), &[MESI; 3], None);
+    let a = s.add_chain(
+        ChainLayout::malloc(10, 100, 40).unwrap(),
+        &[MESI; 3],
+        Vec::new(),
+        None,
+    );
+    let b = s.add_chain(
+        ChainLayout::malloc(10, 100, 40).unwrap(),
+        &[MESI; 3],
+        Vec::new(),
+        None,
+    );
     assert_eq!(a, b);
     assert_eq!(s.footprint().0, 3);
 }
@@ -44,8 +54,13 @@ fn the_same_layout_returns_the_same_chain() {
 #[test]
 fn data_from_the_home_reaches_every_instance() {
     let mut s = Store::new(MemoryCapacity::Unlimited);
-    let chain = s.add_chain(ChainLayout::malloc(10, 8, 4).unwrap(), &[MESI; 2], None);
-    s.add_chain(single(11, 4), &[MESI], None);
+    let chain = s.add_chain(
+        ChainLayout::malloc(10, 8, 4).unwrap(),
+        &[MESI; 2],
+        Vec::new(),
+        None,
+    );
+    s.add_chain(single(11, 4), &[MESI], Vec::new(), None);
     fill(&mut s, 11, &[1, 2, 3, 4]);
     assert_eq!(s.chain_bytes(&chain).unwrap(), &[0, 0, 0, 0, 1, 2, 3, 4]);
     let solo = s.place_index(11, None).unwrap();
@@ -64,21 +79,26 @@ fn data_from_the_home_reaches_every_instance() {
 #[test]
 fn a_new_instance_starts_with_the_valid_bytes_of_another() {
     let mut s = Store::new(MemoryCapacity::Unlimited);
-    s.add_chain(single(11, 4), &[MESI], None);
+    s.add_chain(single(11, 4), &[MESI], Vec::new(), None);
     fill(&mut s, 11, &[5; 4]);
-    let chain = s.add_chain(ChainLayout::malloc(10, 8, 4).unwrap(), &[MESI; 2], None);
+    let chain = s.add_chain(
+        ChainLayout::malloc(10, 8, 4).unwrap(),
+        &[MESI; 2],
+        Vec::new(),
+        None,
+    );
     assert_eq!(s.chain_bytes(&chain).unwrap(), &[0, 0, 0, 0, 5, 5, 5, 5]);
 }
 
 #[test]
 fn the_least_recently_used_idle_region_is_evicted() {
     let mut s = Store::new(MemoryCapacity::Chunks(2));
-    s.add_chain(single(1, 4), &[MESI], None);
-    s.add_chain(single(2, 4), &[MESI], None);
+    s.add_chain(single(1, 4), &[MESI], Vec::new(), None);
+    s.add_chain(single(2, 4), &[MESI], Vec::new(), None);
     fill(&mut s, 1, &[1; 4]);
     fill(&mut s, 2, &[2; 4]);
     s.prepare(1, 0); // 1 is now more recent than 2
-    s.add_chain(single(3, 4), &[MESI], None);
+    s.add_chain(single(3, 4), &[MESI], Vec::new(), None);
     assert_eq!(s.footprint(), (2, 8, 1));
     assert!(s.bytes(2, 0).is_none(), "2 was the least recently used");
     assert_eq!(
@@ -98,13 +118,13 @@ fn the_least_recently_used_idle_region_is_evicted() {
 #[test]
 fn a_region_in_scope_is_never_evicted() {
     let mut s = Store::new(MemoryCapacity::Chunks(1));
-    s.add_chain(single(1, 4), &[MESI], None);
+    s.add_chain(single(1, 4), &[MESI], Vec::new(), None);
     fill(&mut s, 1, &[1; 4]);
     assert_eq!(
         s.get_mut(1).unwrap().side.acquire(Access::Read).unwrap(),
         Acquire::Hit
     );
-    s.add_chain(single(2, 4), &[MESI], None);
+    s.add_chain(single(2, 4), &[MESI], Vec::new(), None);
     assert_eq!(s.bytes(1, 0).unwrap(), &[1; 4], "in scope: kept");
     assert_eq!(s.footprint().0, 2, "over capacity rather than blocked");
 }
@@ -117,6 +137,7 @@ fn mapped_memory_is_used_in_place_and_never_evicted() {
     let chain = s.add_chain(
         ChainLayout::malloc(1, 8, 4).unwrap(),
         &[MESI; 2],
+        Vec::new(),
         Some(mine),
     );
     assert_eq!(s.chain_bytes(&chain).unwrap().as_ptr() as usize, addr);
@@ -125,8 +146,8 @@ fn mapped_memory_is_used_in_place_and_never_evicted() {
         &[7; 8],
         "the caller's bytes stay"
     );
-    s.add_chain(single(5, 4), &[MESI], None);
-    s.add_chain(single(6, 4), &[MESI], None);
+    s.add_chain(single(5, 4), &[MESI], Vec::new(), None);
+    s.add_chain(single(6, 4), &[MESI], Vec::new(), None);
     assert_eq!(s.chain_bytes(&chain).unwrap().as_ptr() as usize, addr);
     assert_eq!(s.footprint().0, 1, "MAP'd memory is not counted");
 }
@@ -139,9 +160,10 @@ fn unmap_gives_the_memory_back_and_forgets_the_places() {
     let mapped = s.add_chain(
         ChainLayout::malloc(1, 8, 4).unwrap(),
         &[MESI; 2],
+        Vec::new(),
         Some(mine),
     );
-    let own = s.add_chain(single(2, 4), &[MESI], None);
+    let own = s.add_chain(single(2, 4), &[MESI], Vec::new(), None);
     assert!(
         s.unmap(&own).is_err(),
         "SAT's own memory is not the caller's"
