@@ -27,7 +27,7 @@
 //! are never dropped nor counted. A region that cannot be dropped (every
 //! candidate is in use) lets the store exceed its capacity rather than block.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::thread::ThreadId;
@@ -190,9 +190,9 @@ pub(crate) struct Store {
 impl Store {
     pub fn new(capacity: MemoryCapacity) -> Store {
         Store {
-            chunks: HashMap::new(),
-            regions: HashMap::new(),
-            by_layout: HashMap::new(),
+            chunks: HashMap::default(),
+            regions: HashMap::default(),
+            by_layout: HashMap::default(),
             next_region: 0,
             capacity,
             clock: 0,

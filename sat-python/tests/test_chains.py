@@ -75,7 +75,9 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
 
 def test_the_core_runs_the_protocol_chosen(satrun, provider):
     """The core's debug stream names each chunk's protocol: a home-only chunk asks its home for
-    every READ, a MESI chunk only for the first one (later ones hit its valid copy)."""
+    every READ, a MESI chunk only for the first one (later ones hit its valid copy). This is the
+    message path: on one host the homes would keep their versions in host segments, where every
+    scope takes the slot's lock instead."""
     out = satrun(
         """
         import sat
@@ -98,7 +100,7 @@ def test_the_core_runs_the_protocol_chosen(satrun, provider):
         sat.run({1: writer, 2: reader})
         """,
         provider=provider,
-        env={"SAT_LOG": "sat_core::client=debug"},
+        env={"SAT_LOG": "sat_core::client=debug", "SAT_HOST_SEGMENTS": "off"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     reads = [l for l in out.lines(2) if " READ chunk 7" in l and ": miss" in l]

@@ -26,7 +26,7 @@
 //! That is the same promise the C and Python faces make for the pointers and
 //! arrays they hand out for a scope's lifetime.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::thread::ThreadId;
 
 use crate::chunk::ChunkId;
