@@ -884,7 +884,7 @@ impl Client {
 
     /// Aborts whatever this thread still holds open of `chain`.
     fn abort_open(&self, chain: &Chain) {
-        let me = std::thread::current().id();
+        let me = this_thread();
         for id in chain.ids() {
             let mine = self
                 .lock()
@@ -940,7 +940,7 @@ impl Client {
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
-        let me = std::thread::current().id();
+        let me = this_thread();
         let granted = loop {
             let mut guard = self.lock();
             let st = &mut *guard;
@@ -987,7 +987,8 @@ impl Client {
                 st.store.make_valid(chunk, place);
             }
             let c = st.store.get_mut(chunk).expect("placed");
-            let before = c.side.snapshot();
+            // Put back if the request cannot be sent (a host slot needs no message).
+            let before = c.host.is_none().then(|| c.side.snapshot());
             let ask = beside && access == Access::Read && c.side.join() == Join::Ask;
             let step = if ask {
                 c.side.acquire_beside()
@@ -1029,7 +1030,9 @@ impl Client {
                     .send(self.server, &st.header[..n], Payload::None)
                 {
                     // The home never heard of this acquire: nothing changed.
-                    st.store.get_mut(chunk).expect("placed").side = before;
+                    if let Some(before) = before {
+                        st.store.get_mut(chunk).expect("placed").side = before;
+                    }
                     return Err(e.into());
                 }
             }
@@ -1086,7 +1089,7 @@ impl Client {
     /// thread's closure is waited for; this thread's own is misuse (the
     /// closure is still using the bytes the scope would publish or drop).
     fn end_scope(&self, chunk: ChunkId, ending: Ending) -> SatResult<()> {
-        let me = std::thread::current().id();
+        let me = this_thread();
         let to = (self.rank, self.server);
         {
             let mut st = self.lock();
@@ -1321,7 +1324,7 @@ impl Client {
         exclusive: bool,
         mut locate: impl FnMut(&mut ClientState) -> SatResult<NonNull<[u8]>>,
     ) -> SatResult<Lent<'_>> {
-        let me = std::thread::current().id();
+        let me = this_thread();
         loop {
             {
                 let mut st = self.lock();
@@ -1631,12 +1634,21 @@ struct Lent<'c> {
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        let me = std::thread::current().id();
+        let me = this_thread();
         self.client
             .lock()
             .loans
             .give_back(&self.chunks, self.exclusive, me);
     }
+}
+
+/// The calling thread's id, kept per thread: `std::thread::current()` clones
+/// a handle at every call, and a scope on a host slot asks several times.
+fn this_thread() -> std::thread::ThreadId {
+    thread_local! {
+        static ID: std::thread::ThreadId = std::thread::current().id();
+    }
+    ID.with(|id| *id)
 }
 
 /// Whether a thread that holds no scope on a chunk other threads use must
@@ -1712,7 +1724,8 @@ impl ClientState {
     fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
         let was_writing = c.side.writing();
-        let before = c.side.snapshot();
+        // Put back if the message cannot be sent (a host slot needs none).
+        let before = c.host.is_none().then(|| c.side.snapshot());
         let sent = match ending {
             Ending::Release => c.side.release(),
             Ending::Abort => c.side.abort(),
@@ -1750,7 +1763,9 @@ impl ClientState {
                 data,
             );
             if let Err(e) = delivered {
-                self.store.get_mut(chunk).expect("known").side = before;
+                if let Some(before) = before {
+                    self.store.get_mut(chunk).expect("known").side = before;
+                }
                 return Err(e);
             }
             if publishes {
@@ -1818,7 +1833,7 @@ impl ClientState {
     /// holder, and the statistics stream records the scope with its last.
     fn scope_ended(&mut self, chunk: ChunkId) {
         let c = self.store.get_mut(chunk).expect("known");
-        let me = std::thread::current().id();
+        let me = this_thread();
         if let Some(i) = c.holders.iter().position(|&t| t == me) {
             c.holders.swap_remove(i);
         } else if !c.holders.is_empty() {
