@@ -233,6 +233,9 @@ pub struct Client {
     /// from a service): every later wait fails at once instead of waiting
     /// for servers that no longer answer it.
     finished: AtomicBool,
+    /// The coordinators keep barriers in host segments (every process of
+    /// the run on one host): see [`sync`].
+    host_sync: AtomicBool,
 }
 
 struct ClientState {
@@ -278,6 +281,7 @@ impl Client {
             handlers: Mutex::new(events::Handlers::default()),
             role_thread: std::sync::OnceLock::new(),
             finished: AtomicBool::new(false),
+            host_sync: AtomicBool::new(false),
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),
@@ -290,6 +294,12 @@ impl Client {
                 host: host::HostPath::default(),
             }),
         }
+    }
+
+    /// The run's coordinators keep barriers in host segments: barriers are
+    /// then kept there (set by the bootstrap, before the role starts).
+    pub(crate) fn use_host_sync(&self) {
+        self.host_sync.store(true, Ordering::Relaxed);
     }
 
     /// This process's rank in the run.

@@ -62,6 +62,8 @@ struct ServerState<'t> {
     /// Where this server keeps its chunks' versions when its clients share
     /// its host (None: in its own memory, moved by messages).
     host: Option<host::HostVersions>,
+    /// The host slots of the barriers this server coordinates.
+    barrier_slots: std::collections::HashMap<u32, (SlotRef, SlotPlace)>,
     /// Messages the transport refused, by destination: handled after the
     /// poll as that peer's loss ([`ServerState::survive`]).
     send_failures: Vec<(Rank, TransportError)>,
@@ -364,6 +366,7 @@ impl<'t> ServerState<'t> {
             // A client of a service may attach from anywhere: its homes
             // keep their versions where messages reach them.
             host: host.filter(|_| !in_service).map(host::HostVersions::new),
+            barrier_slots: Default::default(),
             service,
             send_failures: Vec::new(),
         }

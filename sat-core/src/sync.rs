@@ -163,6 +163,7 @@ impl Coordinator {
             SyncOp::Sleep { id, .. }
             | SyncOp::Wakeup { id }
             | SyncOp::Barrier { id, .. }
+            | SyncOp::BarrierPlace { id }
             | SyncOp::SignalSubscribe { id }
             | SyncOp::SignalUnsubscribe { id }
             | SyncOp::Raise { id } => Some(id),

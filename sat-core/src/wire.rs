@@ -194,6 +194,17 @@ pub enum SyncOp {
         count: u32,
         ticket: u64,
     },
+    /// Where barrier `id` lives when its coordinator keeps barriers in a
+    /// host segment (every process of the run on its host).
+    BarrierPlace {
+        id: u32,
+    },
+    /// The answer: the barrier's slot, or None (barrier `id` works by
+    /// messages).
+    BarrierAt {
+        id: u32,
+        place: Option<SlotPlace>,
+    },
     SignalSubscribe {
         id: u32,
     },

@@ -391,8 +391,10 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     }
     println!(
         "barrier: N clients of one server, which coordinates the barrier; median interval between \
-         two returns from\n  barrier(id, N) on the first client. msgs: one arrival and one \
-         release per client (sync.rs), no forwarding hop."
+         two returns from\n  barrier(id, N) on the first client. msgs: by messages, one arrival \
+         and one release per client (sync.rs), no forwarding hop;\n  on one host (host segments, \
+         the default unless SAT_HOST_SEGMENTS=off) the barrier is a word in a host slot and \
+         sends none."
     );
     println!(
         "publish -> handler: two clients, each subscribed to the chunk the other writes, each \

@@ -228,14 +228,17 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
     let role = joined.topology.role(joined.env.rank);
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
+    let host = crate::server::host::backing_for_run(joined.one_host);
     if role == 0 {
-        let host = crate::server::host::backing_for_run(joined.one_host);
         return server::run_on_host(&joined.topology, transport.as_mut(), policy, host);
     }
     let f = roles
         .take(role)
         .expect("join() checked the role has a function");
     let client = Client::new(joined.topology, transport);
+    if host.is_some() {
+        client.use_host_sync();
+    }
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (outcome, finished) = std::thread::scope(|s| {
         s.spawn(|| client.background_progress(&stop));

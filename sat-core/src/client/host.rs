@@ -32,6 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::protocol::{ToClient, ToHome};
+use crate::segment::barrier::HostBarrier;
 use crate::segment::{Segments, SlotPlace, SlotRef};
 use crate::store::Store;
 use crate::transport::{Payload, Rank, Transport, MAX_HEADER};
@@ -53,6 +54,20 @@ pub(super) struct HostPath {
 }
 
 impl HostPath {
+    /// The barrier in the slot at `place`.
+    pub fn open_barrier(&mut self, id: u32, place: &SlotPlace) -> SatResult<HostBarrier> {
+        self.segments
+            .open(place)
+            .map(HostBarrier::new)
+            .map_err(|e| {
+                SatError::Usage(format!(
+                    "barrier {id}: its coordinator keeps it in a segment of process {} that \
+                     this process cannot map ({e}); set SAT_HOST_SEGMENTS=off for the whole run",
+                    place.pid
+                ))
+            })
+    }
+
     /// A home said `chunk`'s version is in the slot at `place`.
     pub fn named(&mut self, chunk: ChunkId, place: SlotPlace) {
         self.named.insert(chunk, place);

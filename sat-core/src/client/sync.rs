@@ -7,6 +7,8 @@ use std::thread::ThreadId;
 use super::events::Queue;
 use super::Client;
 use crate::error::{SatError, SatResult};
+use crate::segment::barrier::{Arrival, HostBarrier, MAX_COUNT};
+use crate::segment::SlotPlace;
 use crate::transport::Payload;
 use crate::wire::{self, Message, SyncOp};
 
@@ -26,6 +28,15 @@ pub(crate) struct Answers {
     /// failed while they waited), by ticket: the barrier and the calling
     /// thread. Their answers are discarded when they come.
     abandoned: HashMap<u64, (u32, ThreadId)>,
+    /// Where each barrier lives, as its coordinator answered: a host slot,
+    /// or None for messages.
+    places: HashMap<u32, Option<SlotPlace>>,
+    /// The host barriers mapped here.
+    host_barriers: HashMap<u32, Option<HostBarrier>>,
+    /// Host barrier rounds a call gave up waiting for (a handler failed):
+    /// the barrier, the thread and the round's generation. The thread's
+    /// next arrival at that barrier waits for the round to end.
+    host_abandoned: Vec<(u32, ThreadId, u32)>,
 }
 
 impl Answers {
@@ -38,6 +49,9 @@ impl Answers {
             SyncOp::BarrierDone { id, ticket } => self.barrier_answer(id, ticket, Ok(())),
             SyncOp::BarrierRefused { id, count, ticket } => {
                 self.barrier_answer(id, ticket, Err(count))
+            }
+            SyncOp::BarrierAt { id, place } => {
+                self.places.insert(id, place);
             }
             SyncOp::SignalSubscribed { id } => events.signal_subscribed(id),
             SyncOp::Signal { id } => events.signalled(id),
@@ -130,6 +144,11 @@ impl Client {
                 "barrier {id} with a count of 0: give the number of processes to wait for"
             )));
         }
+        if self.host_sync.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(b) = self.host_barrier(id)? {
+                return self.barrier_on_host(&b, id, count);
+            }
+        }
         let me = std::thread::current().id();
         // This thread's arrival in a round it gave up on is still counted
         // there: arriving again before that round ends would count this
@@ -165,6 +184,63 @@ impl Client {
                  {in_force} processes; every process must give the same count"
             ))),
             None => Err(SatError::Timeout(format!("barrier {id}: no answer"))),
+        }
+    }
+
+    /// Barrier `id` in its host slot, asking its coordinator where that is
+    /// the first time; None when the barrier works by messages.
+    fn host_barrier(&self, id: u32) -> SatResult<Option<HostBarrier>> {
+        if let Some(b) = self.lock().mail.sync.host_barriers.get(&id) {
+            return Ok(b.clone());
+        }
+        self.sync_send(SyncOp::BarrierPlace { id })?;
+        let place = self
+            .wait(None, |st| st.mail.sync.places.get(&id).copied())?
+            .flatten();
+        let mut st = self.lock();
+        let st = &mut *st;
+        let barrier = match place {
+            Some(place) => Some(st.host.open_barrier(id, &place)?),
+            None => None,
+        };
+        st.mail.sync.host_barriers.insert(id, barrier.clone());
+        Ok(barrier)
+    }
+
+    /// [`Client::barrier`] on a host barrier: an atomic arrival in the slot,
+    /// then a wait for the round to end, no message either way. Handlers of
+    /// events run meanwhile, as in a barrier by messages.
+    fn barrier_on_host(&self, b: &HostBarrier, id: u32, count: u32) -> SatResult<()> {
+        if count > MAX_COUNT {
+            return Err(SatError::Usage(format!(
+                "barrier {id} with a count of {count}: at most {MAX_COUNT} processes"
+            )));
+        }
+        let me = std::thread::current().id();
+        // A round this thread gave up on still counts it: arriving again
+        // before that round ends would count it twice.
+        self.wait_running_handlers(None, |st| {
+            let abandoned = &mut st.mail.sync.host_abandoned;
+            abandoned.retain(|&(bid, t, g)| !(bid == id && t == me && b.passed(g)));
+            (!abandoned.iter().any(|&(bid, t, _)| bid == id && t == me)).then_some(())
+        })?;
+        let generation = match b.arrive(count) {
+            Arrival::Refused { in_force } => {
+                return Err(SatError::Usage(format!(
+                    "barrier {id} with a count of {count}: the round in progress waits for \
+                     {in_force} processes; every process must give the same count"
+                )))
+            }
+            Arrival::Counted { last: true, .. } => return Ok(()),
+            Arrival::Counted { generation, .. } => generation,
+        };
+        match self.wait_running_handlers(None, |_| b.passed(generation).then_some(())) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let mut st = self.lock();
+                st.mail.sync.host_abandoned.push((id, me, generation));
+                Err(e)
+            }
         }
     }
 

@@ -60,6 +60,11 @@ impl Run {
             clients,
             host,
         } = self;
+        if host.is_some() {
+            for c in &clients {
+                c.use_host_sync();
+            }
+        }
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             let topology = &topology;
@@ -1024,6 +1029,44 @@ fn on_one_host_subscribers_hear_of_releases_with_their_data() {
         );
         a.unsubscribe(43)?;
         a.unsubscribe(44)?;
+        Ok(())
+    });
+    outcome.unwrap();
+}
+
+/// On one host, a barrier is a word in a host slot: no round opens before
+/// every process arrived, and no message is sent (but the one that asks the
+/// coordinator where a barrier lives, the first time). An arrival with
+/// another count is refused: `segment/barrier.rs`'s tests.
+#[test]
+fn on_one_host_a_barrier_holds_every_round_and_sends_no_message() {
+    let outcome = Run::on_one_host(2).serve(|clients| -> Outcome {
+        let arrived = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for c in clients {
+                s.spawn(move || {
+                    c.barrier(6, 2).unwrap();
+                    c.barrier(7, 2).unwrap();
+                });
+            }
+        });
+        let sent: Vec<u64> = clients.iter().map(|c| c.messages_sent()).collect();
+        std::thread::scope(|s| {
+            for c in clients {
+                let arrived = &arrived;
+                s.spawn(move || {
+                    for round in 1..=200u64 {
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        c.barrier(6, 2).unwrap();
+                        // Both arrivals of this round happened before either left.
+                        assert!(arrived.load(Ordering::SeqCst) >= 2 * round);
+                        c.barrier(7, 2).unwrap();
+                    }
+                });
+            }
+        });
+        let now: Vec<u64> = clients.iter().map(|c| c.messages_sent()).collect();
+        assert_eq!(now, sent, "a barrier on one host sends no message");
         Ok(())
     });
     outcome.unwrap();

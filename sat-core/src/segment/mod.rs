@@ -21,6 +21,7 @@
 //! host (`server/host.rs`), and its clients then open scopes on them
 //! directly (`client/host.rs`).
 
+pub mod barrier;
 mod memory;
 mod shared;
 mod slot;

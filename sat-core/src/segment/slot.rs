@@ -292,6 +292,27 @@ impl<'s> Slot<'s> {
         (version, bytes)
     }
 
+    /// The slot's first 8 bytes as one word that processes change with
+    /// atomic operations (a slot used as a synchronization object, not a
+    /// version: `barrier.rs`).
+    pub fn word(&self) -> &std::sync::atomic::AtomicU64 {
+        assert!(self.capacity >= 8, "a word needs 8 bytes");
+        // SAFETY: the data starts 64 bytes after an aligned header, so it is
+        // aligned for a u64, and the capacity checked above covers it; it is
+        // only ever accessed atomically.
+        unsafe { &*(self.data as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Bumps the publication counter and wakes its watchers (after a
+    /// change to [`Slot::word`] that ends a wait).
+    pub fn announce(&self) {
+        let h = self.header;
+        h.published.fetch_add(1, SeqCst);
+        if h.watchers.load(SeqCst) > 0 {
+            wait::wake_all(&h.published);
+        }
+    }
+
     /// The home's subscribers of the chunk, as it set them: (all, those
     /// that want data).
     pub fn subscribers(&self) -> (u32, u32) {

@@ -17,6 +17,29 @@ impl ServerState<'_> {
         self.servers[id as usize % self.servers.len()]
     }
 
+    /// The host slot of barrier `id`, made on first demand, when this
+    /// server keeps versions in host segments (its clients then keep the
+    /// barrier there, `segment/barrier.rs`).
+    fn barrier_place(&mut self, id: u32) -> Option<crate::segment::SlotPlace> {
+        if let Some((_, place)) = self.barrier_slots.get(&id) {
+            return Some(*place);
+        }
+        match self.host.as_mut()?.allocate(8) {
+            Ok(made) => {
+                let place = made.1;
+                self.barrier_slots.insert(id, made);
+                Some(place)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "server {}: barrier {id} works by messages: no host slot for it: {e}",
+                    self.rank
+                );
+                None
+            }
+        }
+    }
+
     /// A synchronization request goes to its coordinator; an answer goes
     /// back to its client.
     pub(super) fn sync(
@@ -58,6 +81,12 @@ impl ServerState<'_> {
             return;
         }
         tracing::debug!("[sync] {op:?} from {client}");
+        if let SyncOp::BarrierPlace { id } = op {
+            let place = self.barrier_place(id);
+            let answer = SyncOp::BarrierAt { id, place };
+            self.send_to_client(out, client, &Message::Sync { client, op: answer });
+            return;
+        }
         if matches!(op, SyncOp::Raise { .. }) {
             self.accounts.count_applied();
         }

@@ -394,6 +394,9 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             Box::new(transport),
             clock.clone(),
         ));
+        if shape.host_slots && !shape.service {
+            client.use_host_sync();
+        }
         let ClientPlan { threads: programs } = plan;
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let nthreads = programs.len();
