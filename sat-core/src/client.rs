@@ -1064,7 +1064,10 @@ impl Client {
             }
             break granted;
         };
-        self.wait(None, |st| {
+        // A request for a host slot's lock sleeps on the slot, which its
+        // holder announces when it lets go.
+        let slot = self.lock().store.get(chunk).and_then(|c| c.host.clone());
+        self.wait_inner(None, false, slot.as_ref(), |st| {
             let c = st.store.get(chunk)?;
             if c.grants < granted {
                 return None;
@@ -1553,7 +1556,7 @@ impl Client {
         deadline: Option<Instant>,
         ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
-        self.wait_inner(deadline, false, ready)
+        self.wait_inner(deadline, false, None, ready)
     }
 
     /// As [`Client::wait`], for calls that wait on other processes
@@ -1564,13 +1567,19 @@ impl Client {
         deadline: Option<Instant>,
         ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
-        self.wait_inner(deadline, true, ready)
+        self.wait_inner(deadline, true, None, ready)
     }
 
+    /// The wait under [`Client::wait`] and [`Client::wait_running_handlers`].
+    /// With `sleep_on`, what ends the wait is an announcement in that host
+    /// slot (a lock let go, a barrier's round complete), not a message: the
+    /// idle rounds sleep on the slot, a millisecond at most each, so that
+    /// messages are still taken in.
     fn wait_inner<T>(
         &self,
         deadline: Option<Instant>,
         handlers: bool,
+        sleep_on: Option<&crate::segment::SlotRef>,
         mut ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
         let _sat = stats::doing(Activity::Sdsm);
@@ -1594,6 +1603,8 @@ impl Client {
         }
         let mut idle = Idle::with_clock(policy, self.clock.clone());
         loop {
+            // Read before looking: an announcement after this ends the sleep.
+            let seen = sleep_on.map(|s| s.slot().announced());
             let (events_pending, traffic) = {
                 let mut st = self.lock();
                 let got = st.progress(self.rank, self.server)?;
@@ -1615,10 +1626,12 @@ impl Client {
                 return Ok(None);
             }
             // Never with the lock held: another thread may run meanwhile.
-            if traffic {
-                idle.traffic();
-            } else {
-                idle.idle();
+            match (traffic, sleep_on.zip(seen)) {
+                (true, _) => idle.traffic(),
+                (false, Some((slot, seen))) => {
+                    idle.idle_on(|timeout| slot.slot().wait_announcement(seen, timeout))
+                }
+                (false, None) => idle.idle(),
             }
         }
     }
@@ -1809,6 +1822,10 @@ impl ClientState {
             _ => None,
         };
         let published = host::end_scope(slot, chunk, op, data)?;
+        if slot.slot().lock_waiters() > 0 {
+            // Those waiting for the lock sleep on the slot: wake them.
+            slot.slot().announce();
+        }
         if matches!(op, ToHome::Abort) {
             self.store.forget_version(chunk);
         }

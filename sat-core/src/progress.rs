@@ -136,7 +136,18 @@ pub struct Idle {
     sleep: Duration,
     /// Time spent asleep, for the statistics stream's time decomposition.
     pub slept: Duration,
+    /// This process's doorbell as last looked at (see [`Idle::idle`]).
+    bell_seen: u32,
+    /// How long the next sleep on the doorbell may last at most.
+    bell_timeout: Duration,
 }
+
+/// A sleep on the doorbell ends when it rings; its timeout is a safety net
+/// for a message that lands later than its ring (a provider that moves data
+/// after the post), so it starts short and grows while nothing comes, and an
+/// idle process wakes about 20 times a second.
+const BELL_TIMEOUT_MIN: Duration = Duration::from_millis(1);
+const BELL_TIMEOUT_MAX: Duration = Duration::from_millis(50);
 
 impl Idle {
     pub fn new(policy: IdlePolicy) -> Idle {
@@ -154,6 +165,8 @@ impl Idle {
             clock,
             sleep: policy.sleep_min,
             slept: Duration::ZERO,
+            bell_seen: crate::transport::doorbell::own().map_or(0, |b| b.rung()),
+            bell_timeout: BELL_TIMEOUT_MIN,
         }
     }
 
@@ -166,6 +179,7 @@ impl Idle {
         }
         self.last_traffic = self.clock.now();
         self.sleep = self.policy.sleep_min;
+        self.bell_timeout = BELL_TIMEOUT_MIN;
     }
 
     /// Nothing arrived: spin, yield or sleep, as the policy says.
@@ -186,10 +200,40 @@ impl Idle {
             std::thread::yield_now();
             return;
         }
+        if let Some(bell) = crate::transport::doorbell::own() {
+            // Rung since the last look (which came before the caller's
+            // last poll): poll again rather than sleep past the message.
+            let now = bell.rung();
+            if now != self.bell_seen {
+                self.bell_seen = now;
+                return;
+            }
+            let _asleep = stats::doing(Activity::Sleep);
+            let started = Instant::now();
+            bell.wait(now, self.bell_timeout);
+            self.slept += started.elapsed();
+            self.bell_timeout = (self.bell_timeout * 2).min(BELL_TIMEOUT_MAX);
+            return;
+        }
         let _asleep = stats::doing(Activity::Sleep);
         crate::os::nanosleep(self.sleep);
         self.slept += self.sleep;
         self.sleep = (self.sleep * 2).min(self.policy.sleep_max);
+    }
+
+    /// As [`Idle::idle`], but a round past the spin sleeps through `sleep`
+    /// (given at most a millisecond), on what the caller waits for.
+    pub fn idle_on(&mut self, sleep: impl FnOnce(Duration)) {
+        if self.clock.is_simulated()
+            || self.policy.busy
+            || self.last_traffic.elapsed() < self.policy.spin
+        {
+            return self.idle();
+        }
+        let _asleep = stats::doing(Activity::Sleep);
+        let started = Instant::now();
+        sleep(BELL_TIMEOUT_MIN);
+        self.slept += started.elapsed();
     }
 
     /// The sleep the next idle round would take (for tests and statistics).

@@ -137,7 +137,7 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
         .first()
         .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
         .unwrap_or_default();
-    join_with(&prog, |size| load_topology(args, size), roles_known).map(|(joined, _)| joined)
+    join_with(&prog, |size| load_topology(args, size), roles_known, true).map(|(joined, _)| joined)
 }
 
 /// The bootstrap of a service's servers: the processes that start are the
@@ -147,13 +147,14 @@ pub fn join(args: &[String], roles_known: impl Fn(u32) -> bool) -> SatResult<Joi
 pub(crate) fn join_service(
     topology: impl FnOnce(u32) -> SatResult<Topology>,
 ) -> SatResult<(Joined, Vec<Vec<u8>>)> {
-    join_with("sat-service", topology, |_| false)
+    join_with("sat-service", topology, |_| false, false)
 }
 
 fn join_with(
     prog: &str,
     topology: impl FnOnce(u32) -> SatResult<Topology>,
     roles_known: impl Fn(u32) -> bool,
+    bells_wanted: bool,
 ) -> SatResult<(Joined, Vec<Vec<u8>>)> {
     observe::init();
     let env = RunEnv::discover()?;
@@ -192,18 +193,35 @@ fn join_with(
             return Err(e.into());
         }
     };
-    let started = link.exchange_addresses(endpoint.address())?;
+    // Doorbells wake the processes of a run on one host; a service's
+    // clients attach later, without one, so its servers keep polling.
+    let own_bell = if setup.one_host && bells_wanted {
+        match crate::transport::doorbell::Doorbell::create() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::debug!("no doorbell for this process ({e}): its waits poll and sleep");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let (started, bells) =
+        link.exchange_addresses(endpoint.address(), own_bell.as_ref().map(|b| b.1))?;
     // In a service the ranks past the processes that started are client
     // slots: no endpoint until a client attaches.
     let mut table = started.clone();
     table.resize(topology.len() as usize, Vec::new());
-    let transport = match endpoint.connect(env.rank, &table) {
+    let mut transport = match endpoint.connect(env.rank, &table) {
         Ok(t) => t,
         Err(e) => {
             link.fail(&e.to_string());
             return Err(e.into());
         }
     };
+    if let Some((own, _)) = own_bell {
+        ring_peers(&mut transport, env.rank, own, &bells);
+    }
     link.barrier()?;
     tracing::debug!("Starting code (role {role}) over {}", setup.provider);
     Ok((
@@ -216,6 +234,42 @@ fn join_with(
         },
         started,
     ))
+}
+
+/// Rings the doorbells of the other processes after sending to them, and
+/// sleeps on `own` when every one of them rings it (`transport/doorbell.rs`);
+/// a doorbell that cannot be opened leaves its process to its sleeps.
+fn ring_peers(
+    transport: &mut FabricTransport,
+    me: crate::Rank,
+    own: crate::transport::doorbell::Doorbell,
+    bells: &[Option<crate::transport::doorbell::BellPlace>],
+) {
+    use crate::transport::doorbell::{self, Doorbell};
+    let mut segments = crate::segment::Segments::default();
+    let mut all = true;
+    let opened = bells
+        .iter()
+        .enumerate()
+        .map(|(rank, place)| {
+            if rank as crate::Rank == me {
+                return None;
+            }
+            let bell = place.and_then(|p| match Doorbell::open(&mut segments, p) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    tracing::debug!("rank {rank}'s doorbell cannot be opened: {e}");
+                    None
+                }
+            });
+            all &= bell.is_some();
+            bell
+        })
+        .collect();
+    transport.set_doorbells(opened);
+    if all {
+        doorbell::install_own(own);
+    }
 }
 
 /// Bootstraps this process into the run, plays its role, and returns once

@@ -22,6 +22,7 @@ use bincode::{Decode, Encode};
 use super::env::RunEnv;
 use crate::error::{SatError, SatResult};
 use crate::topology::Topology;
+use crate::transport::doorbell::BellPlace;
 use crate::transport::{Provider, Rank};
 use crate::wire::WIRE_VERSION;
 
@@ -38,7 +39,9 @@ enum ToSeed {
         host: String,
         provider: Option<Provider>,
     },
-    Address(Vec<u8>),
+    /// The endpoint name, and where this rank's doorbell is
+    /// (`transport/doorbell.rs`), if it has one.
+    Address(Vec<u8>, Option<BellPlace>),
     Ready,
     /// This rank cannot go on (for example its endpoint did not open).
     Failed(String),
@@ -51,7 +54,8 @@ enum FromSeed {
         topology: Topology,
         one_host: bool,
     },
-    Table(Vec<Vec<u8>>),
+    /// Endpoint names and doorbells, by rank.
+    Table(Vec<Vec<u8>>, Vec<Option<BellPlace>>),
     Go,
     Abort(String),
 }
@@ -163,14 +167,19 @@ impl SeedLink {
         }
     }
 
-    /// Step 2: exchange endpoint names; returns the table indexed by rank.
-    pub fn exchange_addresses(&mut self, mine: &[u8]) -> SatResult<Vec<Vec<u8>>> {
+    /// Step 2: exchange endpoint names and doorbells; returns the tables
+    /// indexed by rank.
+    pub fn exchange_addresses(
+        &mut self,
+        mine: &[u8],
+        bell: Option<BellPlace>,
+    ) -> SatResult<(Vec<Vec<u8>>, Vec<Option<BellPlace>>)> {
         match self {
-            SeedLink::Seed(seed) => seed.exchange_addresses(mine),
+            SeedLink::Seed(seed) => seed.exchange_addresses(mine, bell),
             SeedLink::Peer(peer) => {
-                send(&mut peer.stream, &ToSeed::Address(mine.to_vec())).map_err(lost)?;
+                send(&mut peer.stream, &ToSeed::Address(mine.to_vec(), bell)).map_err(lost)?;
                 match peer.recv()? {
-                    FromSeed::Table(t) => Ok(t),
+                    FromSeed::Table(t, bells) if bells.len() == t.len() => Ok((t, bells)),
                     other => Err(unexpected(&other)),
                 }
             }
@@ -449,17 +458,26 @@ impl Seed {
         })
     }
 
-    fn exchange_addresses(&mut self, mine: &[u8]) -> SatResult<Vec<Vec<u8>>> {
+    fn exchange_addresses(
+        &mut self,
+        mine: &[u8],
+        bell: Option<BellPlace>,
+    ) -> SatResult<(Vec<Vec<u8>>, Vec<Option<BellPlace>>)> {
         let mut table = vec![Vec::new(); self.size as usize];
+        let mut bells = vec![None; self.size as usize];
         table[0] = mine.to_vec();
+        bells[0] = bell;
         for rank in 1..self.size {
             match self.recv_from(rank)? {
-                ToSeed::Address(a) => table[rank as usize] = a,
+                ToSeed::Address(a, b) => {
+                    table[rank as usize] = a;
+                    bells[rank as usize] = b;
+                }
                 other => return Err(self.unexpected(rank, other)),
             }
         }
-        self.broadcast(&FromSeed::Table(table.clone()))?;
-        Ok(table)
+        self.broadcast(&FromSeed::Table(table.clone(), bells.clone()))?;
+        Ok((table, bells))
     }
 
     fn barrier(&mut self) -> SatResult<()> {

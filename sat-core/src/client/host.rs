@@ -94,6 +94,11 @@ impl HostPath {
     /// the lock is free, else once it is (see [`HostPath::retry`]).
     pub fn request(&mut self, store: &mut Store, me: Rank, chunk: ChunkId, req: ToHome) {
         if !grant(store, me, chunk, req) {
+            // Counted in the slot, so that the holder wakes this process
+            // when it lets go.
+            if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
+                slot.slot().lock_waiter(true);
+            }
             self.waiting.push_back((chunk, req));
         }
     }
@@ -105,8 +110,15 @@ impl HostPath {
         if before == 0 {
             return 0;
         }
-        self.waiting
-            .retain(|&(chunk, req)| !grant(store, me, chunk, req));
+        self.waiting.retain(|&(chunk, req)| {
+            let granted = grant(store, me, chunk, req);
+            if granted {
+                if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
+                    slot.slot().lock_waiter(false);
+                }
+            }
+            !granted
+        });
         before - self.waiting.len()
     }
 }

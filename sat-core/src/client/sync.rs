@@ -234,7 +234,10 @@ impl Client {
             Arrival::Counted { last: true, .. } => return Ok(()),
             Arrival::Counted { generation, .. } => generation,
         };
-        match self.wait_running_handlers(None, |_| b.passed(generation).then_some(())) {
+        // The last arrival announces the round's end in the slot.
+        match self.wait_inner(None, true, Some(b.slot()), |_| {
+            b.passed(generation).then_some(())
+        }) {
             Ok(_) => Ok(()),
             Err(e) => {
                 let mut st = self.lock();

@@ -84,6 +84,11 @@ impl HostBarrier {
         }
     }
 
+    /// Its slot (what a waiter sleeps on).
+    pub fn slot(&self) -> &SlotRef {
+        &self.slot
+    }
+
     /// Whether the round of `generation` is over.
     pub fn passed(&self, generation: u32) -> bool {
         split(self.slot.slot().word().load(SeqCst)).0 != generation

@@ -57,7 +57,9 @@ pub struct SlotHeader {
     /// Subscribers of any kind, as the home counts them: a release with
     /// none tells the home nothing.
     subscribers: AtomicU32,
-    _reserved: u32,
+    /// Processes with a request waiting for the lock, which poll for it
+    /// (`client/host.rs`): whoever lets the lock go wakes them.
+    lock_waiters: AtomicU32,
     _pad: [u64; 2],
 }
 
@@ -301,6 +303,37 @@ impl<'s> Slot<'s> {
         // aligned for a u64, and the capacity checked above covers it; it is
         // only ever accessed atomically.
         unsafe { &*(self.data as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// A process starts or stops waiting for the lock (see
+    /// [`Slot::lock_waiters`]).
+    pub fn lock_waiter(&self, waiting: bool) {
+        if waiting {
+            self.header.lock_waiters.fetch_add(1, SeqCst);
+        } else {
+            self.header.lock_waiters.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Processes waiting for the lock.
+    pub fn lock_waiters(&self) -> u32 {
+        self.header.lock_waiters.load(SeqCst)
+    }
+
+    /// The publication counter (what [`Slot::announce`] moves on).
+    pub fn announced(&self) -> u32 {
+        self.header.published.load(SeqCst)
+    }
+
+    /// Sleeps until the publication counter moves past `seen` or `timeout`
+    /// passes (a doorbell's wait: `transport/doorbell.rs`).
+    pub fn wait_announcement(&self, seen: u32, timeout: std::time::Duration) {
+        let h = self.header;
+        h.watchers.fetch_add(1, SeqCst);
+        if h.published.load(SeqCst) == seen {
+            wait::wait(&h.published, seen, Some(timeout));
+        }
+        h.watchers.fetch_sub(1, SeqCst);
     }
 
     /// Bumps the publication counter and wakes its watchers (after a

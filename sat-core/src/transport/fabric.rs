@@ -821,6 +821,8 @@ enum Repost {
 struct Core {
     h: Handles,
     provider: Provider,
+    /// The doorbells of the ranks of this host, by rank (empty: none).
+    bells: Vec<Option<super::doorbell::Doorbell>>,
     inject_size: usize,
     address: Vec<u8>,
     rank: Rank,
@@ -984,6 +986,7 @@ impl FabricEndpoint {
         let mut core = Core {
             h,
             provider,
+            bells: Vec::new(),
             inject_size,
             address,
             rank: 0,
@@ -1377,10 +1380,14 @@ impl Core {
         match op {
             Op::EagerRecv(slot) => self.on_eager_recv(slot, e.len, e.tag),
             Op::EagerSend(slot) => {
+                // A provider that moves data after the post (tcp's rxm)
+                // has now handed it on: the receiver may look again.
+                self.ring(self.send_dest[slot as usize]);
                 self.send_free.push(slot);
                 self.outstanding -= 1;
             }
             Op::LargeSend(slot) => {
+                self.ring(self.lsend[slot as usize].dest);
                 self.large_done(slot);
                 self.release_large_send(slot)
             }
@@ -1435,7 +1442,18 @@ impl Core {
         if ret == 0 && matches!(post, Post::Large { .. }) {
             self.large_in_flight[dest as usize] += 1;
         }
+        if ret == 0 {
+            self.ring(dest);
+        }
         ret
+    }
+
+    /// Rings `dest`'s doorbell, if it has one here: a message for it has
+    /// just been posted or has completed (`doorbell.rs`).
+    fn ring(&self, dest: Rank) {
+        if let Some(Some(bell)) = self.bells.get(dest as usize) {
+            bell.ring();
+        }
     }
 
     fn release_large_send(&mut self, slot: u32) {
@@ -1910,6 +1928,7 @@ impl Core {
                 )
             };
             if ret == 0 {
+                self.ring(dest);
                 return Ok(());
             }
             if ret != -(fi::FI_EAGAIN as isize) {
@@ -1937,6 +1956,7 @@ impl Core {
                 )
             };
             if ret == 0 {
+                self.ring(dest);
                 return Ok(());
             }
             if ret != -(fi::FI_EAGAIN as isize) {
@@ -2136,6 +2156,13 @@ impl Sender for FabricTransport {
         self.core.messages_sent += 1;
         stats::sent(dest, bytes);
         Ok(())
+    }
+}
+
+impl FabricTransport {
+    /// The doorbells to ring after sending to each rank (`doorbell.rs`).
+    pub fn set_doorbells(&mut self, bells: Vec<Option<super::doorbell::Doorbell>>) {
+        self.core.bells = bells;
     }
 }
 

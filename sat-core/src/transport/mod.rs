@@ -13,6 +13,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+pub mod doorbell;
 pub mod fabric;
 pub mod mem;
 pub(crate) mod sequence;
