@@ -60,6 +60,10 @@ enum FromSeed {
     Abort(String),
 }
 
+/// What step 2 gives every rank: the endpoint names and the doorbells, by
+/// rank.
+pub type Tables = (Vec<Vec<u8>>, Vec<Option<BellPlace>>);
+
 /// What every rank learns in step 1.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -173,7 +177,7 @@ impl SeedLink {
         &mut self,
         mine: &[u8],
         bell: Option<BellPlace>,
-    ) -> SatResult<(Vec<Vec<u8>>, Vec<Option<BellPlace>>)> {
+    ) -> SatResult<Tables> {
         match self {
             SeedLink::Seed(seed) => seed.exchange_addresses(mine, bell),
             SeedLink::Peer(peer) => {
@@ -462,7 +466,7 @@ impl Seed {
         &mut self,
         mine: &[u8],
         bell: Option<BellPlace>,
-    ) -> SatResult<(Vec<Vec<u8>>, Vec<Option<BellPlace>>)> {
+    ) -> SatResult<Tables> {
         let mut table = vec![Vec::new(); self.size as usize];
         let mut bells = vec![None; self.size as usize];
         table[0] = mine.to_vec();
