@@ -147,7 +147,7 @@ pub struct Idle {
 /// after the post), so it starts short and grows while nothing comes, and an
 /// idle process wakes about 20 times a second.
 const BELL_TIMEOUT_MIN: Duration = Duration::from_millis(1);
-const BELL_TIMEOUT_MAX: Duration = Duration::from_millis(50);
+const BELL_TIMEOUT_MAX: Duration = Duration::from_millis(250);
 
 impl Idle {
     pub fn new(policy: IdlePolicy) -> Idle {

@@ -462,11 +462,7 @@ impl Seed {
         })
     }
 
-    fn exchange_addresses(
-        &mut self,
-        mine: &[u8],
-        bell: Option<BellPlace>,
-    ) -> SatResult<Tables> {
+    fn exchange_addresses(&mut self, mine: &[u8], bell: Option<BellPlace>) -> SatResult<Tables> {
         let mut table = vec![Vec::new(); self.size as usize];
         let mut bells = vec![None; self.size as usize];
         table[0] = mine.to_vec();

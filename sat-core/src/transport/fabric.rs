@@ -2193,7 +2193,11 @@ impl Transport for FabricTransport {
     }
 
     fn sends_queued(&self) -> bool {
+        // tcp's rxm moves a posted message, and reports it complete (which
+        // rings the receiver's doorbell again), only while this process
+        // polls: posted sends count as queued there.
         !self.core.queued_dests.is_empty()
+            || (self.core.provider == Provider::Tcp && self.core.outstanding > 0)
     }
 
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
