@@ -81,7 +81,7 @@ bench-abe:
 bench:
 	@scripts/setup.sh --peers
 	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun \
-		--bin sat-handoff-bench --bin sat-transport-bench
+		--bin sat-handoff-bench --bin sat-transport-bench --bin sat-sync-bench
 	@mkdir -p $(BENCH_BUILD)
 	@printf 'Name: sat\nDescription: SAT (this workspace)\nVersion: $(VERSION)\nCflags: -I%s\nLibs: -L%s -Wl,-rpath,%s -lsat\n' \
 		'$(CURDIR)/include' '$(abspath $(TARGET_DIR))/release' '$(abspath $(TARGET_DIR))/release' \

@@ -8,7 +8,8 @@
    second, median of --runs interleaved runs.
 2. Hand-off latency and 64 MiB PUT/GET (bench/micro.py): SAT against its own raw transport,
    libfabric's fi_pingpong and Open MPI (point-to-point and MPI-3 RMA).
-3. The statistics stream's cost: the pipeline over shm with SAT_STATS set (from 1), and the 64 B
+3. Barriers of 2 and 8 processes (bench/barrier.py): SAT's against MPI_Barrier's.
+4. The statistics stream's cost: the pipeline over shm with SAT_STATS set (from 1), and the 64 B
    hand-off with SAT_STATS set against without, alternated.
 
 The table has one row per comparison: what is measured, the transport, SAT's figure, the peer,
@@ -29,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import barrier  # noqa: E402
 import micro  # noqa: E402
 import pipeline  # noqa: E402
 
@@ -164,10 +166,12 @@ def main(argv=None):
         str(build / "videostream_zmq"), runs=a.runs, log=log)
     log("== hand-off and 64 MiB PUT/GET (bench/micro.py)")
     micro_result = micro.run_all(a.target_dir, mpi_bench=str(build / "mpi_bench"), log=log)
+    log("== barriers of 2 and 8 processes (bench/barrier.py)")
+    barriers = barrier.rows(a.target_dir, str(build / "mpi_bench"), log=log)
     log("== the statistics stream's cost")
     cost = stats_cost(bins, pipe, a.stats_runs, log)
 
-    rows = pipeline_rows(pipe) + micro_rows(micro_result) + cost
+    rows = pipeline_rows(pipe) + micro_rows(micro_result) + barriers + cost
     print()
     print(pipeline.table(pipe))
     print()
@@ -181,7 +185,8 @@ def main(argv=None):
         print("- " + note)
     if a.json:
         Path(a.json).write_text(json.dumps(
-            {"pipeline": pipe, "micro": micro_result, "rows": rows}, indent=1))
+            {"pipeline": pipe, "micro": micro_result, "barrier": barriers, "rows": rows},
+            indent=1))
     return 0
 
 

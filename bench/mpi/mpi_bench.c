@@ -171,9 +171,26 @@ static void handoff_rma(char *buf, MPI_Win win, char *base, size_t size, int n, 
 static void usage(void)
 {
     if (rank == 0)
-        fprintf(stderr, "usage: mpi_bench [-s SMALL] [-l LARGE] [-n SMALL_ITERS] [-N LARGE_ITERS]\n");
+        fprintf(stderr, "usage: mpi_bench [-s SMALL] [-l LARGE] [-n SMALL_ITERS] [-N LARGE_ITERS], or mpi_bench -b [-n ROUNDS] (any number of ranks)\n");
     MPI_Finalize();
     exit(2);
+}
+
+/* -b: MPI_Barrier rounds over every rank, timed as sat-sync-bench times
+ * SAT's: on rank 0, the interval between two consecutive returns from the
+ * barrier, which in steady state is one full round. */
+static void barrier_rounds(int n, int size, double *t)
+{
+    for (int i = 0; i < warmup(n); i++)
+        MPI_Barrier(MPI_COMM_WORLD);
+    double last = MPI_Wtime();
+    for (int i = 0; i < n; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double now = MPI_Wtime();
+        t[i] = (now - last) * 1e6;
+        last = now;
+    }
+    report("barrier", (size_t)size, t, n);
 }
 
 int main(int argc, char **argv)
@@ -186,14 +203,27 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    while ((opt = getopt(argc, argv, "s:l:n:N:")) != -1) {
+    int barrier_only = 0;
+    while ((opt = getopt(argc, argv, "s:l:n:N:b")) != -1) {
         switch (opt) {
+        case 'b': barrier_only = 1; break;
         case 's': small = strtoull(optarg, NULL, 0); break;
         case 'l': large = strtoull(optarg, NULL, 0); break;
         case 'n': small_n = atoi(optarg); break;
         case 'N': large_n = atoi(optarg); break;
         default: usage();
         }
+    }
+    if (barrier_only) {
+        double *t = malloc(sizeof(double) * (small_n > 0 ? small_n : 1));
+        if (!t || small_n < 1) {
+            fprintf(stderr, "mpi_bench: -b needs -n >= 1 and memory\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        barrier_rounds(small_n, size, t);
+        free(t);
+        MPI_Finalize();
+        return 0;
     }
     if (size != 2 || small < 16 || large < small || small_n < 1 || large_n < 1 ||
         large > (size_t)1 << 30) {
