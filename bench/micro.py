@@ -56,15 +56,17 @@ NOTES = [
     "Every cell is a median time (64 MiB rows: ms and GB/s of the 64 MiB; 64 B rows: us); "
     "ratio columns divide SAT's time by the peer's (above 1: SAT is slower).",
     "SAT: two client processes of one server (satrun -n 3), default progress (spin, then "
-    "micro-sleep). hand-off 64 B: half a round of READWRITE-increment-RELEASE by one client "
+    "sleep until a doorbell rings); every process is on one host, so the home keeps the "
+    "versions in a host segment and scopes move no data in messages, over either provider "
+    "(SAT_HOST_SEGMENTS=off measures the message path). hand-off 64 B: half a round of READWRITE-increment-RELEASE by one client "
     "and reads by the other until the new value shows. PUT: the writer's WRITE scope over "
     "the 64 MiB chain and its RELEASE, until the home holds the whole version (the writer's "
     "relayed message to itself comes back: the server forwards it only after applying every "
     "earlier message). PUT, release returns: the same scope until RELEASE returns (the data "
     "then sits in the send queue). GET: the reader's READ scope (acquire to release) of the "
     "version just written. hand-off 64 MiB: from the writer's acquire to the end of the "
-    "reader's release, the reader told by a relayed message that reaches it after the home "
-    "has the version.",
+    "reader's release; the reader, told once the writer holds its write scope, opens its "
+    "READ scope at once and waits in it, as an MPI receiver posts its receive first.",
     "raw transport: SAT's bare libfabric transport between two processes, busy polling, "
     "half the median round trip (one message one way). fi_pingpong: -e rdm -m tagged, its "
     "mean time per transfer (one way; a mean, so a descheduled iteration weighs more than "
@@ -77,8 +79,9 @@ NOTES = [
     "window under a shared lock on itself until the other's stamp shows (no extra "
     "message). MPI over shm: Open MPI, btl vader, osc sm; over tcp: btl tcp on loopback, "
     "osc pt2pt.",
-    "SAT moves a hand-off's data twice (writer -> home -> reader), the peers once; a "
-    "SAT/peer ratio of 2 on a 64 MiB hand-off is the home's cost at full speed.",
+    "On one host SAT copies a hand-off's data twice (the writer's chain -> the home's slot "
+    "at RELEASE -> the reader's chain at READ), chunk by chunk, so the two copies of a "
+    "64 MiB chain overlap on two cores; the peers copy once.",
 ]
 
 
