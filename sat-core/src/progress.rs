@@ -9,13 +9,19 @@
 //! with a short spin phase first, because a reply often arrives within a few
 //! microseconds and the shortest real sleep costs tens of them.
 //!
+//! When every process of the run is on one host, a process sleeps on its
+//! doorbell instead (`crate::transport::doorbell`): a futex that its peers
+//! ring when they send to it, so it wakes when a message comes and an idle
+//! process costs nothing; the micro-sleep remains for processes without one
+//! (a service's).
+//!
 //! Configuration (environment, read once per process):
 //! - `SAT_PROGRESS=sleep` (default) or `busy` (never sleep: lowest latency,
 //!   one core per process);
 //! - `SAT_SPIN_US` (default 50): how long to poll flat out after the last
 //!   message before sleeping;
 //! - `SAT_SLEEP_MIN_NS` (default 1000) and `SAT_SLEEP_MAX_NS` (default
-//!   1000000): the bounds of the adaptive sleep.
+//!   1000000): the bounds of the adaptive micro-sleep (not of a doorbell's).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -145,7 +151,7 @@ pub struct Idle {
 /// A sleep on the doorbell ends when it rings; its timeout is a safety net
 /// for a message that lands later than its ring (a provider that moves data
 /// after the post), so it starts short and grows while nothing comes, and an
-/// idle process wakes about 20 times a second.
+/// idle process wakes a few times a second.
 const BELL_TIMEOUT_MIN: Duration = Duration::from_millis(1);
 const BELL_TIMEOUT_MAX: Duration = Duration::from_millis(250);
 
