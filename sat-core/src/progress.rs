@@ -211,7 +211,11 @@ impl Idle {
             // last poll): poll again rather than sleep past the message.
             let now = bell.rung();
             if now != self.bell_seen {
+                // A message is on its way (over tcp it may land a little
+                // after its ring): look for it through a spin phase again.
                 self.bell_seen = now;
+                self.last_traffic = self.clock.now();
+                self.bell_timeout = BELL_TIMEOUT_MIN;
                 return;
             }
             let _asleep = stats::doing(Activity::Sleep);
