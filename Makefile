@@ -73,15 +73,17 @@ python-test:
 # and MPI (point-to-point and RMA), and the statistics stream's cost. About 5 minutes.
 BENCH_BUILD := $(abspath $(TARGET_DIR))/bench
 # The encryption layer's cost on 1 MiB chunks: plaintext against protected, steady state and first access
-# to a key epoch (sat-core/src/bin/sat-abe-bench.rs).
+# to a key epoch (sat-bench/src/bin/sat-abe-bench.rs).
 bench-abe:
-	$(CARGO) build --release -j $(JOBS) -p sat-core --features abe --bin satrun --bin sat-abe-bench
+	$(CARGO) build --release -j $(JOBS) -p sat-core --features abe --bin satrun
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --features abe --bin sat-abe-bench
 	$(TARGET_DIR)/release/sat-abe-bench
 
 bench:
 	@scripts/setup.sh --peers
-	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun \
-		--bin sat-handoff-bench --bin sat-transport-bench --bin sat-sync-bench
+	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-handoff-bench --bin sat-transport-bench \
+		--bin sat-sync-bench
 	@mkdir -p $(BENCH_BUILD)
 	@printf 'Name: sat\nDescription: SAT (this workspace)\nVersion: $(VERSION)\nCflags: -I%s\nLibs: -L%s -Wl,-rpath,%s -lsat\n' \
 		'$(CURDIR)/include' '$(abspath $(TARGET_DIR))/release' '$(abspath $(TARGET_DIR))/release' \
@@ -94,10 +96,11 @@ bench:
 
 # The transport, coherence and synchronization benchmarks of docs/PERFORMANCE.md's later sections.
 bench-detail: setup
-	$(CARGO) build --release -j $(JOBS) --bin satrun --bin sat-transport-bench
+	$(CARGO) build --release -j $(JOBS) -p sat-core --bin satrun
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-transport-bench
 	target/release/sat-transport-bench --providers shm,tcp --reps 3
-	$(CARGO) build --release -j $(JOBS) --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
-	$(CARGO) build --release -j $(JOBS) --bin sat-sync-bench && target/release/sat-sync-bench --providers shm,tcp
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-protocol-bench && target/release/sat-protocol-bench --providers shm,tcp
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-sync-bench && target/release/sat-sync-bench --providers shm,tcp
 
 # A 100 MB numpy array handed from one process to another through SAT (a service), and through
 # multiprocessing.shared_memory, Redis and Ray, measured in the same run (sat-python/bench/share_numpy.py).

@@ -20,8 +20,8 @@ peer's time and SAT's time divided by it. Every figure is a median.
 
 ``--target-dir`` is cargo's target directory or its ``release`` directory,
 holding ``satrun``, ``sat-handoff-bench`` and ``sat-transport-bench``
-(``cargo build --release -p sat-core --bin satrun --bin sat-handoff-bench
---bin sat-transport-bench``); build ``mpi_bench`` with ``make -C bench/mpi``.
+(``cargo build --release -p sat-core --bin satrun`` and ``cargo build --release -p sat-bench
+--bin sat-handoff-bench --bin sat-transport-bench``); build ``mpi_bench`` with ``make -C bench/mpi``.
 Without ``mpirun`` (or ``mpi_bench``) the MPI columns stay empty; without
 ``fi_pingpong`` (Debian: libfabric-bin) sat-transport-bench stops, and the
 raw transport's column stays empty with fi_pingpong's.
@@ -126,7 +126,8 @@ def bin_dir(target_dir):
             return cand
     raise Failed(
         f"satrun not found in {d} or {d / 'release'}: cargo build --release -p sat-core "
-        "--bin satrun --bin sat-handoff-bench --bin sat-transport-bench"
+        "--bin satrun, then cargo build --release -p sat-bench --bin sat-handoff-bench "
+        "--bin sat-transport-bench"
     )
 
 

@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+
+// Running a program to its end, bounded; also the benchmark crate's tests'.
+mod process;
+pub use process::{run, text};
 
 pub fn satrun() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_satrun"))
@@ -34,47 +37,6 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Runs a command to its end, at most `RUN_BOUND`: a run that hangs fails
-/// the test (and is killed) instead of stalling the whole suite.
-pub fn run(cmd: &mut Command) -> Output {
-    const RUN_BOUND: std::time::Duration = std::time::Duration::from_secs(180);
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the command");
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(RUN_BOUND) {
-        Ok(out) => out.expect("wait for the command"),
-        Err(_) => {
-            // SIGTERM first: satrun then stops its ranks, which remove their
-            // shared-memory files; SIGKILL only if it does not end.
-            // SAFETY: kill(2) with a pid and a signal number touches no memory.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            if rx.recv_timeout(std::time::Duration::from_secs(15)).is_err() {
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            panic!("the run did not finish within {RUN_BOUND:?}: a hang");
-        }
-    };
-    eprintln!(
-        "--- stdout\n{}--- stderr\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    out
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The `/dev/shm` entries created by libfabric's shm provider for `pid`.

@@ -8,7 +8,7 @@
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider it starts `satrun -n 2` on itself (`--worker raw`: a ping-pong
 //! over the bare transport, as sat-transport-bench does) and then
-//! `satrun -n 5 --topology topologies/bench-4-clients.xml` on itself
+//! `satrun -n 5 --topology sat-core/topologies/bench-4-clients.xml` on itself
 //! (`--worker protocol`: one server, home of every chunk, and four clients
 //! that run the operations through `Client`). It prints one table: per
 //! operation the median latency, the messages the clients sent, the messages
@@ -22,7 +22,7 @@
 //! only from its server, and the one server of the run sends only to
 //! clients, so what the clients receive is what the server sent. A client
 //! that takes no part in a phase counts the whole phase: it should get
-//! nothing. `sat-core/tests/protocol_bench.rs` checks the figures against
+//! nothing. `sat-bench/tests/protocol_bench.rs` checks the figures against
 //! the protocol's rule.
 //!
 //! The clients order their phases with relayed user messages
@@ -567,7 +567,9 @@ fn raw_worker(args: &[String], o: &Options) -> Result<(), Box<dyn std::error::Er
 
 fn orchestrate(o: &Options) -> Result<(), String> {
     let satrun = SatRun::find()?;
-    let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("topologies/bench-4-clients.xml");
+    // The topology is sat-core's, next to this crate in the workspace.
+    let topology =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sat-core/topologies/bench-4-clients.xml");
     if !topology.exists() {
         return Err(format!("{} not found", topology.display()));
     }

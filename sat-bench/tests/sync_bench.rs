@@ -3,6 +3,7 @@
 //! column, and state the message counts of `sync.rs` and of a publish. No
 //! timing is checked.
 
+#[path = "../../sat-core/tests/common/process.rs"]
 mod common;
 
 use std::process::Command;

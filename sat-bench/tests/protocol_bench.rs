@@ -6,6 +6,7 @@
 //! rule, so a message added to any path fails this test. No timing is
 //! checked.
 
+#[path = "../../sat-core/tests/common/process.rs"]
 mod common;
 
 use std::process::Command;

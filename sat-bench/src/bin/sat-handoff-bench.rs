@@ -54,7 +54,7 @@
 //! reader sends 1). MESI keeps a version per chunk, so a chain costs that
 //! many times its chunks; `--chunk-size` sets the chunk size of the large
 //! chain (default: the clients' own, `SAT_CHUNK_SIZE` or 64 KiB).
-//! `sat-core/tests/handoff_bench.rs` checks the measured figures against
+//! `sat-bench/tests/handoff_bench.rs` checks the measured figures against
 //! that rule.
 
 mod bench_common;
