@@ -1027,7 +1027,8 @@ impl Client {
             // The grant to wait for: the host path may give it at once.
             let granted = c.grants + 1;
             if c.host.is_some() {
-                st.host.request(&mut st.store, self.rank, chunk, req);
+                st.host
+                    .request(&mut st.store, &mut st.mail.events, self.rank, chunk, req);
             } else {
                 let msg = Message::Coherence {
                     chunk,
@@ -1732,7 +1733,7 @@ impl ClientState {
         self.host
             .acknowledged(std::mem::take(&mut self.mail.published_acks));
         // A grant made here is progress as much as a message is.
-        let granted = self.host.retry(&mut self.store, me);
+        let granted = self.host.retry(&mut self.store, &mut self.mail.events, me);
         self.host
             .tell_home_again(self.transport.as_mut(), &mut self.header, (me, server));
         Ok(n + granted)

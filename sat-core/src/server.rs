@@ -87,6 +87,11 @@ struct HomeEntry {
     /// segment (`server/host.rs`): then the slot, not `side`, is the
     /// chunk's version and its scope discipline.
     slot: Option<(SlotRef, SlotPlace)>,
+    /// The newest version its subscribers were told of from a host slot.
+    /// Releases of several clients reach the home in any order; one older
+    /// than this is counted but not told (the subscribers already heard of
+    /// a newer one, and a handler's last event must be the newest).
+    published: crate::protocol::Version,
 }
 
 impl HomeEntry {
@@ -747,6 +752,7 @@ impl ServerState<'_> {
                             side,
                             subscribers: Default::default(),
                             slot,
+                            published: 0,
                         },
                     );
                 }

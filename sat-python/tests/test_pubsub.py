@@ -39,7 +39,8 @@ def test_pending_notifications_merge_into_the_last_version(satrun, provider):
             # notification arrive, and wait, while none runs.
             def wait_for_publisher():
                 client.barrier(2, 2)
-                # The home notified release N before it answers this read (one link, in order).
+                # A process is told of a version no later than it reads it: on one host by
+                # the read itself, through the servers by the home before it answers.
                 assert client.get(chain) == N.to_bytes(8, "little")
 
             t = threading.Thread(target=wait_for_publisher)

@@ -22,6 +22,14 @@
 //!   does not run once per release (nor, for a chain, once per chunk).
 //!   Signals merge the same way: a handler runs at least once after each
 //!   raise.
+//! - **Never behind a read, never backwards**: a chunk's events only go
+//!   forward in version (a notification of a version already told is
+//!   discarded), and a process is told of a version no later than it reads
+//!   it. Through the servers the home's notification comes before its
+//!   answer to the read; on one host the read takes the version from the
+//!   slot, and queues the event itself ([`Queue::read_at`]). So a
+//!   subscriber that reads version N after the publisher's last release
+//!   (past a barrier, say) sees its handler run once more, with N.
 //! - **One home subscription per chunk**: however many subscriptions of a
 //!   process include a chunk (the chunk itself, and every subscribed chain
 //!   it is in), its home records the process once and sends one
@@ -142,6 +150,11 @@ struct Wire {
     /// subscribed, so a late answer is never counted for a newer request.
     asked: u64,
     confirmed: u64,
+    /// The newest version of the chunk told to its subscriptions here, by a
+    /// notification or by a read of this process (see [`Queue::read_at`]).
+    /// A notification of that version or an older one tells nothing new:
+    /// it is discarded, so a handler's last event is the newest version.
+    newest: u64,
 }
 
 /// A chunk and the number of confirmations of it that a SUBSCRIBE waits for.
@@ -187,13 +200,46 @@ impl Queue {
     /// this process that includes the chunk.
     pub fn notified(&mut self, chunk: u64, version: u64, data: Option<Arc<[u8]>>) {
         self.received += 1;
-        let topics = self.wires.get(&chunk).map_or(&[][..], |w| &w.topics[..]);
-        if topics.is_empty() {
+        let Some(w) = self.wires.get_mut(&chunk).filter(|w| !w.topics.is_empty()) else {
             tracing::debug!(
                 "notification of chunk {chunk} version {version} discarded: unsubscribed"
             );
             return;
+        };
+        if version <= w.newest {
+            tracing::debug!(
+                "notification of chunk {chunk} version {version} discarded: version {} was \
+                 already told",
+                w.newest
+            );
+            return;
         }
+        w.newest = version;
+        self.queue_for_topics(chunk, version, data);
+    }
+
+    /// This process opened a scope that reads `version` of `chunk` straight
+    /// from its host slot, where no home answer orders the notification
+    /// before the read. So that a process never reads a version before it
+    /// is told of it, a subscribed chunk's newer version is told here, as
+    /// if notified (`bytes` gives its data, called only when a subscription
+    /// wants it); the home's notification of it, when it comes, is then
+    /// discarded. Not counted by the quiescence detection: no home sent it.
+    pub fn read_at(&mut self, chunk: u64, version: u64, bytes: impl FnOnce() -> Arc<[u8]>) {
+        let Some(w) = self.wires.get_mut(&chunk) else {
+            return;
+        };
+        if w.topics.is_empty() || version <= w.newest {
+            return;
+        }
+        w.newest = version;
+        let data = (w.data_users > 0).then(bytes);
+        self.queue_for_topics(chunk, version, data);
+    }
+
+    /// Hands a version of `chunk` to every subscription that includes it.
+    fn queue_for_topics(&mut self, chunk: u64, version: u64, data: Option<Arc<[u8]>>) {
+        let topics = self.wires.get(&chunk).map_or(&[][..], |w| &w.topics[..]);
         for topic in topics {
             let wants_data = self.subscriptions.get(topic).is_some_and(|s| s.with_data);
             if wants_data && data.is_none() {
@@ -234,6 +280,12 @@ impl Queue {
 
     pub fn pending(&self) -> bool {
         !self.pending.is_empty()
+    }
+
+    /// Whether an event of `topic` waits to be handled.
+    #[cfg(test)]
+    pub fn pending_for(&self, topic: Topic) -> bool {
+        self.pending.iter().any(|(t, _)| *t == topic)
     }
 
     /// Records subscription `topic` to `chunks`; returns the SUBSCRIBEs to

@@ -28,7 +28,9 @@
 //! step by step.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
+use super::events::Queue;
 use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::protocol::{ToClient, ToHome};
@@ -92,8 +94,15 @@ impl HostPath {
 
     /// Serves `req`, a request of `chunk`'s client side: the grant now when
     /// the lock is free, else once it is (see [`HostPath::retry`]).
-    pub fn request(&mut self, store: &mut Store, me: Rank, chunk: ChunkId, req: ToHome) {
-        if !grant(store, me, chunk, req) {
+    pub fn request(
+        &mut self,
+        store: &mut Store,
+        events: &mut Queue,
+        me: Rank,
+        chunk: ChunkId,
+        req: ToHome,
+    ) {
+        if !grant(store, events, me, chunk, req) {
             // Counted in the slot, so that the holder wakes this process
             // when it lets go.
             if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
@@ -105,13 +114,13 @@ impl HostPath {
 
     /// Asks again for the locks of waiting requests; returns how many were
     /// granted.
-    pub fn retry(&mut self, store: &mut Store, me: Rank) -> usize {
+    pub fn retry(&mut self, store: &mut Store, events: &mut Queue, me: Rank) -> usize {
         let before = self.waiting.len();
         if before == 0 {
             return 0;
         }
         self.waiting.retain(|&(chunk, req)| {
-            let granted = grant(store, me, chunk, req);
+            let granted = grant(store, events, me, chunk, req);
             if granted {
                 if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
                     slot.slot().lock_waiter(false);
@@ -125,8 +134,9 @@ impl HostPath {
 
 /// Takes the lock `req` asks for on `chunk`'s slot and gives the client
 /// side its grant, with the slot's bytes when it lacks the version. Returns
-/// false when the lock is taken.
-fn grant(store: &mut Store, me: Rank, chunk: ChunkId, req: ToHome) -> bool {
+/// false when the lock is taken. A scope that reads the slot's version
+/// tells the subscriptions to the chunk of it first ([`Queue::read_at`]).
+fn grant(store: &mut Store, events: &mut Queue, me: Rank, chunk: ChunkId, req: ToHome) -> bool {
     let Some(slot) = store.get(chunk).and_then(|c| c.host.clone()) else {
         tracing::warn!("chunk {chunk}: a request for a host slot it does not have: dropped");
         return true;
@@ -154,6 +164,25 @@ fn grant(store: &mut Store, me: Rank, chunk: ChunkId, req: ToHome) -> bool {
             return true;
         }
     };
+    let reads = match msg {
+        ToClient::ReadGrant { version, .. } => Some(version),
+        ToClient::WriteGrant { version, .. }
+            if matches!(
+                req,
+                ToHome::WriteReq {
+                    need_data: true,
+                    ..
+                }
+            ) =>
+        {
+            Some(version)
+        }
+        _ => None,
+    };
+    if let Some(version) = reads {
+        // SAFETY: this process holds the lock just taken.
+        events.read_at(chunk, version, || Arc::from(unsafe { s.held_bytes() }));
+    }
     // SAFETY: this process holds the lock just taken; the bytes are used
     // before anything could let it go.
     let data = with_data.then(|| unsafe { s.held_bytes() });

@@ -23,6 +23,9 @@ struct Run {
     clients: Vec<Client>,
     /// Where the server keeps its versions (None: in its own memory).
     host: Option<crate::server::host::Backing>,
+    /// Clients that take in messages only inside their own calls (no
+    /// background progress): what they send waits for them.
+    passive: Vec<usize>,
 }
 
 impl Run {
@@ -39,6 +42,7 @@ impl Run {
             server,
             clients,
             host: None,
+            passive: Vec::new(),
         }
     }
 
@@ -59,6 +63,7 @@ impl Run {
             mut server,
             clients,
             host,
+            passive,
         } = self;
         if host.is_some() {
             for c in &clients {
@@ -73,7 +78,10 @@ impl Run {
             });
             // As in a run: each client answers the homes while its threads
             // do something else.
-            for c in &clients {
+            for (i, c) in clients.iter().enumerate() {
+                if passive.contains(&i) {
+                    continue;
+                }
                 let stop = &stop;
                 s.spawn(move || c.background_progress(stop));
             }
@@ -283,6 +291,7 @@ fn failing_pair() -> (Run, Arc<std::sync::atomic::AtomicBool>) {
             server,
             clients,
             host: None,
+            passive: Vec::new(),
         },
         armed,
     )
@@ -1032,6 +1041,79 @@ fn on_one_host_subscribers_hear_of_releases_with_their_data() {
         Ok(())
     });
     outcome.unwrap();
+}
+
+/// On one host a read takes the slot's version without asking the home, so
+/// nothing orders the home's notifications before it: a subscriber that
+/// reads version N is told of N by its own read, and the notifications of N
+/// and older that come later are discarded. Both ways round: the read
+/// before any notification has come, and after every one has. Either way
+/// the handler runs once, with the last version and its data.
+#[test]
+fn on_one_host_a_read_is_never_ahead_of_the_notifications() {
+    const N: u64 = 100;
+    for read_first in [true, false] {
+        // The publisher takes in nothing while it publishes: past the first
+        // 32, its releases wait, merged, to be told to the home.
+        let run = Run {
+            passive: vec![1],
+            ..Run::on_one_host(2)
+        };
+        let outcome = run.serve(|clients| -> Outcome {
+            let (a, b) = (&clients[0], &clients[1]);
+            a.enter_role();
+            a.malloc_lst(ProtocolId::HomeMesi, &[45], &[8])?;
+            a.malloc_lst(ProtocolId::HomeMesi, &[46], &[8])?;
+            let seen = Seen::default();
+            a.subscribe(45, true, recorder(&seen, "data"))?;
+            let marker = recorder(&seen, "marker");
+            a.subscribe(46, false, move |c, e| {
+                marker(c, e)?;
+                c.unsubscribe(45)?;
+                c.unsubscribe(46)?;
+                Ok(())
+            })?;
+            for v in 1..=N {
+                publish(b, 45, v)?;
+            }
+            // The home hears of b's releases in order: once the marker's
+            // notification is here, every one of chunk 45's is too.
+            publish(b, 46, 1)?;
+            let read = || -> SatResult<u64> {
+                a.acquire(45, Access::Read)?;
+                let v = a.with_data(45, |d| u64::from_le_bytes(d.try_into().unwrap()))?;
+                a.release(45)?;
+                Ok(v)
+            };
+            std::thread::scope(|s| -> Outcome {
+                if read_first {
+                    assert_eq!(read()?, N);
+                }
+                // b takes in its answers from now on, and tells the rest.
+                let told = s.spawn(|| b.rendezvous(5));
+                if !read_first {
+                    let deadline = Instant::now() + WAIT;
+                    while !a.lock().mail.events.pending_for(events::Topic::Chunk(46)) {
+                        assert!(Instant::now() < deadline, "the marker never came");
+                        std::thread::yield_now();
+                    }
+                    assert_eq!(read()?, N);
+                }
+                // Runs the handlers until the marker's unsubscribes both.
+                a.serve_subscriptions()?;
+                a.wakeup(5)?;
+                told.join().unwrap()?;
+                Ok(())
+            })?;
+            assert_eq!(
+                *seen.lock().unwrap(),
+                vec![("data", 45, N, Some(N)), ("marker", 46, 1, None)],
+                "read first: {read_first}"
+            );
+            Ok(())
+        });
+        outcome.unwrap();
+    }
 }
 
 /// On one host, a barrier is a word in a host slot: no round opens before

@@ -225,7 +225,7 @@ impl ServerState<'_> {
         }
         // Answered whatever becomes of it: the client's window moves on.
         self.send_to_client(out, client, &Message::PublishedAck { client });
-        let Some(entry) = self.homes.get(&chunk) else {
+        let Some(entry) = self.homes.get_mut(&chunk) else {
             tracing::warn!(
                 "server {}: published of chunk {chunk}, which nobody allocated: dropped",
                 self.rank
@@ -249,6 +249,18 @@ impl ServerState<'_> {
             );
             return;
         }
+        for _ in 0..releases {
+            self.accounts.count_applied();
+        }
+        if version <= entry.published {
+            tracing::debug!(
+                "chunk {chunk}: client {client} published version {version}, its subscribers \
+                 already heard of version {}",
+                entry.published
+            );
+            return;
+        }
+        entry.published = version;
         let size = entry.side.data().len();
         let data = match m.payload.len() {
             0 => None,
@@ -263,9 +275,6 @@ impl ServerState<'_> {
             }
         };
         tracing::debug!("chunk {chunk}: client {client} published version {version} in its slot");
-        for _ in 0..releases {
-            self.accounts.count_applied();
-        }
         self.notify(out, chunk, version, data);
     }
 

@@ -30,6 +30,8 @@
 //! - a READ or READWRITE scope sees the home's current version when it
 //!   opens, and no home version changes while a scope on it is open (one
 //!   writer or many readers);
+//! - a handler's events of a chunk never go back in version, and the data
+//!   an event carries is the bytes of the version it names;
 //! - every operation ends within a step bound, and the run ends;
 //! - no panic, no server error.
 //!

@@ -847,6 +847,7 @@ impl Thread {
             .map(|&id| (id, self.program.chunks.size(id)))
             .collect();
         let runs = AtomicUsize::new(0);
+        let told = std::sync::Mutex::new(std::collections::HashMap::<ChunkId, u64>::new());
         let stopped = Arc::new(AtomicBool::new(false));
         let unsubscribed = stopped.clone();
         let client = self.client_index;
@@ -863,6 +864,46 @@ impl Thread {
                     format!("{event:?} for a subscription to {:?}", sizes),
                 );
                 return Ok(());
+            }
+            if let Event::Chunk {
+                chunk,
+                version,
+                data,
+            } = event
+            {
+                // A chunk's events never go back to an older version: the
+                // last one a handler sees is the newest.
+                let mut last = told.lock().unwrap_or_else(|p| p.into_inner());
+                let before = last.insert(*chunk, *version).unwrap_or(0);
+                if *version < before {
+                    shared.fail(
+                        "a chunk's notifications never go back",
+                        format!(
+                            "client {client}: chunk {chunk} notified at version {version} after \
+                             version {before}"
+                        ),
+                    );
+                }
+                // The data a notification carries is its version's bytes.
+                if let Some(data) = data {
+                    let o = Shared::lock(&shared.oracle);
+                    let token = content::read(data, *chunk).map(|(t, _)| t);
+                    let made = token
+                        .as_ref()
+                        .ok()
+                        .and_then(|t| o.tokens.get(t))
+                        .map_or(0, |t| t.version);
+                    if made != *version {
+                        drop(o);
+                        shared.fail(
+                            "a notification's data is its version",
+                            format!(
+                                "client {client}: chunk {chunk} notified at version {version} \
+                                 with bytes {token:?} of version {made}"
+                            ),
+                        );
+                    }
+                }
             }
             for &(chunk, size) in &sizes {
                 let mut buf = vec![0u8; size];

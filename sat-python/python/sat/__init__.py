@@ -56,7 +56,9 @@ chunk as another. ``client.subscribe_signal(id, callback)`` and
 ``client.raise_signal(id)`` do the same without a chunk. Callbacks run on the role's thread
 while it waits in ``barrier``, ``rendezvous`` or a symbol read, and after the role function
 returns; notifications that wait for their callback merge into the newest (per chunk, and per
-chain whichever chunk they are of). An
+chain whichever chunk they are of). A chunk's events never go back to an older version, and a
+process is told of a version no later than it reads it (a read that finds a version not yet
+notified queues its event). An
 exception in a callback propagates out of the blocking call that ran it, or, after the role
 function, makes ``sat.run`` raise ``RoleError`` from it.
 
