@@ -133,6 +133,10 @@ struct Subscription {
     with_data: bool,
     /// The chunks it hears of (none for a signal).
     chunks: Vec<u64>,
+    /// Per chunk in a host slot: the slot's version when the subscription
+    /// was in place. A read of that version or an older one tells it
+    /// nothing ([`Queue::read_at`]): those releases came before it.
+    since: HashMap<u64, u64>,
 }
 
 /// A chunk as its home knows this process's subscriptions to it.
@@ -222,9 +226,12 @@ impl Queue {
     /// from its host slot, where no home answer orders the notification
     /// before the read. So that a process never reads a version before it
     /// is told of it, a subscribed chunk's newer version is told here, as
-    /// if notified (`bytes` gives its data, called only when a subscription
-    /// wants it); the home's notification of it, when it comes, is then
-    /// discarded. Not counted by the quiescence detection: no home sent it.
+    /// if notified, to each subscription it is newer than the slot's
+    /// version when that subscription was in place (older releases were
+    /// never promised to it). `bytes` gives the data, called only when a
+    /// subscription told wants it. The home's notification of this version,
+    /// when it comes, is then discarded. Not counted by the quiescence
+    /// detection: no home sent it.
     pub fn read_at(&mut self, chunk: u64, version: u64, bytes: impl FnOnce() -> Arc<[u8]>) {
         let Some(w) = self.wires.get_mut(&chunk) else {
             return;
@@ -233,8 +240,29 @@ impl Queue {
             return;
         }
         w.newest = version;
-        let data = (w.data_users > 0).then(bytes);
-        self.queue_for_topics(chunk, version, data);
+        let subscriptions = &self.subscriptions;
+        let told: Vec<(Topic, bool)> = w
+            .topics
+            .iter()
+            .filter_map(|t| {
+                let sub = subscriptions.get(t)?;
+                let since = *sub.since.get(&chunk)?;
+                (version > since).then_some((*t, sub.with_data))
+            })
+            .collect();
+        let data = told.iter().any(|&(_, d)| d).then(bytes);
+        for (topic, wants_data) in told {
+            let data = if wants_data { data.clone() } else { None };
+            merge(&mut self.pending, topic, chunk, version, data);
+        }
+    }
+
+    /// Subscription `topic` is in place; `chunk`'s host slot then held
+    /// `version`.
+    pub fn set_since(&mut self, topic: Topic, chunk: u64, version: u64) {
+        if let Some(sub) = self.subscriptions.get_mut(&topic) {
+            sub.since.insert(chunk, version);
+        }
     }
 
     /// Hands a version of `chunk` to every subscription that includes it.
@@ -307,6 +335,7 @@ impl Queue {
             Subscription {
                 with_data,
                 chunks: chunks.to_vec(),
+                since: HashMap::new(),
             },
         );
         let (mut asks, mut targets) = (Vec::new(), Vec::with_capacity(chunks.len()));
@@ -572,7 +601,18 @@ impl Client {
         }
         // Chunks whose SUBSCRIBE another subscription sent and that are
         // still on their way.
-        self.await_confirmations(topic, &targets)
+        self.await_confirmations(topic, &targets)?;
+        // What a read on one host may tell this subscription: only versions
+        // newer than those its slots hold now (see `Queue::read_at`).
+        let mut st = self.lock();
+        let st = &mut *st;
+        for &chunk in chunks {
+            if let Some(slot) = st.store.get(chunk).and_then(|c| c.host.as_ref()) {
+                let version = slot.slot().peek_version();
+                st.mail.events.set_since(topic, chunk, version);
+            }
+        }
+        Ok(())
     }
 
     fn await_confirmations(&self, topic: Topic, targets: &[Target]) -> SatResult<()> {

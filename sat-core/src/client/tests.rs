@@ -1116,6 +1116,32 @@ fn on_one_host_a_read_is_never_ahead_of_the_notifications() {
     }
 }
 
+/// On one host, a read tells a subscription only of releases made after it
+/// was in place: the version a late subscriber first reads was never
+/// promised to it, the next release is.
+#[test]
+fn on_one_host_a_read_tells_nothing_made_before_the_subscription() {
+    let outcome = Run::on_one_host(2).serve(|clients| -> Outcome {
+        let (a, b) = (&clients[0], &clients[1]);
+        a.enter_role();
+        publish(b, 47, 1)?;
+        a.malloc_lst(ProtocolId::HomeMesi, &[47], &[8])?;
+        let seen = Seen::default();
+        a.subscribe(47, true, recorder(&seen, "late"))?;
+        assert_eq!(word(a, 47), 1);
+        a.run_pending_handlers()?;
+        assert_eq!(*seen.lock().unwrap(), vec![]);
+        publish(b, 47, 2)?;
+        assert_eq!(word(a, 47), 2);
+        b.wakeup(3)?;
+        take_in(a, 3)?;
+        assert_eq!(*seen.lock().unwrap(), vec![("late", 47, 2, Some(2))]);
+        a.unsubscribe(47)?;
+        Ok(())
+    });
+    outcome.unwrap();
+}
+
 /// On one host, a barrier is a word in a host slot: no round opens before
 /// every process arrived, and no message is sent (but the one that asks the
 /// coordinator where a barrier lives, the first time). An arrival with
