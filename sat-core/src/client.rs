@@ -254,6 +254,8 @@ struct ClientState {
     loans: loans::Loans,
     /// Scopes on chunks whose version is in a host slot ([`host`]).
     host: host::HostPath,
+    /// The subscribers a release tells itself (kept to reuse its memory).
+    direct_ranks: Vec<Rank>,
 }
 
 impl Client {
@@ -292,6 +294,7 @@ impl Client {
                 user_sent: 0,
                 loans: loans::Loans::default(),
                 host: host::HostPath::default(),
+                direct_ranks: Vec::new(),
             }),
         }
     }
@@ -1713,6 +1716,9 @@ struct Mailbox {
 
 impl ClientState {
     fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
+        // Before the messages: a probe among them must find the events the
+        // inbox holds (see `events::Queue::count_direct`).
+        let hinted = self.take_hints();
         let mail = &mut self.mail;
         let store = &mut self.store;
         let n = self
@@ -1736,7 +1742,28 @@ impl ClientState {
         let granted = self.host.retry(&mut self.store, &mut self.mail.events, me);
         self.host
             .tell_home_again(self.transport.as_mut(), &mut self.header, (me, server));
-        Ok(n + granted)
+        Ok(n + granted + hinted)
+    }
+
+    /// Takes what releasers posted to this process's inbox: each chunk's
+    /// slot version is told to its subscriptions. Returns how many chunks
+    /// were looked at.
+    fn take_hints(&mut self) -> usize {
+        let Some(taken) = self.transport.take_hints() else {
+            return 0;
+        };
+        let chunks = if taken.overflowed {
+            self.mail.events.subscribed_chunks()
+        } else {
+            taken.chunks
+        };
+        for &chunk in &chunks {
+            if let Some(slot) = self.store.get(chunk).and_then(|c| c.host.as_ref()) {
+                let version = slot.slot().peek_version();
+                self.mail.events.slot_moved(chunk, version);
+            }
+        }
+        chunks.len().max(1)
     }
 
     /// Ends one scope of `chunk`. A release after a write sends its bytes
@@ -1832,9 +1859,13 @@ impl ClientState {
         }
         if let Some(version) = published {
             self.store.spread(chunk, place);
-            // Only a release someone subscribed to concerns the home: it
-            // notifies them, and the quiescence detection counts the
-            // release at both ends.
+            if self.tell_subscribers_directly(to.0, chunk, slot, version) {
+                self.scope_ended(chunk);
+                return Ok(());
+            }
+            // Otherwise only a release someone subscribed to concerns the
+            // home: it notifies them, and the quiescence detection counts
+            // the release at both ends.
             let (subscribers, with_data) = slot.slot().subscribers();
             if subscribers > 0 {
                 self.mail.events.count_published();
@@ -1855,6 +1886,37 @@ impl ClientState {
         }
         self.scope_ended(chunk);
         Ok(())
+    }
+
+    /// After a release of `version` into `chunk`'s slot: when the home's
+    /// record in the slot lists every subscriber, none wants data and each
+    /// one's inbox is reachable, tells them itself (`segment/inbox.rs`):
+    /// no message, and the home is not involved. Returns false when the
+    /// home must tell them (or there is nobody to tell).
+    fn tell_subscribers_directly(
+        &mut self,
+        me: Rank,
+        chunk: ChunkId,
+        slot: &crate::segment::SlotRef,
+        version: u64,
+    ) -> bool {
+        let mut ranks = std::mem::take(&mut self.direct_ranks);
+        let direct = slot.slot().direct_subscribers(&mut ranks)
+            && ranks
+                .iter()
+                .all(|&r| r == me || self.transport.reaches_inbox(r));
+        if direct {
+            self.mail.events.count_direct();
+            for &r in &ranks {
+                if r == me {
+                    self.mail.events.slot_moved(chunk, version);
+                } else {
+                    self.transport.post_hint(r, chunk);
+                }
+            }
+        }
+        self.direct_ranks = ranks;
+        direct
     }
 
     /// The calling thread's scope on `chunk` has ended: it is no longer a

@@ -100,8 +100,8 @@ impl HomeEntry {
     fn subscribers_changed(&self) {
         if let Some((slot, _)) = &self.slot {
             let with_data = self.subscribers.values().filter(|&&d| d).count();
-            slot.slot()
-                .set_subscribers(self.subscribers.len() as u32, with_data as u32);
+            let ranks: Vec<u32> = self.subscribers.keys().copied().collect();
+            slot.slot().set_subscribers(&ranks, with_data as u32);
         }
     }
 

@@ -266,7 +266,7 @@ fn ring_peers(
             bell
         })
         .collect();
-    transport.set_doorbells(opened);
+    transport.set_doorbells(opened, &own);
     if all {
         doorbell::install_own(own);
     }

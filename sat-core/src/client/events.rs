@@ -30,6 +30,9 @@
 //!   slot, and queues the event itself ([`Queue::read_at`]). So a
 //!   subscriber that reads version N after the publisher's last release
 //!   (past a barrier, say) sees its handler run once more, with N.
+//!   Notifications of different chunks come in no set order: on one host
+//!   a releaser tells the subscribers that want no data itself, through
+//!   their inboxes ([`Queue::slot_moved`]), and the home tells the others.
 //! - **One home subscription per chunk**: however many subscriptions of a
 //!   process include a chunk (the chunk itself, and every subscribed chain
 //!   it is in), its home records the process once and sends one
@@ -185,6 +188,9 @@ pub(crate) struct Queue {
     handling: bool,
     published: u64,
     received: u64,
+    /// Releases this process told its subscribers itself
+    /// ([`Queue::count_direct`]).
+    direct: u64,
 }
 
 impl Queue {
@@ -233,6 +239,36 @@ impl Queue {
     /// when it comes, is then discarded. Not counted by the quiescence
     /// detection: no home sent it.
     pub fn read_at(&mut self, chunk: u64, version: u64, bytes: impl FnOnce() -> Arc<[u8]>) {
+        self.tell_from_slot(chunk, version, Some(bytes));
+    }
+
+    /// `chunk`'s host slot holds `version`, and a releaser said it moved
+    /// (through this process's inbox, `segment/inbox.rs`, or this process
+    /// released it): told as [`Queue::read_at`] tells it, without data.
+    /// A releaser tells a chunk's subscribers itself only when none of them
+    /// wants data, as its home recorded them, so a subscription that wants
+    /// data and is skipped here was still being set up when the release
+    /// was made: that release was not promised to it.
+    pub fn slot_moved(&mut self, chunk: u64, version: u64) {
+        self.tell_from_slot(chunk, version, None::<fn() -> Arc<[u8]>>);
+    }
+
+    /// The chunks some subscription includes (an inbox that overflowed
+    /// names none: every one of them is looked at).
+    pub fn subscribed_chunks(&self) -> Vec<u64> {
+        self.wires
+            .iter()
+            .filter(|(_, w)| !w.topics.is_empty())
+            .map(|(&c, _)| c)
+            .collect()
+    }
+
+    fn tell_from_slot<F: FnOnce() -> Arc<[u8]>>(
+        &mut self,
+        chunk: u64,
+        version: u64,
+        bytes: Option<F>,
+    ) {
         let Some(w) = self.wires.get_mut(&chunk) else {
             return;
         };
@@ -241,16 +277,21 @@ impl Queue {
         }
         w.newest = version;
         let subscriptions = &self.subscriptions;
+        let can_give_data = bytes.is_some();
         let told: Vec<(Topic, bool)> = w
             .topics
             .iter()
             .filter_map(|t| {
                 let sub = subscriptions.get(t)?;
                 let since = *sub.since.get(&chunk)?;
-                (version > since).then_some((*t, sub.with_data))
+                (version > since && (can_give_data || !sub.with_data))
+                    .then_some((*t, sub.with_data))
             })
             .collect();
-        let data = told.iter().any(|&(_, d)| d).then(bytes);
+        let data = match bytes {
+            Some(bytes) if told.iter().any(|&(_, d)| d) => Some(bytes()),
+            _ => None,
+        };
         for (topic, wants_data) in told {
             let data = if wants_data { data.clone() } else { None };
             merge(&mut self.pending, topic, chunk, version, data);
@@ -293,15 +334,27 @@ impl Queue {
         self.published += 1;
     }
 
+    /// A release whose subscribers this process told itself, through their
+    /// inboxes: no message carries it, so a probe counts it as both sent
+    /// and received. The totals still move, so the quiescence detection's
+    /// next wave cannot match the last one, and that wave finds the event
+    /// in the subscriber (which takes its inbox before it answers a probe).
+    pub fn count_direct(&mut self) {
+        self.direct += 1;
+    }
+
     /// (busy, published, received) for a probe of the quiescence detection.
     pub fn probe(&self) -> (bool, u64, u64) {
         (
             self.handling || !self.pending.is_empty(),
-            self.published,
-            self.received,
+            self.published + self.direct,
+            self.received + self.direct,
         )
     }
 
+    /// (published, received) for the server, once this client is done:
+    /// without the releases told through inboxes, which balance, so that
+    /// the server can tell which of its notifications never arrived.
     pub fn counters(&self) -> (u64, u64) {
         (self.published, self.received)
     }

@@ -11,9 +11,11 @@
 //!   copied straight from the slot into the chain when the client does not
 //!   hold that version (one copy; nothing goes through a message queue);
 //! - a RELEASE copies the scope's bytes into the slot as the next version
-//!   and lets the lock go; the home is then told (`Message::Published`), so
-//!   that it notifies the subscribers, with the bytes only when one of them
-//!   wants data;
+//!   and lets the lock go; then its subscribers are told: by the releaser
+//!   itself, through their inboxes (`segment/inbox.rs`), when the home's
+//!   record in the slot lists them all and none wants data; otherwise by
+//!   the home, which is told (`Message::Published`, with the bytes only
+//!   when a subscriber wants data);
 //! - a read release or an abort lets the lock go and tells nobody.
 //!
 //! The client side of such a chunk is the home-only protocol's, whatever

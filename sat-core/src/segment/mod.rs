@@ -15,13 +15,15 @@
 //! - waiting spins briefly, then sleeps on the lock word (a futex shared
 //!   between processes) and wakes when the holder lets go: nothing polls.
 //!
-//! `shared.rs` names slots on the wire and maps segments once per process.
+//! `inbox.rs` is how a releaser tells the subscribers of a chunk that its
+//! slot moved, without a message. `shared.rs` names slots on the wire and maps segments once per process.
 //! Which chunks have a slot is decided by the layers above: a server homes
 //! its chunks' versions in slots when every process of the run is on its
 //! host (`server/host.rs`), and its clients then open scopes on them
 //! directly (`client/host.rs`).
 
 pub mod barrier;
+pub mod inbox;
 mod memory;
 mod shared;
 mod slot;
@@ -29,7 +31,7 @@ pub(crate) mod wait;
 
 pub use memory::{Segment, SegmentError};
 pub use shared::{publish, slot_footprint, Segments, SlotPlace, SlotRef};
-pub use slot::{Slot, SlotHeader, SLOT_ALIGN};
+pub use slot::{Slot, SlotHeader, DIRECT_SUBSCRIBERS, SLOT_ALIGN};
 
 #[cfg(test)]
 mod tests;

@@ -74,7 +74,7 @@ impl std::fmt::Debug for SlotRef {
 }
 
 /// The bytes a slot of `capacity` takes in a segment, header included.
-pub fn slot_footprint(capacity: usize) -> usize {
+pub const fn slot_footprint(capacity: usize) -> usize {
     (std::mem::size_of::<SlotHeader>() + capacity).div_ceil(SLOT_ALIGN) * SLOT_ALIGN
 }
 

@@ -1,4 +1,4 @@
-//! A slot of a host segment: a 64-byte header, then one version's bytes.
+//! A slot of a host segment: a 128-byte header, then one version's bytes.
 //!
 //! The header's lock word is a readers-writer lock that processes share:
 //!
@@ -60,10 +60,19 @@ pub struct SlotHeader {
     /// Processes with a request waiting for the lock, which poll for it
     /// (`client/host.rs`): whoever lets the lock go wakes them.
     lock_waiters: AtomicU32,
-    _pad: [u64; 2],
+    /// The subscribers' ranks plus one (0: a free cell), as the home
+    /// keeps them while there are at most [`DIRECT_SUBSCRIBERS`]: a
+    /// releaser tells these processes itself ([`Slot::direct_subscribers`]).
+    /// A subscriber keeps its cell while it stays subscribed.
+    direct: [AtomicU32; DIRECT_SUBSCRIBERS],
+    _pad: [u64; 6],
 }
 
-const _: () = assert!(std::mem::size_of::<SlotHeader>() == SLOT_ALIGN);
+/// How many subscribers of a chunk a releaser on one host tells itself;
+/// with more, or with one that wants data, the home tells them.
+pub const DIRECT_SUBSCRIBERS: usize = 8;
+
+const _: () = assert!(std::mem::size_of::<SlotHeader>() == 2 * SLOT_ALIGN);
 
 /// A slot of a segment mapped in this process.
 pub struct Slot<'s> {
@@ -91,6 +100,12 @@ impl<'s> Slot<'s> {
         self.capacity
     }
 
+    /// Where the slot's bytes start (aligned to [`SLOT_ALIGN`]), for
+    /// structures that live there instead of a version (`inbox.rs`).
+    pub(super) fn data_ptr(&self) -> *mut u8 {
+        self.data
+    }
+
     /// The version the slot holds now, read without the lock: a hint (a
     /// writer may be about to move it), for deciding whether to ask.
     pub fn peek_version(&self) -> u64 {
@@ -108,6 +123,9 @@ impl<'s> Slot<'s> {
         self.header.watchers.store(0, SeqCst);
         self.header.data_subscribers.store(0, SeqCst);
         self.header.subscribers.store(0, SeqCst);
+        for cell in &self.header.direct {
+            cell.store(0, SeqCst);
+        }
         self.header.version.store(0, SeqCst);
         self.header.size.store(size as u64, SeqCst);
         // SAFETY: the slot is not in use (the caller's promise, as the one
@@ -355,14 +373,61 @@ impl<'s> Slot<'s> {
         )
     }
 
-    /// The home records how many subscribers there are, and how many of
-    /// them want data. Set before the home answers a SUBSCRIBE, and read by
-    /// a releaser after it has published: a release that reads no
-    /// subscriber was published before any SUBSCRIBE returned, so it was
-    /// promised to nobody.
-    pub fn set_subscribers(&self, all: u32, with_data: u32) {
-        self.header.subscribers.store(all, SeqCst);
-        self.header.data_subscribers.store(with_data, SeqCst);
+    /// The home records its subscribers: their ranks, and how many of them
+    /// want data. Set before the home answers a SUBSCRIBE, and read by a
+    /// releaser after it has published: a release that reads no subscriber
+    /// was published before any SUBSCRIBE returned, so it was promised to
+    /// nobody.
+    ///
+    /// The cells change in place, so that a releaser reading them while
+    /// they change still finds every subscriber that stays: one that
+    /// leaves frees its cell, one that comes takes a free cell, and the
+    /// cells are written before the counts. While there are more
+    /// subscribers than cells, the cells are not kept (releasers then tell
+    /// the home) and are rebuilt, in place, when the count falls back.
+    /// Only the home writes them.
+    pub fn set_subscribers(&self, ranks: &[u32], with_data: u32) {
+        let h = self.header;
+        if ranks.len() <= DIRECT_SUBSCRIBERS {
+            for cell in &h.direct {
+                let held = cell.load(SeqCst);
+                if held != 0 && !ranks.contains(&(held - 1)) {
+                    cell.store(0, SeqCst);
+                }
+            }
+            for &rank in ranks {
+                let tag = rank + 1;
+                if h.direct.iter().any(|c| c.load(SeqCst) == tag) {
+                    continue;
+                }
+                if let Some(free) = h.direct.iter().find(|c| c.load(SeqCst) == 0) {
+                    free.store(tag, SeqCst);
+                }
+            }
+        }
+        h.data_subscribers.store(with_data, SeqCst);
+        h.subscribers.store(ranks.len() as u32, SeqCst);
+    }
+
+    /// The subscribers a releaser tells itself, into `ranks`: true when
+    /// there are some and none wants data and they fit the cells; false
+    /// when the home must tell them (or there is nobody to tell:
+    /// [`Slot::subscribers`] says which).
+    pub fn direct_subscribers(&self, ranks: &mut Vec<u32>) -> bool {
+        ranks.clear();
+        let (all, with_data) = self.subscribers();
+        if all == 0 || with_data > 0 || all as usize > DIRECT_SUBSCRIBERS {
+            return false;
+        }
+        ranks.extend(
+            self.header
+                .direct
+                .iter()
+                .map(|c| c.load(SeqCst))
+                .filter(|&t| t != 0)
+                .map(|t| t - 1),
+        );
+        true
     }
 
     /// Waits until the slot holds a version newer than `than`, at most

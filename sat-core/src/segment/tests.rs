@@ -118,8 +118,9 @@ fn a_dead_writers_lock_is_freed_by_its_rank_only() {
 #[test]
 fn slots_outside_the_segment_or_misaligned_are_refused() {
     let seg = Segment::in_process(4096);
-    assert!(seg.slot(4096 - 64, 0).is_ok());
-    assert!(seg.slot(4096 - 64, 1).is_err());
+    let header = std::mem::size_of::<super::SlotHeader>();
+    assert!(seg.slot(4096 - header, 0).is_ok());
+    assert!(seg.slot(4096 - header, 1).is_err());
     assert!(seg.slot(32, 8).is_err());
     assert!(seg.slot(usize::MAX - 63, 8).is_err());
     assert!(seg.slot(0, usize::MAX).is_err());
@@ -256,4 +257,63 @@ fn bounce(seg: &Segment, rank: u64) -> u64 {
 #[ignore = "the second process of two_processes_hand_off_through_slots, which starts it"]
 fn the_hand_off_partner() {
     bounce(&partner_segment(), 1);
+}
+
+/// An inbox gives each posted chunk once per take, however often it was
+/// posted; a post after a take waits for the next one; posts that find no
+/// cell near their hash mark it overflowed, and a take then says so.
+#[test]
+fn an_inbox_collects_posts_and_says_when_it_overflowed() {
+    use super::inbox::{Inbox, INBOX_CELLS};
+    let inbox = Inbox::in_process();
+    let before = inbox.posted();
+    inbox.post(7);
+    inbox.post(7);
+    inbox.post(9);
+    assert_eq!(inbox.posted(), before.wrapping_add(3));
+    let mut taken = inbox.take();
+    taken.chunks.sort();
+    assert_eq!(taken.chunks, vec![7, 9]);
+    assert!(!taken.overflowed);
+    assert!(inbox.take().chunks.is_empty(), "a take empties the inbox");
+    inbox.post(9);
+    assert_eq!(inbox.take().chunks, vec![9]);
+    for chunk in 0..(2 * INBOX_CELLS as u64) {
+        inbox.post(chunk);
+    }
+    let taken = inbox.take();
+    assert!(taken.overflowed, "more chunks than cells overflow");
+    assert!(!inbox.take().overflowed, "a take clears the overflow");
+}
+
+/// The home's record of a chunk's subscribers in its slot: a releaser gets
+/// them while they fit the cells and none wants data; a subscriber keeps
+/// its cell while others come and go; past the cells, and back, the record
+/// is rebuilt.
+#[test]
+fn a_slot_lists_its_subscribers_for_releasers() {
+    use super::DIRECT_SUBSCRIBERS;
+    let seg = Segment::in_process(4096);
+    let slot = seg.slot(0, 64).unwrap();
+    slot.init(64);
+    let mut ranks = Vec::new();
+    assert!(!slot.direct_subscribers(&mut ranks), "nobody subscribed");
+    slot.set_subscribers(&[3, 5], 0);
+    assert!(slot.direct_subscribers(&mut ranks));
+    assert_eq!(ranks, vec![3, 5]);
+    slot.set_subscribers(&[5, 6], 0);
+    assert!(slot.direct_subscribers(&mut ranks));
+    assert_eq!(ranks, vec![6, 5], "5 kept its cell, 6 took the free one");
+    slot.set_subscribers(&[5, 6], 1);
+    assert!(
+        !slot.direct_subscribers(&mut ranks),
+        "one wants data: the home tells"
+    );
+    let many: Vec<u32> = (0..=DIRECT_SUBSCRIBERS as u32).collect();
+    slot.set_subscribers(&many, 0);
+    assert!(!slot.direct_subscribers(&mut ranks), "more than the cells");
+    slot.set_subscribers(&[1, 9], 0);
+    assert!(slot.direct_subscribers(&mut ranks));
+    ranks.sort();
+    assert_eq!(ranks, vec![1, 9]);
 }

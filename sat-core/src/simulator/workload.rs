@@ -1098,4 +1098,21 @@ impl<T: Transport> Transport for Faulty<T> {
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
         self.inner.sends_drained()
     }
+
+    fn post_hint(&mut self, rank: Rank, chunk: u64) -> bool {
+        // A dead process tells nobody; it still reaches the inbox, so its
+        // releases are not sent to the home instead.
+        self.fault.0.dead.load(Ordering::Relaxed) || self.inner.post_hint(rank, chunk)
+    }
+
+    fn reaches_inbox(&self, rank: Rank) -> bool {
+        self.inner.reaches_inbox(rank)
+    }
+
+    fn take_hints(&mut self) -> Option<crate::segment::inbox::Taken> {
+        if self.fault.0.dead.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.inner.take_hints()
+    }
 }

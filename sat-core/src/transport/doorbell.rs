@@ -13,12 +13,19 @@
 //! add, and a system call only when the owner sleeps.
 //!
 //! The doorbell is a slot header of its own (`crate::segment`): the ring is
-//! its publication counter, the sleepers its watchers.
+//! its publication counter, the sleepers its watchers. The slot's data is
+//! the process's inbox (`segment/inbox.rs`), where its peers post the
+//! chunks it subscribed to that they have just released.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::segment::inbox::{Inbox, INBOX_BYTES};
 use crate::segment::{self, Segment, SegmentError, Segments, SlotPlace, SlotRef};
+
+/// The bytes of a doorbell's segment: its header and its inbox.
+const DOORBELL_BYTES: usize = 4096;
+const _: () = assert!(segment::slot_footprint(INBOX_BYTES) <= DOORBELL_BYTES);
 
 /// Where a doorbell is, as the bootstrap carries it: (pid, descriptor).
 pub type BellPlace = (u32, i32);
@@ -32,9 +39,9 @@ pub struct Doorbell {
 impl Doorbell {
     /// This process's own doorbell, and where others find it.
     pub fn create() -> Result<(Doorbell, BellPlace), SegmentError> {
-        let segment = Arc::new(Segment::create("sat-doorbell", 4096)?);
+        let segment = Arc::new(Segment::create("sat-doorbell", DOORBELL_BYTES)?);
         let place = segment::publish(&segment);
-        let slot = SlotRef::new(segment, 0, 0)?;
+        let slot = SlotRef::new(segment, 0, INBOX_BYTES)?;
         Ok((Doorbell { slot }, place))
     }
 
@@ -43,11 +50,16 @@ impl Doorbell {
         let slot = segments.open(&SlotPlace {
             pid: place.0,
             fd: place.1,
-            segment_len: 4096,
+            segment_len: DOORBELL_BYTES as u64,
             offset: 0,
-            capacity: 0,
+            capacity: INBOX_BYTES as u64,
         })?;
         Ok(Doorbell { slot })
+    }
+
+    /// The inbox of the doorbell's process.
+    pub fn inbox(&self) -> Inbox {
+        Inbox::in_slot(self.slot.clone()).expect("a doorbell's slot holds an inbox")
     }
 
     pub fn ring(&self) {

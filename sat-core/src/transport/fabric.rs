@@ -888,6 +888,10 @@ pub struct FabricEndpoint {
 /// [`Transport::add_peer`].
 pub struct FabricTransport {
     core: Core,
+    /// The peers' inboxes, by rank, on one host (`segment/inbox.rs`).
+    inboxes: Vec<Option<crate::segment::inbox::Inbox>>,
+    /// This process's inbox, and its post count when last taken.
+    own_inbox: Option<(crate::segment::inbox::Inbox, u32)>,
 }
 
 impl FabricEndpoint {
@@ -1094,7 +1098,11 @@ impl FabricEndpoint {
         self.core.queued_dests = Vec::with_capacity(size as usize);
         self.core.dirty_work = Vec::with_capacity(size as usize);
         debug!(rank = my_rank, size, "connected the libfabric endpoint");
-        Ok(FabricTransport { core: self.core })
+        Ok(FabricTransport {
+            core: self.core,
+            inboxes: Vec::new(),
+            own_inbox: None,
+        })
     }
 }
 
@@ -2160,8 +2168,19 @@ impl Sender for FabricTransport {
 }
 
 impl FabricTransport {
-    /// The doorbells to ring after sending to each rank (`doorbell.rs`).
-    pub fn set_doorbells(&mut self, bells: Vec<Option<super::doorbell::Doorbell>>) {
+    /// The doorbells to ring after sending to each rank (`doorbell.rs`),
+    /// whose inboxes take this process's posts, and this process's own
+    /// inbox.
+    pub fn set_doorbells(
+        &mut self,
+        bells: Vec<Option<super::doorbell::Doorbell>>,
+        own: &super::doorbell::Doorbell,
+    ) {
+        self.inboxes = bells
+            .iter()
+            .map(|b| b.as_ref().map(|b| b.inbox()))
+            .collect();
+        self.own_inbox = Some((own.inbox(), 0));
         self.core.bells = bells;
     }
 }
@@ -2207,6 +2226,29 @@ impl Transport for FabricTransport {
             return Err(e);
         }
         Ok(self.core.outstanding == 0)
+    }
+
+    fn post_hint(&mut self, rank: Rank, chunk: u64) -> bool {
+        let Some(Some(inbox)) = self.inboxes.get(rank as usize) else {
+            return false;
+        };
+        inbox.post(chunk);
+        self.core.ring(rank);
+        true
+    }
+
+    fn reaches_inbox(&self, rank: Rank) -> bool {
+        matches!(self.inboxes.get(rank as usize), Some(Some(_)))
+    }
+
+    fn take_hints(&mut self) -> Option<crate::segment::inbox::Taken> {
+        let (inbox, seen) = self.own_inbox.as_mut()?;
+        let posted = inbox.posted();
+        if posted == *seen {
+            return None;
+        }
+        *seen = posted;
+        Some(inbox.take())
     }
 
     fn add_peer(&mut self, rank: Rank, address: &[u8]) -> Result<(), TransportError> {

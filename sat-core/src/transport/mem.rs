@@ -101,6 +101,10 @@ struct Net {
     /// `sent[src * size + dst]`: messages sent since the last counter reset.
     sent: Vec<u64>,
     in_flight: usize,
+    /// Per rank: the chunks posted to its inbox, in post order, each once
+    /// (`segment/inbox.rs`; every endpoint has one, as every process of a
+    /// host does).
+    inboxes: Vec<Vec<u64>>,
 }
 
 impl Net {
@@ -196,6 +200,7 @@ impl MemNetwork {
             clocks: vec![0; n],
             sent: vec![0; n * n],
             in_flight: 0,
+            inboxes: vec![Vec::new(); n],
         };
         let shared = Arc::new(Mutex::new(net));
         let endpoints = (0..size)
@@ -349,6 +354,29 @@ impl Transport for MemTransport {
     /// Always true: `send` moves the message into the network at once.
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
         Ok(true)
+    }
+
+    fn post_hint(&mut self, rank: Rank, chunk: u64) -> bool {
+        let mut net = lock(&self.shared);
+        let Some(inbox) = net.inboxes.get_mut(rank as usize) else {
+            return false;
+        };
+        if !inbox.contains(&chunk) {
+            inbox.push(chunk);
+        }
+        true
+    }
+
+    fn reaches_inbox(&self, rank: Rank) -> bool {
+        rank < self.size
+    }
+
+    fn take_hints(&mut self) -> Option<crate::segment::inbox::Taken> {
+        let chunks = std::mem::take(&mut lock(&self.shared).inboxes[self.rank as usize]);
+        (!chunks.is_empty()).then_some(crate::segment::inbox::Taken {
+            chunks,
+            overflowed: false,
+        })
     }
 }
 

@@ -196,6 +196,27 @@ pub trait Transport: Sender + Send {
         false
     }
 
+    /// Posts to `rank`'s inbox that `chunk`'s host slot holds a newer
+    /// version, and wakes `rank` (`segment/inbox.rs`): how a releaser on
+    /// one host tells a subscriber, with no message. False when this
+    /// transport reaches no inbox of `rank`.
+    fn post_hint(&mut self, rank: Rank, chunk: u64) -> bool {
+        let _ = (rank, chunk);
+        false
+    }
+
+    /// Whether [`Transport::post_hint`] reaches `rank`.
+    fn reaches_inbox(&self, rank: Rank) -> bool {
+        let _ = rank;
+        false
+    }
+
+    /// What was posted to this process's inbox since the last call: None
+    /// when nothing was (or it has no inbox).
+    fn take_hints(&mut self) -> Option<crate::segment::inbox::Taken> {
+        None
+    }
+
     /// Gives `rank` (a service's client slot) the endpoint `address`, which
     /// replaces the slot's previous one if any. Only transports whose
     /// membership can change (the service mode) support it.
