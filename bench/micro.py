@@ -59,7 +59,7 @@ NOTES = [
     "sleep until a doorbell rings); every process is on one host, so the home keeps the "
     "versions in a host segment and scopes move no data in messages, over either provider "
     "(SAT_HOST_SEGMENTS=off measures the message path). hand-off 64 B: half a round of READWRITE-increment-RELEASE by one client "
-    "and reads by the other until the new value shows. PUT: the writer's WRITE scope over "
+    "and reads by the other until the new value shows (it yields its core every 16 reads). PUT: the writer's WRITE scope over "
     "the 64 MiB chain and its RELEASE, until the home holds the whole version (the writer's "
     "relayed message to itself comes back: the server forwards it only after applying every "
     "earlier message). PUT, release returns: the same scope until RELEASE returns (the data "

@@ -347,8 +347,12 @@ impl Client {
         // It runs while the application computes: its polling is not time
         // taken from the application.
         stats::not_counted();
+        // No spin phase: this thread and a role's thread waiting in a call
+        // both wake at every message, and one of them spinning after each
+        // (yielding a core a host's other processes need) is enough.
         let mut idle = Idle::new(IdlePolicy {
             busy: false,
+            spin: Duration::ZERO,
             ..self.policy
         });
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
