@@ -139,9 +139,17 @@ pub(crate) fn recv<T: Decode<()>>(
             "{from} sent a bootstrap frame of {len} bytes: not a SAT process?"
         )));
     }
-    let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).map_err(io)?;
-    let (msg, _) = bincode::decode_from_slice(&body, bincode::config::standard()).map_err(|e| {
+    // Grown as bytes come, not allocated at the length a peer claims: a
+    // frame that announces 64 MiB and sends nothing costs nothing.
+    let mut body = Vec::new();
+    let got = stream.take(len as u64).read_to_end(&mut body).map_err(io)?;
+    if got < len {
+        return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    // Bounded: a length inside the frame that claims more than a frame can
+    // hold is an error, never an allocation of that size.
+    let config = bincode::config::standard().with_limit::<MAX_FRAME>();
+    let (msg, _) = bincode::decode_from_slice(&body, config).map_err(|e| {
         SatError::Bootstrap(format!(
             "{from} sent an undecodable bootstrap message ({e}): is it the same SAT version?"
         ))
