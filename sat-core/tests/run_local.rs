@@ -264,3 +264,64 @@ fn a_program_run_without_a_launcher_says_how_to_start_it() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("satrun"));
 }
+
+/// The seed of a run started under another launcher listens on a port
+/// anyone may reach before the run's processes do: hostile bytes there, and
+/// 64 connections that never speak, leave it gathering the real ones, and
+/// the run completes.
+#[test]
+fn hostile_bytes_on_the_seed_leave_the_run_unharmed() {
+    let port = free_port();
+    let size = 3;
+    let start = |rank: u32| {
+        Command::new(example("exchange"))
+            .args(["--rounds", "5"])
+            .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+            .env("OMPI_COMM_WORLD_SIZE", size.to_string())
+            .env("SAT_SEED", format!("127.0.0.1:{port}"))
+            .env("SAT_PROVIDER", "tcp")
+            .env_remove("SAT_OUTPUT_PREFIXED")
+            .env_remove("SAT_RANK")
+            .env_remove("SAT_SIZE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let seed = start(0);
+    let address = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(&address).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the seed never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut seed = seed;
+    for bytes in common::hostile_bytes() {
+        if let Err(e) = common::poke(&address, &bytes) {
+            let _ = seed.kill();
+            let out = seed.wait_with_output().unwrap();
+            panic!(
+                "the seed stopped listening ({e}) before {bytes:02x?}: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+    let silent: Vec<std::net::TcpStream> = (0..64)
+        .map(|_| std::net::TcpStream::connect(&address).expect("connect to the seed"))
+        .collect();
+    let others: Vec<_> = (1..size).map(start).collect();
+    let outputs: Vec<_> = std::iter::once(seed)
+        .chain(others)
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    drop(silent);
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "rank {rank}: {}", text(&out.stderr));
+    }
+    assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 5 messages with 1 clients"));
+    assert!(text(&outputs[2].stdout).contains("rank 2 exchanged 5 messages with 1 clients"));
+}

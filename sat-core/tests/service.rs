@@ -339,30 +339,6 @@ fn a_client_killed_inside_a_write_scope_does_not_block_the_chunk() {
     }
 }
 
-/// Sends `bytes` to the service's port and reads whatever the desk answers
-/// until it closes or a second passes.
-fn poke(address: &str, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(address)?;
-    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let _ = s.write_all(bytes);
-    let mut sink = [0u8; 256];
-    while let Ok(n) = s.read(&mut sink) {
-        if n == 0 {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// `body` framed as the desk reads frames: a 4-byte little-endian length,
-/// then the bytes.
-fn frame(body: &[u8]) -> Vec<u8> {
-    let mut f = (body.len() as u32).to_le_bytes().to_vec();
-    f.extend_from_slice(body);
-    f
-}
-
 /// Whatever reaches the service's port, it keeps running and serving: frames
 /// whose fields claim 2^40 bytes (at every field position a `Hello` could
 /// have one), random bytes, an HTTP request, a frame cut short, and 64
@@ -371,34 +347,10 @@ fn frame(body: &[u8]) -> Vec<u8> {
 fn hostile_bytes_on_the_service_port_leave_it_serving() {
     let mut service = Service::start("shm", &["--slots", "4"]);
     let a = service.address.clone();
-    let mut hostile: Vec<Vec<u8>> = Vec::new();
-    // bincode's varint: 0xFD then 8 bytes is a u64; 2^40 as a length.
-    let huge = [&[0xFDu8][..], &(1u64 << 40).to_le_bytes()].concat();
-    for lead in 0..6 {
-        let body = [vec![0u8; lead], huge.clone()].concat();
-        hostile.push(frame(&body));
-        let body = [vec![1u8; lead], huge.clone()].concat();
-        hostile.push(frame(&body));
-    }
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for n in [1usize, 7, 64, 4096] {
-        let random: Vec<u8> = (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        hostile.push(random.clone());
-        hostile.push(frame(&random));
-    }
-    hostile.push(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec());
-    hostile.push((64u32 << 20).to_le_bytes().to_vec());
-    hostile.push(u32::MAX.to_le_bytes().to_vec());
+    let hostile = common::hostile_bytes();
     let mut before: &[u8] = &[];
     for bytes in &hostile {
-        let poked = poke(&a, bytes);
+        let poked = common::poke(&a, bytes);
         let exited = service.child.as_mut().unwrap().try_wait().unwrap();
         assert!(
             exited.is_none() && poked.is_ok(),

@@ -28,6 +28,14 @@ use crate::wire::WIRE_VERSION;
 
 /// The largest bootstrap frame (topology plus address table).
 const MAX_FRAME: usize = 64 << 20;
+/// How long the seed waits for a connection's hello (each on its own
+/// thread), and how many it waits for at once: a joining process says hello
+/// as soon as it connects, and sockets that never speak must not hold a
+/// thread each for long.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+const MAX_PENDING_HELLOS: usize = 256;
+/// How often the seed, gathering, looks at the hellos heard.
+const SEED_TICK: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Encode, Decode)]
 enum ToSeed {
@@ -45,6 +53,19 @@ enum ToSeed {
     Ready,
     /// This rank cannot go on (for example its endpoint did not open).
     Failed(String),
+}
+
+impl ToSeed {
+    /// The message's name, for logs (never its contents: a hostile peer's
+    /// bytes have no business in the debug stream).
+    fn kind(&self) -> &'static str {
+        match self {
+            ToSeed::Hello { .. } => "Hello",
+            ToSeed::Address(..) => "Address",
+            ToSeed::Ready => "Ready",
+            ToSeed::Failed(_) => "Failed",
+        }
+    }
 }
 
 #[derive(Debug, Encode, Decode)]
@@ -355,24 +376,36 @@ impl Seed {
             }
         }
         let mut joined = 1;
+        // Each connection's hello is read on a thread of its own, so that a
+        // socket that never speaks (or speaks slowly) holds up nobody.
+        let (hellos, heard) = std::sync::mpsc::channel::<(TcpStream, SatResult<ToSeed>)>();
+        let mut listening = 0usize;
         while joined < size {
-            let Some(mut stream) = accept_before(&listener, deadline)? else {
-                let missing: Vec<String> = (1..size)
-                    .filter(|&r| seed.conns[r as usize].is_none())
-                    .map(|r| r.to_string())
-                    .collect();
-                let reason = format!(
-                    "ranks {} never contacted the seed: were all {size} processes started with the same SAT_SEED?",
-                    missing.join(", ")
-                );
-                seed.abort(&reason);
-                return Err(SatError::Timeout(reason));
+            let Ok((mut stream, hello)) = heard.try_recv() else {
+                if Instant::now() >= deadline {
+                    let missing: Vec<String> = (1..size)
+                        .filter(|&r| seed.conns[r as usize].is_none())
+                        .map(|r| r.to_string())
+                        .collect();
+                    let reason = format!(
+                        "ranks {} never contacted the seed: were all {size} processes started with the same SAT_SEED?",
+                        missing.join(", ")
+                    );
+                    seed.abort(&reason);
+                    return Err(SatError::Timeout(reason));
+                }
+                let tick = deadline.min(Instant::now() + SEED_TICK);
+                if let Some(stream) = accept_before(&listener, tick)? {
+                    if let (Ok(local), true) = (stream.local_addr(), seed.local_ip.is_loopback()) {
+                        seed.local_ip = local.ip();
+                    }
+                    if hear_hello(stream, &hellos, listening, deadline) {
+                        listening += 1;
+                    }
+                }
+                continue;
             };
-            stream.set_nodelay(true).ok();
-            if let (Ok(local), true) = (stream.local_addr(), seed.local_ip.is_loopback()) {
-                seed.local_ip = local.ip();
-            }
-            let hello = recv::<ToSeed>(&mut stream, deadline, "a process joining the run");
+            listening -= 1;
             let problem = match hello {
                 Ok(ToSeed::Hello {
                     wire_version,
@@ -399,7 +432,15 @@ impl Seed {
                         continue;
                     }
                 }
-                Ok(other) => Some(format!("a joining process sent {other:?} before its hello")),
+                // Not from a SAT process of this run: a SAT process says
+                // hello first. Ignored like bytes that do not decode.
+                Ok(other) => {
+                    tracing::warn!(
+                        "ignoring a connection to the seed: it sent {} before any hello",
+                        other.kind()
+                    );
+                    None
+                }
                 Err(e) => {
                     tracing::warn!("ignoring a connection to the seed: {e}");
                     None
@@ -545,6 +586,36 @@ impl Seed {
 }
 
 /// Accepts one connection, or returns None once `deadline` passes.
+/// Reads the hello of a connection to the seed on a thread of its own and
+/// hands it to `hellos`; false when the connection is closed instead (too
+/// many wait already, or no thread).
+fn hear_hello(
+    mut stream: TcpStream,
+    hellos: &std::sync::mpsc::Sender<(TcpStream, SatResult<ToSeed>)>,
+    listening: usize,
+    deadline: Instant,
+) -> bool {
+    if listening >= MAX_PENDING_HELLOS {
+        tracing::warn!(
+            "{MAX_PENDING_HELLOS} connections to the seed have not said hello yet: closing a new one"
+        );
+        return false;
+    }
+    stream.set_nodelay(true).ok();
+    let hellos = hellos.clone();
+    let wait = deadline.min(Instant::now() + HELLO_WAIT);
+    let spawned = std::thread::Builder::new()
+        .name("sat-seed-hello".into())
+        .spawn(move || {
+            let hello = recv::<ToSeed>(&mut stream, wait, "a process joining the run");
+            let _ = hellos.send((stream, hello));
+        });
+    if let Err(e) = &spawned {
+        tracing::warn!("no thread to hear a process joining the run: {e}");
+    }
+    spawned.is_ok()
+}
+
 fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<TcpStream>> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -75,3 +75,58 @@ pub fn bootstrap_pids(stdout: &str) -> Vec<u32> {
         .filter_map(|p| p.parse().ok())
         .collect()
 }
+
+/// Sends `bytes` to a SAT port (a service's desk, a run's seed) and reads
+/// whatever it answers until it closes or a second passes.
+pub fn poke(address: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+        .unwrap();
+    let _ = s.write_all(bytes);
+    let mut sink = [0u8; 256];
+    while let Ok(n) = s.read(&mut sink) {
+        if n == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// `body` framed as the desk and the seed read frames: a 4-byte little-endian length,
+/// then the bytes.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = (body.len() as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+/// What a hostile or confused peer sends to a SAT port: frames whose fields
+/// claim 2^40 bytes (bincode's varint: 0xFD then a u64) after every number
+/// of leading small fields a hello could have, random bytes framed and not,
+/// an HTTP request, and frame lengths with nothing behind them.
+pub fn hostile_bytes() -> Vec<Vec<u8>> {
+    let mut hostile: Vec<Vec<u8>> = Vec::new();
+    let huge = [&[0xFDu8][..], &(1u64 << 40).to_le_bytes()].concat();
+    for lead in 0..6 {
+        hostile.push(frame(&[vec![0u8; lead], huge.clone()].concat()));
+        hostile.push(frame(&[vec![1u8; lead], huge.clone()].concat()));
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for n in [1usize, 7, 64, 4096] {
+        let random: Vec<u8> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        hostile.push(random.clone());
+        hostile.push(frame(&random));
+    }
+    hostile.push(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n".to_vec());
+    hostile.push((64u32 << 20).to_le_bytes().to_vec());
+    hostile.push(u32::MAX.to_le_bytes().to_vec());
+    hostile
+}
