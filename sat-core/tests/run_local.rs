@@ -83,6 +83,25 @@ fn clients_of_two_servers_exchange_over_both_providers() {
     }
 }
 
+/// Rank `rank` of `size` of the exchange example as another launcher starts
+/// it: ranks from Open MPI's variables, the seed from SAT_SEED on `port`,
+/// over tcp, no satrun involved.
+fn mpirun_style(port: u16, size: u32, rank: u32, rounds: u32) -> Command {
+    let mut c = Command::new(example("exchange"));
+    c.args(["--rounds", &rounds.to_string()])
+        .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+        .env("OMPI_COMM_WORLD_SIZE", size.to_string())
+        .env("SAT_SEED", format!("127.0.0.1:{port}"))
+        .env("SAT_PROVIDER", "tcp")
+        .env_remove("SAT_OUTPUT_PREFIXED")
+        .env_remove("SAT_RANK")
+        .env_remove("SAT_SIZE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
 /// The same program under another launcher: ranks from Open MPI's variables,
 /// the seed from SAT_SEED, no satrun involved.
 #[test]
@@ -91,19 +110,8 @@ fn runs_under_mpirun_style_variables() {
     let size = 3;
     let children: Vec<_> = (0..size)
         .map(|rank| {
-            Command::new(example("exchange"))
-                .args(["--rounds", "20"])
-                .env("OMPI_COMM_WORLD_RANK", rank.to_string())
-                .env("OMPI_COMM_WORLD_SIZE", size.to_string())
-                .env("SAT_SEED", format!("127.0.0.1:{port}"))
-                .env("SAT_PROVIDER", "tcp")
+            mpirun_style(port, size, rank, 20)
                 .env("SAT_LOG", "sat_core::bootstrap=debug")
-                .env_remove("SAT_OUTPUT_PREFIXED")
-                .env_remove("SAT_RANK")
-                .env_remove("SAT_SIZE")
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
         })
@@ -273,22 +281,7 @@ fn a_program_run_without_a_launcher_says_how_to_start_it() {
 fn hostile_bytes_on_the_seed_leave_the_run_unharmed() {
     let port = free_port();
     let size = 3;
-    let start = |rank: u32| {
-        Command::new(example("exchange"))
-            .args(["--rounds", "5"])
-            .env("OMPI_COMM_WORLD_RANK", rank.to_string())
-            .env("OMPI_COMM_WORLD_SIZE", size.to_string())
-            .env("SAT_SEED", format!("127.0.0.1:{port}"))
-            .env("SAT_PROVIDER", "tcp")
-            .env_remove("SAT_OUTPUT_PREFIXED")
-            .env_remove("SAT_RANK")
-            .env_remove("SAT_SIZE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let start = |rank: u32| mpirun_style(port, size, rank, 5).spawn().unwrap();
     let seed = start(0);
     let address = format!("127.0.0.1:{port}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
