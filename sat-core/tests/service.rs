@@ -378,5 +378,40 @@ fn hostile_bytes_on_the_service_port_leave_it_serving() {
         "check failed: {err}"
     );
     drop(silent);
+    // A flood of sockets costs a bounded number of threads: past 256 not yet
+    // admitted, the desk closes new ones at once (and says so); once the
+    // flood goes, processes attach again.
+    let flood: Vec<std::net::TcpStream> = (0..400)
+        .filter_map(|_| std::net::TcpStream::connect(&a).ok())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !service
+        .log()
+        .contains("256 connections are being admitted already")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{} silent connections, and the desk never closed one: {}",
+            flood.len(),
+            service.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(flood);
+    // The flood's sessions end as their sockets close, a moment later.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (ok, out, err) = attach(&[
+            "check", &a, "--chunk", "5", "--bytes", "4096", "--seed", "3",
+        ]);
+        if ok && out.contains("checked 4096 bytes") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "check after the flood failed: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(service.stop(), 0, "{}", service.log());
 }

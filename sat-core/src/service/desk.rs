@@ -17,6 +17,7 @@
 
 use std::collections::VecDeque;
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +33,16 @@ use crate::wire::WIRE_VERSION;
 /// How long an attaching process has to complete each step, and how long
 /// the desk waits for the servers to admit it.
 pub(crate) const ADMISSION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a connection has to say hello: an attaching process does so as
+/// soon as it connects, and a socket that never speaks must not hold its
+/// thread for long.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+/// Connections not admitted yet (before their `Welcome`), at most: past
+/// this, new ones are closed at once, so a flood of sockets costs a bounded
+/// number of threads. Admitted ones are bounded by the slots.
+const MAX_ADMITTING: usize = 256;
 
 /// Attaching process -> desk.
 #[derive(Debug, Encode, Decode)]
@@ -264,6 +275,7 @@ impl Desk {
 }
 
 fn accept_loop(listener: TcpListener, events: Sender<Event>, offer: Arc<Offer>) {
+    let admitting = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,
@@ -273,18 +285,47 @@ fn accept_loop(listener: TcpListener, events: Sender<Event>, offer: Arc<Offer>) 
                 continue;
             }
         };
+        if admitting.load(Ordering::SeqCst) >= MAX_ADMITTING {
+            tracing::warn!(
+                "desk: {MAX_ADMITTING} connections are being admitted already: closing a new one"
+            );
+            continue;
+        }
+        admitting.fetch_add(1, Ordering::SeqCst);
+        let counted = Admitting(admitting.clone());
         let (events, offer) = (events.clone(), offer.clone());
         let spawned = std::thread::Builder::new()
             .name("sat-session".into())
-            .spawn(move || session(stream, events, &offer));
+            .spawn(move || session(stream, events, &offer, counted));
         if let Err(e) = spawned {
             tracing::warn!("desk: cannot start a session thread: {e}");
         }
     }
 }
 
+/// Counts a connection in the desk's [`MAX_ADMITTING`] until it is admitted
+/// or gone.
+struct Admitting(Arc<AtomicUsize>);
+
+impl Drop for Admitting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ToDesk {
+    /// The message's name, for logs (never its contents: they come from
+    /// whoever reached the port).
+    fn kind(&self) -> &'static str {
+        match self {
+            ToDesk::Hello { .. } => "Hello",
+            ToDesk::Join { .. } => "Join",
+        }
+    }
+}
+
 /// One attaching process, from `Hello` until its connection closes.
-fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
+fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted: Admitting) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
@@ -296,7 +337,8 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
         tracing::warn!("desk: {who} refused: {why}");
         let _ = send(stream, &FromDesk::Refused(why));
     };
-    let (pid, host) = match recv::<ToDesk>(&mut stream, deadline, &who) {
+    let hello_by = deadline.min(Instant::now() + HELLO_WAIT);
+    let (pid, host) = match recv::<ToDesk>(&mut stream, hello_by, &who) {
         Ok(ToDesk::Hello {
             wire_version,
             pid,
@@ -314,7 +356,7 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
             }
             (pid, host)
         }
-        Ok(other) => return refuse(&mut stream, format!("expected Hello, got {other:?}")),
+        Ok(other) => return refuse(&mut stream, format!("expected Hello, got {}", other.kind())),
         Err(e) => {
             tracing::debug!("desk: {e}");
             return;
@@ -332,7 +374,7 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
     }
     let address = match recv::<ToDesk>(&mut stream, deadline, &who) {
         Ok(ToDesk::Join { address }) => address,
-        Ok(other) => return refuse(&mut stream, format!("expected Join, got {other:?}")),
+        Ok(other) => return refuse(&mut stream, format!("expected Join, got {}", other.kind())),
         Err(e) => {
             tracing::debug!("desk: {e}");
             return;
@@ -352,7 +394,8 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer) {
             )
         }
     };
-    tracing::debug!("desk: pid {pid} on {host} attached in slot {client}");
+    drop(counted);
+    tracing::debug!("desk: pid {pid} on {host:?} attached in slot {client}");
     let welcome = FromDesk::Welcome {
         rank: client,
         topology: offer.topology.clone(),
