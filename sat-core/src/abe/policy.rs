@@ -93,10 +93,19 @@ fn tokens(text: &str) -> Result<Vec<(usize, Token)>, PolicyError> {
     Ok(out)
 }
 
+/// The most bytes, attributes and levels of parentheses a policy may have.
+/// Policies also arrive from the S-DSM (in epoch records), so the parser,
+/// which recurses, and the scheme's pairs, nested one level per attribute,
+/// must never meet an input as deep as an attacker likes.
+pub const MAX_POLICY_BYTES: usize = 16 * 1024;
+pub const MAX_POLICY_ATTRIBUTES: usize = 256;
+pub const MAX_POLICY_DEPTH: usize = 32;
+
 struct Parser<'a> {
     text: &'a str,
     tokens: Vec<(usize, Token)>,
     at: usize,
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -149,8 +158,15 @@ impl Parser<'_> {
                 Ok(Policy::Attribute(w))
             }
             Some(Token::Open) => {
+                if self.depth == MAX_POLICY_DEPTH {
+                    return Err(self.err(&format!(
+                        "parentheses nest more than {MAX_POLICY_DEPTH} deep"
+                    )));
+                }
                 self.at += 1;
+                self.depth += 1;
                 let inner = self.policy()?;
+                self.depth -= 1;
                 if self.peek() != Some(&Token::Close) {
                     return Err(self.err("a ')' is missing"));
                 }
@@ -169,11 +185,36 @@ impl Parser<'_> {
 impl Policy {
     /// Parses `text`; an empty or malformed policy is an error saying where.
     pub fn parse(text: &str) -> Result<Policy, PolicyError> {
+        if text.len() > MAX_POLICY_BYTES {
+            let mut shown = MAX_POLICY_BYTES.min(64);
+            while !text.is_char_boundary(shown) {
+                shown -= 1;
+            }
+            return Err(PolicyError {
+                policy: format!("{}...", &text[..shown]),
+                at: MAX_POLICY_BYTES,
+                why: format!(
+                    "a policy has at most {MAX_POLICY_BYTES} bytes, this one {}",
+                    text.len()
+                ),
+            });
+        }
+        let tokens = tokens(text)?;
+        let words = tokens
+            .iter()
+            .filter(|(_, t)| matches!(t, Token::Word(_)))
+            .count();
         let mut p = Parser {
             text,
-            tokens: tokens(text)?,
+            tokens,
             at: 0,
+            depth: 0,
         };
+        if words > MAX_POLICY_ATTRIBUTES {
+            return Err(p.err(&format!(
+                "a policy names at most {MAX_POLICY_ATTRIBUTES} attributes, this one {words}"
+            )));
+        }
         let policy = p.policy()?;
         if p.at != p.tokens.len() {
             return Err(p.err("this is left over after a complete policy"));
@@ -218,6 +259,23 @@ impl fmt::Display for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hostile policies (they also come from the S-DSM, in epoch records)
+    /// are refused with an error, never a stack overflow.
+    #[test]
+    fn deep_long_or_wide_policies_are_refused() {
+        let deep = format!("{}a{}", "(".repeat(1_000_000), ")".repeat(1_000_000));
+        let e = Policy::parse(&deep).unwrap_err();
+        assert!(e.why.contains("at most"), "{e}");
+        let nested = |n: usize| format!("{}a{}", "(".repeat(n), ")".repeat(n));
+        assert!(Policy::parse(&nested(MAX_POLICY_DEPTH)).is_ok());
+        let e = Policy::parse(&nested(MAX_POLICY_DEPTH + 1)).unwrap_err();
+        assert!(e.why.contains("nest more than"), "{e}");
+        let wide = |n: usize| vec!["a"; n].join(" and ");
+        assert!(Policy::parse(&wide(MAX_POLICY_ATTRIBUTES)).is_ok());
+        let e = Policy::parse(&wide(MAX_POLICY_ATTRIBUTES + 1)).unwrap_err();
+        assert!(e.why.contains("attributes"), "{e}");
+    }
 
     #[test]
     fn and_binds_tighter_than_or_and_keywords_ignore_case() {

@@ -328,6 +328,15 @@ impl EpochRecord {
                 self.cover, self.epoch
             )));
         }
+        // The signature before anything is parsed: unsigned text never
+        // reaches the policy parser.
+        if author.id() != self.author
+            || !author.verify_signature(&self.signed_bytes(), &self.signature)
+        {
+            return Err(SealError::Integrity(format!(
+                "epoch {epoch:016x}'s record is not signed by its author"
+            )));
+        }
         let (_, write) = self.policies()?;
         if let Some(label) = label {
             if &write_policy_label(&write) != label {
@@ -336,13 +345,6 @@ impl EpochRecord {
                      the chunk was created with"
                 )));
             }
-        }
-        if author.id() != self.author
-            || !author.verify_signature(&self.signed_bytes(), &self.signature)
-        {
-            return Err(SealError::Integrity(format!(
-                "epoch {epoch:016x}'s record is not signed by its author"
-            )));
         }
         if !author.satisfies(&write) {
             return Err(SealError::Writer(format!(

@@ -1124,11 +1124,13 @@ impl Vault {
                         other => other,
                     })?;
                 let record = EpochRecord::from_bytes(&bytes).map_err(|e| seal_error(&what, e))?;
-                let (read, write) = record.policies().map_err(|e| seal_error(&what, e))?;
+                // The signature first: a record's policies are parsed only
+                // once its author is known to have written them.
                 let author = self.certificate(client, &record.author)?;
                 record
                     .verify(object, epoch, label, &author)
                     .map_err(|e| seal_error(&what, e))?;
+                let (read, write) = record.policies().map_err(|e| seal_error(&what, e))?;
                 let e = Arc::new(Epoch {
                     digest: record.digest(),
                     read,
