@@ -199,10 +199,34 @@ impl Topology {
     /// Reads and validates a topology file; errors name the file as given.
     pub fn from_file(path: &Path) -> Result<Topology, TopologyError> {
         let file = path.display().to_string();
-        let xml = std::fs::read_to_string(path).map_err(|error| TopologyError::Read {
+        // Read at most one byte past the limit: a huge file is refused
+        // without being read whole.
+        let mut bytes = Vec::new();
+        let read_error = |error| TopologyError::Read {
             file: file.clone(),
             error,
-        })?;
+        };
+        std::fs::File::open(path)
+            .and_then(|f| {
+                use std::io::Read;
+                f.take(MAX_TOPOLOGY_BYTES as u64 + 1)
+                    .read_to_end(&mut bytes)
+            })
+            .map_err(read_error)?;
+        if bytes.len() > MAX_TOPOLOGY_BYTES {
+            return Err(TopologyError::Malformed {
+                file,
+                line: 1,
+                column: 1,
+                byte: MAX_TOPOLOGY_BYTES as u64,
+                message: format!(
+                    "the file has more than {MAX_TOPOLOGY_BYTES} bytes; a topology has at most \
+                     that (is this the right file?)"
+                ),
+            });
+        }
+        let xml = String::from_utf8(bytes)
+            .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         Topology::parse(&xml, &file)
     }
 
@@ -497,6 +521,35 @@ impl Node {
     }
 }
 
+/// The largest topology document, and the deepest nesting of its elements:
+/// a topology is a few elements per rank, and a parser that sees an
+/// unbounded document (a wrong file, a hostile one) must neither take
+/// quadratic time nor overflow its stack.
+pub const MAX_TOPOLOGY_BYTES: usize = 16 << 20;
+const MAX_DEPTH: usize = 32;
+
+/// The line of byte offsets met in increasing order, counted once: the
+/// newlines between the last offset asked about and this one.
+struct Lines {
+    at: usize,
+    line: usize,
+}
+
+impl Lines {
+    fn of(&mut self, xml: &str, byte: usize) -> usize {
+        let byte = byte.min(xml.len());
+        if byte < self.at {
+            return line_col(xml, byte).0;
+        }
+        self.line += xml.as_bytes()[self.at..byte]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        self.at = byte;
+        self.line
+    }
+}
+
 /// Line and column (1-based, in characters) of a byte offset.
 fn line_col(xml: &str, byte: usize) -> (usize, usize) {
     let byte = byte.min(xml.len());
@@ -523,16 +576,33 @@ fn parse_tree(xml: &str, file: &str) -> Result<Node, TopologyError> {
     config.check_end_names = true;
     config.trim_text(false);
 
+    if xml.len() > MAX_TOPOLOGY_BYTES {
+        return Err(malformed(
+            MAX_TOPOLOGY_BYTES as u64,
+            format!(
+                "the document has {} bytes; a topology has at most {MAX_TOPOLOGY_BYTES} \
+                 (is this the right file?)",
+                xml.len()
+            ),
+        ));
+    }
+    let mut lines = Lines { at: 0, line: 1 };
     let mut stack: Vec<Node> = Vec::new();
     let mut root: Option<Node> = None;
     loop {
         let start = reader.buffer_position();
-        let (line, _) = line_col(xml, start as usize);
+        let line = lines.of(xml, start as usize);
         let event = reader
             .read_event()
             .map_err(|e| malformed(reader.error_position(), e.to_string()))?;
         match event {
             Event::Start(e) => {
+                if stack.len() == MAX_DEPTH {
+                    return Err(malformed(
+                        start,
+                        format!("elements nest more than {MAX_DEPTH} deep"),
+                    ));
+                }
                 let node = start_node(&e, line, file)?;
                 if stack.is_empty() && root.is_some() {
                     return Err(malformed(

@@ -459,3 +459,27 @@ fn from_entries_checks_the_rules() {
         .to_string();
     assert_contains(&m, &["decoded: <topology id=\"2\">", "names no server"]);
 }
+
+/// A document nested deeper than any topology, or larger than one, is
+/// refused with an error saying so, never a stack overflow; line numbers
+/// in errors stay right with the line counting done once (a document of
+/// many lines whose error sits at its end).
+#[test]
+fn deep_or_huge_documents_are_refused_and_lines_stay_right() {
+    let deep = format!("{}{}", "<a>".repeat(100_000), "</a>".repeat(100_000));
+    let e = Topology::parse(&deep, "deep.xml").unwrap_err().to_string();
+    assert_contains(&e, &["deep.xml", "nest more than 32 deep"]);
+    let huge = " ".repeat(super::MAX_TOPOLOGY_BYTES + 1);
+    let e = Topology::parse(&huge, "huge.xml").unwrap_err().to_string();
+    assert_contains(&e, &["huge.xml", "at most"]);
+    let dir = std::env::temp_dir().join(format!("sat-topology-huge-{}", std::process::id()));
+    std::fs::write(&dir, &huge).unwrap();
+    let e = Topology::from_file(&dir).unwrap_err().to_string();
+    std::fs::remove_file(&dir).unwrap();
+    assert_contains(&e, &["more than", "bytes"]);
+    let many_lines = format!("<SAT>{}<oops></SAT>", "\n".repeat(50_000));
+    let e = Topology::parse(&many_lines, "lines.xml")
+        .unwrap_err()
+        .to_string();
+    assert_contains(&e, &["lines.xml", "line 50001"]);
+}
