@@ -1,9 +1,12 @@
 /* A C process attached to a running SAT service (sat_connect, no satrun):
- *   service produce HOST:PORT   writes a chain of int32 values and a symbol,
- *                               then detaches;
- *   service consume HOST:PORT   attaches later and checks both.
+ *   service produce sat://SECRET@HOST:PORT   writes a chain of int32 values
+ *                                            and a symbol, then detaches;
+ *   service consume sat://SECRET@HOST:PORT   attaches later and checks both.
+ * Both first try HOST:PORT alone (SAT_SECRET unset): the service refuses.
  * The Python tests consume what the C producer left, too. */
+#define _POSIX_C_SOURCE 200809L /* unsetenv */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "testing.h"
 
@@ -52,10 +55,16 @@ static void consume(void) {
 
 int main(int argc, char **argv) {
     if (argc != 3 || (strcmp(argv[1], "produce") != 0 && strcmp(argv[1], "consume") != 0)) {
-        fprintf(stderr, "usage: service produce|consume HOST:PORT\n");
+        fprintf(stderr, "usage: service produce|consume sat://SECRET@HOST:PORT\n");
         return 2;
     }
     CHECK_STATUS(sat_connect(NULL), SAT_ERR_ARGUMENT, "NULL");
+    /* Without the secret, the service refuses before giving a slot. */
+    const char *host_port = strchr(argv[2], '@');
+    CHECK_TRUE(host_port != NULL, "%s is not a connection string", "argv[2]");
+    if (host_port == NULL) return testing_done(argv[1]);
+    unsetenv("SAT_SECRET");
+    CHECK_STATUS(sat_connect(host_port + 1), SAT_ERR_BOOTSTRAP, "requires a secret");
     CHECK_STATUS(sat_detach(), SAT_ERR_USAGE, "not attached");
     CHECK_OK(sat_connect(argv[2]));
     CHECK_STATUS(sat_connect(argv[2]), SAT_ERR_USAGE, "already attached");

@@ -350,16 +350,22 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
                       char *const *argv);
 
 /**
- * Attaches this process to the SAT service at `address` ("host:port", as
- * `satrun --serve` prints it), without satrun and without roles: from the
- * call on, every SAT function works as inside a role, until `sat_detach`.
+ * Attaches this process to the SAT service at `address`, without satrun
+ * and without roles: from the call on, every SAT function works as inside
+ * a role, until `sat_detach`. `address` is the service's connection string
+ * `"sat://SECRET@host:port"`, the one line of the address file `satrun
+ * --serve` writes (surrounding white space is ignored); a plain
+ * `"host:port"` takes the secret from `SAT_SECRET`. The process proves it
+ * holds the secret without sending it; a service refuses one with no
+ * secret or a wrong one, before it gets a slot.
  * Data, symbols and synchronization objects live at the service, so they
  * outlive this process for those that attach later.
  *
  * The calling thread plays the role's thread: subscription handlers run
  * on it, during its waits. Returns `SAT_ERR_USAGE` if this process is
- * already in a run or attached, `SAT_ERR_BOOTSTRAP` if the service cannot
- * be reached or has no free client slot (`sat_last_error` says which).
+ * already in a run or attached, or if `address` is not a service's
+ * address, `SAT_ERR_BOOTSTRAP` if the service cannot be reached, refuses
+ * the secret or has no free client slot (`sat_last_error` says which).
  *
  * # Safety
  * `address` is a NUL-terminated string.

@@ -19,7 +19,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::auth::{Secret, ServiceAddress, SECRET_VAR};
 use crate::topology::{Topology, TopologyError};
 use crate::transport::fabric::{check_provider, remove_shm_leftovers};
 use crate::transport::{Provider, TransportError};
@@ -712,15 +713,32 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         .map_err(system("starting the signal thread"))?;
     }
 
+    // One secret per run, or per service: only the processes satrun starts
+    // (and, for a service, those given its connection string) hold it, so
+    // nobody else who reaches the seed's or the service's port joins. An
+    // operator may choose a service's secret with SAT_SECRET.
+    let secret = match &plan.service {
+        Some(_) => Secret::from_env()
+            .map_err(|e| LaunchError::Usage(e.to_string()))?
+            .map_or_else(Secret::generate, Ok),
+        None => Secret::generate(),
+    }
+    .map_err(|e| LaunchError::System {
+        what: "making the run's secret".into(),
+        error: io::Error::other(e.to_string()),
+    })?;
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(system("opening the seed socket on 127.0.0.1"))?;
     let seed = listener
         .local_addr()
         .map_err(system("reading the seed socket address"))?;
     let mut listener = Some(listener);
-    let mut service_listener = match &plan.service {
-        Some(service) => Some(open_service(plan, service)?),
-        None => None,
+    let (mut service_listener, address_file) = match &plan.service {
+        Some(service) => {
+            let (listener, file) = open_service(plan, service, &secret)?;
+            (Some(listener), Some(file))
+        }
+        None => (None, None),
     };
     let parent = sys::my_pid();
     let open_streams = Arc::new(OpenStreams::default());
@@ -733,6 +751,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             .env("SAT_RANK", rank.rank.to_string())
             .env("SAT_SIZE", plan.size().to_string())
             .env("SAT_SEED", seed.to_string())
+            .env(SECRET_VAR, secret.expose())
             .env("SAT_PROVIDER", plan.provider.name())
             .env("SAT_LAUNCHER", "satrun")
             .env("SAT_OUTPUT_PREFIXED", "1")
@@ -841,7 +860,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     drop(events);
 
     let code = supervise(&mut running, &inbox, start_failure, plan.service.is_some());
-    if let Some(path) = plan.service.as_ref().and_then(|s| s.address_file.as_ref()) {
+    if let Some(path) = &address_file {
         let _ = std::fs::remove_file(path);
     }
 
@@ -863,9 +882,16 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     Ok(code)
 }
 
-/// Opens the socket where processes attach to a service, prints its address
-/// and writes it to the address file.
-fn open_service(plan: &Plan, service: &ServicePlan) -> Result<TcpListener, LaunchError> {
+/// Opens the socket where processes attach to a service, writes its
+/// connection string (`sat://SECRET@host:port`) to the address file, which
+/// only its owner may read, and prints where it listens and where the
+/// connection string is (never the secret: satrun's output often ends in a
+/// log). Returns the socket and the address file.
+fn open_service(
+    plan: &Plan,
+    service: &ServicePlan,
+    secret: &Secret,
+) -> Result<(TcpListener, PathBuf), LaunchError> {
     let listener = TcpListener::bind(&service.listen).map_err(|error| LaunchError::System {
         what: format!(
             "cannot listen for clients on {} (--listen HOST:PORT; port 0 picks a free one)",
@@ -877,27 +903,83 @@ fn open_service(plan: &Plan, service: &ServicePlan) -> Result<TcpListener, Launc
         what: "reading the service's address".into(),
         error,
     })?;
-    if let Some(path) = &service.address_file {
-        // Written whole then renamed, so a reader never sees half of it.
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{address}\n"))
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|error| LaunchError::System {
-                what: format!("writing the service's address to {}", path.display()),
-                error,
-            })?;
-    }
+    let path = match &service.address_file {
+        Some(path) => path.clone(),
+        None => default_address_file(address.port())?,
+    };
+    let connection = ServiceAddress {
+        host_port: address.to_string(),
+        secret: Some(secret.clone()),
+    };
+    write_private(&path, &format!("{}\n", connection.connection_string())).map_err(|error| {
+        LaunchError::System {
+            what: format!("writing the service's address to {}", path.display()),
+            error,
+        }
+    })?;
     let mut out = io::stdout().lock();
     let _ = writeln!(
         out,
-        "SAT service listening on {address} ({} server{}, {} client slots, provider {})",
+        "SAT service listening on {address} ({} server{}, {} client slots, provider {}); \
+         connect with the string in {} (only you can read it)",
         plan.ranks.len(),
         if plan.ranks.len() == 1 { "" } else { "s" },
         service.slots,
-        plan.provider
+        plan.provider,
+        path.display()
     );
     let _ = out.flush();
-    Ok(listener)
+    Ok((listener, path))
+}
+
+/// Where a service's connection string goes when no `--address-file` is
+/// given: `$XDG_RUNTIME_DIR/sat/service-PORT`, else `~/.sat/service-PORT`,
+/// in a folder only the user may enter.
+fn default_address_file(port: u16) -> Result<PathBuf, LaunchError> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty() && Path::new(d).is_dir())
+        .map(|d| PathBuf::from(d).join("sat"))
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".sat"))
+        })
+        .ok_or_else(|| {
+            LaunchError::Usage(
+                "neither XDG_RUNTIME_DIR nor HOME is set: give --address-file FILE, \
+                 where the service's connection string goes"
+                    .into(),
+            )
+        })?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&base)
+        .map_err(|error| LaunchError::System {
+            what: format!("creating {}", base.display()),
+            error,
+        })?;
+    Ok(base.join(format!("service-{port}")))
+}
+
+/// Writes `text` to `path` readable and writable by its owner only,
+/// whole: a reader never sees half of it, and nobody else sees any of it.
+fn write_private(path: &Path, text: &str) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Waits for every rank; on the first failure (or a signal to satrun, or a

@@ -6,6 +6,7 @@
 //! (`sat-python`) are thin faces over it.
 //!
 //! Modules, one responsibility each:
+//! - [`auth`]: the secret of a run or a service, and the handshake proving it;
 //! - [`chunk`]: chunks and the layout of chunk chains in local memory;
 //! - [`transport`]: messages between ranks (libfabric, or in-process for tests);
 //! - [`wire`]: the encoded message headers and their bounds-checked decoding;
@@ -31,6 +32,7 @@
 
 #[cfg(feature = "abe")]
 pub mod abe;
+pub mod auth;
 pub mod bootstrap;
 pub mod chunk;
 pub mod client;

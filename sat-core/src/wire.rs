@@ -15,7 +15,7 @@ use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
 /// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 6;
+pub const WIRE_VERSION: u32 = 7;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

@@ -318,3 +318,90 @@ fn hostile_bytes_on_the_seed_leave_the_run_unharmed() {
     assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 5 messages with 1 clients"));
     assert!(text(&outputs[2].stdout).contains("rank 2 exchanged 5 messages with 1 clients"));
 }
+
+/// With a secret (`SAT_SECRET`, as under mpirun across hosts), only the
+/// processes that prove they hold it join: a process that claims rank 1
+/// with no proof or a made-up one is told why and ignored, one with another
+/// secret fails with a clear error, and the real ranks run to the end.
+/// Without the secret a seed off loopback is refused.
+#[test]
+fn with_a_secret_only_its_holders_join_the_run() {
+    use std::io::{Read, Write};
+    let secret = "the-secret-of-this-run-0123456789";
+    let port = free_port();
+    let size = 3;
+    let start = |rank: u32, secret: &str| {
+        mpirun_style(port, size, rank, 5)
+            .env("SAT_SECRET", secret)
+            .spawn()
+            .unwrap()
+    };
+    let seed = start(0, secret);
+    let address = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(&address).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the seed never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Hello { wire_version, rank: 1, size: 3, pid: 1, host: "x", provider:
+    // None, nonce }, then a proof of none, or a made-up one.
+    let version = sat_core::wire::WIRE_VERSION as u8;
+    let hello = [
+        &[0u8, version, 1, size as u8, 1, 1, b'x', 0][..],
+        &[9u8; 32][..],
+    ]
+    .concat();
+    for proof in [vec![4u8, 0], [&[4u8, 1][..], &[0xA5; 32][..]].concat()] {
+        let mut s = std::net::TcpStream::connect(&address).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        s.write_all(&common::frame(&hello)).unwrap();
+        // The challenge (variant 4) comes at once; the refusal (Abort,
+        // variant 3) only after the proof, and then the seed hangs up.
+        let mut challenge = [0u8; 4 + 1 + 32 + 1 + 32];
+        s.read_exact(&mut challenge).unwrap();
+        assert_eq!(challenge[4], 4, "no challenge: {challenge:02x?}");
+        s.write_all(&common::frame(&proof)).unwrap();
+        let mut refusal = Vec::new();
+        s.read_to_end(&mut refusal).ok();
+        assert_eq!(refusal.get(4), Some(&3), "not refused: {refusal:02x?}");
+        assert!(String::from_utf8_lossy(&refusal).contains("secret"));
+    }
+    let impostor = start(1, "another-secret-of-another-run")
+        .wait_with_output()
+        .unwrap();
+    assert!(!impostor.status.success());
+    assert!(
+        text(&impostor.stderr).contains("is not this run's seed"),
+        "{}",
+        text(&impostor.stderr)
+    );
+    let others: Vec<_> = (1..size).map(|r| start(r, secret)).collect();
+    let outputs: Vec<_> = std::iter::once(seed)
+        .chain(others)
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for (rank, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "rank {rank}: {}", text(&out.stderr));
+    }
+    assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 5 messages with 1 clients"));
+    let log = text(&outputs[0].stderr);
+    assert!(!log.contains(secret), "the secret reached a log: {log}");
+
+    // Off loopback, a run needs its secret (192.0.2.1 is TEST-NET-1: the
+    // check comes before any connection).
+    let out = common::run(
+        mpirun_style(port, size, 1, 1)
+            .env("SAT_SEED", "192.0.2.1:9")
+            .env_remove("SAT_SECRET"),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not on loopback") && text(&out.stderr).contains("SAT_SECRET"),
+        "{}",
+        text(&out.stderr)
+    );
+}

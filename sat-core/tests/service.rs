@@ -57,6 +57,15 @@ impl Service {
         }
     }
 
+    /// Where the service listens: the connection string's `host:port`.
+    fn host_port(&self) -> String {
+        let (_, host_port) = self
+            .address
+            .rsplit_once('@')
+            .expect("the address file holds sat://SECRET@host:port");
+        host_port.to_owned()
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
@@ -347,10 +356,11 @@ fn a_client_killed_inside_a_write_scope_does_not_block_the_chunk() {
 fn hostile_bytes_on_the_service_port_leave_it_serving() {
     let mut service = Service::start("shm", &["--slots", "4"]);
     let a = service.address.clone();
+    let port = service.host_port();
     let hostile = common::hostile_bytes();
     let mut before: &[u8] = &[];
     for bytes in &hostile {
-        let poked = common::poke(&a, bytes);
+        let poked = common::poke(&port, bytes);
         let exited = service.child.as_mut().unwrap().try_wait().unwrap();
         assert!(
             exited.is_none() && poked.is_ok(),
@@ -360,7 +370,7 @@ fn hostile_bytes_on_the_service_port_leave_it_serving() {
         before = bytes;
     }
     let silent: Vec<std::net::TcpStream> = (0..64)
-        .map(|_| std::net::TcpStream::connect(&a).expect("connect"))
+        .map(|_| std::net::TcpStream::connect(&port).expect("connect"))
         .collect();
     let (ok, _, err) = attach(&[
         "write", &a, "--chunk", "5", "--bytes", "4096", "--seed", "3",
@@ -382,7 +392,7 @@ fn hostile_bytes_on_the_service_port_leave_it_serving() {
     // admitted, the desk closes new ones at once (and says so); once the
     // flood goes, processes attach again.
     let flood: Vec<std::net::TcpStream> = (0..400)
-        .filter_map(|_| std::net::TcpStream::connect(&a).ok())
+        .filter_map(|_| std::net::TcpStream::connect(&port).ok())
         .collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !service
@@ -414,4 +424,120 @@ fn hostile_bytes_on_the_service_port_leave_it_serving() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(service.stop(), 0, "{}", service.log());
+}
+
+/// A service admits only processes that prove they hold its secret: the
+/// address file (mode 0600) holds `sat://SECRET@host:port`, the secret is
+/// in no log, and a process with no secret or a wrong one is refused with
+/// a clear error before it gets a slot; `host:port` with `SAT_SECRET` works.
+#[test]
+fn only_processes_that_hold_the_secret_attach() {
+    use std::os::unix::fs::PermissionsExt;
+    // One slot: a refused process that took it would keep the next out.
+    let mut service = Service::start("tcp", &["--slots", "1"]);
+    let file = service.dir.join("address");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the address file is readable by others");
+    let a = service.address.clone();
+    let port = service.host_port();
+    let secret = a
+        .strip_prefix("sat://")
+        .and_then(|rest| rest.split_once('@'))
+        .map(|(secret, _)| secret.to_owned())
+        .unwrap_or_else(|| panic!("the address file holds {a:?}, not sat://SECRET@host:port"));
+    assert!(secret.len() >= 32, "a short secret");
+
+    let (ok, _, err) = attach(&["cycle", &port, "--chunk", "5", "--times", "1"]);
+    assert!(
+        !ok && err.contains("requires a secret") && err.contains("sat://SECRET@host:port"),
+        "no secret: {err}"
+    );
+    let wrong = format!("sat://{}@{port}", "0".repeat(64));
+    let (ok, _, err) = attach(&["cycle", &wrong, "--chunk", "5", "--times", "1"]);
+    assert!(
+        !ok && err.contains("is not the service of this connection string"),
+        "a wrong secret: {err}"
+    );
+    assert!(
+        !err.contains(&"0".repeat(64)),
+        "the secret in an error: {err}"
+    );
+    // Raw bytes: a hello, then no proof, a made-up proof, or a join without
+    // a proof: each is refused, and no offer ever comes.
+    for after_challenge in [
+        vec![2u8, 0],                              // Proof(None)
+        [&[2u8, 1][..], &[0x5A; 32][..]].concat(), // Proof(Some(made up))
+        vec![1u8, 0],                              // Join { address: [] }
+    ] {
+        let answer = desk_exchange(&port, &after_challenge);
+        assert_eq!(
+            answer.first(),
+            Some(&2),
+            "expected Refused, got {answer:02x?}"
+        );
+    }
+
+    let (ok, out, err) = attach(&["cycle", &a, "--chunk", "5", "--times", "3"]);
+    assert!(
+        ok && out.contains("counter 3"),
+        "with the string: {out} {err}"
+    );
+    let out = common::run(
+        Command::new(example("attach"))
+            .args(["cycle", &port, "--chunk", "5", "--times", "2"])
+            .env("SAT_SECRET", &secret),
+    );
+    assert!(
+        out.status.success() && text(&out.stdout).contains("counter 5"),
+        "host:port with SAT_SECRET: {} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let log = service.log();
+    assert!(
+        log.contains("requires a secret"),
+        "refusals are logged: {log}"
+    );
+    assert!(
+        !log.contains(&secret),
+        "the secret reached the service's output"
+    );
+    assert_eq!(service.stop(), 0, "{}", service.log());
+    assert!(!file.exists(), "the address file outlived the service");
+}
+
+/// Says hello to the desk at `port` as a process of this SAT version, reads
+/// its challenge, sends `after` (a message body) and returns the desk's
+/// answer (a message body).
+fn desk_exchange(port: &str, after: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(port).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let read_frame = |s: &mut std::net::TcpStream| {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        body
+    };
+    let version = sat_core::wire::WIRE_VERSION;
+    assert!(version < 251, "one-byte varint");
+    // Hello { wire_version, pid: 1, host: "x", nonce }
+    let hello = [&[0u8, version as u8, 1, 1, b'x'][..], &[7u8; 32][..]].concat();
+    s.write_all(&common::frame(&hello)).unwrap();
+    let challenge = read_frame(&mut s);
+    assert_eq!(
+        challenge.first(),
+        Some(&3),
+        "expected Challenge: {challenge:02x?}"
+    );
+    s.write_all(&common::frame(after)).unwrap();
+    let answer = read_frame(&mut s);
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "the desk said more after refusing: {rest:02x?}"
+    );
+    answer
 }

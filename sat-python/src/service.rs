@@ -9,13 +9,19 @@ use crate::client::PyClient;
 use crate::errors::to_py;
 use crate::handle::Handle;
 
-/// Attaches this process to the SAT service at `address` ("host:port", as
-/// `satrun --serve` prints it) and returns its Client, until
+/// Attaches this process to the SAT service at `address` and returns its
+/// Client. `address` is the service's connection string,
+/// "sat://SECRET@host:port", the one line of the address file that
+/// `satrun --serve` writes (white space around it is ignored); a plain
+/// "host:port" takes the secret from the SAT_SECRET environment variable.
+/// The process proves it holds the secret without sending it, and the
+/// service proves it holds it too. The Client lasts until
 /// `client.detach()`, the end of a `with` block, or the interpreter's exit
 /// (an `atexit` hook holds the client until it detaches, so that what it
 /// released reaches the service even if the program forgets to detach).
-/// Raises BootstrapError when the service cannot be reached or has no free
-/// client slot. The GIL is released while the service admits this process.
+/// Raises BootstrapError when the service cannot be reached, refuses the
+/// secret (none, or a wrong one) or has no free client slot; UsageError
+/// when `address` is not a service's address. The GIL is released while the service admits this process.
 #[pyfunction]
 pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
     let session = py

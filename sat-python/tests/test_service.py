@@ -216,6 +216,48 @@ def test_calls_after_detach_fail_and_a_full_service_says_what_to_do(service):
     assert "nobody:" in text and "satrun --serve" in text, text
 
 
+def test_a_service_admits_only_the_holders_of_its_secret(service):
+    """The address file holds sat://SECRET@host:port (mode 0600); host:port alone, or a wrong secret, is
+    refused with a clear error before a slot is taken; host:port with SAT_SECRET attaches."""
+    assert service.address.startswith("sat://") and "@" in service.address, service.address
+    mode = (service.tmp_path / "service.address").stat().st_mode & 0o777
+    assert mode == 0o600, oct(mode)
+    secret, host_port = service.address[len("sat://"):].split("@", 1)
+    out = service.attach(
+        """
+        import os
+        import sat
+
+        host_port = os.environ["HOST_PORT"]
+        secret = os.environ.pop("SAT_SECRET")
+        for address in (host_port, "sat://" + "0" * 64 + "@" + host_port):
+            try:
+                sat.connect(address)
+            except sat.BootstrapError as e:
+                print("refused:", e)
+        try:
+            sat.connect("sat://" + host_port)
+        except sat.UsageError as e:
+            print("malformed:", e)
+        held = [sat.connect(os.environ["SAT_ADDRESS"]) for _ in range(4)]   # every slot is still free
+        for c in held:
+            c.detach()
+        os.environ["SAT_SECRET"] = secret
+        with sat.connect(host_port) as client:
+            print("attached with SAT_SECRET in slot", client.rank)
+        """,
+        env={"HOST_PORT": host_port, "SAT_SECRET": secret},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "refused: " in text and "requires a secret" in text, text
+    assert "is not the service of this connection string" in text, text
+    assert "malformed:" in text and "sat://SECRET@host:port" in text, text
+    assert "attached with SAT_SECRET in slot" in text, text
+    assert "0" * 64 not in text and secret not in text + out.stderr, text
+    assert secret not in service.log()
+
+
 def c_producer(tmp_path: Path) -> Path:
     """bindings-tests/service.c built against the workspace's libsat."""
     cc = shutil.which("cc") or shutil.which("gcc")

@@ -3,6 +3,7 @@
 
 use std::env;
 
+use crate::auth::Secret;
 use crate::error::{SatError, SatResult};
 use crate::transport::{Provider, Rank};
 
@@ -31,6 +32,9 @@ pub struct RunEnv {
     pub rank_source: &'static str,
     pub host: String,
     pub pid: u32,
+    /// The run's secret (`SAT_SECRET`): a process proves it holds it to
+    /// join ([`crate::auth`]). Required when the seed is not on loopback.
+    pub secret: Option<Secret>,
 }
 
 impl RunEnv {
@@ -87,7 +91,9 @@ impl RunEnv {
             ),
             None => None,
         };
+        let secret = Secret::from_lookup(&get).map_err(|e| SatError::Bootstrap(e.to_string()))?;
         Ok(RunEnv {
+            secret,
             rank,
             size,
             seed,

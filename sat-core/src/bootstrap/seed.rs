@@ -4,8 +4,12 @@
 //! at once (the global barrier before roles start).
 //!
 //! The steps, each a round trip with every rank:
-//! 1. `Hello` (rank, size, host, pid, provider asked for) -> `Setup`
-//!    (provider, topology);
+//! 0. `Hello` (rank, size, host, pid, provider asked for, a nonce) ->
+//!    `Challenge` (the seed's nonce and proof) -> `Proof`: the run's secret,
+//!    proved both ways without being sent ([`crate::auth`]). The seed hears
+//!    a process's claims only once it has proved it; one that cannot is
+//!    told why and ignored, and the run goes on waiting for the real rank;
+//! 1. -> `Setup` (provider, topology);
 //! 2. `Address` (this rank's endpoint name) -> `Table` (all names, by rank);
 //! 3. `Ready` (the table is in the address vector) -> `Go`.
 //!
@@ -20,6 +24,7 @@ use std::time::{Duration, Instant};
 use bincode::{Decode, Encode};
 
 use super::env::RunEnv;
+use crate::auth::{self, Nonce, Proof, Secret, Side, SECRET_VAR};
 use crate::error::{SatError, SatResult};
 use crate::topology::Topology;
 use crate::transport::doorbell::BellPlace;
@@ -46,6 +51,7 @@ enum ToSeed {
         pid: u32,
         host: String,
         provider: Option<Provider>,
+        nonce: Nonce,
     },
     /// The endpoint name, and where this rank's doorbell is
     /// (`transport/doorbell.rs`), if it has one.
@@ -53,6 +59,10 @@ enum ToSeed {
     Ready,
     /// This rank cannot go on (for example its endpoint did not open).
     Failed(String),
+    /// The joining process's proof of holding the run's secret. (New
+    /// messages go last, so that processes of other versions still decode
+    /// the old ones: see [`hello_version`].)
+    Proof(Option<Proof>),
 }
 
 impl ToSeed {
@@ -64,6 +74,7 @@ impl ToSeed {
             ToSeed::Address(..) => "Address",
             ToSeed::Ready => "Ready",
             ToSeed::Failed(_) => "Failed",
+            ToSeed::Proof(_) => "Proof",
         }
     }
 }
@@ -79,6 +90,11 @@ enum FromSeed {
     Table(Vec<Vec<u8>>, Vec<Option<BellPlace>>),
     Go,
     Abort(String),
+    /// The seed's nonce and its proof of holding the run's secret.
+    Challenge {
+        nonce: Nonce,
+        proof: Option<Proof>,
+    },
 }
 
 /// What step 2 gives every rank: the endpoint names and the doorbells, by
@@ -138,6 +154,15 @@ pub(crate) fn recv<T: Decode<()>>(
     deadline: Instant,
     from: &str,
 ) -> SatResult<T> {
+    decode(&recv_frame(stream, deadline, from)?, from)
+}
+
+/// Reads one frame's body, growing the buffer as bytes come.
+pub(crate) fn recv_frame(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    from: &str,
+) -> SatResult<Vec<u8>> {
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
@@ -167,15 +192,44 @@ pub(crate) fn recv<T: Decode<()>>(
     if got < len {
         return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
     }
+    Ok(body)
+}
+
+/// Decodes a frame's body.
+pub(crate) fn decode<T: Decode<()>>(body: &[u8], from: &str) -> SatResult<T> {
     // Bounded: a length inside the frame that claims more than a frame can
     // hold is an error, never an allocation of that size.
     let config = bincode::config::standard().with_limit::<MAX_FRAME>();
-    let (msg, _) = bincode::decode_from_slice(&body, config).map_err(|e| {
+    let (msg, _) = bincode::decode_from_slice(body, config).map_err(|e| {
         SatError::Bootstrap(format!(
             "{from} sent an undecodable bootstrap message ({e}): is it the same SAT version?"
         ))
     })?;
     Ok(msg)
+}
+
+/// The wire version a hello that did not decode claims, if it is a hello:
+/// every version's hello starts with its variant (0) and the version, so a
+/// process of another SAT version can be told why it is refused.
+pub(crate) fn hello_version(body: &[u8]) -> Option<u32> {
+    let config = bincode::config::standard().with_limit::<16>();
+    match bincode::decode_from_slice::<(u32, u32), _>(body, config) {
+        Ok(((0, version), _)) => Some(version),
+        _ => None,
+    }
+}
+
+/// Without a secret, a seed must be reachable from this host only.
+fn check_secret_for(env: &RunEnv, addrs: &[SocketAddr]) -> SatResult<()> {
+    if env.secret.is_none() && addrs.iter().any(|a| !a.ip().is_loopback()) {
+        return Err(SatError::Bootstrap(format!(
+            "the seed (SAT_SEED={}) is not on loopback, so every process of the run needs the \
+             run's secret: set {SECRET_VAR} to the same random string for every process \
+             (16 characters or more, for example `openssl rand -hex 32`; mpirun -x {SECRET_VAR})",
+            env.seed.as_deref().unwrap_or("?")
+        )));
+    }
+    Ok(())
 }
 
 impl SeedLink {
@@ -269,6 +323,7 @@ impl Peer {
                 ))
             })?
             .collect();
+        check_secret_for(env, &addrs)?;
         // The seed may still be starting: retry until the deadline, backing off.
         let mut pause = Duration::from_millis(5);
         let stream = loop {
@@ -296,6 +351,7 @@ impl Peer {
             local_ip,
             deadline,
         };
+        let mine = auth::nonce()?;
         let hello = ToSeed::Hello {
             wire_version: WIRE_VERSION,
             rank: env.rank,
@@ -303,8 +359,36 @@ impl Peer {
             pid: env.pid,
             host: env.host.clone(),
             provider: env.provider,
+            nonce: mine,
         };
         send(&mut peer.stream, &hello).map_err(lost)?;
+        let (theirs, proof) = match peer.recv()? {
+            FromSeed::Challenge { nonce, proof } => (nonce, proof),
+            other => return Err(unexpected(&other)),
+        };
+        // The seed proves itself first: a process that merely listens on
+        // SAT_SEED learns nothing more than the hello.
+        let secret = env.secret.as_ref();
+        if let Err(refusal) = auth::check(secret, Side::Admitter, &mine, &theirs, proof.as_ref()) {
+            return Err(SatError::Bootstrap(format!(
+                "the process at SAT_SEED={seed} is not this run's seed: {}",
+                match refusal {
+                    auth::Refusal::Missing => format!(
+                        "it holds no secret and this process has {SECRET_VAR}: \
+                         set the same {SECRET_VAR} for every process"
+                    ),
+                    auth::Refusal::Wrong => format!(
+                        "it holds another secret: set the same {SECRET_VAR} for every process"
+                    ),
+                    auth::Refusal::Unexpected => format!(
+                        "it holds a secret and this process has none: set the same \
+                         {SECRET_VAR} for every process"
+                    ),
+                }
+            )));
+        }
+        let proof = auth::prove(secret, Side::Joiner, &mine, &theirs);
+        send(&mut peer.stream, &ToSeed::Proof(proof)).map_err(lost)?;
         Ok(peer)
     }
 
@@ -341,12 +425,22 @@ impl Seed {
             .to_socket_addrs()
             .map_err(|e| SatError::Bootstrap(format!("SAT_SEED={seed:?} is not a host:port: {e}")))?
             .collect();
+        check_secret_for(env, &addrs)?;
         let port = addrs.first().map(|a| a.port()).unwrap_or(0);
-        // Bind the named address when it is ours, else every interface.
+        // Bind the named address when it is ours, else every interface
+        // (a host name that resolves to an address of another interface
+        // than the one the peers reach), saying so.
         addrs
             .iter()
             .find_map(|a| TcpListener::bind(a).ok())
-            .or_else(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).ok())
+            .or_else(|| {
+                let any = TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).ok()?;
+                tracing::warn!(
+                    "rank 0 cannot listen on SAT_SEED={seed} (not an address of this host): \
+                     listening on every interface, port {port}, instead"
+                );
+                Some(any)
+            })
             .ok_or_else(|| {
                 SatError::Bootstrap(format!(
                     "rank 0 cannot listen on SAT_SEED={seed}: is the port already in use?"
@@ -399,7 +493,7 @@ impl Seed {
                     if let (Ok(local), true) = (stream.local_addr(), seed.local_ip.is_loopback()) {
                         seed.local_ip = local.ip();
                     }
-                    if hear_hello(stream, &hellos, listening, deadline) {
+                    if hear_hello(stream, &hellos, listening, deadline, &env.secret) {
                         listening += 1;
                     }
                 }
@@ -585,15 +679,17 @@ impl Seed {
     }
 }
 
-/// Accepts one connection, or returns None once `deadline` passes.
-/// Reads the hello of a connection to the seed on a thread of its own and
-/// hands it to `hellos`; false when the connection is closed instead (too
-/// many wait already, or no thread).
+/// Reads the hello of a connection to the seed, and the proof that the
+/// process holds the run's secret, on a thread of its own; hands the hello
+/// to `hellos` (an error instead if there is none, or no proof). False
+/// when the connection is closed instead (too many wait already, or no
+/// thread).
 fn hear_hello(
     mut stream: TcpStream,
     hellos: &std::sync::mpsc::Sender<(TcpStream, SatResult<ToSeed>)>,
     listening: usize,
     deadline: Instant,
+    secret: &Option<Secret>,
 ) -> bool {
     if listening >= MAX_PENDING_HELLOS {
         tracing::warn!(
@@ -603,11 +699,12 @@ fn hear_hello(
     }
     stream.set_nodelay(true).ok();
     let hellos = hellos.clone();
+    let secret = secret.clone();
     let wait = deadline.min(Instant::now() + HELLO_WAIT);
     let spawned = std::thread::Builder::new()
         .name("sat-seed-hello".into())
         .spawn(move || {
-            let hello = recv::<ToSeed>(&mut stream, wait, "a process joining the run");
+            let hello = hear(&mut stream, wait, secret.as_ref());
             let _ = hellos.send((stream, hello));
         });
     if let Err(e) = &spawned {
@@ -616,6 +713,59 @@ fn hear_hello(
     spawned.is_ok()
 }
 
+/// One joining process's hello and proof (see the module's step 0).
+fn hear(stream: &mut TcpStream, wait: Instant, secret: Option<&Secret>) -> SatResult<ToSeed> {
+    const FROM: &str = "a process joining the run";
+    let body = recv_frame(stream, wait, FROM)?;
+    let hello = match decode::<ToSeed>(&body, FROM) {
+        Ok(hello) => hello,
+        Err(e) => {
+            if let Some(version) = hello_version(&body).filter(|&v| v != WIRE_VERSION) {
+                let reason = format!(
+                    "a process of wire version {version} tried to join a run of version \
+                     {WIRE_VERSION}: rebuild every program against the same SAT"
+                );
+                let _ = send(stream, &FromSeed::Abort(reason.clone()));
+                return Err(SatError::Bootstrap(reason));
+            }
+            return Err(e);
+        }
+    };
+    let ToSeed::Hello {
+        nonce: theirs,
+        rank,
+        ..
+    } = &hello
+    else {
+        return Ok(hello);
+    };
+    let ours = auth::nonce()?;
+    let challenge = FromSeed::Challenge {
+        nonce: ours,
+        proof: auth::prove(secret, Side::Admitter, theirs, &ours),
+    };
+    send(stream, &challenge)
+        .map_err(|e| SatError::Bootstrap(format!("lost the connection of {FROM}: {e}")))?;
+    let proof = match decode::<ToSeed>(&recv_frame(stream, wait, FROM)?, FROM)? {
+        ToSeed::Proof(proof) => proof,
+        other => {
+            return Err(SatError::Bootstrap(format!(
+                "{FROM} sent {} instead of its proof",
+                other.kind()
+            )))
+        }
+    };
+    if let Err(refusal) = auth::check(secret, Side::Joiner, theirs, &ours, proof.as_ref()) {
+        let reason = auth::refusal_reason(refusal, "the run");
+        let _ = send(stream, &FromSeed::Abort(reason.clone()));
+        return Err(SatError::Bootstrap(format!(
+            "refused a process that claims rank {rank}: {reason}"
+        )));
+    }
+    Ok(hello)
+}
+
+/// Accepts one connection, or returns None once `deadline` passes.
 fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<TcpStream>> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

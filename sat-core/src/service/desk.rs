@@ -2,8 +2,13 @@
 //!
 //! A process attaches over one TCP connection to the service's address,
 //! which it keeps open for as long as it is attached:
-//! 1. `Hello` (wire version, pid, host) -> `Offer` (the provider to open);
-//! 2. `Join` (its endpoint address) -> `Welcome` (its slot rank, the
+//! 1. `Hello` (wire version, pid, host, a nonce) -> `Challenge` (the desk's
+//!    nonce, and its proof of holding the service's secret);
+//! 2. `Proof` (the process's proof, [`crate::auth`]) -> `Offer` (the
+//!    provider to open), or `Refused`: nothing about the service (a slot,
+//!    a rank, an address) goes to a process that has not proved it holds
+//!    the secret;
+//! 3. `Join` (its endpoint address) -> `Welcome` (its slot rank, the
 //!    topology, the servers' addresses) once its server has entered the
 //!    address, or `Refused` (why, and what to do).
 //!
@@ -24,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
 
+use crate::auth::{self, Nonce, Proof, Secret, Side};
 use crate::bootstrap::seed::{recv, send};
 use crate::error::SatResult;
 use crate::topology::Topology;
@@ -51,9 +57,13 @@ pub(crate) enum ToDesk {
         wire_version: u32,
         pid: u32,
         host: String,
+        nonce: Nonce,
     },
     /// The endpoint the attaching process opened with the offered provider.
     Join { address: Vec<u8> },
+    /// The attaching process's proof of holding the secret (none if it has
+    /// no secret: the desk then refuses it, saying so).
+    Proof(Option<Proof>),
 }
 
 /// Desk -> attaching process.
@@ -69,6 +79,13 @@ pub(crate) enum FromDesk {
         servers: Vec<Vec<u8>>,
     },
     Refused(String),
+    /// The desk's nonce and its own proof of holding the secret. (New
+    /// messages go last: a process of another version still decodes
+    /// `Refused`, which tells it why.)
+    Challenge {
+        nonce: Nonce,
+        proof: Option<Proof>,
+    },
 }
 
 /// What the desk asks the server loop to do.
@@ -121,6 +138,8 @@ pub(crate) struct Desk {
 
 /// What every session hands an attaching process.
 struct Offer {
+    /// The service's secret: an attaching process proves it holds it.
+    secret: Secret,
     provider: Provider,
     topology: Topology,
     servers: Vec<Vec<u8>>,
@@ -134,10 +153,12 @@ impl Desk {
         provider: Provider,
         topology: Topology,
         servers: Vec<Vec<u8>>,
+        secret: Secret,
     ) -> SatResult<Desk> {
         let (tx, rx) = mpsc::channel();
         let ranks = topology.clients();
         let offer = Arc::new(Offer {
+            secret,
             provider,
             topology,
             servers,
@@ -319,6 +340,7 @@ impl ToDesk {
     fn kind(&self) -> &'static str {
         match self {
             ToDesk::Hello { .. } => "Hello",
+            ToDesk::Proof(_) => "Proof",
             ToDesk::Join { .. } => "Join",
         }
     }
@@ -338,11 +360,12 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
         let _ = send(stream, &FromDesk::Refused(why));
     };
     let hello_by = deadline.min(Instant::now() + HELLO_WAIT);
-    let (pid, host) = match recv::<ToDesk>(&mut stream, hello_by, &who) {
+    let (pid, host, theirs) = match recv::<ToDesk>(&mut stream, hello_by, &who) {
         Ok(ToDesk::Hello {
             wire_version,
             pid,
             host,
+            nonce,
         }) => {
             if wire_version != WIRE_VERSION {
                 refuse(
@@ -354,7 +377,7 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
                 );
                 return;
             }
-            (pid, host)
+            (pid, host, nonce)
         }
         Ok(other) => return refuse(&mut stream, format!("expected Hello, got {}", other.kind())),
         Err(e) => {
@@ -362,6 +385,31 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
             return;
         }
     };
+    // The secret, before anything about the service leaves the desk.
+    let Ok(ours) = auth::nonce() else {
+        return refuse(&mut stream, "the service has no random numbers".into());
+    };
+    let secret = Some(&offer.secret);
+    let challenge = FromDesk::Challenge {
+        nonce: ours,
+        proof: auth::prove(secret, Side::Admitter, &theirs, &ours),
+    };
+    if send(&mut stream, &challenge).is_err() {
+        return;
+    }
+    match recv::<ToDesk>(&mut stream, deadline.min(Instant::now() + HELLO_WAIT), &who) {
+        Ok(ToDesk::Proof(proof)) => {
+            if let Err(refusal) = auth::check(secret, Side::Joiner, &theirs, &ours, proof.as_ref())
+            {
+                return refuse(&mut stream, auth::refusal_reason(refusal, "the service"));
+            }
+        }
+        Ok(other) => return refuse(&mut stream, format!("expected Proof, got {}", other.kind())),
+        Err(e) => {
+            tracing::debug!("desk: {e}");
+            return;
+        }
+    }
     if send(
         &mut stream,
         &FromDesk::Offer {

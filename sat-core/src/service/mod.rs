@@ -32,6 +32,7 @@ use std::os::fd::FromRawFd;
 
 pub use session::{connect, Session};
 
+use crate::auth::{Secret, SECRET_VAR};
 use crate::bootstrap;
 use crate::error::{SatError, SatResult};
 use crate::progress::IdlePolicy;
@@ -87,6 +88,13 @@ pub fn serve() -> SatResult<()> {
                     "{SERVICE_FD_VAR} is not set: start a service with `satrun --serve`"
                 ))
             })?;
+        // A service admits only processes that prove they hold its secret;
+        // satrun hands it to its servers.
+        let secret = Secret::from_env()?.ok_or_else(|| {
+            SatError::Usage(format!(
+                "{SECRET_VAR} is not set: start a service with `satrun --serve`"
+            ))
+        })?;
         // SAFETY: satrun opened this listening socket for this process and
         // nothing else in it owns the descriptor.
         let listener = unsafe { TcpListener::from_raw_fd(fd) };
@@ -95,6 +103,7 @@ pub fn serve() -> SatResult<()> {
             joined.provider,
             (*joined.topology).clone(),
             servers,
+            secret,
         )?)
     } else {
         None

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::desk::{FromDesk, ToDesk, ADMISSION_TIMEOUT};
+use crate::auth::{self, Refusal, ServiceAddress, Side};
 use crate::bootstrap::seed::{recv, send};
 use crate::client::Client;
 use crate::error::{SatError, SatResult};
@@ -36,13 +37,22 @@ pub struct Session {
     address: String,
 }
 
-/// Attaches this process to the service at `address` (`host:port`, as
-/// `satrun --serve` prints it) and returns its session.
+/// Attaches this process to the service at `address` and returns its
+/// session. `address` is the service's connection string,
+/// `sat://SECRET@host:port`, the one line of the address file that
+/// `satrun --serve` writes; a plain `host:port` takes the secret from
+/// `SAT_SECRET`. The process proves it holds the secret without sending it
+/// ([`crate::auth`]), and checks that the service holds it too; a service
+/// refuses a process with no secret or a wrong one before it gets a slot.
 ///
 /// The calling thread becomes the client's role thread: handlers of
 /// subscriptions run there, during its waits (see [`Client::subscribe`]).
 pub fn connect(address: &str) -> SatResult<Session> {
     observe::init();
+    let parsed = ServiceAddress::parse(address)?;
+    // From here on, `address` names the service without its secret.
+    let address = parsed.host_port.as_str();
+    let secret = parsed.secret.as_ref();
     let deadline = Instant::now() + ADMISSION_TIMEOUT;
     let unreachable = |e: std::io::Error| {
         SatError::Bootstrap(format!(
@@ -53,7 +63,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
         .to_socket_addrs()
         .map_err(|e| {
             SatError::Usage(format!(
-                "'{address}' is not a service address (host:port): {e}"
+                "'{address}' is not a service address (sat://SECRET@host:port, or host:port): {e}"
             ))
         })?
         .next()
@@ -68,13 +78,42 @@ pub fn connect(address: &str) -> SatResult<Session> {
         ))
     };
     let from = format!("the service at {address}");
+    let mine = auth::nonce()?;
     send(
         &mut control,
         &ToDesk::Hello {
             wire_version: WIRE_VERSION,
             pid: std::process::id(),
             host: crate::os::hostname(),
+            nonce: mine,
         },
+    )
+    .map_err(lost)?;
+    let (theirs, their_proof) = match recv::<FromDesk>(&mut control, deadline, &from)? {
+        FromDesk::Challenge { nonce, proof } => (nonce, proof),
+        FromDesk::Refused(why) => return Err(refused(address, why)),
+        other => return Err(unexpected(address, &other)),
+    };
+    // A process that does not hold the secret gets no endpoint address of
+    // ours: check the service before proving ourselves. Without a secret
+    // there is nothing to check, and the service refuses us, saying why.
+    if secret.is_some() {
+        if let Err(refusal) =
+            auth::check(secret, Side::Admitter, &mine, &theirs, their_proof.as_ref())
+        {
+            return Err(SatError::Bootstrap(format!(
+                "the process at {address} is not the service of this connection string ({}): \
+                 check the address",
+                match refusal {
+                    Refusal::Missing => "it proved no secret",
+                    _ => "it does not hold the secret",
+                }
+            )));
+        }
+    }
+    send(
+        &mut control,
+        &ToDesk::Proof(auth::prove(secret, Side::Joiner, &mine, &theirs)),
     )
     .map_err(lost)?;
     let provider = match recv::<FromDesk>(&mut control, deadline, &from)? {
@@ -150,7 +189,8 @@ impl Session {
         &self.client
     }
 
-    /// The service's address this session attached to.
+    /// The service's address (`host:port`, without the secret) this
+    /// session attached to.
     pub fn address(&self) -> &str {
         &self.address
     }

@@ -233,4 +233,8 @@ class Client:
 def run(
     roles: Mapping[int, Callable[[Client], object]], args: Optional[Sequence[str]] = None
 ) -> None: ...
-def connect(address: str) -> Client: ...
+def connect(address: str) -> Client:
+    """Attaches this process to the SAT service whose connection string is ``address``:
+    ``"sat://SECRET@host:port"``, the one line of the address file ``satrun --serve`` writes, or
+    ``"host:port"`` with the secret in ``SAT_SECRET``. Raises BootstrapError when the service cannot
+    be reached, refuses the secret or has no free slot."""
