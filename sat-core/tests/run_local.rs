@@ -273,6 +273,20 @@ fn a_program_run_without_a_launcher_says_how_to_start_it() {
     assert!(text(&out.stderr).contains("satrun"));
 }
 
+/// Waits until the seed of a run listens on `port`; returns its address.
+fn seed_listening(port: u16) -> String {
+    let address = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(&address).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the seed never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    address
+}
+
 /// The seed of a run started under another launcher listens on a port
 /// anyone may reach before the run's processes do: hostile bytes there, and
 /// 64 connections that never speak, leave it gathering the real ones, and
@@ -283,15 +297,7 @@ fn hostile_bytes_on_the_seed_leave_the_run_unharmed() {
     let size = 3;
     let start = |rank: u32| mpirun_style(port, size, rank, 5).spawn().unwrap();
     let seed = start(0);
-    let address = format!("127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the seed never listened"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let address = seed_listening(port);
     let mut seed = seed;
     for bytes in common::hostile_bytes() {
         if let Err(e) = common::poke(&address, &bytes) {
@@ -337,15 +343,7 @@ fn with_a_secret_only_its_holders_join_the_run() {
             .unwrap()
     };
     let seed = start(0, secret);
-    let address = format!("127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(&address).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the seed never listened"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let address = seed_listening(port);
     // Hello { wire_version, rank: 1, size: 3, pid: 1, host: "x", provider:
     // None, nonce }, then a proof of none, or a made-up one.
     let version = sat_core::wire::WIRE_VERSION as u8;
