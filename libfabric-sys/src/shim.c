@@ -86,6 +86,11 @@ ssize_t sat_fi_cq_read(struct fid_cq *cq, void *buf, size_t count)
 	return fi_cq_read(cq, buf, count);
 }
 
+ssize_t sat_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
+{
+	return fi_cq_readfrom(cq, buf, count, src_addr);
+}
+
 ssize_t sat_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags)
 {
 	return fi_cq_readerr(cq, buf, flags);

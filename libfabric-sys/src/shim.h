@@ -43,6 +43,7 @@ ssize_t sat_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 ssize_t sat_fi_cancel(fid_t fid, void *context);
 
 ssize_t sat_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
+ssize_t sat_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr);
 ssize_t sat_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags);
 const char *sat_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data,
 			       char *buf, size_t len);

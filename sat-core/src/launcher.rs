@@ -66,9 +66,19 @@ Python, sat_core::service::connect in Rust) and find the data others left.
                      first ids, and each client entry is a slot
   --listen HOST:PORT where clients attach (default 127.0.0.1 and a free port;
                      0.0.0.0 to accept other hosts)
-  --address-file F   also write the address clients attach to into F
-The service prints 'SAT service listening on HOST:PORT' and runs until
-SIGINT or SIGTERM, which stop it with status 0.
+  --address-file F   where to write the connection string clients attach with,
+                     sat://SECRET@HOST:PORT (mode 0600); default
+                     $XDG_RUNTIME_DIR/sat/service-PORT, else ~/.sat/service-PORT
+The service's secret is $SAT_SECRET, else a new random one. A process attaches
+only if it proves it holds the secret (the connection string, or HOST:PORT with
+$SAT_SECRET set); the secret itself never crosses the network. The service
+prints 'SAT service listening on HOST:PORT' and the address file's path (never
+the secret), and runs until SIGINT or SIGTERM, which stop it with status 0.
+
+Each run has a secret too: satrun makes a new one and hands it to its processes
+in $SAT_SECRET; a process that cannot prove it holds it gets no rank. Under
+another launcher (mpirun, srun) set $SAT_SECRET for every process yourself: it
+is required when the seed's address is not loopback. See docs/SECURITY.md.
 
 Every line a process prints is prefixed with its rank: \"[2] ...\".
 Exit status: 0 when every process exits with 0; otherwise the status of the

@@ -192,6 +192,38 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
     data_written_is_found_by_a_process_that_attaches_later("tcp");
 }
 
+/// A client whose server entered it late in its address vector (the second
+/// client of a two-server service, on server 1) writes payloads over the
+/// eager size: they must reach their homes, which receive them from that
+/// client's address, not from whatever entry has its rank's number.
+fn large_writes_of_a_late_client_arrive(provider: &str) {
+    let service = Service::start(provider, &["--servers", "2", "--slots", "4"]);
+    let a = service.address.as_str();
+    let (mut holder, line) = start_holder(&["hold", a, "--chunk", "60", "--bytes", "8"]);
+    assert!(line.contains("attached in slot 2"), "{line}");
+    let common = ["--chunk", "70", "--bytes", "1048576", "--seed", "5"];
+    let (ok, _, err) = attach(&[&["write", a][..], &common].concat());
+    let (checked, out, check_err) = attach(&[&["check", a][..], &common].concat());
+    drop(holder.stdin.take());
+    let _ = holder.wait();
+    assert!(ok, "{provider}: write failed: {err}\n{}", service.log());
+    assert!(
+        checked && out.contains("checked 1048576 bytes"),
+        "{provider}: check failed: {check_err}\n{}",
+        service.log()
+    );
+}
+
+#[test]
+fn large_writes_of_a_late_client_arrive_shm() {
+    large_writes_of_a_late_client_arrive("shm");
+}
+
+#[test]
+fn large_writes_of_a_late_client_arrive_tcp() {
+    large_writes_of_a_late_client_arrive("tcp");
+}
+
 /// 160 attach/detach cycles in slots dealt over two servers: the counter
 /// chunk sees every increment, the servers' memory stays bounded, and no
 /// /dev/shm file outlives its process.

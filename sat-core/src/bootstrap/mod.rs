@@ -125,6 +125,9 @@ pub struct Joined {
     pub transport: FabricTransport,
     /// Every process of the run is on this host.
     pub one_host: bool,
+    /// The endpoint address of every rank, as the transport entered them
+    /// (empty for a service's client slots).
+    pub addresses: Vec<Vec<u8>>,
 }
 
 /// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
@@ -231,6 +234,7 @@ fn join_with(
             provider: setup.provider,
             transport,
             one_host: setup.one_host,
+            addresses: table,
         },
         started,
     ))
@@ -274,11 +278,17 @@ fn ring_peers(
 
 /// Bootstraps this process into the run, plays its role, and returns once
 /// the termination protocol lets it go. Every process of the run calls it.
-pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
+pub fn run(roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
     let args: Vec<String> = args.into_iter().collect();
     let joined = join(&args, |role| {
         roles.fns.get(role as usize).is_some_and(|f| f.is_some())
     })?;
+    run_joined(joined, roles)
+}
+
+/// Steps 4 and 5 for a process that has [`join`]ed its run: serve, or run
+/// its role's function, then terminate. [`run`] is both halves.
+pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let role = joined.topology.role(joined.env.rank);
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
@@ -286,9 +296,11 @@ pub fn run(mut roles: Roles, args: impl IntoIterator<Item = String>) -> SatResul
     if role == 0 {
         return server::run_on_host(&joined.topology, transport.as_mut(), policy, host);
     }
-    let f = roles
-        .take(role)
-        .expect("join() checked the role has a function");
+    let Some(f) = roles.take(role) else {
+        return Err(SatError::Role(format!(
+            "this program has no function for role {role}: register one with Roles::role"
+        )));
+    };
     let client = Client::new(joined.topology, transport);
     if host.is_some() {
         client.use_host_sync();

@@ -103,6 +103,23 @@ const LARGE_WINDOW: u32 = 4;
 /// Large buffers (both directions) kept for reuse once their transfer is done.
 const LARGE_POOL_KEEP: usize = 8;
 
+/// Announced payloads of one sender that may wait for their data at once.
+/// A SAT sender keeps at most `LARGE_WINDOW` large sends in flight to one
+/// destination; past this many, announces come from a broken or hostile
+/// sender and are dropped (each would hold a buffer of its announced size).
+const LARGE_POSTED_PER_PEER: usize = 16 * LARGE_WINDOW as usize;
+
+/// How long an announced payload may take to arrive: a minute, plus a
+/// second per 16 MiB (a slow link's 1 GiB chunk). Past it the announcing
+/// rank is reported lost, its buffer freed, and its later messages flow
+/// again; other senders never wait for it.
+fn announce_patience(base: Duration, len: usize) -> Duration {
+    base + Duration::from_secs((len >> 24) as u64)
+}
+
+/// The minute of [`announce_patience`].
+const ANNOUNCE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Completions read per `fi_cq_read` call.
 const CQ_BATCH: usize = 32;
 
@@ -225,7 +242,10 @@ fn getinfo(
     // because fi_freeinfo frees it: strdup does that.
     unsafe {
         let h = &mut *hints.0;
-        h.caps = fi::FI_MSG | fi::FI_TAGGED | fi::FI_DIRECTED_RECV;
+        // FI_SOURCE: every receive completion names the endpoint it came
+        // from, which the transport checks against the rank the message
+        // claims (`on_eager_recv`): a process cannot speak as another.
+        h.caps = fi::FI_MSG | fi::FI_TAGGED | fi::FI_DIRECTED_RECV | fi::FI_SOURCE;
         h.mode = fi::FI_CONTEXT | fi::FI_CONTEXT2;
         (*h.ep_attr).type_ = fi::FI_EP_RDM;
         // No FI_MR_LOCAL: the providers register the buffers they touch.
@@ -778,6 +798,10 @@ struct LargeRecv {
     len: usize,
     header: Vec<u8>,
     data: Option<Box<[u8]>>,
+    /// When its payload is due by ([`announce_patience`]).
+    due: Instant,
+    /// Cancelled for being overdue: its cancellation is no provider error.
+    overdue: bool,
 }
 
 /// A message of one sender waiting for delivery, in arrival order.
@@ -869,6 +893,10 @@ struct Core {
     messages_sent: u64,
     outstanding: usize,
     malformed: u64,
+    /// Calls of `progress`, to space out the look at overdue payloads.
+    progress_calls: u32,
+    /// [`ANNOUNCE_PATIENCE`], shorter in tests.
+    patience: Duration,
     deferred: Option<TransportError>,
 }
 
@@ -892,6 +920,10 @@ pub struct FabricTransport {
     inboxes: Vec<Option<crate::segment::inbox::Inbox>>,
     /// This process's inbox, and its post count when last taken.
     own_inbox: Option<(crate::segment::inbox::Inbox, u32)>,
+    /// Messages this rank sent itself (header, payload), delivered at its
+    /// next poll without the fabric: no packet from the fabric may claim
+    /// this rank ([`Core::on_eager_recv`]).
+    loopback: VecDeque<(Vec<u8>, Box<[u8]>)>,
 }
 
 impl FabricEndpoint {
@@ -1027,6 +1059,8 @@ impl FabricEndpoint {
             messages_sent: 0,
             outstanding: 0,
             malformed: 0,
+            progress_calls: 0,
+            patience: ANNOUNCE_PATIENCE,
             deferred: None,
         };
         for slot in 0..RECV_SLOTS as u32 {
@@ -1077,8 +1111,15 @@ impl FabricEndpoint {
             });
         }
         self.core.av_addr = vec![fi::FI_ADDR_NOTAVAIL; size as usize];
+        // This endpoint's own address goes in first. libfabric 1.17's shm
+        // reports a packet from an endpoint it has no entry for as coming
+        // from its first entry: that entry must be one no packet may claim
+        // (a rank's messages to itself never cross the fabric, see
+        // `on_eager_recv`), not rank 0's.
+        self.core
+            .insert_address(my_rank, &table[my_rank as usize])?;
         for (rank, addr) in table.iter().enumerate() {
-            if !addr.is_empty() {
+            if !addr.is_empty() && rank != my_rank as usize {
                 self.core.insert_address(rank as Rank, addr)?;
             }
         }
@@ -1102,6 +1143,7 @@ impl FabricEndpoint {
             core: self.core,
             inboxes: Vec::new(),
             own_inbox: None,
+            loopback: VecDeque::new(),
         })
     }
 }
@@ -1276,6 +1318,18 @@ impl Core {
 
     fn post_large_recv(&mut self, slot: u32) -> Result<(), TransportError> {
         let l = &mut self.lrecv[slot as usize];
+        // Directed to the announcing rank's address-vector entry: only its
+        // endpoint's payload can complete this receive. (Entries are not
+        // numbered by rank: a service enters its clients as they come.)
+        let from = self.av_addr[l.src as usize];
+        if from == fi::FI_ADDR_NOTAVAIL {
+            // The rank left since its announce (FI_ADDR_NOTAVAIL would
+            // match any sender): nothing is coming.
+            l.state = LargeState::Failed;
+            let src = l.src;
+            self.mark_dirty(src);
+            return Ok(());
+        }
         let Some(buf) = l.data.as_mut() else {
             return Ok(());
         };
@@ -1286,7 +1340,7 @@ impl Core {
                 buf.as_mut_ptr().cast::<c_void>(),
                 l.len,
                 ptr::null_mut(),
-                u64::from(l.src),
+                from,
                 l.tag,
                 0,
                 l.ctx.as_context(),
@@ -1342,16 +1396,24 @@ impl Core {
             self.defer(e);
         }
         self.flush_queued();
+        self.expire_overdue_payloads();
         let mut entries = [fi::fi_cq_tagged_entry::default(); CQ_BATCH];
+        let mut sources = [fi::FI_ADDR_NOTAVAIL; CQ_BATCH];
         loop {
             // SAFETY: entries has room for CQ_BATCH tagged entries, the
-            // format the CQ was opened with.
+            // format the CQ was opened with, and sources for as many
+            // addresses.
             let n = unsafe {
-                fi::sat_fi_cq_read(self.h.cq, entries.as_mut_ptr().cast::<c_void>(), CQ_BATCH)
+                fi::sat_fi_cq_readfrom(
+                    self.h.cq,
+                    entries.as_mut_ptr().cast::<c_void>(),
+                    CQ_BATCH,
+                    sources.as_mut_ptr(),
+                )
             };
             if n > 0 {
-                for e in &entries[..n as usize] {
-                    self.on_completion(e);
+                for (e, &from) in entries[..n as usize].iter().zip(&sources) {
+                    self.on_completion(e, from);
                 }
                 if (n as usize) < CQ_BATCH {
                     break;
@@ -1361,7 +1423,7 @@ impl Core {
             } else if n == -(fi::FI_EAVAIL as isize) {
                 self.on_cq_error();
             } else {
-                return Err(fabric_error("fi_cq_read", n as i64));
+                return Err(fabric_error("fi_cq_readfrom", n as i64));
             }
         }
         // Completions just read may have made room for refused sends.
@@ -1380,13 +1442,15 @@ impl Core {
         Some(unsafe { (*context.cast::<OpCtx>()).op })
     }
 
-    fn on_completion(&mut self, e: &fi::fi_cq_tagged_entry) {
+    /// Files completion `e`; `from` is the endpoint a receive came from
+    /// (`FI_SOURCE`), `FI_ADDR_NOTAVAIL` if it is in no rank's entry.
+    fn on_completion(&mut self, e: &fi::fi_cq_tagged_entry, from: fi::fi_addr_t) {
         let Some(op) = Self::op_of(e.op_context) else {
             warn!("completion without a context; ignored");
             return;
         };
         match op {
-            Op::EagerRecv(slot) => self.on_eager_recv(slot, e.len, e.tag),
+            Op::EagerRecv(slot) => self.on_eager_recv(slot, e.len, e.tag, from),
             Op::EagerSend(slot) => {
                 // A provider that moves data after the post (tcp's rxm)
                 // has now handed it on: the receiver may look again.
@@ -1474,15 +1538,37 @@ impl Core {
     }
 
     /// An eager packet has completed: it is taken in its sender's order
-    /// ([`super::sequence`]), now or once the packets before it have.
-    fn on_eager_recv(&mut self, slot: u32, len: usize, tag: u64) {
+    /// ([`super::sequence`]), now or once the packets before it have. It
+    /// must come from the endpoint of the rank its tag names: a packet
+    /// from anywhere else (an endpoint of another rank, or of no rank) is
+    /// dropped before it can take a sequence number of the rank it claims.
+    /// Large payloads need no such check: their receives are directed to
+    /// the announcing rank's address, which the provider matches.
+    fn on_eager_recv(&mut self, slot: u32, len: usize, tag: u64, from: fi::fi_addr_t) {
         self.recv_posted[slot as usize] = false;
         let src = (tag & 0xffff_ffff) as Rank;
-        if src >= self.size {
+        let why = if src >= self.size {
+            Some("unknown source rank")
+        } else if src == self.rank {
+            // Never sent: a rank's messages to itself stay in its process
+            // (`FabricTransport::send_to_self`).
+            Some("claims to come from this endpoint's own rank")
+        } else if from == fi::FI_ADDR_NOTAVAIL || self.av_addr[src as usize] != from {
+            Some("sent from an endpoint that is not the claimed rank's")
+        } else {
+            None
+        };
+        if let Some(reason) = why {
+            let sender = self
+                .av_addr
+                .iter()
+                .position(|&a| a == from && from != fi::FI_ADDR_NOTAVAIL);
             warn!(
                 tag,
                 len,
-                reason = "unknown source rank",
+                claimed = src,
+                sender = ?sender,
+                reason,
                 "malformed packet dropped"
             );
             self.malformed += 1;
@@ -1559,6 +1645,17 @@ impl Core {
         }
         // An announce: the header moves to the large slot and the eager
         // buffer goes back to work at once.
+        if self.payloads_awaited_from(src) >= LARGE_POSTED_PER_PEER {
+            warn!(
+                src,
+                len = prefix.payload_len,
+                reason = "too many announced payloads awaited from this rank",
+                "malformed packet dropped"
+            );
+            self.malformed += 1;
+            self.repost_eager(slot);
+            return;
+        }
         let Some(data) = self.recv_pool.take(prefix.payload_len) else {
             warn!(
                 src,
@@ -1576,6 +1673,8 @@ impl Core {
             len: 0,
             header: Vec::with_capacity(MAX_HEADER),
             data: None,
+            due: Instant::now(),
+            overdue: false,
         });
         {
             let l = &mut self.lrecv[lslot as usize];
@@ -1588,6 +1687,8 @@ impl Core {
             l.tag = large_tag(src, prefix.seq);
             l.len = prefix.payload_len;
             l.data = Some(data);
+            l.due = Instant::now() + announce_patience(self.patience, prefix.payload_len);
+            l.overdue = false;
         }
         self.peers[src as usize]
             .pending
@@ -1596,6 +1697,50 @@ impl Core {
             self.defer(e);
         }
         self.repost_eager(slot);
+    }
+
+    /// How many payloads announced by `src` wait for their data.
+    fn payloads_awaited_from(&self, src: Rank) -> usize {
+        self.peers[src as usize]
+            .pending
+            .iter()
+            .filter(|p| {
+                matches!(p, Pending::Large { slot }
+                    if self.lrecv[*slot as usize].state == LargeState::Posted)
+            })
+            .count()
+    }
+
+    /// Cancels the receives of payloads overdue ([`announce_patience`]):
+    /// their cancellation completes them as failed, which reports their
+    /// sender lost (`on_cq_error`) and lets its later messages through.
+    /// Looked at once every 256 progress calls, so as to cost no clock
+    /// reading on most.
+    fn expire_overdue_payloads(&mut self) {
+        self.progress_calls = self.progress_calls.wrapping_add(1);
+        if !self.progress_calls.is_multiple_of(256) {
+            return;
+        }
+        let now = Instant::now();
+        for l in &mut self.lrecv {
+            if l.state != LargeState::Posted || l.overdue || now < l.due {
+                continue;
+            }
+            warn!(
+                src = l.src,
+                len = l.len,
+                "an announced payload did not come in time; its receive is cancelled"
+            );
+            l.overdue = true;
+            // SAFETY: the endpoint is open and the context is this posted
+            // receive's, alive until its (cancelled) completion.
+            let ret = unsafe {
+                fi::sat_fi_cancel(ptr::addr_of_mut!((*self.h.ep).fid), l.ctx.as_context())
+            };
+            if ret != 0 {
+                warn!(src = l.src, error = %strerror(ret as i32), "fi_cancel failed");
+            }
+        }
     }
 
     /// A new peer in `rank`'s slot counts its packets from 0, both ways;
@@ -1646,10 +1791,19 @@ impl Core {
         let truncated = err.err == fi::FI_ETRUNC as i32;
         match Self::op_of(err.op_context) {
             Some(Op::EagerRecv(slot)) if truncated => {
-                // Dropped in its sender's order, as it still took a number:
-                // a length beyond the buffer is malformed at its turn.
-                warn!(tag = err.tag, "packet larger than the eager limit");
-                self.on_eager_recv(slot, usize::MAX, err.tag);
+                // An error completion does not say where the packet came
+                // from, so it cannot take a number of the rank it claims
+                // (a forger could void that rank's next packet). SAT's
+                // senders announce anything over the eager limit: only a
+                // foreign or broken sender sends such a packet, and only
+                // it waits for a number that never comes.
+                warn!(
+                    tag = err.tag,
+                    "packet larger than the eager limit, of unknown origin; dropped"
+                );
+                self.recv_posted[slot as usize] = false;
+                self.malformed += 1;
+                self.repost_eager(slot);
             }
             Some(Op::EagerRecv(slot)) => {
                 self.recv_posted[slot as usize] = false;
@@ -1664,11 +1818,20 @@ impl Core {
             Some(Op::LargeRecv(slot)) => {
                 let l = &mut self.lrecv[slot as usize];
                 l.state = LargeState::Failed;
-                let src = l.src;
+                let (src, overdue, len) = (l.src, l.overdue, l.len);
                 self.mark_dirty(src);
                 if truncated {
                     warn!(src, "large payload longer than announced dropped");
                     self.malformed += 1;
+                } else if overdue {
+                    let waited = announce_patience(self.patience, len);
+                    self.defer(TransportError::PeerLost {
+                        rank: src,
+                        reason: format!(
+                            "it announced a payload of {len} bytes that did not come within {:.1}s",
+                            waited.as_secs_f64()
+                        ),
+                    });
                 } else {
                     self.defer(TransportError::PeerLost {
                         rank: src,
@@ -2160,7 +2323,11 @@ impl Sender for FabricTransport {
     ) -> Result<(), TransportError> {
         let _mp = stats::doing(Activity::MessagePassing);
         let bytes = header.len() + payload.len();
-        self.core.send(dest, header, payload)?;
+        if dest == self.core.rank {
+            self.send_to_self(header, payload)?;
+        } else {
+            self.core.send(dest, header, payload)?;
+        }
         self.core.messages_sent += 1;
         stats::sent(dest, bytes);
         Ok(())
@@ -2168,6 +2335,42 @@ impl Sender for FabricTransport {
 }
 
 impl FabricTransport {
+    /// A message to this rank itself (a server that is the home of a chunk
+    /// it also forwards for): kept for the next poll, within the limits of
+    /// any message.
+    fn send_to_self(&mut self, header: &[u8], payload: Payload<'_>) -> Result<(), TransportError> {
+        if header.len() > MAX_HEADER {
+            return Err(TransportError::HeaderTooLarge { len: header.len() });
+        }
+        if payload.len() > MAX_PAYLOAD {
+            return Err(TransportError::PayloadTooLarge { len: payload.len() });
+        }
+        self.loopback
+            .push_back((header.to_vec(), payload.bytes().into()));
+        Ok(())
+    }
+
+    /// Delivers the messages this rank sent itself before this poll.
+    fn deliver_loopback(
+        &mut self,
+        on_message: &mut dyn FnMut(&mut dyn Sender, Received<'_>),
+    ) -> usize {
+        let due = self.loopback.len();
+        for _ in 0..due {
+            let Some((header, payload)) = self.loopback.pop_front() else {
+                break;
+            };
+            let msg = Received {
+                src: self.core.rank,
+                header: &header,
+                payload: &payload,
+            };
+            let _handling = stats::doing(Activity::Sdsm);
+            on_message(self, msg);
+        }
+        due
+    }
+
     /// The doorbells to ring after sending to each rank (`doorbell.rs`),
     /// whose inboxes take this process's posts, and this process's own
     /// inbox.
@@ -2204,7 +2407,7 @@ impl Transport for FabricTransport {
     ) -> Result<usize, TransportError> {
         let _mp = stats::doing(Activity::MessagePassing);
         self.core.progress()?;
-        let n = self.deliver(on_message);
+        let n = self.deliver_loopback(on_message) + self.deliver(on_message);
         if let Some(e) = self.core.deferred.take() {
             return Err(e);
         }
@@ -2216,6 +2419,7 @@ impl Transport for FabricTransport {
         // rings the receiver's doorbell again), only while this process
         // polls: posted sends count as queued there.
         !self.core.queued_dests.is_empty()
+            || !self.loopback.is_empty()
             || (self.core.provider == Provider::Tcp && self.core.outstanding > 0)
     }
 
@@ -2368,7 +2572,7 @@ mod tests {
                         bytes.as_ptr().cast::<c_void>(),
                         bytes.len(),
                         ptr::null_mut(),
-                        1,
+                        a.core.av_addr[1],
                         *tag,
                         ctx.as_context(),
                     )
@@ -2400,7 +2604,7 @@ mod tests {
         bad_magic[1] = b'!';
         // Each from rank 0, numbered in order as a sender would: dropped
         // for what they hold.
-        let mut in_order = vec![
+        let in_order = vec![
             (bad_magic, 0),
             // Lengths that do not add up.
             (packet(KIND_INLINE, 0, 3, PREFIX_LEN + 4), 0),
@@ -2415,15 +2619,16 @@ mod tests {
             (vec![0u8; 10], COMPACT_TAG | (100 << COMPACT_HLEN_SHIFT)),
             (vec![0u8; 3000], COMPACT_TAG | (2000 << COMPACT_HLEN_SHIFT)),
         ];
-        if oversize {
-            in_order.push((vec![0u8; EAGER_LIMIT + 100], 0));
-        }
         let numbered = in_order.len() as u64;
         let mut packets: Vec<(Vec<u8>, u64)> = in_order
             .into_iter()
             .enumerate()
             .map(|(i, (p, tag))| (p, tag | ((i as u64) << EAGER_SEQ_SHIFT)))
             .collect();
+        if oversize {
+            // Truncated: of unknown origin, so its number does not count.
+            packets.push((vec![0u8; EAGER_LIMIT + 100], numbered << EAGER_SEQ_SHIFT));
+        }
         // An unknown source rank (its number does not count).
         packets.push((packet(KIND_INLINE, 0, 0, PREFIX_LEN), 7));
         // Well-formed messages out of sequence: a number already taken, and
@@ -2461,6 +2666,167 @@ mod tests {
         drop(ctxs);
         // Every receive slot is posted again.
         assert!(b.core.recv_posted.iter().all(|&p| p));
+    }
+
+    /// A packet must come from the endpoint of the rank it claims: one sent
+    /// by another rank's endpoint, or by an endpoint in no rank's entry, is
+    /// dropped before it takes a number of the rank it claims, and the real
+    /// rank's packet of that number still arrives.
+    fn packets_claiming_another_rank_are_dropped(provider: Provider) {
+        let opts = FabricOptions::new(provider);
+        let open = || FabricEndpoint::open(&opts).unwrap();
+        let (a, b, c, d, e) = (open(), open(), open(), open(), open());
+        let table = vec![
+            a.address().to_vec(),
+            b.address().to_vec(),
+            c.address().to_vec(),
+        ];
+        let b_address = b.address().to_vec();
+        let mut a = a.connect(0, &table).unwrap();
+        let mut b = b.connect(1, &table).unwrap();
+        // c is rank 2 in b's table, d and e in no entry of it: c and d speak
+        // as rank 0, e as rank 1, b itself.
+        let c_table = vec![c.address().to_vec(), b_address.clone()];
+        let mut c = c.connect(0, &c_table).unwrap();
+        let d_table = vec![d.address().to_vec(), b_address.clone()];
+        let mut d = d.connect(0, &d_table).unwrap();
+        let e_table = vec![b_address, e.address().to_vec()];
+        let mut e = e.connect(1, &e_table).unwrap();
+        c.send(1, b"hdr", Payload::Copy(b"rank 2 speaking as 0"))
+            .unwrap();
+        d.send(1, b"hdr", Payload::Copy(b"a stranger speaking as 0"))
+            .unwrap();
+        e.send(0, b"hdr", Payload::Copy(b"a stranger speaking as 1"))
+            .unwrap();
+        // Let the forged packets land first, then the real rank 0's.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got = Vec::new();
+        let take = |b: &mut FabricTransport, got: &mut Vec<_>| {
+            b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec())))
+                .unwrap();
+        };
+        while b.malformed_dropped() < 3
+            || ![&mut c, &mut d, &mut e]
+                .into_iter()
+                .all(|t| t.sends_drained().unwrap())
+        {
+            for t in [&mut c, &mut d, &mut e] {
+                t.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            }
+            take(&mut b, &mut got);
+            assert!(
+                Instant::now() < deadline,
+                "timed out: dropped {}, got {got:?}",
+                b.malformed_dropped()
+            );
+        }
+        a.send(1, b"hdr", Payload::Copy(b"rank 0")).unwrap();
+        while got.is_empty() || !a.sends_drained().unwrap() {
+            a.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            take(&mut b, &mut got);
+            assert!(Instant::now() < deadline, "timed out waiting for rank 0");
+        }
+        assert_eq!(got, vec![(0, b"rank 0".to_vec())]);
+        assert_eq!(b.malformed_dropped(), 3);
+    }
+
+    #[test]
+    fn packets_claiming_another_rank_are_dropped_shm() {
+        packets_claiming_another_rank_are_dropped(Provider::Shm);
+    }
+
+    #[test]
+    fn packets_claiming_another_rank_are_dropped_tcp() {
+        packets_claiming_another_rank_are_dropped(Provider::Tcp);
+    }
+
+    /// Announces are bounded: past `LARGE_POSTED_PER_PEER` payloads awaited
+    /// from one sender, its announces are dropped; an announce whose payload
+    /// never comes reports its sender lost once overdue and frees its
+    /// buffer; meanwhile another sender's messages are delivered, and the
+    /// first sender's later messages flow again.
+    fn announces_are_bounded_and_expire(provider: Provider) {
+        let opts = FabricOptions::new(provider);
+        let open = || FabricEndpoint::open(&opts).unwrap();
+        let (a, b, c) = (open(), open(), open());
+        let table = vec![
+            a.address().to_vec(),
+            b.address().to_vec(),
+            c.address().to_vec(),
+        ];
+        let mut a = a.connect(0, &table).unwrap();
+        let mut b = b.connect(1, &table).unwrap();
+        let mut c = c.connect(2, &table).unwrap();
+        b.core.patience = Duration::from_millis(300);
+        let extra = 3;
+        let packets: Vec<(Vec<u8>, u64)> = (0..LARGE_POSTED_PER_PEER + extra)
+            .map(|i| {
+                let mut p = vec![0u8; PREFIX_LEN + 3];
+                write_prefix(&mut p, KIND_ANNOUNCE, 3, 1 << 20, i as u32);
+                p[PREFIX_LEN..].copy_from_slice(b"hdr");
+                (p, (i as u64) << EAGER_SEQ_SHIFT)
+            })
+            .collect();
+        let ctxs = raw_send(&mut a, &mut b, &packets);
+        for _ in 0..packets.len() {
+            a.core.peers[1].sent.take();
+        }
+        c.send(1, b"hdr", Payload::Copy(b"from c")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got = Vec::new();
+        let mut lost = Vec::new();
+        // Another sender is not held up by the payloads a owes.
+        while got.is_empty() || b.malformed_dropped() < extra as u64 {
+            a.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            c.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            match b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec()))) {
+                Ok(_) => {}
+                Err(e) => lost.push(e.to_string()),
+            }
+            assert!(Instant::now() < deadline, "timed out: got {got:?}");
+        }
+        assert_eq!(got, vec![(2, b"from c".to_vec())]);
+        // Every awaited payload is given up once overdue, and reported.
+        while lost.is_empty() || b.core.lrecv.iter().any(|l| l.state == LargeState::Posted) {
+            a.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            if let Err(e) = b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec()))) {
+                lost.push(e.to_string());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {} reported: {lost:?}",
+                lost.len()
+            );
+        }
+        assert!(
+            lost.iter().all(|e| e.contains("rank 0")
+                && e.contains("announced a payload of 1048576 bytes that did not come")),
+            "{lost:?}"
+        );
+        a.send(1, b"hdr", Payload::Copy(b"a again")).unwrap();
+        while got.len() < 2 || !a.sends_drained().unwrap() {
+            a.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec())))
+                .unwrap();
+            assert!(Instant::now() < deadline, "timed out: got {got:?}");
+        }
+        assert_eq!(got[1], (0, b"a again".to_vec()));
+        assert!(b
+            .core
+            .lrecv
+            .iter()
+            .all(|l| l.state == LargeState::Free && l.data.is_none()));
+        drop(ctxs);
+    }
+
+    #[test]
+    fn announces_are_bounded_and_expire_shm() {
+        announces_are_bounded_and_expire(Provider::Shm);
+    }
+
+    #[test]
+    fn announces_are_bounded_and_expire_tcp() {
+        announces_are_bounded_and_expire(Provider::Tcp);
     }
 
     #[test]
