@@ -26,7 +26,7 @@ done
 
 need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-packages=(libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++)
+packages=(libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++ iproute2)
 [ "$want_bench" = 1 ] && packages+=(redis-server)
 [ "$want_peers" = 1 ] && packages+=(openmpi-bin libopenmpi-dev libzmq3-dev)
 for pkg in "${packages[@]}"; do

@@ -16,7 +16,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -465,6 +465,43 @@ pub fn plan_service(args: &ServeArgs, env_provider: Option<&OsStr>) -> Result<Pl
     })
 }
 
+/// Where a service's servers open their endpoints, and the address its
+/// connection string names: the `--listen` address, or, when that is
+/// unspecified (0.0.0.0, ::, to accept every interface), this host's
+/// address towards its default route, else its first interface that is up
+/// and not loopback, else loopback (said in a warning: other hosts cannot
+/// attach then).
+fn service_host(listen: IpAddr) -> IpAddr {
+    if !listen.is_unspecified() {
+        return listen;
+    }
+    // connect() on a UDP socket only picks the route: nothing is sent.
+    let towards_default = std::net::UdpSocket::bind((listen, 0))
+        .and_then(|s| {
+            let probe: IpAddr = if listen.is_ipv4() {
+                IpAddr::from([192, 0, 2, 1])
+            } else {
+                IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1])
+            };
+            s.connect((probe, 9))?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_unspecified() && !ip.is_loopback());
+    if let Some(ip) = towards_default.or_else(|| sys::first_interface(listen.is_ipv4())) {
+        return ip;
+    }
+    tracing::warn!(
+        "satrun: no network interface but loopback: the service can be reached from this host only"
+    );
+    if listen.is_ipv4() {
+        IpAddr::from([127, 0, 0, 1])
+    } else {
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+    }
+}
+
 /// `--provider`, else the `env_provider` value of `SAT_PROVIDER`, else shm;
 /// checked to be available here.
 fn choose_provider(
@@ -737,19 +774,23 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         what: "making the run's secret".into(),
         error: io::Error::other(e.to_string()),
     })?;
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(system("opening the seed socket on 127.0.0.1"))?;
+    let (mut service_listener, address_file, seed_ip) = match &plan.service {
+        Some(service) => {
+            let (listener, file, host) = open_service(plan, service, &secret)?;
+            (Some(listener), Some(file), host)
+        }
+        None => (None, None, IpAddr::from([127, 0, 0, 1])),
+    };
+    // A run's seed stays on loopback: its processes are all here. A
+    // service's seed listens where clients attach, because its servers
+    // open their endpoints on the address they reached the seed from, and
+    // clients on other hosts must reach those endpoints.
+    let listener = TcpListener::bind((seed_ip, 0))
+        .map_err(system(&format!("opening the seed socket on {seed_ip}")))?;
     let seed = listener
         .local_addr()
         .map_err(system("reading the seed socket address"))?;
     let mut listener = Some(listener);
-    let (mut service_listener, address_file) = match &plan.service {
-        Some(service) => {
-            let (listener, file) = open_service(plan, service, &secret)?;
-            (Some(listener), Some(file))
-        }
-        None => (None, None),
-    };
     let parent = sys::my_pid();
     let open_streams = Arc::new(OpenStreams::default());
     let mut running: Vec<Running> = Vec::with_capacity(plan.ranks.len());
@@ -901,7 +942,7 @@ fn open_service(
     plan: &Plan,
     service: &ServicePlan,
     secret: &Secret,
-) -> Result<(TcpListener, PathBuf), LaunchError> {
+) -> Result<(TcpListener, PathBuf, IpAddr), LaunchError> {
     let listener = TcpListener::bind(&service.listen).map_err(|error| LaunchError::System {
         what: format!(
             "cannot listen for clients on {} (--listen HOST:PORT; port 0 picks a free one)",
@@ -913,6 +954,8 @@ fn open_service(
         what: "reading the service's address".into(),
         error,
     })?;
+    let host = service_host(address.ip());
+    let address = SocketAddr::new(host, address.port());
     let path = match &service.address_file {
         Some(path) => path.clone(),
         None => default_address_file(address.port())?,
@@ -939,7 +982,7 @@ fn open_service(
         path.display()
     );
     let _ = out.flush();
-    Ok((listener, path))
+    Ok((listener, path, host))
 }
 
 /// Where a service's connection string goes when no `--address-file` is

@@ -460,14 +460,21 @@ impl Seed {
         };
         seed.hosts[0] = env.host.clone();
         seed.asked[0] = env.provider;
-        if size == 1 {
-            return Ok(seed);
-        }
-        let listener = Self::listener(env)?;
+        // The seed's endpoint goes where its socket listens: a service's
+        // seed listens where clients attach, and they reach its endpoint
+        // there, even when it is the run's only process.
+        let listener = match Self::listener(env) {
+            Ok(l) => l,
+            Err(_) if size == 1 => return Ok(seed),
+            Err(e) => return Err(e),
+        };
         if let Ok(addr) = listener.local_addr() {
             if !addr.ip().is_unspecified() {
                 seed.local_ip = addr.ip();
             }
+        }
+        if size == 1 {
+            return Ok(seed);
         }
         let mut joined = 1;
         // Each connection's hello is read on a thread of its own, so that a

@@ -234,3 +234,44 @@ pub(super) fn reap_orphans() {
         }
     }
 }
+
+/// The address of this host's first interface that is up, not loopback and
+/// of the family asked for (`getifaddrs`).
+pub(super) fn first_interface(ipv4: bool) -> Option<std::net::IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut at = list;
+    while !at.is_null() && found.is_none() {
+        // SAFETY: `at` is an element of the list getifaddrs returned, alive
+        // until freeifaddrs; ifa_addr, when set, points to a sockaddr of
+        // the family it names.
+        unsafe {
+            let ifa = &*at;
+            let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
+            let loopback = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
+            if up && !loopback && !ifa.ifa_addr.is_null() {
+                let family = i32::from((*ifa.ifa_addr).sa_family);
+                if ipv4 && family == libc::AF_INET {
+                    let sin = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                    found =
+                        Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).into());
+                } else if !ipv4 && family == libc::AF_INET6 {
+                    let sin6 = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                    let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                    // Link-local addresses need a scope: not for other hosts.
+                    if ip.segments()[0] & 0xffc0 != 0xfe80 {
+                        found = Some(ip.into());
+                    }
+                }
+            }
+            at = ifa.ifa_next;
+        }
+    }
+    // SAFETY: list came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}

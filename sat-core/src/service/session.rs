@@ -147,6 +147,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
             "the service at {address} gave slot {rank}, which its topology does not have"
         )));
     }
+    check_reachable(address, &control, &servers)?;
     let mut table = servers;
     table.resize(topology.len() as usize, Vec::new());
     table[rank as usize] = endpoint.address().to_vec();
@@ -171,6 +172,41 @@ pub fn connect(address: &str) -> SatResult<Session> {
         control: Some(control),
         address: address.to_owned(),
     })
+}
+
+/// How long a server endpoint may take to answer [`check_reachable`].
+const REACH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Fails at once, rather than after the transport's minutes of retries,
+/// when a server endpoint of the service cannot be reached from here: one
+/// only its own host reaches (loopback) while this process came from
+/// elsewhere, or one that does not answer a TCP connection.
+fn check_reachable(address: &str, control: &TcpStream, servers: &[Vec<u8>]) -> SatResult<()> {
+    let from_afar = control.peer_addr().is_ok_and(|a| !a.ip().is_loopback());
+    for endpoint in servers {
+        let Some(sa) = crate::transport::fabric::socket_address(endpoint) else {
+            continue;
+        };
+        tracing::debug!("the service's server endpoint: {sa}");
+        if from_afar && sa.ip().is_loopback() {
+            return Err(SatError::Bootstrap(format!(
+                "the service at {address} has its servers' endpoints on {sa}, which only its own \
+                 host reaches: start it with --listen set to an address this host reaches \
+                 (satrun --serve --listen ADDR:PORT)"
+            )));
+        }
+        // A socket address is a listening TCP socket (tcp, verbs' rdma_cm
+        // aside): knock once, so that a firewall or a wrong route shows
+        // now, not after the provider's minutes of retries.
+        if let Err(e) = TcpStream::connect_timeout(&sa, REACH_TIMEOUT) {
+            return Err(SatError::Bootstrap(format!(
+                "the service at {address} has a server endpoint at {sa}, which this host cannot \
+                 reach ({e}): check the route and the firewall between the two hosts, or start \
+                 the service with --listen set to an address this host reaches"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn refused(address: &str, why: String) -> SatError {

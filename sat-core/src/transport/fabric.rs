@@ -1069,8 +1069,7 @@ impl FabricEndpoint {
         debug!(
             provider = %provider,
             inject_size,
-            // shm names are NUL-terminated strings; tcp's are binary.
-            address = %String::from_utf8_lossy(&core.address).trim_end_matches('\0').escape_debug(),
+            address = %describe_address(&core.address),
             "opened a libfabric endpoint"
         );
         Ok(FabricEndpoint { core })
@@ -1177,6 +1176,7 @@ impl Core {
             return Err(TransportError::BadAddress { rank, reason });
         }
         self.av_addr[rank as usize] = fi_addr;
+        debug!(rank, address = %describe_address(addr), "entered a peer's endpoint");
         Ok(())
     }
 
@@ -1229,6 +1229,36 @@ fn get_name(ep: *mut fi::fid_ep) -> Result<Vec<u8>, TransportError> {
 
 /// Checks that `addr` looks like an address of the endpoint's format before
 /// libfabric parses it.
+/// The IP socket address an endpoint name holds (tcp, verbs), if it is one.
+pub fn socket_address(addr: &[u8]) -> Option<std::net::SocketAddr> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    let family = i32::from(u16::from_ne_bytes([*addr.first()?, *addr.get(1)?]));
+    let port = u16::from_be_bytes([*addr.get(2)?, *addr.get(3)?]);
+    if family == libc::AF_INET && addr.len() == std::mem::size_of::<libc::sockaddr_in>() {
+        let ip: [u8; 4] = addr[4..8].try_into().ok()?;
+        Some(SocketAddr::new(Ipv4Addr::from(ip).into(), port))
+    } else if family == libc::AF_INET6 && addr.len() == std::mem::size_of::<libc::sockaddr_in6>() {
+        let ip: [u8; 16] = addr[8..24].try_into().ok()?;
+        Some(SocketAddr::new(Ipv6Addr::from(ip).into(), port))
+    } else {
+        None
+    }
+}
+
+/// An endpoint name as a person reads it, for the debug stream and errors:
+/// `ip:port` for a socket address, the text of a string address (shm's
+/// `fi_shm://...`), else hex.
+pub fn describe_address(addr: &[u8]) -> String {
+    if let Some(sa) = socket_address(addr) {
+        return sa.to_string();
+    }
+    let text = addr.strip_suffix(&[0]).unwrap_or(addr);
+    match std::str::from_utf8(text) {
+        Ok(t) if !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic()) => t.to_owned(),
+        _ => addr.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
 fn validate_address(format: u32, addr: &[u8], own_len: usize) -> Result<(), String> {
     if addr.is_empty() {
         return Err("the address is empty".into());

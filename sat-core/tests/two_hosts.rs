@@ -1,0 +1,233 @@
+//! Two hosts on one machine: network namespaces joined by a veth pair, over
+//! the tcp provider. A run with its seed on one host and its clients on the
+//! other, and a service started with `--listen` on one with clients
+//! attaching from the other, both work; the service's address file names an
+//! address the other host reaches even when it listens on 0.0.0.0.
+//!
+//! Making namespaces takes root (`ip netns`). As root the test must work;
+//! elsewhere it says it was skipped.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{example, run, satrun, text};
+
+/// Two namespaces, `a` (10.N.0.1) and `b` (10.N.0.2), joined by a veth
+/// pair; deleted when dropped, which also removes the pair.
+struct Hosts {
+    a: String,
+    b: String,
+    a_ip: String,
+}
+
+impl Hosts {
+    fn make() -> Option<Hosts> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        let pid = std::process::id();
+        let net = 100 + pid % 150;
+        let hosts = Hosts {
+            a: format!("sat-a-{pid}"),
+            b: format!("sat-b-{pid}"),
+            a_ip: format!("10.{net}.0.1"),
+        };
+        let (va, vb) = (format!("sa{pid}"), format!("sb{pid}"));
+        let (a, b) = (hosts.a.as_str(), hosts.b.as_str());
+        let b_ip = format!("10.{net}.0.2");
+        for args in [
+            vec!["netns", "add", a],
+            vec!["netns", "add", b],
+            vec!["link", "add", &va, "type", "veth", "peer", "name", &vb],
+            vec!["link", "set", &va, "netns", a],
+            vec!["link", "set", &vb, "netns", b],
+            vec![
+                "-n",
+                a,
+                "addr",
+                "add",
+                &format!("{}/24", hosts.a_ip),
+                "dev",
+                &va,
+            ],
+            vec!["-n", b, "addr", "add", &format!("{b_ip}/24"), "dev", &vb],
+            vec!["-n", a, "link", "set", &va, "up"],
+            vec!["-n", b, "link", "set", &vb, "up"],
+            vec!["-n", a, "link", "set", "lo", "up"],
+            vec!["-n", b, "link", "set", "lo", "up"],
+        ] {
+            let out = Command::new("ip")
+                .args(&args)
+                .output()
+                .expect("run ip (iproute2: scripts/setup.sh installs it)");
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                args.join(" "),
+                text(&out.stderr)
+            );
+        }
+        Some(hosts)
+    }
+
+    /// `program args` inside namespace `ns`.
+    fn command(ns: &str, program: &PathBuf) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).arg(program);
+        cmd
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Waits for `child` to end within `bound`; kills it past that.
+fn finish(mut child: Child, bound: Duration) -> std::process::Output {
+    let deadline = Instant::now() + bound;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "a process did not end within {bound:?}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn a_run_spans_the_two_hosts(hosts: &Hosts) {
+    // Under an external launcher: the seed (rank 0, the server) on host a,
+    // both clients on host b, one secret for the three.
+    let seed = format!("{}:7411", hosts.a_ip);
+    let secret = "two-hosts-test-secret-0123456789";
+    let start = |ns: &str, rank: u32| {
+        Hosts::command(ns, &example("exchange"))
+            .args(["--rounds", "20", "--bytes", "40000"])
+            .env("SAT_RANK", rank.to_string())
+            .env("SAT_SIZE", "3")
+            .env("SAT_SEED", &seed)
+            .env("SAT_SECRET", secret)
+            .env("SAT_PROVIDER", "tcp")
+            .env("SAT_BOOTSTRAP_TIMEOUT", "60")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ranks = [start(&hosts.a, 0), start(&hosts.b, 1), start(&hosts.b, 2)];
+    for (rank, child) in ranks.into_iter().enumerate() {
+        let out = finish(child, Duration::from_secs(120));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "rank {rank}: {stdout}{}",
+            text(&out.stderr)
+        );
+        if rank > 0 {
+            assert!(
+                stdout.contains(&format!("rank {rank} exchanged 20 messages with 1 clients")),
+                "rank {rank}: {stdout}"
+            );
+        }
+    }
+}
+
+fn a_service_serves_the_other_host(hosts: &Hosts, listen: &str) {
+    let dir = std::env::temp_dir().join(format!("sat-two-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("address");
+    let _ = std::fs::remove_file(&file);
+    let mut service = Hosts::command(&hosts.a, &satrun())
+        .args([
+            "--serve",
+            "--servers",
+            "2",
+            "--provider",
+            "tcp",
+            "--listen",
+            listen,
+        ])
+        .arg("--address-file")
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let address = loop {
+        if let Ok(a) = std::fs::read_to_string(&file) {
+            break a.trim().to_owned();
+        }
+        assert!(
+            service.try_wait().unwrap().is_none() && Instant::now() < deadline,
+            "the service did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        address.ends_with(&format!("@{}:7412", hosts.a_ip)),
+        "{listen}: the address file names no address host b reaches"
+    );
+    // 3 MiB: chunks homed on both servers, payloads over the eager size.
+    let common = ["--chunk", "40", "--bytes", "3145728", "--seed", "9"];
+    let attach = |verb: &str| {
+        let child = Hosts::command(&hosts.b, &example("attach"))
+            .arg(verb)
+            .arg(&address)
+            .args(common)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        finish(child, Duration::from_secs(120))
+    };
+    let wrote = attach("write");
+    let checked = attach("check");
+    // SAFETY: kill(2) with a pid and a signal number touches no memory.
+    unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
+    let stopped = finish(service, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        wrote.status.success(),
+        "{listen}: write from host b: {}\nservice: {}",
+        text(&wrote.stderr),
+        text(&stopped.stderr)
+    );
+    assert!(
+        checked.status.success() && text(&checked.stdout).contains("checked 3145728 bytes"),
+        "{listen}: check from host b: {}",
+        text(&checked.stderr)
+    );
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+}
+
+#[test]
+fn runs_and_services_span_two_hosts() {
+    let Some(hosts) = Hosts::make() else {
+        eprintln!("two_hosts: skipped: making network namespaces takes root");
+        return;
+    };
+    // Without the veth pair, nothing below could pass: host b reaches host
+    // a's address only through it.
+    let out = run(Command::new("ip").args(["-n", &hosts.b, "route", "get", &hosts.a_ip]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    a_run_spans_the_two_hosts(&hosts);
+    a_service_serves_the_other_host(&hosts, &format!("{}:7412", hosts.a_ip));
+    a_service_serves_the_other_host(&hosts, "0.0.0.0:7412");
+}
