@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate abe-test python-test bench bench-abe bench-detail bench-python clean header install
+.PHONY: setup demo test simulate fuzz abe-test python-test bench bench-abe bench-detail bench-python clean header install
 
 setup:
 	@scripts/setup.sh
@@ -30,7 +30,20 @@ test:
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
 	$(MAKE) --no-print-directory simulate SEEDS=$(SIM_SEEDS)
 	$(MAKE) --no-print-directory abe-test
+	$(MAKE) --no-print-directory fuzz INPUTS=$(FUZZ_SHORT)
 	$(MAKE) --no-print-directory python-test
+
+# Fuzzing (sat-core/src/fuzz.rs): every decoder and parser that sees bytes from elsewhere (the wire
+# header, packet prefixes, seed and desk frames, topology XML, connection strings, and the
+# encryption layer's policies, certificates, epoch records, sealed versions and key files), each from
+# a corpus of valid encodings and seeded mutations of them. `make fuzz` runs INPUTS inputs per
+# target; `make test` a short pass. A failure prints the input and how to replay it.
+INPUTS ?= 1000000
+FUZZ_SHORT ?= 20000
+FUZZ_SEED ?= 1
+fuzz:
+	$(CARGO) build --release -j $(JOBS) -p sat-core --features fuzz,abe --bin sat-fuzz
+	$(TARGET_DIR)/release/sat-fuzz --inputs $(INPUTS) --seed $(FUZZ_SEED)
 
 # The whole-stack simulator (sat-core/src/simulator): the real clients, stores and servers under
 # one seeded scheduler, the invariants checked after every step. `make simulate SEEDS=N [FROM=S]`
@@ -46,7 +59,7 @@ simulate:
 # The encryption layer (feature `abe`): its tests (sat-core's, and the C ABI's), and no ABE or AEAD
 # crate in the default build.
 abe-test:
-	$(CARGO) test -j $(JOBS) -p sat-core --features abe --lib abe
+	$(CARGO) test -j $(JOBS) -p sat-core --features abe,fuzz --lib -- abe fuzz
 	$(CARGO) build -j $(JOBS) -p sat-core --features abe --example tenants
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants --test sat_abe_cli
 # The C ABI's protected calls (bindings-tests/abe_tenants.c): the test links the libsat that cargo

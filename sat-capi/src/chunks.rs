@@ -492,6 +492,10 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
     }
 }
 
+/// The most chunks one LOOKUP chain may have: a million (64 GiB of 64 KiB
+/// chunks). Past it the list of ids alone would be gigabytes.
+const MAX_CHAIN_CHUNKS: u64 = 1 << 20;
+
 /// LOOKUP: the chain of chunks `baseid` to `baseid + nbchunks - 1`, with
 /// sizes from their homes; waits (up to `SAT_LOOKUP_TIMEOUT` s) for chunks
 /// nobody has allocated yet. The consistency argument is ignored: a chunk
@@ -512,6 +516,17 @@ pub extern "C" fn sat_lookup(
             bad_argument("LOOKUP: the chain runs past the end of the logical space");
             return std::ptr::null_mut();
         };
+        if u64::from(nbchunks) > MAX_CHAIN_CHUNKS {
+            bad_argument(&format!(
+                "LOOKUP: a chain of {nbchunks} chunks; a chain has at most {MAX_CHAIN_CHUNKS}: \
+                 look it up in parts"
+            ));
+            return std::ptr::null_mut();
+        }
+        // Not attached: said before the id list is made.
+        if client().is_err() {
+            return std::ptr::null_mut();
+        }
         lookup_ids("LOOKUP", (baseid..=last).collect())
     })
 }

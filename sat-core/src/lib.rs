@@ -38,6 +38,8 @@ pub mod chunk;
 pub mod client;
 pub mod directory;
 pub mod error;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod launcher;
 pub mod observe;
 pub mod os;

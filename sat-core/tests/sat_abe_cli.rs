@@ -38,8 +38,11 @@ impl Dir {
         serde_json::from_slice(&std::fs::read(self.path(name)).unwrap()).unwrap()
     }
 
+    /// An edited key file, kept private as its owner would (a secret key
+    /// file readable by others is refused before anything else is checked).
     fn write_json(&self, name: &str, v: &serde_json::Value) {
         std::fs::write(self.path(name), v.to_string()).unwrap();
+        std::fs::set_permissions(self.path(name), std::fs::Permissions::from_mode(0o600)).unwrap();
     }
 }
 
@@ -387,6 +390,9 @@ fn check_exits_0_when_satisfied_1_when_not_2_on_bad_input() {
         &d.run(&["check", "forged.key", "--policy", "admin"]),
         "have the authority issue a new one",
     );
+    // A tenant key others may read is refused, saying how to fix it.
+    std::fs::set_permissions(d.path("alice.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    failed(&check("tenant_a"), "chmod 600");
 }
 
 #[test]

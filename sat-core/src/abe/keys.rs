@@ -39,6 +39,8 @@ pub enum KeyError {
     Exists { path: PathBuf },
     #[error("{}: not a SAT key file, or a damaged one ({why}); use the file `sat-abe` wrote", path.display())]
     Corrupt { path: PathBuf, why: String },
+    #[error("{} holds secret keys but others may read or change it (mode {mode:04o}): make it private with chmod 600 {}", path.display(), path.display())]
+    Exposed { path: PathBuf, mode: u32 },
     #[error("{} holds {found}; give {wanted} here ({hint})", path.display())]
     WrongKind {
         path: PathBuf,
@@ -353,36 +355,98 @@ impl File {
     }
 }
 
+/// Writes `bytes` to a new file `path`, whole or not at all: into a
+/// temporary file of the same folder first (created with its final mode,
+/// so a secret is never readable by others, even for a moment), then linked
+/// under its name, which fails rather than replace an existing file.
 fn write_new(path: &Path, bytes: &[u8], secret: bool) -> Result<(), KeyError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io = |source| KeyError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut f = std::fs::OpenOptions::new()
+    if path.exists() {
+        return Err(KeyError::Exists {
+            path: path.to_path_buf(),
+        });
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(if secret { 0o600 } else { 0o644 })
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                KeyError::Exists {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                io(e)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()));
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    linked.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            KeyError::Exists {
+                path: path.to_path_buf(),
             }
-        })?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(io)
+        } else {
+            io(e)
+        }
+    })
 }
+
+/// Refuses a file of secrets that others than its owner may read or write:
+/// its keys could be someone else's already, or be replaced.
+fn check_private(path: &Path) -> Result<(), KeyError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .map_err(|source| KeyError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(KeyError::Exposed {
+            path: path.to_path_buf(),
+            mode: mode & 0o7777,
+        });
+    }
+    Ok(())
+}
+
+/// The largest key file read: an authority's file with its CP-ABE master
+/// key is a few KiB; a larger file is not one of ours.
+const MAX_KEY_FILE: u64 = 1 << 20;
 
 /// A key file of any kind, read and of format 1.
 fn parse(path: &Path) -> Result<File, KeyError> {
-    let bytes = std::fs::read(path).map_err(|source| KeyError::Io {
+    let bytes = read_limited(path)?;
+    parse_bytes(&bytes, path)
+}
+
+/// Reads at most [`MAX_KEY_FILE`] bytes of `path`, and more is an error.
+fn read_limited(path: &Path) -> Result<Vec<u8>, KeyError> {
+    use std::io::Read;
+    let io = |source| KeyError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    let file: File = serde_json::from_slice(&bytes).map_err(|e| KeyError::Corrupt {
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_KEY_FILE + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_KEY_FILE {
+        return Err(KeyError::Corrupt {
+            path: path.to_path_buf(),
+            why: format!("over {MAX_KEY_FILE} bytes: not a SAT key file"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The key file `bytes` (read from `path`, named in errors).
+fn parse_bytes(bytes: &[u8], path: &Path) -> Result<File, KeyError> {
+    let file: File = serde_json::from_slice(bytes).map_err(|e| KeyError::Corrupt {
         path: path.to_path_buf(),
         why: e.to_string(),
     })?;
@@ -396,7 +460,20 @@ fn parse(path: &Path) -> Result<File, KeyError> {
 }
 
 fn read(path: &Path, wanted: &'static str, hint: &'static str) -> Result<File, KeyError> {
-    let file = parse(path)?;
+    let file = of_kind(parse(path)?, path, wanted, hint)?;
+    if wanted != PUBLIC {
+        check_private(path)?;
+    }
+    Ok(file)
+}
+
+/// `file` if it is of the kind `wanted`, else an error saying what it is.
+fn of_kind(
+    file: File,
+    path: &Path,
+    wanted: &'static str,
+    hint: &'static str,
+) -> Result<File, KeyError> {
     if file.sat_abe != wanted {
         return Err(KeyError::WrongKind {
             path: path.to_path_buf(),
@@ -423,6 +500,8 @@ fn corrupt(path: &Path) -> impl Fn(String) -> KeyError + '_ {
         why,
     }
 }
+
+const TENANT_HINT: &str = "the file `sat-abe keygen` wrote for the tenant";
 
 /// The kinds of key file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -532,11 +611,12 @@ impl TenantKey {
     /// Reads a tenant's file and checks it: the certificate is the
     /// authority's, and certifies this file's signing key.
     pub fn load(path: &Path) -> Result<TenantKey, KeyError> {
-        let f = read(
-            path,
-            TENANT,
-            "the file `sat-abe keygen` wrote for the tenant",
-        )?;
+        let f = read(path, TENANT, TENANT_HINT)?;
+        TenantKey::from_file(f, path)
+    }
+
+    /// A tenant's key from its parsed file, checked.
+    fn from_file(f: File, path: &Path) -> Result<TenantKey, KeyError> {
         let bad = corrupt(path);
         let authority = f.public().map_err(&bad)?;
         let abe_key = unhex(File::field(&f.abe_key, "abe_key").map_err(&bad)?).map_err(&bad)?;
@@ -552,6 +632,16 @@ impl TenantKey {
             abe_key,
             signing,
         })
+    }
+}
+
+/// Key files as bytes under `sat-fuzz` (feature `fuzz`): what an edited
+/// or hostile key file can make SAT do.
+#[cfg(feature = "fuzz")]
+pub(crate) fn fuzz_tenant_file(bytes: &[u8]) {
+    let path = Path::new("fuzz.key");
+    if let Ok(f) = parse_bytes(bytes, path).and_then(|f| of_kind(f, path, TENANT, TENANT_HINT)) {
+        let _ = TenantKey::from_file(f, path);
     }
 }
 
@@ -599,6 +689,46 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// Secret key files that others may read are refused, saying how to
+    /// fix them; an oversized file is not read whole; a write leaves no
+    /// temporary file, and a refused one leaves the existing file as it was.
+    #[test]
+    fn key_files_are_private_bounded_and_written_whole() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = temp_dir("private");
+        let auth = AuthorityKeys::setup().unwrap();
+        let t = auth.issue("carol", &["tenant_c"]).unwrap();
+        let path = d.join("carol.key");
+        t.save(&path).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        assert!(matches!(t.save(&path), Err(KeyError::Exists { .. })));
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        let names: Vec<String> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["carol.key"], "a temporary file was left behind");
+        for mode in [0o644, 0o640, 0o602] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = TenantKey::load(&path).unwrap_err();
+            assert!(
+                matches!(e, KeyError::Exposed { .. }) && e.to_string().contains("chmod 600"),
+                "{mode:o}: {e}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(TenantKey::load(&path).is_ok());
+        // The authority's public keys may be read by all.
+        auth.public().save(&d.join("public.key")).unwrap();
+        assert!(AuthorityPublic::load(&d.join("public.key")).is_ok());
+        let big = d.join("big.key");
+        std::fs::write(&big, vec![b' '; (MAX_KEY_FILE + 10) as usize]).unwrap();
+        std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = TenantKey::load(&big).unwrap_err();
+        assert!(e.to_string().contains("over 1048576 bytes"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn wrong_kinds_and_damaged_files_say_so() {
         let d = temp_dir("bad");
@@ -607,7 +737,12 @@ mod tests {
         let e = TenantKey::load(&d.join("public.key")).unwrap_err();
         assert!(matches!(e, KeyError::WrongKind { .. }), "{e}");
         assert!(e.to_string().contains("the authority's public keys"), "{e}");
-        std::fs::write(d.join("junk.key"), b"{ not json").unwrap();
+        let write_private = |name: &str, bytes: &[u8]| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(d.join(name), bytes).unwrap();
+            std::fs::set_permissions(d.join(name), std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write_private("junk.key", b"{ not json");
         assert!(matches!(
             AuthorityKeys::load(&d.join("junk.key")),
             Err(KeyError::Corrupt { .. })
@@ -620,11 +755,10 @@ mod tests {
         let t = auth.issue("bob", &["tenant_b"]).unwrap();
         t.save(&d.join("bob.key")).unwrap();
         let text = std::fs::read_to_string(d.join("bob.key")).unwrap();
-        std::fs::write(
-            d.join("bob2.key"),
-            text.replace("\"tenant_b\"", "\"tenant_a\""),
-        )
-        .unwrap();
+        write_private(
+            "bob2.key",
+            text.replace("\"tenant_b\"", "\"tenant_a\"").as_bytes(),
+        );
         let e = TenantKey::load(&d.join("bob2.key")).unwrap_err();
         assert!(matches!(e, KeyError::BadCertificate { .. }), "{e}");
         // A certificate of another authority.

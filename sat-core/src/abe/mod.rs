@@ -12,6 +12,8 @@
 //! it as nested pairs ([`policy::Policy::to_pairs`]) and any panic inside the
 //! scheme becomes an error.
 
+#[cfg(feature = "fuzz")]
+pub(crate) mod fuzzing;
 pub mod keys;
 pub mod policy;
 pub mod seal;

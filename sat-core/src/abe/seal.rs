@@ -390,6 +390,14 @@ impl Header {
                 "the bytes are not a sealed version of this format".into(),
             ));
         }
+        // The reserved bytes are outside the signature: a version whose
+        // reserved bytes are not zero is not one a writer sealed (one
+        // version, one encoding).
+        if sealed[6..8] != [0; 2] || sealed[68..72] != [0; 4] {
+            return Err(SealError::Integrity(
+                "a sealed version's reserved bytes are not zero: it was altered".into(),
+            ));
+        }
         let aead = Aead::from_byte(sealed[5])
             .ok_or_else(|| SealError::Integrity(format!("unknown AEAD {}", sealed[5])))?;
         let u64_at = |at: usize| u64::from_le_bytes(sealed[at..at + 8].try_into().expect("8"));

@@ -798,3 +798,56 @@ fn accept_before(listener: &TcpListener, deadline: Instant) -> SatResult<Option<
         }
     }
 }
+
+/// The seed's decoders under `sat-fuzz` (feature `fuzz`): what a process
+/// that reaches the seed's port, or poses as the seed, can make them do.
+#[cfg(feature = "fuzz")]
+pub(crate) mod fuzzing {
+    use super::*;
+
+    /// Valid frame bodies of every message, for the mutations to start from.
+    pub(crate) fn corpus() -> Vec<Vec<u8>> {
+        let body = |frame: Vec<u8>| frame[4..].to_vec();
+        let topology = Topology::service(2, 3).expect("a valid service topology");
+        vec![
+            body(encode_frame(&ToSeed::Hello {
+                wire_version: WIRE_VERSION,
+                rank: 3,
+                size: 5,
+                pid: 4242,
+                host: "node-7".into(),
+                provider: Some(Provider::Tcp),
+                nonce: [9; 32],
+            })),
+            body(encode_frame(&ToSeed::Address(
+                vec![2, 0, 1, 2, 127, 0, 0, 1],
+                Some((7, 3)),
+            ))),
+            body(encode_frame(&ToSeed::Ready)),
+            body(encode_frame(&ToSeed::Failed("no endpoint".into()))),
+            body(encode_frame(&ToSeed::Proof(Some([5; 32])))),
+            body(encode_frame(&FromSeed::Setup {
+                provider: Provider::Shm,
+                topology,
+                one_host: true,
+            })),
+            body(encode_frame(&FromSeed::Table(
+                vec![b"fi_shm://1:0:1\0".to_vec(), vec![2, 0, 31, 144]],
+                vec![None, Some((1, 2))],
+            ))),
+            body(encode_frame(&FromSeed::Go)),
+            body(encode_frame(&FromSeed::Abort("why".into()))),
+            body(encode_frame(&FromSeed::Challenge {
+                nonce: [1; 32],
+                proof: None,
+            })),
+        ]
+    }
+
+    /// Decodes `body` as each side would; never panics, whatever it holds.
+    pub(crate) fn input(body: &[u8]) {
+        let _ = decode::<ToSeed>(body, "fuzz");
+        let _ = decode::<FromSeed>(body, "fuzz");
+        let _ = hello_version(body);
+    }
+}

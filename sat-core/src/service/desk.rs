@@ -617,3 +617,50 @@ mod tests {
         assert!(d.next_action().is_none());
     }
 }
+
+/// The desk's decoders under `sat-fuzz` (feature `fuzz`): what anyone who
+/// reaches a service's port, or poses as a service, can make them do.
+#[cfg(feature = "fuzz")]
+pub(crate) mod fuzzing {
+    use super::*;
+    use crate::bootstrap::seed::{decode, encode_frame};
+
+    /// Valid frame bodies of every message, for the mutations to start from.
+    pub(crate) fn corpus() -> Vec<Vec<u8>> {
+        let body = |frame: Vec<u8>| frame[4..].to_vec();
+        vec![
+            body(encode_frame(&ToDesk::Hello {
+                wire_version: WIRE_VERSION,
+                pid: 77,
+                host: "laptop".into(),
+                nonce: [3; 32],
+            })),
+            body(encode_frame(&ToDesk::Join {
+                address: b"fi_shm://77:0:1\0".to_vec(),
+            })),
+            body(encode_frame(&ToDesk::Proof(Some([4; 32])))),
+            body(encode_frame(&FromDesk::Offer {
+                provider: Provider::Tcp,
+            })),
+            body(encode_frame(&FromDesk::Welcome {
+                rank: 3,
+                topology: Topology::service(1, 4).expect("a valid service topology"),
+                servers: vec![vec![2, 0, 31, 144, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]],
+            })),
+            body(encode_frame(&FromDesk::Refused("full".into()))),
+            body(encode_frame(&FromDesk::Challenge {
+                nonce: [6; 32],
+                proof: Some([7; 32]),
+            })),
+        ]
+    }
+
+    /// Decodes `body` as each side would; never panics, whatever it holds.
+    pub(crate) fn input(body: &[u8]) {
+        let _ = decode::<ToDesk>(body, "fuzz");
+        if let Ok(FromDesk::Welcome { topology, .. }) = decode::<FromDesk>(body, "fuzz") {
+            // A client validates the topology it is given before using it.
+            let _ = topology.validate();
+        }
+    }
+}

@@ -2513,6 +2513,49 @@ impl Transport for FabricTransport {
     }
 }
 
+/// The packet prefix's parser under `sat-fuzz` (feature `fuzz`): what any
+/// endpoint that reaches this one can make it do.
+#[cfg(feature = "fuzz")]
+pub(crate) mod fuzzing {
+    use super::*;
+
+    /// Valid prefixes of each kind, followed by a header and some payload.
+    pub(crate) fn corpus() -> Vec<Vec<u8>> {
+        let packet = |kind: u8, hlen: usize, plen: usize, size: usize, seq: u32| {
+            let mut p = vec![0x5a; size];
+            write_prefix(&mut p, kind, hlen, plen, seq);
+            p
+        };
+        vec![
+            packet(KIND_INLINE, 3, 5, PREFIX_LEN + 8, 0),
+            packet(KIND_INLINE, 0, 0, PREFIX_LEN, 0),
+            packet(KIND_ANNOUNCE, 16, 1 << 20, PREFIX_LEN + 16, 77),
+        ]
+    }
+
+    /// Parses `packet`; what it accepts must hold together.
+    pub(crate) fn input(packet: &[u8]) {
+        if let Ok(p) = parse_prefix(packet) {
+            assert!(
+                p.header_len <= MAX_HEADER,
+                "a header over MAX_HEADER accepted"
+            );
+            match p.kind {
+                KIND_INLINE => assert_eq!(
+                    PREFIX_LEN + p.header_len + p.payload_len,
+                    packet.len(),
+                    "inline lengths that do not add up accepted"
+                ),
+                KIND_ANNOUNCE => assert!(
+                    p.payload_len > 0 && p.payload_len <= MAX_PAYLOAD,
+                    "an announce out of range accepted"
+                ),
+                other => panic!("kind {other} accepted"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -383,16 +383,16 @@ impl Transport for MemTransport {
 /// SplitMix64 (Steele, Lea, Flood 2014): a tiny generator, written out here so
 /// that a seed's schedule never changes with a dependency's version.
 #[derive(Debug, Clone)]
-struct SplitMix64 {
+pub(crate) struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
-    fn new(seed: u64) -> SplitMix64 {
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
         SplitMix64 { state: seed }
     }
 
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -402,7 +402,7 @@ impl SplitMix64 {
 
     /// A value in `0..n` (`n > 0`), by multiply-shift; the bias is below
     /// `n / 2^64`, irrelevant for test schedules.
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         debug_assert!(n > 0);
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
