@@ -18,7 +18,8 @@
  *    for want of a key, then loads one with sat_abe_load_key and reads.
  * 3. rank 2 starts a new epoch whose read policy needs `writer`, and writes.
  * 4. rank 3 and rank 5 (tenant_a without writer) are denied the new
- *    version, rank 4 too; rank 2 reads it. */
+ *    version, rank 4 too; rank 2 reads it. Rank 3 finds the plain bytes
+ *    rank 4 wrote over a protected symbol refused as an integrity error. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +45,8 @@ enum { WRITER = 2, READER = 3, OTHER = 4, KEYLESS = 5, CLIENTS = 4 };
 #define SECRET "abe.a.secret"
 #define SECRET_TEXT "for tenant_a only"
 #define PLAIN_SYMBOL "abe.plain"
+/* Written protected by rank 2, then over with plain bytes by rank 4. */
+#define FORGED "abe.forged"
 #define PLAIN_TEXT "for everyone"
 
 static const char *keys; /* the key directory, argv[1] */
@@ -185,6 +188,8 @@ static void writer_allocates(void) {
                  SAT_ERR_ARGUMENT, "read policy is NULL");
     check_symbol(SECRET, SECRET_TEXT);
     CHECK_OK(writeSymbol(sdsm, PLAIN_SYMBOL, PLAIN_TEXT, sizeof PLAIN_TEXT));
+    CHECK_OK(writeSymbolProtected(sdsm, FORGED, SECRET_TEXT, sizeof SECRET_TEXT, "tenant_a",
+                                  WRITE_A));
 
     plain = CHECK_CHUNK(MALLOC(PLAIN_ID, 64));
     if (plain != NULL) {
@@ -256,6 +261,9 @@ static void other_is_denied(void) {
     /* tenant_b may not write A: the release is refused and seals nothing. */
     CHECK_OK(WRITE(a_other));
     CHECK_STATUS(RELEASE(a_other), SAT_ERR_ACCESS_DENIED, "may not write");
+    /* The plain API can write over a protected symbol; no reader takes the
+     * plain bytes for its value (rank 3 reads it after BAR_READ). */
+    CHECK_OK(writeSymbol(sdsm, FORGED, "forged", sizeof "forged"));
 }
 
 /* --------------------------------------------------------------- rank 5 */
@@ -319,6 +327,11 @@ static void role(sat_bootstrap_t *b) {
     CHECK_OK(barrier(BAR_NEW_EPOCH, CLIENTS));
     if (me == READER) {
         check_denied(a_reader, 1);
+        void *data = (void *)&data;
+        size_t size = 12345;
+        CHECK_STATUS(readSymbol(sdsm, FORGED, &data, &size), SAT_ERR_INTEGRITY,
+                     "written over through the plain API");
+        check_symbol(PLAIN_SYMBOL, PLAIN_TEXT);
     } else if (me == KEYLESS) {
         check_denied(a_keyless, 1);
     } else if (me == OTHER) {

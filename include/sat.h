@@ -469,7 +469,9 @@ int32_t sat_write_symbol(const char *name, const void *data, size_t size);
  * format) is opened for this process's tenant: `*data` is then the
  * plaintext, or the call fails with `SAT_ERR_ACCESS_DENIED` (this tenant
  * may not read it, or no tenant key) or `SAT_ERR_INTEGRITY`. Any other
- * value is returned as it is.
+ * value is returned as it is, unless the symbol has ever been written
+ * protected: such a value was written over it through the plain API, and
+ * the call fails with `SAT_ERR_INTEGRITY`.
  *
  * # Safety
  * `data` and `size` point at writable variables.

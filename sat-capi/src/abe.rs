@@ -364,10 +364,12 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
 }
 
 /// What `sat_read_symbol` returns for the value it read: a sealed version
-/// (its header parses) opened for this tenant, any other value as it is.
+/// (its header parses) opened for this tenant; any other value as it is,
+/// unless the symbol was ever written protected (then `SAT_ERR_INTEGRITY`:
+/// plain bytes were written over it).
 pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<u8>, i32> {
     if !matches!(Header::parse(&value), Ok(Some(_))) {
-        return Ok(value);
+        return sat_core::abe::vault::plain_symbol(c, name, value).map_err(|e| fail(&e) as i32);
     }
     let v = vault(&format!("readSymbol of protected symbol {name:?}"), c).map_err(|s| s as i32)?;
     v.open_symbol(c, name, &value).map_err(|e| fail(&e) as i32)

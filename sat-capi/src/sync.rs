@@ -135,7 +135,9 @@ pub extern "C" fn sat_write_symbol(name: *const c_char, data: *const c_void, siz
 /// format) is opened for this process's tenant: `*data` is then the
 /// plaintext, or the call fails with `SAT_ERR_ACCESS_DENIED` (this tenant
 /// may not read it, or no tenant key) or `SAT_ERR_INTEGRITY`. Any other
-/// value is returned as it is.
+/// value is returned as it is, unless the symbol has ever been written
+/// protected: such a value was written over it through the plain API, and
+/// the call fails with `SAT_ERR_INTEGRITY`.
 ///
 /// # Safety
 /// `data` and `size` point at writable variables.

@@ -236,6 +236,10 @@ pub struct Client {
     /// The coordinators keep barriers in host segments (every process of
     /// the run on one host): see [`sync`].
     host_sync: AtomicBool,
+    /// What a layer above keeps for this client and no other (the
+    /// encryption layer's tenant key and caches): two clients of one
+    /// process may be two tenants, and a client's state ends with it.
+    layer: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 struct ClientState {
@@ -263,6 +267,12 @@ impl Client {
         Client::with_clock(topology, transport, Clock::Real)
     }
 
+    /// The state a layer above keeps for this client (see the field):
+    /// `None` until the layer sets it.
+    pub fn layer_state(&self) -> MutexGuard<'_, Option<Arc<dyn std::any::Any + Send + Sync>>> {
+        self.layer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// A client whose time comes from `clock` (the simulator's).
     pub(crate) fn with_clock(
         topology: Arc<Topology>,
@@ -284,6 +294,7 @@ impl Client {
             role_thread: std::sync::OnceLock::new(),
             finished: AtomicBool::new(false),
             host_sync: AtomicBool::new(false),
+            layer: Mutex::new(None),
             state: Mutex::new(ClientState {
                 transport,
                 mail: Mailbox::default(),

@@ -2,7 +2,7 @@
 //!
 //! One facade for both builds, so the rest of the module has no `cfg`:
 //! with the feature, protected chains are the core's [`SecureChain`]s and
-//! the process's tenant key is loaded once, from `SAT_ABE_KEY` at the first
+//! each client's tenant key is loaded once, from `SAT_ABE_KEY` at its first
 //! protected call or by `Client.load_key`; without it, [`Secure`] has no
 //! value and every protected call says the module was built without the
 //! layer.
@@ -18,7 +18,7 @@ pub(crate) const HAS_ABE: bool = cfg!(feature = "abe");
 
 #[cfg(feature = "abe")]
 mod enabled {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     use sat_core::abe::seal::Header;
     use sat_core::abe::{Policy, Protection, SecureChain, Vault};
@@ -29,27 +29,40 @@ mod enabled {
 
     pub(crate) type Secure = SecureChain;
 
-    /// The process's vault: one tenant key per process.
-    static VAULT: Mutex<Option<Arc<Vault>>> = Mutex::new(None);
-
-    fn slot() -> std::sync::MutexGuard<'static, Option<Arc<Vault>>> {
-        VAULT.lock().unwrap_or_else(|p| p.into_inner())
+    /// The client's vault, if it has one yet: each client (`sat.connect`,
+    /// or the run's) has its own tenant key and caches, so two clients of
+    /// one process may be two tenants, and a later session starts afresh.
+    fn vault_of(c: &Client) -> Option<Arc<Vault>> {
+        c.layer_state()
+            .as_ref()
+            .and_then(|state| state.clone().downcast::<Vault>().ok())
     }
 
-    /// Loads the tenant key file `path` for this process.
-    pub(crate) fn load_key(path: &str) -> Result<(), SatError> {
+    /// Loads the tenant key file `path` for client `c`.
+    pub(crate) fn load_key(c: &Client, path: &str) -> Result<(), SatError> {
         let vault = Vault::load(std::path::Path::new(path))?;
-        *slot() = Some(Arc::new(vault));
+        *c.layer_state() = Some(Arc::new(vault));
         Ok(())
     }
 
     fn vault(c: &Client) -> Result<Arc<Vault>, SatError> {
-        let mut v = slot();
-        if let Some(v) = v.as_ref() {
-            return Ok(v.clone());
+        if let Some(v) = vault_of(c) {
+            return Ok(v);
         }
         match Vault::from_env(c.rank())? {
-            Some(vault) => Ok(v.insert(Arc::new(vault)).clone()),
+            Some(vault) => {
+                let vault = Arc::new(vault);
+                let mut slot = c.layer_state();
+                // Another thread of this client may have loaded one first.
+                if let Some(v) = slot
+                    .as_ref()
+                    .and_then(|s| s.clone().downcast::<Vault>().ok())
+                {
+                    return Ok(v);
+                }
+                *slot = Some(vault.clone());
+                Ok(vault)
+            }
             None => Err(SatError::AccessDenied(
                 "this data is protected and this process has no tenant key: set SAT_ABE_KEY to \
                  a tenant key file (made by `sat-abe keygen`), or call client.load_key(path)"
@@ -134,10 +147,11 @@ mod enabled {
     }
 
     /// A symbol's value as read: opened when it is a sealed version (see
-    /// `Client.read_symbol`), else as it is.
+    /// `Client.read_symbol`), else as it is, unless the symbol was ever
+    /// written protected (an integrity error: plain bytes over it).
     pub(crate) fn open_symbol(c: &Client, name: &str, raw: Vec<u8>) -> Result<Vec<u8>, SatError> {
         if !matches!(Header::parse(&raw), Ok(Some(_))) {
-            return Ok(raw);
+            return sat_core::abe::vault::plain_symbol(c, name, raw);
         }
         vault(c)?.open_symbol(c, name, &raw)
     }
@@ -185,7 +199,7 @@ mod disabled {
         )
     }
 
-    pub(crate) fn load_key(_path: &str) -> Result<(), SatError> {
+    pub(crate) fn load_key(_c: &Client, _path: &str) -> Result<(), SatError> {
         Err(absent())
     }
 

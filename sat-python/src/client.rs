@@ -12,7 +12,7 @@ use sat_core::protocol::Access;
 
 use crate::abe;
 use crate::chain::{self, PyChain};
-use crate::errors::{to_py, usage};
+use crate::errors::usage;
 use crate::events::{self, Target};
 use crate::handle::Handle;
 use crate::symbols::PySymbols;
@@ -298,11 +298,13 @@ impl PyClient {
     }
 
     /// Loads the tenant key file `path` (made by `sat-abe keygen`) for this
-    /// process's protected data; without it, `SAT_ABE_KEY` is read at the
-    /// first protected call.
+    /// client's protected data; without it, `SAT_ABE_KEY` is read at the
+    /// client's first protected call. The key belongs to this client: two
+    /// clients of one process (two `sat.connect`) may be two tenants, and a
+    /// later session starts with no key and no cached chain.
     fn load_key(&self, path: &str) -> PyResult<()> {
         self.h.check_process()?;
-        abe::load_key(path).map_err(to_py)
+        self.h.with(|c| abe::load_key(c, path))
     }
 
     /// Starts a new key epoch of a protected chain: a new key wrapped under
@@ -474,7 +476,9 @@ impl PyClient {
     /// seconds for a writer. Callbacks of subscriptions run meanwhile. A
     /// value the encryption layer sealed is opened (or refused with
     /// `AccessDenied` or `IntegrityError`): a value is taken as sealed when
-    /// it starts with a sealed version's header.
+    /// it starts with a sealed version's header. A value that is not sealed
+    /// under a name that has ever been written protected raises
+    /// `IntegrityError`: it was written over through the plain API.
     #[pyo3(signature = (name, timeout = 10.0))]
     fn read_symbol<'py>(
         &self,

@@ -11,6 +11,7 @@ import pytest
 
 import sat
 from conftest import REPO
+from _service import service  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(
     not sat.HAS_ABE, reason="the sat module was built without the encryption layer (feature abe)"
@@ -166,3 +167,69 @@ def test_protected_calls_need_both_policies_and_a_key(satrun):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(1) == ["one policy: True", "no key: True", "bad key: True"]
+
+
+def test_two_clients_of_one_process_are_two_tenants(service, keys):
+    """A tenant key belongs to a client: two `sat.connect` clients of one process act as their own
+    tenants, and a later session of the same process starts with no key and no cached chain."""
+    out = service.attach(
+        """
+        import os
+        import sat
+
+        keys = os.environ["KEYS"]
+        alice = sat.connect(os.environ["SAT_ADDRESS"])
+        bob = sat.connect(os.environ["SAT_ADDRESS"])
+        alice.load_key(keys.format(rank=1))   # tenant_a, writer
+        bob.load_key(keys.format(rank=3))     # tenant_b, writer
+        a = alice.malloc(500, 64, read_policy="tenant_a", write_policy="tenant_a and writer")
+        alice.put(a, bytes(range(64)))
+        print("alice wrote")
+        b = bob.lookup(500)
+        try:
+            bob.get(b)
+            print("bob read alice's data")
+        except sat.AccessDenied:
+            print("bob denied")
+        try:
+            bob.put(b, bytes(64))
+            print("bob wrote alice's data")
+        except sat.AccessDenied:
+            print("bob may not write")
+        print("alice reads:", alice.get(a) == bytes(range(64)))
+        # Plain bytes over a protected symbol are refused, not returned as its value.
+        alice.write_symbol("cfg", b"sealed value", read_policy="tenant_a", write_policy="tenant_a and writer")
+        bob.write_symbol("cfg", b"forged")
+        try:
+            alice.read_symbol("cfg")
+            print("forged value read")
+        except sat.IntegrityError:
+            print("forged symbol refused")
+        bob.write_symbol("plain", b"plain value")
+        print("plain symbol:", alice.read_symbol("plain") == b"plain value")
+        alice.detach()
+        bob.detach()
+        # A later session: no key until one is loaded, and the chain is looked up afresh.
+        with sat.connect(os.environ["SAT_ADDRESS"]) as again:
+            try:
+                again.lookup(500)
+                print("protected chain looked up without a key")
+            except sat.AccessDenied:
+                print("no key yet")
+            again.load_key(keys.format(rank=2))   # rita: tenant_a, reader only
+            c = again.lookup(500)
+            print("rita reads:", again.get(c) == bytes(range(64)))
+        """,
+        env={"KEYS": keys},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "alice wrote",
+        "bob denied",
+        "bob may not write",
+        "alice reads: True",
+        "forged symbol refused",
+        "plain symbol: True",
+        "no key yet",
+        "rita reads: True",
+    ], out.stdout + out.stderr

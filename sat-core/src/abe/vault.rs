@@ -104,6 +104,8 @@ struct VaultState {
     newest: HashMap<ChunkId, u64>,
     /// The epoch this process seals each symbol under.
     symbol_epochs: HashMap<String, u64>,
+    /// The symbols this process has marked protected ([`protected_mark`]).
+    marked: std::collections::HashSet<String>,
     /// The protected chains of this process, by their chunk ids: the same
     /// chain allocated or looked up again is the same plaintext.
     chains: HashMap<Vec<ChunkId>, SecureChain>,
@@ -303,6 +305,32 @@ impl SecureChain {
 }
 
 /// Symbol-table names of the layer's own records.
+/// The symbol whose presence says that symbol `name` has been written
+/// protected: from then on a value under `name` that is not a sealed
+/// version was written over it through the plain API ([`plain_symbol`]).
+/// Named by a digest, so that any legal name has a legal mark.
+fn protected_mark(name: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(name.as_bytes());
+    format!("sat.abe/protected/{}", super::keys::hex(&digest[..16]))
+}
+
+/// What a reader of symbol `name` gets for `value`, a value that is not a
+/// sealed version: the value itself, unless the symbol has ever been
+/// written protected, which makes it an integrity error (plain bytes over
+/// a protected symbol are someone's forgery, not the writer's data). The C
+/// and Python reads of symbols go through it; it needs no tenant key.
+pub fn plain_symbol(client: &Client, name: &str, value: Vec<u8>) -> SatResult<Vec<u8>> {
+    match client.read_symbol(&protected_mark(name), Duration::ZERO) {
+        Ok(_) => Err(SatError::Integrity(format!(
+            "symbol {name:?} is protected, but its value is not a sealed version: it was \
+             written over through the plain API"
+        ))),
+        Err(SatError::Timeout(_)) => Ok(value),
+        Err(e) => Err(e),
+    }
+}
+
 fn epoch_name(epoch: u64) -> String {
     format!("sat.abe/epoch/{epoch:016x}")
 }
@@ -1004,6 +1032,12 @@ impl Vault {
             .unwrap_or(1);
         let mut sealed = vec![0u8; seal::sealed_len(data.len())];
         seal::seal(&key, version, self.aead, &self.key, data, &mut sealed);
+        // The mark first: a reader that finds this value or any later one
+        // finds the mark too.
+        if !self.lock().marked.contains(name) {
+            client.write_symbol(&protected_mark(name), b"protected")?;
+            self.lock().marked.insert(name.to_string());
+        }
         client.write_symbol(name, &sealed)
     }
 

@@ -75,9 +75,10 @@ exits is detached then.
 
 Protected data (``sat.HAS_ABE``, docs/ENCRYPTION.md): ``client.malloc(base, size,
 read_policy=..., write_policy=...)`` makes a chain whose bytes here are plaintext and whose chunks
-the S-DSM keeps sealed; a LOOKUP of one gives a protected chain too. The process's tenant key comes
-from ``SAT_ABE_KEY`` or ``client.load_key(path)``. Another tenant's data raises ``AccessDenied``, a
-damaged or forged version ``IntegrityError``.
+the S-DSM keeps sealed; a LOOKUP of one gives a protected chain too. Each client's tenant key comes
+from ``client.load_key(path)`` or, at its first protected call, ``SAT_ABE_KEY``: two clients of one
+process may be two tenants. Another tenant's data raises ``AccessDenied``, a damaged or forged
+version ``IntegrityError``.
 
 Every call that can block releases the GIL. Errors are ``SatError`` subclasses. A ``Client``
 or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
