@@ -29,6 +29,8 @@
 //!    writes: carl is denied the new version, rita still reads it.
 //! 7. An older version put back in place is refused.
 //! 8. bob's KEK lifetime: none keeps the epoch, zero starts one per write.
+//! 9. carl zeroes a chunk of A with the plain API: readers that have seen
+//!    it written refuse it with an integrity error; alice repairs it.
 
 use std::time::Duration;
 
@@ -348,6 +350,33 @@ fn tenant(c: &Client) -> RoleResult {
         );
     }
     c.barrier(19, n)?;
+
+    // 9. A chunk zeroed through the plain API: to a reader that has seen
+    // it written, "never written" is a lie, not zeros.
+    if me == CARL {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::Write)?;
+        c.with_chain_mut(&sealed, |b| {
+            let r = sealed.layout().range(1);
+            b[r].fill(0)
+        })?;
+        c.release_chain(&sealed)?;
+    }
+    c.barrier(20, n)?;
+    if me == ALICE || me == RITA {
+        expect_integrity("A with a zeroed chunk", v.get(c, &a));
+    }
+    c.barrier(21, n)?;
+    // A writer repairs it, as after a flipped byte.
+    if me == ALICE {
+        v.put(c, &a, &pattern(0xA5, SIZE_A))?;
+    }
+    c.barrier(22, n)?;
+    if me == ALICE || me == RITA {
+        assert_eq!(v.get(c, &a)?, pattern(0xA5, SIZE_A));
+        println!("rank {me}: step 9 done");
+    }
+    c.barrier(23, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

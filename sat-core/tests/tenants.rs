@@ -110,6 +110,9 @@ fn two_tenants(provider: &str) {
         "A under rita's own epoch: integrity error",
         "A with a flipped byte: integrity error",
         "A rolled back: integrity error",
+        "A with a zeroed chunk: integrity error",
+        "rank 2: step 9 done",
+        "rank 4: step 9 done",
         "B by a tenant_a key: access denied",
         "A by a tenant_b key: access denied",
     ] {

@@ -659,6 +659,16 @@ impl Vault {
                 let Some(h) = h else {
                     chain.plain_mut(i).fill(0);
                     decrypted[i] = None;
+                    // Never written, says the chunk; this process saw a
+                    // version of it: the bytes were zeroed over it.
+                    if let Some(&seen) = self.lock().newest.get(&id) {
+                        let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+                        st.decrypted = decrypted;
+                        return Err(SatError::Integrity(format!(
+                            "protected chunk {id}: its bytes are zeros, the mark of a chunk never \
+                             written, but version {seen} of it was seen: it was zeroed over"
+                        )));
+                    }
                     continue;
                 };
                 let now = (client.local_version(id), h.epoch, h.version, h.nonce);
@@ -829,12 +839,24 @@ impl Vault {
         self.publish(client)?;
         let layout = chain.inner.sealed.layout();
         let mut decrypted = Vec::with_capacity(headers.len());
+        // Past the newest version this process has seen, too: a chunk
+        // repaired after it was zeroed or damaged must not look older.
+        let seen: Vec<u64> = {
+            let st = self.lock();
+            chain
+                .inner
+                .plain
+                .chunks()
+                .iter()
+                .map(|&(id, _)| st.newest.get(&id).copied().unwrap_or(0))
+                .collect()
+        };
         client.with_chain_mut(chain.sealed(), |sealed| {
             for (i, h) in headers.iter().enumerate() {
                 let id = chain.inner.plain.chunks()[i].0;
                 let epoch = epochs[i].as_ref().expect("chosen");
                 let kek = epoch.kek.expect("usable epochs have their KEK");
-                let version = h.map_or(1, |h| h.version + 1);
+                let version = h.map_or(1, |h| h.version + 1).max(seen[i] + 1);
                 let object = Object::Chunk(id);
                 let key = SealKey {
                     object: &object,
