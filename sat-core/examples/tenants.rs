@@ -31,6 +31,9 @@
 //! 8. bob's KEK lifetime: none keeps the epoch, zero starts one per write.
 //! 9. carl zeroes a chunk of A with the plain API: readers that have seen
 //!    it written refuse it with an integrity error; alice repairs it.
+//! 10. With `TENANTS_REVOKED_KEY` (a key whose certificate the list in
+//!     `SAT_ABE_CRL` revokes), carl writes A under it: readers refuse the
+//!     version; alice repairs.
 
 use std::time::Duration;
 
@@ -377,6 +380,32 @@ fn tenant(c: &Client) -> RoleResult {
         println!("rank {me}: step 9 done");
     }
     c.barrier(23, n)?;
+
+    // 10. A tenant the authority revoked (mallory: tenant_a's write
+    // attributes, its certificate's serial in the revocation list every
+    // process takes from SAT_ABE_CRL) writes A through the layer: readers
+    // refuse the version; alice repairs.
+    if let Ok(revoked) = std::env::var("TENANTS_REVOKED_KEY") {
+        if me == CARL {
+            let mallory = Vault::load(std::path::Path::new(&revoked))?;
+            let am = mallory.lookup_lst(c, &ids_a, WAIT)?;
+            mallory.put(c, &am, &pattern(0xA6, SIZE_A))?;
+        }
+        c.barrier(24, n)?;
+        if me == ALICE || me == RITA {
+            expect_integrity("A written under a revoked certificate", v.get(c, &a));
+        }
+        c.barrier(25, n)?;
+        if me == ALICE {
+            v.put(c, &a, &pattern(0xA7, SIZE_A))?;
+        }
+        c.barrier(26, n)?;
+        if me == ALICE || me == RITA {
+            assert_eq!(v.get(c, &a)?, pattern(0xA7, SIZE_A));
+            println!("rank {me}: step 10 done");
+        }
+    }
+    c.barrier(27, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

@@ -395,6 +395,67 @@ fn check_exits_0_when_satisfied_1_when_not_2_on_bad_input() {
     failed(&check("tenant_a"), "chmod 600");
 }
 
+/// `show` prints a key's serial and expiry; `revoke` writes the signed,
+/// numbered, cumulative revocation list a process takes from SAT_ABE_CRL;
+/// `keygen --days` sets the validity.
+#[test]
+fn revoke_writes_a_numbered_list_of_serials() {
+    let d = Dir::new("revoke");
+    setup(&d);
+    keygen(&d, "alice", "tenant_a");
+    let shown = ok(&d.run(&["show", "alice.key"]));
+    let serial = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("serial: "))
+        .expect("show prints the serial")
+        .to_owned();
+    assert!(shown.contains("valid until: "), "{shown}");
+    let revoke = |s: &str| {
+        d.run(&[
+            "revoke",
+            "--authority",
+            "auth/authority.key",
+            "--serial",
+            s,
+            "--crl",
+            "revoked.crl",
+        ])
+    };
+    assert!(ok(&revoke(&serial)).contains("revocation list 1 (1 certificates revoked)"));
+    assert!(ok(&revoke("00000000000000ff")).contains("revocation list 2 (2 certificates revoked)"));
+    let list = d.json("revoked.crl");
+    assert_eq!(list["sequence"], 2);
+    assert_eq!(
+        list["revoked"][0],
+        u64::from_str_radix(&serial, 16).unwrap()
+    );
+    failed(&revoke("not-hex"), "16 hex digits");
+    failed(
+        &d.run(&[
+            "revoke",
+            "--authority",
+            "auth/authority.key",
+            "--crl",
+            "x.crl",
+        ]),
+        "--serial is missing",
+    );
+    failed(
+        &d.run(&[
+            "keygen",
+            "--authority",
+            "auth/authority.key",
+            "--tenant",
+            "z",
+            "--attrs",
+            "a",
+            "--days",
+            "0",
+        ]),
+        "from 1 to 36500",
+    );
+}
+
 #[test]
 fn help_and_unknown_commands() {
     let d = Dir::new("help");

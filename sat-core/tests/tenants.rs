@@ -32,6 +32,12 @@ impl Keys {
             let key = auth.issue(name, attrs).unwrap();
             key.save(&dir.join(format!("tenant-{rank}.key"))).unwrap();
         }
+        // mallory may write tenant_a's data, but the authority revoked her.
+        let mallory = auth.issue("mallory", &["tenant_a", "writer"]).unwrap();
+        mallory.save(&dir.join("revoked.key")).unwrap();
+        auth.revoke(None, &[mallory.certificate().serial])
+            .save(&dir.join("revoked.crl"))
+            .unwrap();
         Keys(dir)
     }
 
@@ -55,7 +61,7 @@ fn pattern(tag: u8, size: usize) -> Vec<u8> {
 /// versions, with no 16-byte run of any plaintext the tenants wrote.
 fn check_homes(dump: &std::path::Path) {
     let mut seen = 0;
-    let plaintexts: Vec<Vec<u8>> = [0xA0, 0xA1, 0xA2, 0xA3, 0xA4]
+    let plaintexts: Vec<Vec<u8>> = [0xA0, 0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7]
         .iter()
         .map(|&t| pattern(t, 1000))
         .chain([pattern(0xB0, 500), pattern(0xC0, 64)])
@@ -88,6 +94,8 @@ fn two_tenants(provider: &str) {
         .arg("--")
         .arg(example("tenants"))
         .env("SAT_ABE_KEY", keys.pattern())
+        .env("SAT_ABE_CRL", keys.0.join("revoked.crl"))
+        .env("TENANTS_REVOKED_KEY", keys.0.join("revoked.key"))
         .env("SAT_HOME_DUMP", &dump));
     let stdout = text(&out.stdout);
     assert!(
@@ -111,6 +119,9 @@ fn two_tenants(provider: &str) {
         "A with a flipped byte: integrity error",
         "A rolled back: integrity error",
         "A with a zeroed chunk: integrity error",
+        "A written under a revoked certificate: integrity error",
+        "rank 2: step 10 done",
+        "rank 4: step 10 done",
         "rank 2: step 9 done",
         "rank 4: step 9 done",
         "B by a tenant_a key: access denied",

@@ -52,6 +52,8 @@ pub enum KeyError {
     BadCertificate { tenant: String, why: String },
     #[error("tenant name {0:?}: use 1 to 64 letters, digits, '_', '-', '.' or '@'")]
     BadTenant(String),
+    #[error("revocation list: {0}")]
+    BadRevocationList(String),
     #[error(transparent)]
     Abe(#[from] AbeError),
 }
@@ -120,8 +122,101 @@ pub struct Certificate {
     pub attributes: Vec<String>,
     /// The tenant's Ed25519 verifying key, hex.
     key: String,
+    /// A random number the authority's revocation list names it by.
+    #[serde(default)]
+    pub serial: u64,
+    /// Seconds since 1970 (UTC) after which it no longer certifies.
+    #[serde(default)]
+    pub not_after: u64,
     /// The authority's signature over the fields above, hex.
     signature: String,
+}
+
+/// How long a certificate [`AuthorityKeys::issue`] makes is valid.
+pub const DEFAULT_VALIDITY: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The authority's signed list of revoked certificate serials. Each new
+/// list has the next sequence number: a process given a list refuses an
+/// older one, so a revocation cannot be undone by replaying a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevocationList {
+    pub sequence: u64,
+    pub revoked: Vec<u64>,
+    /// When it was made (seconds since 1970).
+    pub issued: u64,
+    signature: String,
+}
+
+impl RevocationList {
+    fn signed_bytes(&self) -> Vec<u8> {
+        let mut b = b"sat-abe revocation list 1\0".to_vec();
+        b.extend_from_slice(&self.sequence.to_le_bytes());
+        b.extend_from_slice(&self.issued.to_le_bytes());
+        b.extend_from_slice(&(self.revoked.len() as u64).to_le_bytes());
+        for s in &self.revoked {
+            b.extend_from_slice(&s.to_le_bytes());
+        }
+        b
+    }
+
+    /// Checks the authority's signature.
+    pub fn verify(&self, authority: &AuthorityPublic) -> Result<(), KeyError> {
+        let key = VerifyingKey::from_bytes(&authority.verifying)
+            .map_err(|e| KeyError::BadRevocationList(format!("the authority's key: {e}")))?;
+        let sig =
+            unhex_array::<64>("signature", &self.signature).map_err(KeyError::BadRevocationList)?;
+        key.verify(&self.signed_bytes(), &Signature::from_bytes(&sig))
+            .map_err(|_| {
+                KeyError::BadRevocationList(
+                    "not signed by this authority (forged, damaged, or of another authority)"
+                        .into(),
+                )
+            })
+    }
+
+    pub fn is_revoked(&self, certificate: &Certificate) -> bool {
+        self.revoked.contains(&certificate.serial)
+    }
+
+    /// Reads the list at `path` (at most 1 MiB) and checks it against
+    /// `authority`.
+    pub fn load(path: &Path, authority: &AuthorityPublic) -> Result<RevocationList, KeyError> {
+        let bytes = read_limited(path)?;
+        let list: RevocationList =
+            serde_json::from_slice(&bytes).map_err(|e| KeyError::Corrupt {
+                path: path.to_path_buf(),
+                why: e.to_string(),
+            })?;
+        list.verify(authority)?;
+        Ok(list)
+    }
+
+    /// Writes the list to `path`, replacing the one there as a whole
+    /// (a new list supersedes the old: written aside, then renamed).
+    pub fn save(&self, path: &Path) -> Result<(), KeyError> {
+        let io = |source| KeyError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let bytes = serde_json::to_vec_pretty(self).expect("json");
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(io)
+    }
 }
 
 /// What one tenant's process holds.
@@ -180,8 +275,18 @@ impl AuthorityKeys {
     }
 
     /// A key for `tenant` with `attributes`: an attribute key, a fresh
-    /// signing key and its certificate.
+    /// signing key and its certificate, valid for [`DEFAULT_VALIDITY`].
     pub fn issue(&self, tenant: &str, attributes: &[&str]) -> Result<TenantKey, KeyError> {
+        self.issue_for(tenant, attributes, DEFAULT_VALIDITY)
+    }
+
+    /// [`AuthorityKeys::issue`], the certificate valid for `validity`.
+    pub fn issue_for(
+        &self,
+        tenant: &str,
+        attributes: &[&str],
+        validity: std::time::Duration,
+    ) -> Result<TenantKey, KeyError> {
         check_tenant(tenant)?;
         let abe_key = Ac17.keygen(&self.abe_master, attributes)?;
         let signing = SigningKey::from_bytes(&random::<32>());
@@ -189,6 +294,9 @@ impl AuthorityKeys {
             tenant: tenant.to_string(),
             attributes: attributes.iter().map(|a| a.to_string()).collect(),
             key: hex(&signing.verifying_key().to_bytes()),
+            // Never 0: 0 is the mark of a certificate made without one.
+            serial: u64::from_le_bytes(random::<8>()) | 1,
+            not_after: now_secs().saturating_add(validity.as_secs()),
             signature: String::new(),
         };
         certificate.signature = hex(&self.signing.sign(&certificate.signed_bytes()).to_bytes());
@@ -201,11 +309,32 @@ impl AuthorityKeys {
     }
 }
 
+impl AuthorityKeys {
+    /// The revocation list that follows `previous` (None: the first) and
+    /// also revokes `serials`.
+    pub fn revoke(&self, previous: Option<&RevocationList>, serials: &[u64]) -> RevocationList {
+        let mut revoked = previous.map(|p| p.revoked.clone()).unwrap_or_default();
+        for s in serials {
+            if !revoked.contains(s) {
+                revoked.push(*s);
+            }
+        }
+        let mut list = RevocationList {
+            sequence: previous.map_or(1, |p| p.sequence + 1),
+            revoked,
+            issued: now_secs(),
+            signature: String::new(),
+        };
+        list.signature = hex(&self.signing.sign(&list.signed_bytes()).to_bytes());
+        list
+    }
+}
+
 impl Certificate {
     /// What the authority signs: every field but the signature, each
     /// length-prefixed so that no two certificates share these bytes.
     fn signed_bytes(&self) -> Vec<u8> {
-        let mut b = b"sat-abe certificate 1\0".to_vec();
+        let mut b = b"sat-abe certificate 2\0".to_vec();
         let mut field = |f: &[u8]| {
             b.extend_from_slice(&(f.len() as u32).to_le_bytes());
             b.extend_from_slice(f);
@@ -216,6 +345,8 @@ impl Certificate {
             field(a.as_bytes());
         }
         field(self.key.as_bytes());
+        field(&self.serial.to_le_bytes());
+        field(&self.not_after.to_le_bytes());
         b
     }
 
@@ -246,10 +377,23 @@ impl Certificate {
         let key = VerifyingKey::from_bytes(&authority.verifying)
             .map_err(|e| self.bad(format!("the authority's key: {e}")))?;
         let sig = unhex_array::<64>("signature", &self.signature).map_err(|w| self.bad(w))?;
+        if self.serial == 0 && self.not_after == 0 {
+            return Err(self.bad(
+                "made by an older sat-abe, with no serial and no expiry: have the authority \
+                 issue the key again (sat-abe keygen)",
+            ));
+        }
         key.verify(&self.signed_bytes(), &Signature::from_bytes(&sig))
             .map_err(|_| {
                 self.bad("not signed by this authority (forged, damaged, or of another authority)")
             })?;
+        if now_secs() > self.not_after {
+            return Err(self.bad(format!(
+                "expired (valid until {} seconds after 1970, UTC): have the authority issue a \
+                 new key (sat-abe keygen)",
+                self.not_after
+            )));
+        }
         self.verifying_key().map(|_| ())
     }
 
@@ -726,6 +870,70 @@ mod tests {
         std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
         let e = TenantKey::load(&big).unwrap_err();
         assert!(e.to_string().contains("over 1048576 bytes"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A certificate carries a serial and an expiry, both signed: an
+    /// expired one, or one whose expiry was edited, does not verify.
+    #[test]
+    fn certificates_expire_and_their_dates_are_signed() {
+        let auth = AuthorityKeys::setup().unwrap();
+        let t = auth.issue("erin", &["tenant_e"]).unwrap();
+        let c = t.certificate();
+        assert!(c.serial != 0 && c.not_after > now_secs() + 300 * 24 * 3600);
+        assert!(c.verify(auth.public()).is_ok());
+        let other = auth.issue("erin", &["tenant_e"]).unwrap();
+        assert_ne!(other.certificate().serial, c.serial);
+        // Edited: a later expiry is not the authority's.
+        let mut edited = c.clone();
+        edited.not_after += 1000;
+        assert!(edited
+            .verify(auth.public())
+            .unwrap_err()
+            .to_string()
+            .contains("not signed"));
+        // Expired: signed by the authority, but past its date.
+        let mut expired = c.clone();
+        expired.not_after = now_secs() - 10;
+        expired.signature = hex(&auth.signing.sign(&expired.signed_bytes()).to_bytes());
+        let e = expired.verify(auth.public()).unwrap_err().to_string();
+        assert!(e.contains("expired") && e.contains("sat-abe keygen"), "{e}");
+        // Made before serials: said so.
+        let mut old = c.clone();
+        (old.serial, old.not_after) = (0, 0);
+        assert!(old
+            .verify(auth.public())
+            .unwrap_err()
+            .to_string()
+            .contains("older sat-abe"));
+    }
+
+    /// The revocation list is signed, numbered and cumulative; a forged or
+    /// edited one does not verify.
+    #[test]
+    fn revocation_lists_are_signed_numbered_and_cumulative() {
+        let d = temp_dir("crl");
+        let auth = AuthorityKeys::setup().unwrap();
+        let (a, b) = (
+            auth.issue("a", &["x"]).unwrap(),
+            auth.issue("b", &["x"]).unwrap(),
+        );
+        let first = auth.revoke(None, &[a.certificate().serial]);
+        assert_eq!(first.sequence, 1);
+        assert!(first.is_revoked(a.certificate()) && !first.is_revoked(b.certificate()));
+        let second = auth.revoke(Some(&first), &[b.certificate().serial]);
+        assert_eq!(second.sequence, 2);
+        assert!(second.is_revoked(a.certificate()) && second.is_revoked(b.certificate()));
+        let path = d.join("revoked.crl");
+        second.save(&path).unwrap();
+        assert_eq!(RevocationList::load(&path, auth.public()).unwrap(), second);
+        // Edited: a serial taken out.
+        let mut edited = second.clone();
+        edited.revoked.pop();
+        assert!(edited.verify(auth.public()).is_err());
+        // Another authority's list.
+        let other = AuthorityKeys::setup().unwrap();
+        assert!(other.revoke(None, &[1]).verify(auth.public()).is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -40,7 +40,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::keys::{Certificate, KeyError, TenantKey};
+use super::keys::{Certificate, KeyError, RevocationList, TenantKey};
 use super::seal::{self, Aead, Cover, EpochRecord, Header, Object, SealError, SealKey};
 use super::{Abe, AbeError, Ac17, Policy};
 use crate::chunk::{ChainLayout, ChunkId, Label, NO_LABEL};
@@ -110,6 +110,8 @@ struct VaultState {
     /// chain allocated or looked up again is the same plaintext.
     chains: HashMap<Vec<ChunkId>, SecureChain>,
     published: bool,
+    /// The authority's newest revocation list given to this vault.
+    revocations: Option<RevocationList>,
 }
 
 /// One tenant's keys and caches; one per process is enough.
@@ -363,9 +365,36 @@ impl Vault {
         }
     }
 
-    /// A vault for the tenant key file `path`.
+    /// A vault for the tenant key file `path`, with the revocation list
+    /// `SAT_ABE_CRL` names, if set.
     pub fn load(path: &std::path::Path) -> SatResult<Vault> {
-        TenantKey::load(path).map(Vault::new).map_err(key_error)
+        let vault = TenantKey::load(path).map(Vault::new).map_err(key_error)?;
+        if let Ok(crl) = std::env::var("SAT_ABE_CRL") {
+            vault.load_revocations(std::path::Path::new(&crl))?;
+        }
+        Ok(vault)
+    }
+
+    /// Takes the authority's revocation list at `path` (`sat-abe revoke`):
+    /// from now on a version or an epoch signed under a revoked
+    /// certificate is refused as an integrity error. A list older than one
+    /// this vault has is refused: revocations are never undone.
+    pub fn load_revocations(&self, path: &std::path::Path) -> SatResult<()> {
+        let list = RevocationList::load(path, self.key.authority()).map_err(key_error)?;
+        let mut st = self.lock();
+        if let Some(have) = &st.revocations {
+            if list.sequence < have.sequence {
+                return Err(SatError::Integrity(format!(
+                    "{}: revocation list {} is older than list {} already taken: an old list \
+                     cannot undo a revocation",
+                    path.display(),
+                    list.sequence,
+                    have.sequence
+                )));
+            }
+        }
+        st.revocations = Some(list);
+        Ok(())
     }
 
     /// A vault for the key file named by `SAT_ABE_KEY`, None when unset.
@@ -1244,8 +1273,23 @@ impl Vault {
         Ok(kek)
     }
 
-    /// The certificate `id`, checked against the authority.
+    /// The certificate `id`, checked against the authority and its
+    /// revocation list.
     fn certificate(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
+        let cert = self.certificate_unrevoked(client, id)?;
+        if let Some(list) = self.lock().revocations.as_ref() {
+            if list.is_revoked(&cert) {
+                return Err(SatError::Integrity(format!(
+                    "signed by tenant {:?} under certificate serial {:016x}, which the \
+                     authority revoked (revocation list {})",
+                    cert.tenant, cert.serial, list.sequence
+                )));
+            }
+        }
+        Ok(cert)
+    }
+
+    fn certificate_unrevoked(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
         if id == &self.key.certificate().id() {
             return Ok(Arc::new(self.key.certificate().clone()));
         }

@@ -5,7 +5,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use sat_core::abe::keys::{self, AuthorityKeys, AuthorityPublic, KeyError, KeyKind, TenantKey};
+use sat_core::abe::keys::{
+    self, AuthorityKeys, AuthorityPublic, KeyError, KeyKind, RevocationList, TenantKey,
+};
 use sat_core::abe::Policy;
 
 const USAGE: &str = "\
@@ -27,6 +29,15 @@ usage:
       digits, '_', '-', '.', ':' (not `and`, `or`); an empty one (`a,,b`,
       a trailing comma) or one given twice is refused. An existing file is
       never overwritten.
+      --days N: the certificate's validity (default 365); past it, readers
+      refuse what the key signs and the key is refused at load.
+  sat-abe revoke --authority FILE --serial S [--serial S ...] --crl FILE
+      Revokes certificates by serial (`show` prints a key's serial, in hex):
+      writes the authority's signed revocation list FILE, the one there plus
+      these serials under the next sequence number (created if missing).
+      Give it to every process as SAT_ABE_CRL=FILE: they then refuse data
+      and key epochs signed under a revoked certificate. A process refuses
+      a list older than one it has.
   sat-abe show FILE
       What a key file holds, never its secrets: its kind, the authority's
       verifying key, and for a tenant its name, attributes, certificate id
@@ -169,11 +180,15 @@ fn run(args: &[String]) -> Result<ExitCode, Fail> {
     }
     match command.as_str() {
         "setup" => setup(&options(rest, &["out"])?),
-        "keygen" => keygen(&options(rest, &["authority", "tenant", "attrs", "out"])?),
+        "keygen" => keygen(&options(
+            rest,
+            &["authority", "tenant", "attrs", "out", "days"],
+        )?),
+        "revoke" => revoke(&options(rest, &["authority", "serial", "crl"])?),
         "show" => show(&options(rest, &[])?),
         "check" => check(&options(rest, &["policy"])?),
         other => Err(Fail(format!(
-            "unknown command {other:?}: use setup, keygen, show, check or help"
+            "unknown command {other:?}: use setup, keygen, revoke, show, check or help"
         ))),
     }
 }
@@ -279,8 +294,24 @@ fn keygen(o: &Options) -> Result<ExitCode, Fail> {
     let out = o.one("out")?;
     let auth = AuthorityKeys::load(Path::new(authority))?;
     let refs: Vec<&str> = attrs.iter().map(String::as_str).collect();
+    let days = match o.one("days")? {
+        None => 365,
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .filter(|&d| d > 0 && d <= 36_500)
+            .ok_or_else(|| {
+                Fail(format!(
+                    "--days {d:?}: give a number of days from 1 to 36500"
+                ))
+            })?,
+    };
     // Issued first: it checks the tenant's name, of which the default file name is made.
-    let key = auth.issue(tenant, &refs)?;
+    let key = auth.issue_for(
+        tenant,
+        &refs,
+        std::time::Duration::from_secs(days * 24 * 3600),
+    )?;
     let out = out
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("{tenant}.key")));
@@ -288,6 +319,43 @@ fn keygen(o: &Options) -> Result<ExitCode, Fail> {
     say!(
         "tenant {tenant:?} with attributes {attrs:?} written to {}",
         out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn revoke(o: &Options) -> Result<ExitCode, Fail> {
+    o.no_words("revoke")?;
+    let authority = o.required("authority", "the authority.key that `sat-abe setup` wrote")?;
+    let crl = PathBuf::from(o.required("crl", "the revocation list file to write")?);
+    let values = o.all("serial");
+    if values.is_empty() {
+        return Err(Fail(
+            "--serial is missing: give the serial `sat-abe show` prints for the key".into(),
+        ));
+    }
+    let serials = values
+        .iter()
+        .map(|v| {
+            u64::from_str_radix(v.trim_start_matches("0x"), 16).map_err(|_| {
+                Fail(format!(
+                    "--serial {v:?}: a serial is 16 hex digits, as `sat-abe show` prints it"
+                ))
+            })
+        })
+        .collect::<Result<Vec<u64>, Fail>>()?;
+    let auth = AuthorityKeys::load(Path::new(authority))?;
+    let previous = if crl.exists() {
+        Some(RevocationList::load(&crl, auth.public())?)
+    } else {
+        None
+    };
+    let list = auth.revoke(previous.as_ref(), &serials);
+    list.save(&crl)?;
+    say!(
+        "revocation list {} ({} certificates revoked) written to {}",
+        list.sequence,
+        list.revoked.len(),
+        crl.display()
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -322,6 +390,8 @@ fn show(o: &Options) -> Result<ExitCode, Fail> {
                 say!("tenant: {}", cert.tenant);
                 say!("attributes: {}", cert.attributes.join(" "));
                 say!("certificate: {}", hex(&cert.id()));
+                say!("serial: {:016x}", cert.serial);
+                say!("valid until: {} (seconds since 1970, UTC)", cert.not_after);
                 match cert.verify(&info.authority) {
                     Ok(()) => say!("certificate verifies against the file's authority key"),
                     Err(e) => say!("certificate does NOT verify: {e}"),
