@@ -34,6 +34,9 @@
 //! 10. With `TENANTS_REVOKED_KEY` (a key whose certificate the list in
 //!     `SAT_ABE_CRL` revokes), carl writes A under it: readers refuse the
 //!     version; alice repairs.
+//! 11. carl writes back A's sealed bytes from before step 6: a reader that
+//!     never saw A refuses them, and alice's next write is not sealed under
+//!     the epoch carl could read.
 
 use std::time::Duration;
 
@@ -253,6 +256,10 @@ fn tenant(c: &Client) -> RoleResult {
     c.barrier(10, n)?;
     if me == ALICE || me == RITA {
         expect_integrity("A with a flipped byte", v.get(c, &a));
+    }
+    // Both have read before either writes (alice's write repairs A).
+    c.barrier(100, n)?;
+    if me == ALICE || me == RITA {
         // Nothing of the damaged chunk reached the plaintext.
         v.acquire(c, &a, Access::Write)?;
         let zeros = a.with_data(|d| d[CHUNK..2 * CHUNK].iter().all(|&x| x == 0))?;
@@ -273,6 +280,16 @@ fn tenant(c: &Client) -> RoleResult {
         println!("rank {me}: step 5 done");
     }
     c.barrier(13, n)?;
+
+    // carl keeps A's sealed bytes while he may still read them (step 11).
+    let mut kept_by_carl = None;
+    if me == CARL {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::Read)?;
+        kept_by_carl = Some(c.with_chain(&sealed, |b| b.to_vec())?);
+        c.release_chain(&sealed)?;
+    }
+    c.barrier(101, n)?;
 
     // 6. Revocation: a new epoch without `contractor`.
     let a3 = pattern(0xA3, SIZE_A);
@@ -406,6 +423,41 @@ fn tenant(c: &Client) -> RoleResult {
         }
     }
     c.barrier(27, n)?;
+
+    // 11. Rollback after revocation: carl writes back the sealed bytes he
+    // kept from before step 6, under the epoch he could read. A reader that
+    // never saw A refuses them (their number is not the S-DSM's), and
+    // alice's next write is not sealed under that epoch: carl is denied it.
+    if me == CARL {
+        let sealed = c.lookup_lst(&ids_a, WAIT)?;
+        c.acquire_chain(&sealed, Access::Write)?;
+        let kept = kept_by_carl.take().expect("kept before step 6");
+        c.with_chain_mut(&sealed, |b| b.copy_from_slice(&kept))?;
+        c.release_chain(&sealed)?;
+    }
+    c.barrier(28, n)?;
+    if me == RITA {
+        let fresh = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
+        let fa = fresh.lookup_lst(c, &ids_a, WAIT)?;
+        expect_integrity(
+            "A rolled back, to a reader that never saw A",
+            fresh.get(c, &fa),
+        );
+    }
+    c.barrier(29, n)?;
+    if me == ALICE {
+        v.put(c, &a, &pattern(0xA8, SIZE_A))?;
+    }
+    c.barrier(30, n)?;
+    match me {
+        CARL => expect_denied("A written after carl's rollback", v.get(c, &a)),
+        RITA | ALICE => {
+            assert_eq!(v.get(c, &a)?, pattern(0xA8, SIZE_A));
+            println!("rank {me}: step 11 done");
+        }
+        _ => {}
+    }
+    c.barrier(31, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

@@ -102,6 +102,10 @@ struct VaultState {
     certs: HashMap<[u8; 32], Arc<Certificate>>,
     /// The newest version seen of each chunk: an older one is a replay.
     newest: HashMap<ChunkId, u64>,
+    /// The epoch of the newest version of each chunk this process opened
+    /// or sealed: where a writer takes the chain's policies from when the
+    /// chunk was written over.
+    current: HashMap<ChunkId, Arc<Epoch>>,
     /// The epoch this process seals each symbol under.
     symbol_epochs: HashMap<String, u64>,
     /// The symbols this process has marked protected ([`protected_mark`]).
@@ -564,20 +568,33 @@ impl Vault {
     fn seal_first_versions(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
         client.acquire_chain(chain.sealed(), Access::ReadWrite)?;
         let r = self.first_versions_in_scope(client, chain);
-        let released = client.release_chain(chain.sealed());
-        r.and(released)
+        // Published only when sealed: a release of unchanged bytes would
+        // give them a number that is not their sealed one.
+        let released = match r {
+            Ok(true) => client.release_chain(chain.sealed()),
+            _ => client.abort_chain(chain.sealed()),
+        };
+        r.map(drop).and(released)
     }
 
-    fn first_versions_in_scope(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+    /// Seals version 1 of a chain none of whose chunks has a version yet;
+    /// Ok(false) when some have one (another process sealed them): then
+    /// nothing is sealed, as a chain's chunks are released together.
+    fn first_versions_in_scope(&self, client: &Client, chain: &SecureChain) -> SatResult<bool> {
         let headers = self.headers(client, chain)?;
-        if headers.iter().all(Option::is_some) {
-            return Ok(());
+        if headers.iter().any(Option::is_some) {
+            return Ok(false);
         }
         let protection = chain.inner.protection.as_ref().expect("allocated here");
         let epoch = self.create_epoch(client, chain, &protection.read, &protection.write)?;
         let kek = epoch.kek.expect("made here");
         let layout = chain.inner.sealed.layout();
         let plain_sizes = chain.sizes();
+        // Numbered as the release that publishes them (see `seal_chunks`).
+        let versions: Vec<u64> = chain
+            .ids()
+            .map(|id| client.local_version(id).map_or(1, |v| v + 1))
+            .collect();
         client.with_chain_mut(chain.sealed(), |sealed| {
             for (i, h) in headers.iter().enumerate() {
                 if h.is_some() {
@@ -594,7 +611,7 @@ impl Vault {
                 let zeros = vec![0u8; plain_sizes[i]];
                 seal::seal(
                     &key,
-                    1,
+                    versions[i],
                     self.aead,
                     &self.key,
                     &zeros,
@@ -605,10 +622,11 @@ impl Vault {
         let mut st = self.lock();
         for (i, h) in headers.iter().enumerate() {
             if h.is_none() {
-                st.newest.insert(chain.inner.plain.chunks()[i].0, 1);
+                st.newest
+                    .insert(chain.inner.plain.chunks()[i].0, versions[i]);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     // ---- scopes ----
@@ -649,7 +667,7 @@ impl Vault {
                     // first version yet: wait for that version.
                     let first = chain.first();
                     let seen = client.local_version(first);
-                    client.release_chain(chain.sealed())?;
+                    client.abort_chain(chain.sealed())?;
                     if Instant::now() >= deadline {
                         return Err(SatError::Timeout(format!(
                             "protected chain at chunk {first}: its creator sealed no first \
@@ -660,7 +678,7 @@ impl Vault {
                     client.wait_for_bucket_change(first, seen, Some(deadline))?;
                 }
                 Err(e) => {
-                    let _ = client.release_chain(chain.sealed());
+                    let _ = client.abort_chain(chain.sealed());
                     return Err(e);
                 }
             }
@@ -683,34 +701,61 @@ impl Vault {
         };
         if access != Access::Write {
             let layout = chain.inner.sealed.layout();
+            // A refusal leaves the whole plaintext zeros, never a part of
+            // the refused version nor of an earlier one beside it.
+            let refuse = |decrypted: &mut Vec<_>, e: SatError| {
+                for (j, d) in decrypted.iter_mut().enumerate() {
+                    chain.plain_mut(j).fill(0);
+                    *d = None;
+                }
+                let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.decrypted = std::mem::take(decrypted);
+                Err(e)
+            };
             for (i, h) in headers.iter().enumerate() {
                 let id = chain.inner.plain.chunks()[i].0;
+                // A sealed version carries the S-DSM's own version number
+                // of the release that published it (`seal_chunks`), which
+                // the homes alone advance: bytes written over a protected
+                // chunk through the plain API (a replay of an older version,
+                // a rollback, zeros) bear another number than the one the
+                // S-DSM gives them, in every process, however fresh.
+                let coherent = client.local_version(id);
                 let Some(h) = h else {
                     chain.plain_mut(i).fill(0);
                     decrypted[i] = None;
-                    // Never written, says the chunk; this process saw a
-                    // version of it: the bytes were zeroed over it.
-                    if let Some(&seen) = self.lock().newest.get(&id) {
-                        let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-                        st.decrypted = decrypted;
-                        return Err(SatError::Integrity(format!(
-                            "protected chunk {id}: its bytes are zeros, the mark of a chunk never \
-                             written, but version {seen} of it was seen: it was zeroed over"
-                        )));
+                    // "Never written", say the bytes; the S-DSM has a
+                    // version of it, or this process saw one: zeroed over.
+                    let seen = self.lock().newest.get(&id).copied();
+                    if let Some(v) = coherent.filter(|&v| v > 0).or(seen) {
+                        return refuse(
+                            &mut decrypted,
+                            SatError::Integrity(format!(
+                                "protected chunk {id}: its bytes are zeros, the mark of a chunk \
+                                 never written, but it has version {v}: it was zeroed over"
+                            )),
+                        );
                     }
                     continue;
                 };
-                let now = (client.local_version(id), h.epoch, h.version, h.nonce);
+                if let Some(v) = coherent.filter(|&v| v != h.version) {
+                    return refuse(
+                        &mut decrypted,
+                        SatError::Integrity(format!(
+                            "protected chunk {id}: the sealed version says it is version {}, but \
+                             the S-DSM holds it as version {v}: these bytes were written over it \
+                             through the plain API (a replayed or rolled-back version)",
+                            h.version
+                        )),
+                    );
+                }
+                let now = (coherent, h.epoch, h.version, h.nonce);
                 if now.0.is_some() && decrypted[i] == Some(now) {
                     continue;
                 }
                 decrypted[i] = None;
-                let r = self.open_chunk(client, chain, i, id, h, layout.range(i));
-                if let Err(e) = r {
-                    chain.plain_mut(i).fill(0);
-                    let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-                    st.decrypted = decrypted;
-                    return Err(e);
+                if let Err(e) = self.open_chunk(client, chain, i, id, h, layout.range(i)) {
+                    return refuse(&mut decrypted, e);
                 }
                 decrypted[i] = Some(now);
             }
@@ -759,6 +804,7 @@ impl Vault {
         let mut st = self.lock();
         let n = st.newest.entry(id).or_insert(0);
         *n = (*n).max(h.version);
+        st.current.insert(id, epoch);
         Ok(())
     }
 
@@ -782,7 +828,14 @@ impl Vault {
         } else {
             Ok(())
         };
-        let released = client.release_chain(chain.sealed());
+        // A write that sealed nothing (refused, or failed) publishes
+        // nothing: the homes keep their versions, whose numbers still match
+        // their sealed ones (`open_scope`).
+        let released = if sealed.is_ok() {
+            client.release_chain(chain.sealed())
+        } else {
+            client.abort_chain(chain.sealed())
+        };
         if access.exclusive() {
             self.note_own_versions(client, chain);
         }
@@ -811,8 +864,20 @@ impl Vault {
         // its KEK and its lifetime lasts, else a new one for the chain.
         let mut epochs: Vec<Option<Arc<Epoch>>> = Vec::with_capacity(headers.len());
         let mut policies = None;
+        let mut overwritten = None;
         for (i, h) in headers.iter().enumerate() {
             let id = chain.inner.plain.chunks()[i].0;
+            // Bytes written over the chunk through the plain API (their
+            // sealed number is not the S-DSM's): their epoch, perhaps an
+            // old one a revoked tenant still holds the key of, is never
+            // continued, nor are its policies taken.
+            if let (Some(h), Some(v)) = (h, client.local_version(id)) {
+                if h.version != v {
+                    overwritten.get_or_insert(id);
+                    epochs.push(None);
+                    continue;
+                }
+            }
             // A version under an epoch that does not verify (damaged, or
             // forged) is replaced under a new epoch: a legitimate writer
             // can always repair the chunk.
@@ -839,6 +904,26 @@ impl Vault {
             epochs.push(current.filter(|e| self.usable(e)));
         }
         if epochs.iter().any(Option::is_none) {
+            // The policies of the chain's newest epoch this process knows
+            // first (its MALLOC's may have been replaced by a new epoch).
+            let known = {
+                let st = self.lock();
+                chain
+                    .ids()
+                    .filter_map(|id| st.current.get(&id).cloned())
+                    .max_by_key(|e| e.record.created)
+            };
+            let policies = match (known, policies) {
+                (Some(e), _) => Some((e.read.clone(), e.write.clone())),
+                (None, p) => p,
+            };
+            if let (Some(id), None, None) = (overwritten, &policies, &chain.inner.protection) {
+                return Err(SatError::Integrity(format!(
+                    "protected chunk {id} was written over through the plain API, and this \
+                     process knows no current policies of its chain to seal it again under: \
+                     write it from the process that allocated it, or one that has read it"
+                )));
+            }
             let (read, write) = match (&chain.inner.protection, policies) {
                 (_, Some(p)) => p,
                 (Some(p), None) => (p.read.clone(), p.write.clone()),
@@ -880,12 +965,24 @@ impl Vault {
                 .map(|&(id, _)| st.newest.get(&id).copied().unwrap_or(0))
                 .collect()
         };
+        // The number of the release each version becomes (the home takes
+        // only the next one), which readers check it by (`open_scope`).
+        let coherent: Vec<Option<u64>> = chain
+            .inner
+            .plain
+            .chunks()
+            .iter()
+            .map(|&(id, _)| client.local_version(id))
+            .collect();
         client.with_chain_mut(chain.sealed(), |sealed| {
             for (i, h) in headers.iter().enumerate() {
                 let id = chain.inner.plain.chunks()[i].0;
                 let epoch = epochs[i].as_ref().expect("chosen");
                 let kek = epoch.kek.expect("usable epochs have their KEK");
-                let version = h.map_or(1, |h| h.version + 1).max(seen[i] + 1);
+                let version = match coherent[i] {
+                    Some(v) => v + 1,
+                    None => h.map_or(1, |h| h.version + 1).max(seen[i] + 1),
+                };
                 let object = Object::Chunk(id);
                 let key = SealKey {
                     object: &object,
@@ -901,9 +998,12 @@ impl Vault {
             }
         })?;
         let mut st = self.lock();
-        for &(id, d) in &decrypted {
+        for (i, &(id, d)) in decrypted.iter().enumerate() {
             if let Some((_, _, v, _)) = d {
                 st.newest.insert(id, v);
+            }
+            if let Some(e) = &epochs[i] {
+                st.current.insert(id, e.clone());
             }
         }
         drop(st);
@@ -1000,7 +1100,11 @@ impl Vault {
             .unwrap_or_else(|p| p.into_inner())
             .headers
             .clear();
-        let released = client.release_chain(chain.sealed());
+        let released = if r.is_ok() {
+            client.release_chain(chain.sealed())
+        } else {
+            client.abort_chain(chain.sealed())
+        };
         self.note_own_versions(client, chain);
         chain.unclaim();
         r.and(released)
