@@ -981,7 +981,9 @@ impl Vault {
                 let kek = epoch.kek.expect("usable epochs have their KEK");
                 let version = match coherent[i] {
                     Some(v) => v + 1,
-                    None => h.map_or(1, |h| h.version + 1).max(seen[i] + 1),
+                    None => h
+                        .map_or(1, |h| h.version.saturating_add(1))
+                        .max(seen[i].saturating_add(1)),
                 };
                 let object = Object::Chunk(id);
                 let key = SealKey {

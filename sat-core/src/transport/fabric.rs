@@ -90,6 +90,14 @@ pub const MAX_PAYLOAD: usize = 1 << 34;
 /// messages beyond these, so this bounds memory, not correctness.
 const RECV_SLOTS: usize = 64;
 
+/// The most eager receive slots an endpoint grows to. A packet that arrives
+/// ahead of its sender's turn waits in its slot (`sequence.rs`, at most
+/// `MAX_EARLY` per sender); a new slot is posted in its place, so that a
+/// sender holding its packets back (by accident or on purpose) never leaves
+/// the endpoint without receive buffers for the others. 1,024 slots are
+/// 16 MiB.
+const MAX_RECV_SLOTS: usize = 1024;
+
 /// Send buffers for eager packets above the inject size are allocated on
 /// demand; past this many, a send reaps completions before allocating.
 const SEND_SLOTS_SOFT: usize = 64;
@@ -1315,6 +1323,19 @@ fn validate_address(format: u32, addr: &[u8], own_len: usize) -> Result<(), Stri
 // ---------------------------------------------------------------------------
 
 impl Core {
+    /// Posts one more eager receive slot, up to [`MAX_RECV_SLOTS`].
+    fn add_eager_slot(&mut self) {
+        let slot = self.recv_buf.len();
+        if slot >= MAX_RECV_SLOTS {
+            return;
+        }
+        self.recv_ctx.push(OpCtx::new(Op::EagerRecv(slot as u32)));
+        self.recv_buf
+            .push(Some(vec![0u8; EAGER_LIMIT].into_boxed_slice()));
+        self.recv_posted.push(false);
+        self.repost_eager(slot as u32);
+    }
+
     fn post_eager_recv(&mut self, slot: u32) -> Result<(), TransportError> {
         let i = slot as usize;
         let Some(buf) = self.recv_buf[i].as_mut() else {
@@ -1610,10 +1631,15 @@ impl Core {
         let arrived = self.peers[src as usize]
             .order
             .arrive(seq, (slot, len, tag), &mut ready);
-        if let Err(((slot, len, tag), why)) = arrived {
-            warn!(tag, len, reason = why, "malformed packet dropped");
-            self.malformed += 1;
-            self.repost_eager(slot);
+        match arrived {
+            Err(((slot, len, tag), why)) => {
+                warn!(tag, len, reason = why, "malformed packet dropped");
+                self.malformed += 1;
+                self.repost_eager(slot);
+            }
+            // Held for its turn: another slot takes its place.
+            Ok(()) if !ready.iter().any(|&(s, _, _)| s == slot) => self.add_eager_slot(),
+            Ok(()) => {}
         }
         for (slot, len, tag) in ready.drain(..) {
             self.take_eager(slot, len, tag);
@@ -2900,6 +2926,88 @@ mod tests {
     #[test]
     fn announces_are_bounded_and_expire_tcp() {
         announces_are_bounded_and_expire(Provider::Tcp);
+    }
+
+    /// A sender whose packets run ahead of its next one (here 64, the most
+    /// `sequence.rs` holds) keeps them in their receive slots: the endpoint
+    /// posts others in their place, and another sender's messages still
+    /// arrive. When the missing packet comes, all 65 are delivered in order.
+    fn packets_held_back_starve_nobody(provider: Provider) {
+        let opts = FabricOptions::new(provider);
+        let open = || FabricEndpoint::open(&opts).unwrap();
+        let (a, b, c) = (open(), open(), open());
+        let table = vec![
+            a.address().to_vec(),
+            b.address().to_vec(),
+            c.address().to_vec(),
+        ];
+        let mut a = a.connect(0, &table).unwrap();
+        let mut b = b.connect(1, &table).unwrap();
+        let mut c = c.connect(2, &table).unwrap();
+        let ahead: Vec<(Vec<u8>, u64)> = (1..=64u32)
+            .map(|seq| {
+                let mut p = vec![0u8; PREFIX_LEN + 3 + 4];
+                write_prefix(&mut p, KIND_INLINE, 3, 4, 0);
+                p[PREFIX_LEN..PREFIX_LEN + 3].copy_from_slice(b"hdr");
+                p[PREFIX_LEN + 3..].copy_from_slice(&seq.to_le_bytes());
+                (p, u64::from(seq) << EAGER_SEQ_SHIFT)
+            })
+            .collect();
+        let ctxs = raw_send(&mut a, &mut b, &ahead);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut got: Vec<(Rank, Vec<u8>)> = Vec::new();
+        // Until b has taken them all in (held, each in its slot).
+        while !a.sends_drained().unwrap() || b.core.recv_buf.len() < RECV_SLOTS + 64 {
+            b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec())))
+                .unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "the packets ahead were never taken in: {} slots",
+                b.core.recv_buf.len()
+            );
+        }
+        assert!(got.is_empty(), "a packet ahead of its turn was delivered");
+        for i in 0..100u32 {
+            c.send(1, b"hdr", Payload::Copy(&i.to_le_bytes())).unwrap();
+        }
+        while got.len() < 100 || !c.sends_drained().unwrap() {
+            c.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec())))
+                .unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "another sender starved: {} of 100 arrived",
+                got.len()
+            );
+        }
+        assert!(got.iter().all(|(src, _)| *src == 2));
+        // Rank 0's turn: its packet 0, then the 64 held back.
+        a.send(1, b"hdr", Payload::Copy(&0u32.to_le_bytes()))
+            .unwrap();
+        while got.len() < 165 || !a.sends_drained().unwrap() {
+            a.poll(&mut |_, _| panic!("nothing is sent back")).unwrap();
+            b.poll(&mut |_, m| got.push((m.src, m.payload.to_vec())))
+                .unwrap();
+            assert!(
+                Instant::now() < deadline,
+                "rank 0's packets: {}",
+                got.len() - 100
+            );
+        }
+        let from_a: Vec<Vec<u8>> = got[100..].iter().map(|(_, p)| p.clone()).collect();
+        let want: Vec<Vec<u8>> = (0..=64u32).map(|s| s.to_le_bytes().to_vec()).collect();
+        assert_eq!(from_a, want);
+        drop(ctxs);
+    }
+
+    #[test]
+    fn packets_held_back_starve_nobody_shm() {
+        packets_held_back_starve_nobody(Provider::Shm);
+    }
+
+    #[test]
+    fn packets_held_back_starve_nobody_tcp() {
+        packets_held_back_starve_nobody(Provider::Tcp);
     }
 
     #[test]
