@@ -37,6 +37,9 @@
 //! 11. carl writes back A's sealed bytes from before step 6: a reader that
 //!     never saw A refuses them, and alice's next write is not sealed under
 //!     the epoch carl could read.
+//! 12. With `TENANTS_WRITE_ONLY_KEY`, carl writes C as a tenant that may
+//!     write it but not read it: alice's next write does not continue that
+//!     tenant's epoch, and the tenant cannot read it.
 
 use std::time::Duration;
 
@@ -458,6 +461,57 @@ fn tenant(c: &Client) -> RoleResult {
         _ => {}
     }
     c.barrier(31, n)?;
+
+    // 12. A write-only tenant (wanda: tenant_a and writer, without the
+    // dept-1 that C's read policy needs) writes C under an epoch she makes
+    // and knows the key of; alice reads it, writes C again, and does not
+    // continue wanda's epoch: wanda cannot read what alice wrote.
+    if let Ok(write_only) = std::env::var("TENANTS_WRITE_ONLY_KEY") {
+        let epoch_of_c = |c: &Client| -> Result<u64, SatError> {
+            let sealed = c.lookup_lst(&[C], WAIT)?;
+            c.acquire_chain(&sealed, Access::Read)?;
+            let e = c.with_chain(&sealed, |b| {
+                u64::from_le_bytes(b[8..16].try_into().unwrap())
+            })?;
+            c.release_chain(&sealed)?;
+            Ok(e)
+        };
+        let wanda = if me == CARL {
+            Some(Vault::load(std::path::Path::new(&write_only))?)
+        } else {
+            None
+        };
+        let mut wandas_epoch = None;
+        if let Some(w) = &wanda {
+            let wc = w.lookup_lst(c, &[C], WAIT)?;
+            w.put(c, &wc, &pattern(0xC1, 64))?;
+            wandas_epoch = Some(epoch_of_c(c)?);
+        }
+        c.barrier(32, n)?;
+        if me == ALICE {
+            assert_eq!(
+                v.get(c, &cc)?,
+                pattern(0xC1, 64),
+                "alice reads wanda's write"
+            );
+            v.put(c, &cc, &pattern(0xC2, 64))?;
+        }
+        c.barrier(33, n)?;
+        if let Some(w) = &wanda {
+            assert_ne!(
+                Some(epoch_of_c(c)?),
+                wandas_epoch,
+                "alice sealed under the epoch of a tenant that may not read it"
+            );
+            let wc = w.lookup_lst(c, &[C], WAIT)?;
+            expect_denied(
+                "C written after wanda's write, read by wanda",
+                w.get(c, &wc),
+            );
+            println!("rank {me}: step 12 done");
+        }
+    }
+    c.barrier(34, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

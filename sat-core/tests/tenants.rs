@@ -35,6 +35,9 @@ impl Keys {
         // mallory may write tenant_a's data, but the authority revoked her.
         let mallory = auth.issue("mallory", &["tenant_a", "writer"]).unwrap();
         mallory.save(&dir.join("revoked.key")).unwrap();
+        // wanda may write C but not read it (C's read policy needs dept-1).
+        let wanda = auth.issue("wanda", &["tenant_a", "writer"]).unwrap();
+        wanda.save(&dir.join("write-only.key")).unwrap();
         auth.revoke(None, &[mallory.certificate().serial])
             .save(&dir.join("revoked.crl"))
             .unwrap();
@@ -64,7 +67,12 @@ fn check_homes(dump: &std::path::Path) {
     let plaintexts: Vec<Vec<u8>> = [0xA0, 0xA1, 0xA2, 0xA3, 0xA4, 0xA5, 0xA6, 0xA7, 0xA8]
         .iter()
         .map(|&t| pattern(t, 1000))
-        .chain([pattern(0xB0, 500), pattern(0xC0, 64)])
+        .chain([
+            pattern(0xB0, 500),
+            pattern(0xC0, 64),
+            pattern(0xC1, 64),
+            pattern(0xC2, 64),
+        ])
         .collect();
     for entry in std::fs::read_dir(dump).expect("the servers dumped their homes") {
         let path = entry.unwrap().path();
@@ -96,6 +104,7 @@ fn two_tenants(provider: &str) {
         .env("SAT_ABE_KEY", keys.pattern())
         .env("SAT_ABE_CRL", keys.0.join("revoked.crl"))
         .env("TENANTS_REVOKED_KEY", keys.0.join("revoked.key"))
+        .env("TENANTS_WRITE_ONLY_KEY", keys.0.join("write-only.key"))
         .env("SAT_HOME_DUMP", &dump));
     let stdout = text(&out.stdout);
     assert!(
@@ -126,6 +135,8 @@ fn two_tenants(provider: &str) {
         "A written after carl's rollback: access denied",
         "rank 2: step 11 done",
         "rank 4: step 11 done",
+        "C written after wanda's write, read by wanda: access denied",
+        "rank 5: step 12 done",
         "rank 2: step 9 done",
         "rank 4: step 9 done",
         "B by a tenant_a key: access denied",

@@ -900,6 +900,16 @@ impl Vault {
             if let Some(e) = &current {
                 policies.get_or_insert((e.read.clone(), e.write.clone()));
             }
+            // An epoch whose author may not read it (a write-only tenant's)
+            // is never continued by another writer: its author knows the
+            // KEK, and would read what others seal under it.
+            let current = match current {
+                Some(e) if e.record.author != self.key.certificate().id() => {
+                    let author = self.certificate(client, &e.record.author)?;
+                    author.satisfies(&e.read).then_some(e)
+                }
+                other => other,
+            };
             let current = current.map(|e| self.unwrapped_if_readable(e));
             epochs.push(current.filter(|e| self.usable(e)));
         }
@@ -1350,10 +1360,13 @@ impl Vault {
     /// and cached; access denied when the attributes do not satisfy the
     /// epoch's read policy.
     fn kek(&self, epoch: &Arc<Epoch>, what: &str) -> SatResult<[u8; 32]> {
-        if let Some(k) = epoch.kek {
+        // The read policy first, even for a KEK this process holds: a
+        // write-only tenant holds the KEK of the epochs it made, and may
+        // still not read under them.
+        let attrs: Vec<&str> = self.key.attributes().iter().map(String::as_str).collect();
+        if let (Some(k), true) = (epoch.kek, epoch.read.satisfied_by(&attrs)) {
             return Ok(k);
         }
-        let attrs: Vec<&str> = self.key.attributes().iter().map(String::as_str).collect();
         if !epoch.read.satisfied_by(&attrs) {
             return Err(SatError::AccessDenied(format!(
                 "{what}: tenant {:?} with attributes {:?} may not read it (read policy {})",
