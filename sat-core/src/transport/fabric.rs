@@ -2650,6 +2650,23 @@ mod tests {
         (a.connect(0, &table).unwrap(), b.connect(1, &table).unwrap())
     }
 
+    /// Three endpoints of one provider, ranks 0, 1 and 2 of one table.
+    fn trio(provider: Provider) -> (FabricTransport, FabricTransport, FabricTransport) {
+        let opts = FabricOptions::new(provider);
+        let open = || FabricEndpoint::open(&opts).unwrap();
+        let (a, b, c) = (open(), open(), open());
+        let table = vec![
+            a.address().to_vec(),
+            b.address().to_vec(),
+            c.address().to_vec(),
+        ];
+        (
+            a.connect(0, &table).unwrap(),
+            b.connect(1, &table).unwrap(),
+            c.connect(2, &table).unwrap(),
+        )
+    }
+
     /// Sends each packet with its tag as-is, outside the transport's framing.
     /// They count as outstanding so that `sends_drained` waits for their
     /// completions before the caller frees the buffers and contexts.
@@ -2845,17 +2862,7 @@ mod tests {
     /// buffer; meanwhile another sender's messages are delivered, and the
     /// first sender's later messages flow again.
     fn announces_are_bounded_and_expire(provider: Provider) {
-        let opts = FabricOptions::new(provider);
-        let open = || FabricEndpoint::open(&opts).unwrap();
-        let (a, b, c) = (open(), open(), open());
-        let table = vec![
-            a.address().to_vec(),
-            b.address().to_vec(),
-            c.address().to_vec(),
-        ];
-        let mut a = a.connect(0, &table).unwrap();
-        let mut b = b.connect(1, &table).unwrap();
-        let mut c = c.connect(2, &table).unwrap();
+        let (mut a, mut b, mut c) = trio(provider);
         b.core.patience = Duration::from_millis(300);
         let extra = 3;
         let packets: Vec<(Vec<u8>, u64)> = (0..LARGE_POSTED_PER_PEER + extra)
@@ -2933,17 +2940,7 @@ mod tests {
     /// posts others in their place, and another sender's messages still
     /// arrive. When the missing packet comes, all 65 are delivered in order.
     fn packets_held_back_starve_nobody(provider: Provider) {
-        let opts = FabricOptions::new(provider);
-        let open = || FabricEndpoint::open(&opts).unwrap();
-        let (a, b, c) = (open(), open(), open());
-        let table = vec![
-            a.address().to_vec(),
-            b.address().to_vec(),
-            c.address().to_vec(),
-        ];
-        let mut a = a.connect(0, &table).unwrap();
-        let mut b = b.connect(1, &table).unwrap();
-        let mut c = c.connect(2, &table).unwrap();
+        let (mut a, mut b, mut c) = trio(provider);
         let ahead: Vec<(Vec<u8>, u64)> = (1..=64u32)
             .map(|seq| {
                 let mut p = vec![0u8; PREFIX_LEN + 3 + 4];
