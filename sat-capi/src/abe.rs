@@ -17,7 +17,7 @@ use std::ffi::{c_char, c_void, CStr};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sat_core::abe::seal::{write_policy_label, Header};
+use sat_core::abe::seal::{label_has_write_policy, Header};
 use sat_core::abe::{Policy, Protection, SecureChain, Vault};
 use sat_core::chunk::{check_chain_size, ChainLayout, NO_LABEL};
 use sat_core::client::{Chain, Client};
@@ -235,10 +235,13 @@ pub unsafe extern "C" fn sat_malloc_protected(
         if let Some(h) = existing(&ids) {
             // SAFETY: a live handle of this library.
             let inner = unsafe { &*(*h).internal };
-            let label = write_policy_label(&protection.write);
             let has = match inner.protected() {
                 None => Some("as a plain chain".to_string()),
-                Some(_) if c.label_of(ids[0]) != Some(label) => {
+                Some(_)
+                    if !c
+                        .label_of(ids[0])
+                        .is_some_and(|l| label_has_write_policy(&l, &protection.write)) =>
+                {
                     Some("protected under another write policy".to_string())
                 }
                 Some(_)

@@ -40,6 +40,10 @@
 //! 12. With `TENANTS_WRITE_ONLY_KEY`, carl writes C as a tenant that may
 //!     write it but not read it: alice's next write does not continue that
 //!     tenant's epoch, and the tenant cannot read it.
+//! 13. With the same key, on a chain D that tenant could read until a new
+//!     epoch: sealing new versions under the old epoch, or under an epoch
+//!     of its own that gives its read access back, gets it nothing
+//!     ([`revoked_writer`]).
 
 use std::time::Duration;
 
@@ -512,8 +516,204 @@ fn tenant(c: &Client) -> RoleResult {
         }
     }
     c.barrier(34, n)?;
+    if let Ok(write_only) = std::env::var("TENANTS_WRITE_ONLY_KEY") {
+        revoked_writer(c, &v, std::path::Path::new(&write_only))?;
+    }
+    c.barrier(45, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
+}
+
+/// Step 13: a tenant whose read access was revoked but who may still write
+/// (wanda: `tenant_a writer`) tries to read what is written after: chain D
+/// (read `tenant_a`, write `tenant_a and writer`) moves to a new epoch
+/// whose read policy also needs `dept-1`. Wanda seals new versions of her
+/// own with the plain API: under the old epoch she kept the KEK of (the
+/// home refuses it, whichever parent its header names), and under a new
+/// epoch of hers that gives the read policy back to `tenant_a` (the home
+/// takes it, every reader refuses it). alice writes D again, a reader that
+/// never saw D reads it, and wanda cannot.
+fn revoked_writer(c: &Client, v: &Vault, wanda_key: &std::path::Path) -> RoleResult {
+    const D: u64 = 400;
+    let ids: Vec<u64> = vec![D, D + 1];
+    let (me, n) = (c.rank(), c.client_count());
+    let both = Protection::new("tenant_a", "tenant_a and writer")?;
+    let epoch_of_d = |c: &Client| -> Result<u64, SatError> {
+        let sealed = c.lookup_lst(&ids, WAIT)?;
+        c.acquire_chain(&sealed, Access::Read)?;
+        let e = c.with_chain(&sealed, head_epoch)?;
+        c.release_chain(&sealed)?;
+        Ok(e)
+    };
+    if me == ALICE {
+        let d = v.malloc_lst(c, ProtocolId::default(), &ids, &[CHUNK], &both)?;
+        v.put(c, &d, &pattern(0xD1, 2 * CHUNK))?;
+    }
+    c.barrier(35, n)?;
+    // wanda reads D and keeps the epoch's KEK.
+    let wanda = (me == CARL)
+        .then(|| TenantKey::load(wanda_key).map_err(|e| e.to_string()))
+        .transpose()?;
+    let wanda_vault = (me == CARL).then(|| Vault::load(wanda_key)).transpose()?;
+    let mut old = None;
+    if let (Some(key), Some(w)) = (&wanda, &wanda_vault) {
+        let wd = w.lookup_lst(c, &ids, WAIT)?;
+        assert_eq!(w.get(c, &wd)?, pattern(0xD1, 2 * CHUNK), "wanda reads D");
+        let e1 = epoch_of_d(c)?;
+        let record =
+            EpochRecord::from_bytes(&c.read_symbol(&format!("sat.abe/epoch/{e1:016x}"), WAIT)?)
+                .map_err(|e| e.to_string())?;
+        let kek: [u8; 32] = sat_core::abe::Abe::unwrap(&Ac17, key.abe_key(), &record.wrapped_kek)
+            .map_err(|e| e.to_string())?
+            .try_into()
+            .unwrap();
+        old = Some((record, kek));
+    }
+    c.barrier(36, n)?;
+    // alice takes `tenant_a` alone off D's readers.
+    if me == ALICE {
+        let d = v.lookup_lst(c, &ids, WAIT)?;
+        v.new_epoch(c, &d, Some(&Policy::parse("tenant_a and dept-1").unwrap()))?;
+        v.put(c, &d, &pattern(0xD2, 2 * CHUNK))?;
+    }
+    c.barrier(37, n)?;
+    // The newest epoch, which the home keeps whatever wanda releases.
+    let e2 = epoch_of_d(c)?;
+    if let (Some(key), Some((record, kek)), Some(w)) = (&wanda, &old, &wanda_vault) {
+        let wd = w.lookup_lst(c, &ids, WAIT)?;
+        expect_denied("D after wanda's read access was revoked", w.get(c, &wd));
+        assert_ne!(e2, record.epoch, "a new epoch");
+        // Under the old epoch, naming its true parent, then the newest as
+        // its parent. (Her own copy keeps her bytes until the next write:
+        // the home does not tell a releaser it refused.)
+        let mine = pattern(0x77, CHUNK);
+        for parent in [record.parent_of(&Object::Chunk(D)).unwrap(), e2] {
+            seal_raw(c, &ids, key, record, kek, parent, &mine)?;
+        }
+    }
+    c.barrier(38, n)?;
+    if me == ALICE {
+        assert_eq!(
+            epoch_of_d(c)?,
+            e2,
+            "the home took a version sealed under an old epoch"
+        );
+        let d = v.lookup_lst(c, &ids, WAIT)?;
+        expect_integrity("D after the home refused wanda's versions", v.get(c, &d));
+    }
+    c.barrier(39, n)?;
+    // An epoch of wanda's own, over the newest, giving D back to tenant_a.
+    if let Some(key) = &wanda {
+        let read = Policy::parse("tenant_a").unwrap();
+        let write = Policy::parse("tenant_a and writer").unwrap();
+        let (mine, kek) = EpochRecord::create(
+            &Ac17,
+            key,
+            Cover::Chunks(ids.clone()),
+            vec![e2; 2],
+            &read,
+            &write,
+        )
+        .map_err(|e| e.to_string())?;
+        c.write_symbol(
+            &format!("sat.abe/epoch/{:016x}", mine.epoch),
+            &mine.to_bytes(),
+        )?;
+        seal_raw(c, &ids, key, &mine, &kek, e2, &pattern(0x78, CHUNK))?;
+        c.write_symbol("tenants/wandas-epoch", &mine.epoch.to_le_bytes())?;
+    }
+    c.barrier(40, n)?;
+    if me == ALICE {
+        let wandas = c.read_symbol("tenants/wandas-epoch", WAIT)?;
+        assert_eq!(
+            epoch_of_d(c)?.to_le_bytes().to_vec(),
+            wandas,
+            "the home takes a new epoch over the newest"
+        );
+        let d = v.lookup_lst(c, &ids, WAIT)?;
+        match v.get(c, &d) {
+            Err(SatError::Integrity(why)) => assert!(
+                why.contains("only a tenant that can read the data may change who reads it"),
+                "{why}"
+            ),
+            other => panic!(
+                "D under wanda's epoch: expected an integrity error, got {:?}",
+                other.map(|d| d.len())
+            ),
+        }
+        // alice writes again over it: readable by her, under an epoch
+        // whose read policy is the revoking one.
+        v.put(c, &d, &pattern(0xD3, 2 * CHUNK))?;
+    }
+    c.barrier(41, n)?;
+    if me == ALICE {
+        let fresh = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
+        let fd = fresh.lookup_lst(c, &ids, WAIT)?;
+        assert_eq!(
+            fresh.get(c, &fd)?,
+            pattern(0xD3, 2 * CHUNK),
+            "a reader that never saw D reads it"
+        );
+    }
+    if let (Some((record, _)), Some(w)) = (&old, &wanda_vault) {
+        let e3 = epoch_of_d(c)?;
+        assert_ne!(e3, record.epoch);
+        let wd = w.lookup_lst(c, &ids, WAIT)?;
+        expect_denied(
+            "D written after wanda's attempts, read by wanda",
+            w.get(c, &wd),
+        );
+        println!("rank {me}: step 13 done");
+    }
+    Ok(())
+}
+
+/// Writes a version of every chunk of `ids` sealed by `key` under
+/// `record` (whose KEK is `kek`), naming `parent`, through the plain API,
+/// numbered as the next release.
+fn seal_raw(
+    c: &Client,
+    ids: &[u64],
+    key: &TenantKey,
+    record: &EpochRecord,
+    kek: &[u8; 32],
+    parent: u64,
+    plain: &[u8],
+) -> RoleResult {
+    let sealed = c.lookup_lst(ids, WAIT)?;
+    c.acquire_chain(&sealed, Access::ReadWrite)?;
+    let versions: Vec<u64> = ids
+        .iter()
+        .map(|&id| c.local_version(id).unwrap() + 1)
+        .collect();
+    c.with_chain_mut(&sealed, |bytes| {
+        let layout = sealed.layout();
+        for (i, &(id, _)) in layout.chunks().iter().enumerate() {
+            let object = Object::Chunk(id);
+            let k = SealKey {
+                object: &object,
+                epoch: record.epoch,
+                parent,
+                record: record.digest(),
+                kek,
+            };
+            seal::seal(
+                &k,
+                versions[i],
+                Aead::Aes256Gcm,
+                key,
+                plain,
+                &mut bytes[layout.range(i)],
+            );
+        }
+    })?;
+    c.release_chain(&sealed)?;
+    Ok(())
+}
+
+/// The epoch a sealed chunk's header names (bytes 8..16).
+fn head_epoch(sealed: &[u8]) -> u64 {
+    u64::from_le_bytes(sealed[8..16].try_into().unwrap())
 }
 
 /// rita writes an epoch record with a write policy she satisfies, and a
@@ -526,14 +726,29 @@ fn forge_epoch(c: &Client, v: &Vault, ids: &[u64]) -> RoleResult {
     ))
     .map_err(|e| e.to_string())?;
     let mine = Policy::parse("tenant_a").unwrap();
-    let (record, kek) = EpochRecord::create(&Ac17, &key, Cover::Chunks(ids.to_vec()), &mine, &mine)
-        .map_err(|e| e.to_string())?;
+    let sealed = c.lookup_lst(ids, WAIT)?;
+    c.acquire_chain(&sealed, Access::ReadWrite)?;
+    // Started over each chunk's newest epoch, so that the homes take it
+    // (`server/epochs.rs`): then the readers are the ones to refuse it.
+    let parents = c.with_chain(&sealed, |bytes| {
+        let layout = sealed.layout();
+        (0..layout.len())
+            .map(|i| head_epoch(&bytes[layout.range(i)]))
+            .collect::<Vec<u64>>()
+    })?;
+    let (record, kek) = EpochRecord::create(
+        &Ac17,
+        &key,
+        Cover::Chunks(ids.to_vec()),
+        parents.clone(),
+        &mine,
+        &mine,
+    )
+    .map_err(|e| e.to_string())?;
     c.write_symbol(
         &format!("sat.abe/epoch/{:016x}", record.epoch),
         &record.to_bytes(),
     )?;
-    let sealed = c.lookup_lst(ids, WAIT)?;
-    c.acquire_chain(&sealed, Access::ReadWrite)?;
     c.with_chain_mut(&sealed, |bytes| {
         let layout = sealed.layout();
         for (i, &(id, size)) in layout.chunks().iter().enumerate() {
@@ -541,6 +756,7 @@ fn forge_epoch(c: &Client, v: &Vault, ids: &[u64]) -> RoleResult {
             let k = SealKey {
                 object: &object,
                 epoch: record.epoch,
+                parent: parents[i],
                 record: record.digest(),
                 kek: &kek,
             };

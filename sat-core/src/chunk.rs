@@ -58,6 +58,38 @@ pub enum ChunkError {
     ChainTooLarge { size: u64, memory: u64 },
 }
 
+/// The part of a protected chunk's sealed header that its home reads.
+///
+/// The encryption layer (`abe::seal`, feature `abe`) writes these headers;
+/// the home holds no key and verifies no signature, but it can keep a
+/// chunk's key epochs in one line: a release is taken only under the
+/// chunk's newest epoch or under a child of it (`server/epochs.rs`). The
+/// layout lives here, outside the feature, so both sides read one
+/// definition.
+pub mod sealed {
+    use std::ops::Range;
+
+    pub const MAGIC: [u8; 4] = *b"SATe";
+    /// Format 2 added the parent epoch.
+    pub const FORMAT: u8 = 2;
+    /// Bytes before the ciphertext.
+    pub const HEADER: usize = 144;
+    pub const EPOCH: Range<usize> = 8..16;
+    /// The epoch this version's epoch was started over (0 for a first
+    /// epoch): the chunk's newest when its writer began it.
+    pub const PARENT: Range<usize> = 136..144;
+
+    /// The (epoch, parent epoch) a sealed version's header names, None
+    /// when `bytes` do not start with a header of this format.
+    pub fn epoch_link(bytes: &[u8]) -> Option<(u64, u64)> {
+        if bytes.len() < HEADER || bytes[..4] != MAGIC || bytes[4] != FORMAT {
+            return None;
+        }
+        let at = |r: Range<usize>| u64::from_le_bytes(bytes[r].try_into().expect("8 bytes"));
+        Some((at(EPOCH), at(PARENT)))
+    }
+}
+
 /// Refuses a chain whose local copy could never fit in memory (the local
 /// data of a chain is one contiguous buffer, and failing to allocate it
 /// would end the process).

@@ -56,6 +56,11 @@ pub fn targets() -> Vec<Target> {
             corpus: address_corpus,
             check: connection_string,
         },
+        Target {
+            name: "home-epoch-line",
+            corpus: crate::server::epochs::fuzzing::corpus,
+            check: crate::server::epochs::fuzzing::input,
+        },
     ];
     #[cfg(feature = "abe")]
     {

@@ -69,6 +69,7 @@ struct ServerState<'t> {
     send_failures: Vec<(Rank, TransportError)>,
 }
 
+pub(crate) mod epochs;
 mod events;
 pub(crate) mod host;
 mod membership;
@@ -92,6 +93,9 @@ struct HomeEntry {
     /// than this is counted but not told (the subscribers already heard of
     /// a newer one, and a handler's last event must be the newest).
     published: crate::protocol::Version,
+    /// A protected chunk's (labelled: the encryption layer's) key epochs in
+    /// order (`server/epochs.rs`); None for a plain chunk.
+    epochs: Option<epochs::EpochLine>,
 }
 
 impl HomeEntry {
@@ -731,7 +735,13 @@ impl ServerState<'_> {
                     return;
                 }
                 if self.alloc.size_of(chunk).is_none() {
-                    let slot = match self.host.as_mut().map(|h| h.allocate(size as usize)) {
+                    // A protected chunk stays on the message path even on one
+                    // host: clients write a host slot themselves, so only a
+                    // release that comes through the home can have its key
+                    // epoch checked (`server/epochs.rs`).
+                    let protected = label != crate::chunk::NO_LABEL;
+                    let host = self.host.as_mut().filter(|_| !protected);
+                    let slot = match host.map(|h| h.allocate(size as usize)) {
                         None => None,
                         Some(Ok(slot)) => Some(slot),
                         Some(Err(e)) => {
@@ -753,6 +763,7 @@ impl ServerState<'_> {
                             subscribers: Default::default(),
                             slot,
                             published: 0,
+                            epochs: protected.then(epochs::EpochLine::default),
                         },
                     );
                 }
@@ -884,8 +895,22 @@ impl ServerState<'_> {
             return;
         };
         let to_home = mesi::to_home(op).expect("checked for_home");
-        let data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
+        let mut data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
             .then_some(m.payload);
+        // A protected chunk's release outside its line of key epochs
+        // publishes the current bytes again (`server/epochs.rs`).
+        let kept;
+        if let (CoherenceOp::Release { .. }, Some(line)) = (op, entry.epochs.as_mut()) {
+            if let Err(why) = line.admit(m.payload) {
+                tracing::warn!(
+                    "server {}: release of protected chunk {chunk} by client {client} refused: \
+                     {why}; its current version is published again",
+                    self.rank
+                );
+                kept = entry.side.data().clone();
+                data = Some(&kept[..]);
+            }
+        }
         let mut outs = std::mem::take(&mut self.home_out);
         let before = entry.side.version();
         match entry.side.on_message(client, to_home, data, &mut outs) {

@@ -29,6 +29,7 @@ fn key() -> SealKey<'static> {
     SealKey {
         object: &OBJECT,
         epoch: 7,
+        parent: 3,
         record: [0x52; 32],
         kek: &KEK,
     }
@@ -43,9 +44,15 @@ fn material() -> &'static Material {
             .expect("a tenant");
         let read = Policy::parse("tenant_a or admin").expect("a policy");
         let write = Policy::parse("tenant_a and writer").expect("a policy");
-        let (record, _) =
-            EpochRecord::create(&Ac17, &writer, Cover::Chunks(vec![5, 6]), &read, &write)
-                .expect("an epoch");
+        let (record, _) = EpochRecord::create(
+            &Ac17,
+            &writer,
+            Cover::Chunks(vec![5, 6]),
+            vec![0, 0],
+            &read,
+            &write,
+        )
+        .expect("an epoch");
         let plain: Vec<u8> = (0..PLAIN as u32).map(|i| (i * 7) as u8).collect();
         let mut sealed = vec![0u8; seal::sealed_len(PLAIN)];
         seal::seal(&key(), 3, Aead::preferred(), &writer, &plain, &mut sealed);

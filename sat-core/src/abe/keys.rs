@@ -372,8 +372,15 @@ impl Certificate {
         }
     }
 
-    /// Checks the authority's signature.
+    /// Checks the authority's signature and the expiry.
     pub fn verify(&self, authority: &AuthorityPublic) -> Result<(), KeyError> {
+        self.verify_issued(authority)?;
+        self.check_unexpired()
+    }
+
+    /// Checks that the authority issued this certificate, whatever its
+    /// expiry: enough to know whose attributes signed a past epoch.
+    pub fn verify_issued(&self, authority: &AuthorityPublic) -> Result<(), KeyError> {
         let key = VerifyingKey::from_bytes(&authority.verifying)
             .map_err(|e| self.bad(format!("the authority's key: {e}")))?;
         let sig = unhex_array::<64>("signature", &self.signature).map_err(|w| self.bad(w))?;
@@ -387,6 +394,11 @@ impl Certificate {
             .map_err(|_| {
                 self.bad("not signed by this authority (forged, damaged, or of another authority)")
             })?;
+        self.verifying_key().map(|_| ())
+    }
+
+    /// Checks that the certificate has not expired.
+    pub fn check_unexpired(&self) -> Result<(), KeyError> {
         if now_secs() > self.not_after {
             return Err(self.bad(format!(
                 "expired (valid until {} seconds after 1970, UTC): have the authority issue a \
@@ -394,7 +406,7 @@ impl Certificate {
                 self.not_after
             )));
         }
-        self.verifying_key().map(|_| ())
+        Ok(())
     }
 
     /// Whether the certified attributes satisfy `policy`.

@@ -26,9 +26,10 @@ use sha2::{Digest, Sha256};
 
 use super::keys::{random, Certificate, TenantKey};
 use super::Policy;
+use crate::chunk::sealed;
 
 /// Bytes before the ciphertext in a sealed version.
-pub const HEADER: usize = 136;
+pub const HEADER: usize = sealed::HEADER;
 /// One AEAD tag, after the ciphertext, per segment.
 pub const TAG: usize = 16;
 /// A version is sealed as segments of this many bytes (the last one
@@ -64,8 +65,8 @@ pub fn plain_len(sealed: usize) -> Option<usize> {
     }
 }
 
-const MAGIC: [u8; 4] = *b"SATe";
-const FORMAT: u8 = 1;
+const MAGIC: [u8; 4] = sealed::MAGIC;
+const FORMAT: u8 = sealed::FORMAT;
 
 /// Why a sealed version or record was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,15 +159,44 @@ impl Object {
     }
 }
 
-/// The label a protected chunk carries at its home: the digest of its
-/// write policy. Readers take the write policy from the epoch record only
-/// when it hashes to this label, so a tenant cannot bring a write policy
-/// of its own (see [`crate::chunk::Label`]).
-pub fn write_policy_label(write: &Policy) -> [u8; 32] {
+/// The label a protected chunk carries at its home: 16 bytes of a digest
+/// of its write policy, then 16 of a digest of its **owner**'s tenant name
+/// (the tenant that created it; a name, so that the owner's keys can be
+/// issued again). Readers take the write policy from an epoch record only
+/// when it matches the first half, so a tenant cannot bring a write policy
+/// of its own (see [`crate::chunk::Label`]); the second half names the one
+/// tenant that may always say who reads the chain (`abe::vault`, lines of
+/// epochs). 128 bits each: finding another policy or name with the same
+/// half is a second preimage of that size.
+pub fn chunk_label(write: &Policy, owner: &str) -> [u8; 32] {
+    let mut label = [0u8; 32];
+    label[..16].copy_from_slice(&write_digest(write));
+    label[16..].copy_from_slice(&owner_digest(owner));
+    label
+}
+
+/// Whether `label` is that of chunks with write policy `write`.
+pub fn label_has_write_policy(label: &[u8; 32], write: &Policy) -> bool {
+    label[..16] == write_digest(write)
+}
+
+/// Whether `label` names tenant `tenant` as the chunks' owner.
+pub fn label_has_owner(label: &[u8; 32], tenant: &str) -> bool {
+    label[16..] == owner_digest(tenant)
+}
+
+fn write_digest(write: &Policy) -> [u8; 16] {
     let mut h = Sha256::new();
     h.update(b"sat-abe write policy 1\0");
     h.update(write.to_pairs().as_bytes());
-    h.finalize().into()
+    h.finalize()[..16].try_into().expect("16 bytes")
+}
+
+fn owner_digest(tenant: &str) -> [u8; 16] {
+    let mut h = Sha256::new();
+    h.update(b"sat-abe owner 1\0");
+    h.update(tenant.as_bytes());
+    h.finalize()[..16].try_into().expect("16 bytes")
 }
 
 /// What one epoch's KEK protects: the chunks of a chain (one CP-ABE wrap
@@ -202,11 +232,19 @@ impl Cover {
     }
 }
 
-/// One key epoch. Epochs are named by a random 64-bit id rather than a
-/// counter: two writers that start epochs for the same chunks at once
-/// (each inside its own write scope, on chunks of different chains) can
-/// then never give two records the same name. The order of versions is
-/// kept by their version numbers, not by epochs.
+/// One key epoch. An epoch is named by the first 8 bytes of a digest of
+/// its record ([`EpochRecord::derived_id`]): nobody can make another record
+/// under the name of one a home has taken (that would take a second
+/// preimage of 64 bits), and two writers that start epochs at once (each
+/// with its own random KEK) never give two records one name.
+///
+/// Epochs are ordered: each names, for every object it covers, its
+/// **parent**, the object's newest epoch when it was started (0 for a first
+/// epoch). Homes take a chunk's versions only under its newest epoch or a
+/// child of it (`server/epochs.rs`), and readers accept an epoch that
+/// changes who reads only from an author that could read under its parent
+/// (`abe::vault`): so neither sealing under an old epoch nor starting a
+/// new one gives a revoked tenant back what it lost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochRecord {
     pub cover: Cover,
@@ -221,6 +259,9 @@ pub struct EpochRecord {
     pub created: u64,
     /// The certificate id of the writer that made the epoch.
     pub author: [u8; 32],
+    /// Each covered object's parent epoch, in the cover's order (one for a
+    /// symbol); 0 for none.
+    pub parents: Vec<u64>,
     #[serde(with = "serde_sig")]
     pub signature: [u8; 64],
 }
@@ -244,10 +285,10 @@ impl EpochRecord {
         abe: &dyn super::Abe,
         author: &TenantKey,
         cover: Cover,
+        parents: Vec<u64>,
         read: &Policy,
         write: &Policy,
     ) -> Result<(EpochRecord, [u8; 32]), super::AbeError> {
-        let epoch = u64::from_le_bytes(random::<8>());
         let kek = random::<32>();
         let wrapped_kek = abe.wrap(&author.authority().abe_public, read, &kek)?;
         let created = std::time::SystemTime::now()
@@ -256,31 +297,61 @@ impl EpochRecord {
             .unwrap_or(0);
         let mut record = EpochRecord {
             cover,
-            epoch,
+            epoch: 0,
             read_policy: read.to_pairs(),
             write_policy: write.to_pairs(),
             wrapped_kek,
             created,
             author: author.certificate().id(),
+            parents,
             signature: [0; 64],
         };
+        record.epoch = record.derived_id();
         record.signature = author.sign(&record.signed_bytes());
         Ok((record, kek))
     }
 
+    /// The id a record's content names it by: the first 8 bytes of a
+    /// SHA-256 digest of everything it signs but the id itself.
+    pub fn derived_id(&self) -> u64 {
+        let mut h = Sha256::new();
+        h.update(b"sat-abe epoch id 2\0");
+        h.update(self.signed_fields());
+        u64::from_le_bytes(h.finalize()[..8].try_into().expect("8 bytes"))
+    }
+
+    /// The parent epoch this record names for `object`, None when it does
+    /// not cover it.
+    pub fn parent_of(&self, object: &Object) -> Option<u64> {
+        let at = match (&self.cover, object) {
+            (Cover::Chunks(ids), Object::Chunk(id)) => ids.iter().position(|i| i == id)?,
+            (Cover::Symbol(a), Object::Symbol(b)) if a == b => 0,
+            _ => return None,
+        };
+        self.parents.get(at).copied()
+    }
+
     fn signed_bytes(&self) -> Vec<u8> {
-        let mut b = b"sat-abe epoch 1\0".to_vec();
+        let mut b = b"sat-abe epoch 2\0".to_vec();
+        b.extend_from_slice(&self.epoch.to_le_bytes());
+        b.extend_from_slice(&self.signed_fields());
+        b
+    }
+
+    fn signed_fields(&self) -> Vec<u8> {
+        let mut b = Vec::new();
         let mut field = |f: &[u8]| {
             b.extend_from_slice(&(f.len() as u64).to_le_bytes());
             b.extend_from_slice(f);
         };
         field(&self.cover.bytes());
-        field(&self.epoch.to_le_bytes());
         field(self.read_policy.as_bytes());
         field(self.write_policy.as_bytes());
         field(&self.wrapped_kek);
         field(&self.created.to_le_bytes());
         field(&self.author);
+        let parents: Vec<u8> = self.parents.iter().flat_map(|p| p.to_le_bytes()).collect();
+        field(&parents);
         b
     }
 
@@ -328,6 +399,15 @@ impl EpochRecord {
                 self.cover, self.epoch
             )));
         }
+        let covered = match &self.cover {
+            Cover::Chunks(ids) => ids.len(),
+            Cover::Symbol(_) => 1,
+        };
+        if self.epoch != self.derived_id() || self.parents.len() != covered {
+            return Err(SealError::Integrity(format!(
+                "the record found for epoch {epoch:016x} is not the one that name was made for"
+            )));
+        }
         // The signature before anything is parsed: unsigned text never
         // reaches the policy parser.
         if author.id() != self.author
@@ -339,7 +419,7 @@ impl EpochRecord {
         }
         let (_, write) = self.policies()?;
         if let Some(label) = label {
-            if &write_policy_label(&write) != label {
+            if !label_has_write_policy(label, &write) {
                 return Err(SealError::Writer(format!(
                     "epoch {epoch:016x} names the write policy {write}, which is not the one \
                      the chunk was created with"
@@ -367,11 +447,14 @@ pub struct Header {
     pub writer: [u8; 32],
     pub nonce: [u8; 12],
     pub signature: [u8; 64],
+    /// The epoch's parent for this object (as its record names it): what
+    /// the home checks the order of epochs by, without the record.
+    pub parent: u64,
 }
 
 // Header layout: magic 0..4, format 4, aead 5, reserved 6..8, epoch 8..16,
 // version 16..24, writer 24..56, nonce 56..68, reserved 68..72,
-// signature 72..136.
+// signature 72..136, parent epoch 136..144 (`crate::chunk::sealed`).
 
 impl Header {
     /// The header of `sealed`, None when the region was never written.
@@ -408,6 +491,7 @@ impl Header {
             writer: sealed[24..56].try_into().expect("32"),
             nonce: sealed[56..68].try_into().expect("12"),
             signature: sealed[72..136].try_into().expect("64"),
+            parent: u64_at(sealed::PARENT.start),
         }))
     }
 
@@ -422,13 +506,15 @@ impl Header {
         out[56..68].copy_from_slice(&self.nonce);
         out[68..72].fill(0);
         out[72..136].copy_from_slice(&self.signature);
+        out[sealed::PARENT].copy_from_slice(&self.parent.to_le_bytes());
     }
 
     /// The authenticated data: everything the version is bound to.
     fn aad(&self, object: &Object, record: &[u8; 32]) -> Vec<u8> {
-        let mut a = b"sat-abe version 1\0".to_vec();
+        let mut a = b"sat-abe version 2\0".to_vec();
         a.push(self.aead as u8);
         a.extend_from_slice(&self.epoch.to_le_bytes());
+        a.extend_from_slice(&self.parent.to_le_bytes());
         a.extend_from_slice(&self.version.to_le_bytes());
         a.extend_from_slice(&self.writer);
         a.extend_from_slice(record);
@@ -487,6 +573,8 @@ fn data_key(kek: &[u8; 32], object: &Object, epoch: u64, version: u64) -> [u8; 3
 pub struct SealKey<'a> {
     pub object: &'a Object,
     pub epoch: u64,
+    /// The epoch's parent for `object` ([`EpochRecord::parent_of`]).
+    pub parent: u64,
     pub record: [u8; 32],
     pub kek: &'a [u8; 32],
 }
@@ -547,6 +635,7 @@ pub fn seal(
         writer: writer.certificate().id(),
         nonce: random::<12>(),
         signature: [0; 64],
+        parent: key.parent,
     };
     let aad = header.aad(key.object, &key.record);
     let lsk = aead.key(&data_key(key.kek, key.object, key.epoch, version));
@@ -594,6 +683,13 @@ fn check_writer(
     }
     if header.epoch != key.epoch {
         return Err(SealError::Integrity("opened under another epoch".into()));
+    }
+    if header.parent != key.parent {
+        return Err(SealError::Integrity(format!(
+            "the version names {:016x} as its epoch's parent, but the epoch's record names \
+             {:016x}",
+            header.parent, key.parent
+        )));
     }
     Ok(())
 }
@@ -690,8 +786,15 @@ mod tests {
     fn record(w: &World) -> (EpochRecord, [u8; 32], Policy) {
         let read = Policy::parse("tenant_a").unwrap();
         let write = Policy::parse("tenant_a and writer").unwrap();
-        let (r, kek) =
-            EpochRecord::create(&Ac17, &w.alice, Cover::Chunks(vec![7, 9]), &read, &write).unwrap();
+        let (r, kek) = EpochRecord::create(
+            &Ac17,
+            &w.alice,
+            Cover::Chunks(vec![7, 9]),
+            vec![0, 0],
+            &read,
+            &write,
+        )
+        .unwrap();
         (r, kek, write)
     }
 
@@ -699,7 +802,7 @@ mod tests {
     fn a_sealed_version_opens_only_as_it_was_sealed() {
         let w = world();
         let (rec, kek, write) = record(&w);
-        let label = write_policy_label(&write);
+        let label = chunk_label(&write, "alice");
         rec.verify(
             &Object::Chunk(7),
             rec.epoch,
@@ -722,6 +825,7 @@ mod tests {
         let key = SealKey {
             object: &object,
             epoch: rec.epoch,
+            parent: 0,
             record: rec.digest(),
             kek: &kek,
         };
@@ -791,6 +895,65 @@ mod tests {
     }
 
     #[test]
+    fn an_epoch_is_named_by_its_content_and_a_version_by_its_parent() {
+        let w = world();
+        let (rec, kek, write) = record(&w);
+        let label = chunk_label(&write, "alice");
+        let alice = w.alice.certificate();
+        rec.verify(&Object::Chunk(7), rec.epoch, Some(&label), alice)
+            .unwrap();
+        // Another record under this one's name (its parent changed, then
+        // signed again by a writer): refused, whoever signed it.
+        let mut other = rec.clone();
+        other.parents = vec![0x1234, 0];
+        other.signature = w.alice.sign(&other.signed_bytes());
+        let e = other
+            .verify(&Object::Chunk(7), rec.epoch, Some(&label), alice)
+            .unwrap_err();
+        assert!(e.to_string().contains("not the one that name"), "{e}");
+        // One parent per covered chunk.
+        let mut short = rec.clone();
+        short.parents = vec![0];
+        short.epoch = short.derived_id();
+        short.signature = w.alice.sign(&short.signed_bytes());
+        assert!(short
+            .verify(&Object::Chunk(7), short.epoch, Some(&label), alice)
+            .is_err());
+        // A version that names another parent than its record does.
+        let object = Object::Chunk(9);
+        assert_eq!(rec.parent_of(&object), Some(0));
+        assert_eq!(rec.parent_of(&Object::Chunk(8)), None);
+        let lying = SealKey {
+            object: &object,
+            epoch: rec.epoch,
+            parent: 77,
+            record: rec.digest(),
+            kek: &kek,
+        };
+        let mut sealed = vec![0u8; sealed_len(10)];
+        seal(
+            &lying,
+            2,
+            Aead::Aes256Gcm,
+            &w.alice,
+            b"0123456789",
+            &mut sealed,
+        );
+        let h = Header::parse(&sealed).unwrap().unwrap();
+        assert_eq!(h.parent, 77);
+        assert_eq!(
+            crate::chunk::sealed::epoch_link(&sealed),
+            Some((rec.epoch, 77)),
+            "the home reads what the header says"
+        );
+        let truthful = SealKey { parent: 0, ..lying };
+        let mut out = [0u8; 10];
+        let e = open(&h, &truthful, &write, alice, &sealed, &mut out).unwrap_err();
+        assert!(e.to_string().contains("as its epoch's parent"), "{e}");
+        assert_eq!(out, [0u8; 10]);
+    }
+
+    #[test]
     fn a_reader_that_may_not_write_cannot_sign_a_version_readers_accept() {
         let w = world();
         let (rec, kek, write) = record(&w);
@@ -798,6 +961,7 @@ mod tests {
         let key = SealKey {
             object: &object,
             epoch: rec.epoch,
+            parent: 0,
             record: rec.digest(),
             kek: &kek,
         };
@@ -819,13 +983,20 @@ mod tests {
         assert_eq!(out, [0u8; 10]);
         // Nor make an epoch of its own with a write policy it satisfies.
         let mine = Policy::parse("tenant_a").unwrap();
-        let (rogue, _) =
-            EpochRecord::create(&Ac17, &w.reader, Cover::Chunks(vec![7]), &mine, &mine).unwrap();
+        let (rogue, _) = EpochRecord::create(
+            &Ac17,
+            &w.reader,
+            Cover::Chunks(vec![7]),
+            vec![0],
+            &mine,
+            &mine,
+        )
+        .unwrap();
         let e = rogue
             .verify(
                 &object,
                 rogue.epoch,
-                Some(&write_policy_label(&write)),
+                Some(&chunk_label(&write, "alice")),
                 w.reader.certificate(),
             )
             .unwrap_err();

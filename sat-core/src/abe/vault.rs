@@ -81,6 +81,22 @@ fn abe_error(what: &str, e: AbeError) -> SatError {
     }
 }
 
+/// Whether two policies say the same (one may be as a user wrote it, the
+/// other as a record normalized it).
+fn same(a: &Policy, b: &Policy) -> bool {
+    a.to_pairs() == b.to_pairs()
+}
+
+/// The parents of a new epoch over versions with `headers`: each chunk's
+/// newest epoch, the one its home takes a new epoch over.
+fn parents(headers: &[Option<Header>]) -> Vec<u64> {
+    headers.iter().map(|h| h.map_or(0, |h| h.epoch)).collect()
+}
+
+/// The most key epochs a reader walks back through to check a chunk's line
+/// ([`Vault::check_lineage`]): a KEK lifetime of an hour makes 8,760 a year.
+const MAX_LINEAGE: usize = 1 << 16;
+
 fn seal_error(what: &str, e: SealError) -> SatError {
     SatError::Integrity(format!("{what}: {e}"))
 }
@@ -94,6 +110,17 @@ struct Epoch {
     kek: Option<[u8; 32]>,
 }
 
+/// What checking an epoch's line of parents found, for one object.
+#[derive(Clone)]
+struct Lineage {
+    /// Who may read versions sealed after this epoch: its read policy, or
+    /// the one before it when it was refused; None when the line before
+    /// it cannot be verified.
+    read_after: Option<Policy>,
+    /// Why the epoch may not say who reads, if it may not.
+    refused: Option<String>,
+}
+
 #[derive(Default)]
 struct VaultState {
     /// Verified records, by epoch id.
@@ -102,6 +129,9 @@ struct VaultState {
     certs: HashMap<[u8; 32], Arc<Certificate>>,
     /// The newest version seen of each chunk: an older one is a replay.
     newest: HashMap<ChunkId, u64>,
+    /// (epoch, object) pairs whose line of parents was checked
+    /// ([`Vault::check_lineage`]).
+    lineage: HashMap<(u64, Object), Lineage>,
     /// The epoch of the newest version of each chunk this process opened
     /// or sealed: where a writer takes the chain's policies from when the
     /// chunk was written over.
@@ -492,7 +522,7 @@ impl Vault {
                 protection.write
             )));
         }
-        let label = seal::write_policy_label(&protection.write);
+        let label = self.label_to_join(client, &ids, protection)?;
         let sealed = client.malloc_lst_labelled(protocol, &ids, &sealed_sizes, label)?;
         // Allocated or looked up here before: the same chain, one plaintext.
         // (A chain looked up was allocated by another process, which seals
@@ -504,6 +534,38 @@ impl Vault {
         self.seal_first_versions(client, &chain)?;
         self.lock().chains.insert(ids, chain.clone());
         Ok(chain)
+    }
+
+    /// The label a MALLOC of chain `ids` gives: the existing chain's when
+    /// another tenant created it with the same write policy (it is that
+    /// chain's owner), else one naming this tenant as the owner.
+    fn label_to_join(
+        &self,
+        client: &Client,
+        ids: &[ChunkId],
+        protection: &Protection,
+    ) -> SatResult<Label> {
+        let mine = seal::chunk_label(&protection.write, &self.key.certificate().tenant);
+        let existing = match client.label_of(ids[0]) {
+            Some(l) => Some(l),
+            // Not known here: a LOOKUP that does not wait says whether the
+            // chain exists (a MALLOC elsewhere at the same time is then
+            // told apart by its home: the label differs).
+            None => match client.lookup_lst(ids, Duration::ZERO) {
+                Ok(_) => client.label_of(ids[0]),
+                Err(SatError::Timeout(_)) => None,
+                Err(e) => return Err(e),
+            },
+        };
+        Ok(match existing {
+            Some(l)
+                if l != crate::chunk::NO_LABEL
+                    && seal::label_has_write_policy(&l, &protection.write) =>
+            {
+                l
+            }
+            _ => mine,
+        })
     }
 
     /// The chain with exactly these ids, if this process has it.
@@ -586,7 +648,10 @@ impl Vault {
             return Ok(false);
         }
         let protection = chain.inner.protection.as_ref().expect("allocated here");
-        let epoch = self.create_epoch(client, chain, &protection.read, &protection.write)?;
+        // A first epoch: it has no parent.
+        let parents = vec![0; headers.len()];
+        let epoch =
+            self.create_epoch(client, chain, parents, &protection.read, &protection.write)?;
         let kek = epoch.kek.expect("made here");
         let layout = chain.inner.sealed.layout();
         let plain_sizes = chain.sizes();
@@ -605,6 +670,7 @@ impl Vault {
                 let key = SealKey {
                     object: &object,
                     epoch: epoch.record.epoch,
+                    parent: 0,
                     record: epoch.digest,
                     kek: &kek,
                 };
@@ -792,6 +858,7 @@ impl Vault {
         let key = SealKey {
             object: &object,
             epoch: h.epoch,
+            parent: epoch.record.parent_of(&object).unwrap_or(0),
             record: epoch.digest,
             kek: &kek,
         };
@@ -801,10 +868,15 @@ impl Vault {
                 seal::open(h, &key, &epoch.write, &writer, &sealed[range], plain)
             })?
             .map_err(|e| seal_error(&what, e))?;
+        let known = self.line_known(&epoch, &object);
         let mut st = self.lock();
         let n = st.newest.entry(id).or_insert(0);
         *n = (*n).max(h.version);
-        st.current.insert(id, epoch);
+        // Where writers of this process take the chain's policies from
+        // (`seal_scope`): only an epoch whose line says who reads.
+        if known {
+            st.current.insert(id, epoch);
+        }
         Ok(())
     }
 
@@ -865,29 +937,15 @@ impl Vault {
         let mut epochs: Vec<Option<Arc<Epoch>>> = Vec::with_capacity(headers.len());
         let mut policies = None;
         let mut overwritten = None;
+        let known = self.newest_known(chain);
         for (i, h) in headers.iter().enumerate() {
             let id = chain.inner.plain.chunks()[i].0;
-            // Bytes written over the chunk through the plain API (their
-            // sealed number is not the S-DSM's): their epoch, perhaps an
-            // old one a revoked tenant still holds the key of, is never
-            // continued, nor are its policies taken.
-            if let (Some(h), Some(v)) = (h, client.local_version(id)) {
-                if h.version != v {
-                    overwritten.get_or_insert(id);
-                    epochs.push(None);
-                    continue;
-                }
-            }
+            let object = Object::Chunk(id);
             // A version under an epoch that does not verify (damaged, or
             // forged) is replaced under a new epoch: a legitimate writer
             // can always repair the chunk.
             let current = match h {
-                Some(h) => match self.epoch(
-                    client,
-                    h.epoch,
-                    &Object::Chunk(id),
-                    Some(&chain.inner.label),
-                ) {
+                Some(h) => match self.epoch(client, h.epoch, &object, Some(&chain.inner.label)) {
                     Ok(e) => Some(e),
                     Err(SatError::Integrity(why)) => {
                         tracing::warn!("protected chunk {id}: replacing a version whose epoch does not verify: {why}");
@@ -897,9 +955,32 @@ impl Vault {
                 },
                 None => None,
             };
+            // Its policies say who reads the chain when its line of epochs
+            // was verified, or when they are the ones this process knows.
+            let current = current.filter(|e| {
+                self.line_known(e, &object)
+                    || known.as_ref().is_some_and(|k| same(&k.read, &e.read))
+            });
             if let Some(e) = &current {
                 policies.get_or_insert((e.read.clone(), e.write.clone()));
             }
+            // Bytes written over the chunk through the plain API (their
+            // sealed number is not the S-DSM's): their epoch is never
+            // continued. It is still the chunk's newest (the home takes no
+            // other, `server/epochs.rs`), so its policies, taken above, are
+            // the chain's: a writer that knows only older ones must not
+            // bring back who read under them.
+            if let (Some(h), Some(v)) = (h, client.local_version(id)) {
+                if h.version != v {
+                    overwritten.get_or_insert(id);
+                    epochs.push(None);
+                    continue;
+                }
+            }
+            // A header that names another parent than its epoch's record
+            // does (readers refuse it) is not continued either.
+            let current = current
+                .filter(|e| h.is_some_and(|h| Some(h.parent) == e.record.parent_of(&object)));
             // An epoch whose author may not read it (a write-only tenant's)
             // is never continued by another writer: its author knows the
             // KEK, and would read what others seal under it.
@@ -914,18 +995,15 @@ impl Vault {
             epochs.push(current.filter(|e| self.usable(e)));
         }
         if epochs.iter().any(Option::is_none) {
-            // The policies of the chain's newest epoch this process knows
-            // first (its MALLOC's may have been replaced by a new epoch).
-            let known = {
-                let st = self.lock();
-                chain
-                    .ids()
-                    .filter_map(|id| st.current.get(&id).cloned())
-                    .max_by_key(|e| e.record.created)
-            };
-            let policies = match (known, policies) {
-                (Some(e), _) => Some((e.read.clone(), e.write.clone())),
-                (None, p) => p,
+            // The policies of the chunks' newest epoch first: a new epoch
+            // keeps who reads as it was (only `new_epoch` changes it, and
+            // readers accept that only from a tenant that can read). Else
+            // those of the newest epoch this process knows of the chain
+            // (its MALLOC's may have been replaced by a new epoch).
+            let policies = match (policies, known) {
+                (Some(p), _) => Some(p),
+                (None, Some(e)) => Some((e.read.clone(), e.write.clone())),
+                (None, None) => None,
             };
             if let (Some(id), None, None) = (overwritten, &policies, &chain.inner.protection) {
                 return Err(SatError::Integrity(format!(
@@ -945,12 +1023,22 @@ impl Vault {
                     )))
                 }
             };
-            let fresh = self.create_epoch(client, chain, &read, &write)?;
+            let fresh = self.create_epoch(client, chain, parents(headers), &read, &write)?;
             for e in epochs.iter_mut().filter(|e| e.is_none()) {
                 *e = Some(fresh.clone());
             }
         }
         self.seal_chunks(client, chain, headers, &epochs)
+    }
+
+    /// The newest epoch of `chain` this process knows to say who reads it
+    /// (one it read with its line verified, or sealed under).
+    fn newest_known(&self, chain: &SecureChain) -> Option<Arc<Epoch>> {
+        let st = self.lock();
+        chain
+            .ids()
+            .filter_map(|id| st.current.get(&id).cloned())
+            .max_by_key(|e| e.record.created)
     }
 
     fn seal_chunks(
@@ -999,6 +1087,7 @@ impl Vault {
                 let key = SealKey {
                     object: &object,
                     epoch: epoch.record.epoch,
+                    parent: epoch.record.parent_of(&object).unwrap_or(0),
                     record: epoch.digest,
                     kek: &kek,
                 };
@@ -1090,6 +1179,11 @@ impl Vault {
                 }
                 None => None,
             };
+            // The read policy kept when none is given: the newest epoch's
+            // when its line says who reads, else the one this process knows.
+            let object = Object::Chunk(chain.first());
+            let known = self.newest_known(chain);
+            let current = current.filter(|e| self.line_known(e, &object)).or(known);
             let (cur_read, write) = match (&current, &chain.inner.protection) {
                 (Some(e), _) => (e.read.clone(), e.write.clone()),
                 (None, Some(p)) => (p.read.clone(), p.write.clone()),
@@ -1100,7 +1194,7 @@ impl Vault {
                 }
             };
             let read = read.cloned().unwrap_or(cur_read);
-            let fresh = self.create_epoch(client, chain, &read, &write)?;
+            let fresh = self.create_epoch(client, chain, parents(&headers), &read, &write)?;
             let epochs = vec![Some(fresh); headers.len()];
             self.seal_chunks(client, chain, &headers, &epochs)
         })();
@@ -1167,14 +1261,19 @@ impl Vault {
         let mine = self.lock().symbol_epochs.get(name).copied();
         let epoch = match mine.and_then(|e| self.lock().epochs.get(&e).cloned()) {
             Some(e)
-                if e.read == protection.read && e.write == protection.write && self.usable(&e) =>
+                if same(&e.read, &protection.read)
+                    && same(&e.write, &protection.write)
+                    && self.usable(&e) =>
             {
                 e
             }
             _ => {
+                // A symbol has no home to keep its epochs in order: each
+                // of its epochs is a first one.
                 let e = self.make_epoch(
                     client,
                     Cover::Symbol(name.to_string()),
+                    vec![0],
                     &protection.read,
                     &protection.write,
                 )?;
@@ -1188,6 +1287,7 @@ impl Vault {
         let key = SealKey {
             object: &object,
             epoch: epoch.record.epoch,
+            parent: 0,
             record: epoch.digest,
             kek: &kek,
         };
@@ -1232,6 +1332,7 @@ impl Vault {
         let key = SealKey {
             object: &object,
             epoch: h.epoch,
+            parent: epoch.record.parent_of(&object).unwrap_or(0),
             record: epoch.digest,
             kek: &kek,
         };
@@ -1262,21 +1363,25 @@ impl Vault {
     }
 
     /// Makes, publishes and caches a new epoch covering `chain`.
+    /// `parents`: each chunk's newest epoch, from its header (0 where it
+    /// has none), which the homes take a new epoch over.
     fn create_epoch(
         &self,
         client: &Client,
         chain: &SecureChain,
+        parents: Vec<u64>,
         read: &Policy,
         write: &Policy,
     ) -> SatResult<Arc<Epoch>> {
         let ids: Vec<ChunkId> = chain.ids().collect();
-        self.make_epoch(client, Cover::Chunks(ids), read, write)
+        self.make_epoch(client, Cover::Chunks(ids), parents, read, write)
     }
 
     fn make_epoch(
         &self,
         client: &Client,
         cover: Cover,
+        parents: Vec<u64>,
         read: &Policy,
         write: &Policy,
     ) -> SatResult<Arc<Epoch>> {
@@ -1288,7 +1393,7 @@ impl Vault {
             )));
         }
         self.publish(client)?;
-        let (record, kek) = EpochRecord::create(&self.abe, &self.key, cover, read, write)
+        let (record, kek) = EpochRecord::create(&self.abe, &self.key, cover, parents, read, write)
             .map_err(|e| abe_error("a new key epoch", e))?;
         client.write_symbol(&epoch_name(record.epoch), &record.to_bytes())?;
         let epoch = Arc::new(Epoch {
@@ -1302,9 +1407,29 @@ impl Vault {
         Ok(epoch)
     }
 
-    /// The verified record of `epoch` for `object`: cached, or read from
-    /// the symbol table and checked.
+    /// The record of `epoch` for `object`, checked for use now: the
+    /// record itself ([`Vault::record`]), its author's certificate valid
+    /// today (not expired, not revoked), and its line of parents
+    /// ([`Vault::check_lineage`]).
     fn epoch(
+        &self,
+        client: &Client,
+        epoch: u64,
+        object: &Object,
+        label: Option<&Label>,
+    ) -> SatResult<Arc<Epoch>> {
+        let e = self.record(client, epoch, object, label)?;
+        self.certificate(client, &e.record.author)?;
+        self.check_lineage(client, &e, object, label)?;
+        Ok(e)
+    }
+
+    /// The record of `epoch` for `object`: cached, or read from the symbol
+    /// table and checked (its name, its author's signature and write
+    /// rights, its write policy against the chunk's `label`). Its author's
+    /// certificate is only checked to be the authority's here, whatever its
+    /// expiry or revocation: a past epoch stays what it was.
+    fn record(
         &self,
         client: &Client,
         epoch: u64,
@@ -1320,14 +1445,14 @@ impl Vault {
                     .read_symbol(&epoch_name(epoch), Vault::WAIT)
                     .map_err(|e| match e {
                         SatError::Timeout(_) => SatError::Integrity(format!(
-                            "{what}: the version names an epoch whose record was never written"
+                            "{what}: the data names an epoch whose record was never written"
                         )),
                         other => other,
                     })?;
                 let record = EpochRecord::from_bytes(&bytes).map_err(|e| seal_error(&what, e))?;
                 // The signature first: a record's policies are parsed only
                 // once its author is known to have written them.
-                let author = self.certificate(client, &record.author)?;
+                let author = self.issued_certificate(client, &record.author)?;
                 record
                     .verify(object, epoch, label, &author)
                     .map_err(|e| seal_error(&what, e))?;
@@ -1347,13 +1472,150 @@ impl Vault {
         // is checked on every use: one record covers several chunks, and
         // each must be covered and carry the record's write policy label.
         if !e.record.cover.covers(object)
-            || label.is_some_and(|l| *l != seal::write_policy_label(&e.write))
+            || label.is_some_and(|l| !seal::label_has_write_policy(l, &e.write))
         {
             return Err(SatError::Integrity(format!(
                 "{what}: the epoch's record does not cover this data or names another write policy"
             )));
         }
         Ok(e)
+    }
+
+    /// Checks `epoch`'s line of parents for `object` back to a first epoch
+    /// (or to one already checked): an epoch may change who reads only if
+    /// its author could read under its parent. Homes keep a chunk's epochs
+    /// in one line (`server/epochs.rs`), so a tenant whose read access a
+    /// new epoch took away cannot give it back to itself, neither by
+    /// sealing under an old epoch (the home refuses) nor by starting an
+    /// epoch of its own (every reader refuses it here).
+    ///
+    /// An epoch the chain's owner made ([`Vault::by_owner`]) needs no line:
+    /// the owner may always say who reads.
+    ///
+    /// An ancestor refused this way is passed over: who may read after it
+    /// is who could read before it. An ancestor whose record is missing or
+    /// does not verify (bytes written through the plain API under a made-up
+    /// epoch: the home cannot tell) leaves the line before it unknown: the
+    /// epochs after it are read (their records verify: a writer wrote
+    /// them), but no writer takes their policies or continues them unless
+    /// it knows the chain's policies itself ([`Vault::line_known`]).
+    fn check_lineage(
+        &self,
+        client: &Client,
+        epoch: &Arc<Epoch>,
+        object: &Object,
+        label: Option<&Label>,
+    ) -> SatResult<()> {
+        let checked = |e: &Arc<Epoch>| {
+            self.lock()
+                .lineage
+                .get(&(e.record.epoch, object.clone()))
+                .cloned()
+        };
+        // Youngest first, back to a first epoch, a checked one, or one
+        // whose parent cannot be verified.
+        let mut line = vec![epoch.clone()];
+        let mut broken = None;
+        loop {
+            let last = line.last().expect("one at least");
+            if checked(last).is_some() || self.by_owner(client, last, label)? {
+                break;
+            }
+            let parent = last.record.parent_of(object).unwrap_or(0);
+            if parent == 0 {
+                break;
+            }
+            if line.len() > MAX_LINEAGE {
+                broken = Some(format!("more than {MAX_LINEAGE} epochs back"));
+                break;
+            }
+            match self.record(client, parent, object, label) {
+                Ok(p) => line.push(p),
+                Err(SatError::Integrity(why)) => {
+                    broken = Some(why);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Oldest first: each epoch against who could read before it (None:
+        // unknown).
+        let mut before: Option<Option<Policy>> = match broken {
+            Some(why) => {
+                tracing::warn!(
+                    "{object:?}: the line of key epochs before epoch {:016x} cannot be \
+                     verified: {why}",
+                    line.last().expect("one").record.epoch
+                );
+                Some(None)
+            }
+            None => None,
+        };
+        let mut verdict = None;
+        for e in line.iter().rev() {
+            if let Some(lineage) = checked(e) {
+                before = Some(lineage.read_after.clone());
+                verdict = Some(lineage);
+                continue;
+            }
+            let owner = self.by_owner(client, e, label)?;
+            if owner {
+                before = None;
+            }
+            let refused = match &before {
+                Some(Some(read)) if !same(read, &e.read) => {
+                    let author = self.issued_certificate(client, &e.record.author)?;
+                    (!author.satisfies(read)).then(|| {
+                        format!(
+                            "{object:?}: epoch {:016x} changes the read policy from {read} to \
+                             {}, but its author, tenant {:?} with attributes {:?}, could not \
+                             read under the first: only a tenant that can read the data may \
+                             change who reads it",
+                            e.record.epoch, e.read, author.tenant, author.attributes
+                        )
+                    })
+                }
+                _ => None,
+            };
+            let lineage = Lineage {
+                read_after: match (&refused, &before) {
+                    (_, Some(None)) => None,
+                    (Some(_), Some(Some(read))) => Some(read.clone()),
+                    _ => Some(e.read.clone()),
+                },
+                refused,
+            };
+            before = Some(lineage.read_after.clone());
+            self.lock()
+                .lineage
+                .insert((e.record.epoch, object.clone()), lineage.clone());
+            verdict = Some(lineage);
+        }
+        match verdict.and_then(|l| l.refused) {
+            Some(why) => Err(SatError::Integrity(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `epoch` was made by the owner its chunks' `label` names
+    /// ([`seal::chunk_label`]): the owner may always say who reads them,
+    /// so the line needs no checking before such an epoch.
+    fn by_owner(&self, client: &Client, epoch: &Epoch, label: Option<&Label>) -> SatResult<bool> {
+        let Some(label) = label else {
+            return Ok(false);
+        };
+        let author = self.issued_certificate(client, &epoch.record.author)?;
+        Ok(seal::label_has_owner(label, &author.tenant))
+    }
+
+    /// Whether `epoch`'s line for `object` was checked back to a first
+    /// epoch ([`Vault::check_lineage`], which must have run): only then
+    /// does its read policy say who may read the chain now.
+    fn line_known(&self, epoch: &Epoch, object: &Object) -> bool {
+        self.lock()
+            .lineage
+            .get(&(epoch.record.epoch, object.clone()))
+            .is_some_and(|l| l.refused.is_none() && l.read_after.is_some())
     }
 
     /// The KEK of `epoch`, unwrapped with this tenant's attribute key once
@@ -1392,10 +1654,12 @@ impl Vault {
         Ok(kek)
     }
 
-    /// The certificate `id`, checked against the authority and its
-    /// revocation list.
+    /// The certificate `id`, valid now: issued by the authority, not
+    /// expired, not on its revocation list.
     fn certificate(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
-        let cert = self.certificate_unrevoked(client, id)?;
+        let cert = self.issued_certificate(client, id)?;
+        cert.check_unexpired()
+            .map_err(|e| SatError::Integrity(e.to_string()))?;
         if let Some(list) = self.lock().revocations.as_ref() {
             if list.is_revoked(&cert) {
                 return Err(SatError::Integrity(format!(
@@ -1408,7 +1672,9 @@ impl Vault {
         Ok(cert)
     }
 
-    fn certificate_unrevoked(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
+    /// The certificate `id` as the authority issued it, whatever its expiry
+    /// or revocation (cached).
+    fn issued_certificate(&self, client: &Client, id: &[u8; 32]) -> SatResult<Arc<Certificate>> {
         if id == &self.key.certificate().id() {
             return Ok(Arc::new(self.key.certificate().clone()));
         }
@@ -1430,7 +1696,7 @@ impl Vault {
                 "the certificate published under a writer's id is another one".into(),
             ));
         }
-        cert.verify(self.key.authority())
+        cert.verify_issued(self.key.authority())
             .map_err(|e| SatError::Integrity(e.to_string()))?;
         let cert = Arc::new(cert);
         self.lock().certs.insert(*id, cert.clone());

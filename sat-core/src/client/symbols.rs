@@ -558,8 +558,11 @@ impl Client {
         Ok(id)
     }
 
-    /// The version of this process's copy of `chunk`.
-    pub(crate) fn local_version(&self, chunk: ChunkId) -> Option<Version> {
+    /// The coherence version of this process's copy of `chunk` (the number
+    /// of releases its home had applied when the copy was taken; 0 for
+    /// the initial zeros), None when this process holds no copy. Inside a
+    /// scope it is the version the scope sees.
+    pub fn local_version(&self, chunk: ChunkId) -> Option<Version> {
         self.lock().store.get(chunk).and_then(|c| c.side.version())
     }
 
