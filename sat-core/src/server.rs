@@ -1419,6 +1419,118 @@ mod tests {
         }
     }
 
+    /// A protected (labelled) chunk gets no host slot even where plain ones
+    /// do, and its home takes a release only under the chunk's newest key
+    /// epoch or a new child of it; any other release publishes the current
+    /// bytes again (`server/epochs.rs`).
+    #[test]
+    fn a_protected_chunk_keeps_its_key_epochs_in_order() {
+        use crate::chunk::sealed;
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut client2 = eps.remove(2);
+        let mut server0 = eps.remove(0);
+        let mut st = ServerState::new(
+            &topology,
+            0,
+            None,
+            Clock::Real,
+            Some(host::Backing::Private),
+        );
+        const SIZE: usize = 200;
+        let version = |epoch: u64, parent: u64| {
+            let mut b = vec![0x5au8; SIZE];
+            b[..4].copy_from_slice(&sealed::MAGIC);
+            b[4] = sealed::FORMAT;
+            b[sealed::EPOCH].copy_from_slice(&epoch.to_le_bytes());
+            b[sealed::PARENT].copy_from_slice(&parent.to_le_bytes());
+            b
+        };
+        let mut hdr = [0u8; MAX_HEADER];
+        let mut step = |st: &mut ServerState<'_>, msg: Message, payload: &[u8]| {
+            let n = wire::encode(&msg, &mut hdr).unwrap();
+            let payload = if payload.is_empty() {
+                Payload::None
+            } else {
+                Payload::Copy(payload)
+            };
+            client2.send(0, &hdr[..n], payload).unwrap();
+            server0
+                .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+                .unwrap();
+            let mut answers = Vec::new();
+            client2
+                .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
+                .unwrap();
+            answers
+        };
+        let malloc = |chunk: u64, label| Message::Malloc {
+            chunk,
+            size: SIZE as u64,
+            client: 2,
+            request: chunk,
+            protocol: ProtocolId::HomeMesi,
+            label,
+        };
+        let host_of = |answers: Vec<Message>| match answers.as_slice() {
+            [Message::AllocReply { host, .. }] => *host,
+            other => panic!("expected an allocation answer, got {other:?}"),
+        };
+        let plain = step(&mut st, malloc(2, crate::chunk::NO_LABEL), &[]);
+        assert!(host_of(plain).is_some(), "a plain chunk gets a host slot");
+        let protected = step(&mut st, malloc(0, [7; 32]), &[]);
+        assert!(host_of(protected).is_none(), "a protected chunk gets none");
+        let coherence = |op| Message::Coherence {
+            chunk: 0,
+            client: 2,
+            op,
+        };
+        let write = coherence(CoherenceOp::WriteReq {
+            have: None,
+            need_data: true,
+        });
+        // Epoch 1 (first), epoch 2 over it, epoch 2 again: taken.
+        let line = [(1, 0), (2, 1), (2, 1)];
+        for (v, &(epoch, parent)) in line.iter().enumerate() {
+            step(&mut st, write.clone(), &[]);
+            let release = coherence(CoherenceOp::Release {
+                version: v as u64 + 1,
+            });
+            step(&mut st, release, &version(epoch, parent));
+            assert_eq!(
+                st.homes[&0].current(),
+                (v as u64 + 1, version(epoch, parent).into())
+            );
+        }
+        // Epoch 1 again (naming its own parent, then the newest), a new
+        // epoch over the old one, bytes that are no sealed version: each
+        // publishes epoch 2's bytes again, under the next version.
+        let refused = [version(1, 0), version(1, 2), version(3, 1), vec![0u8; SIZE]];
+        for (i, bytes) in refused.iter().enumerate() {
+            let v = line.len() as u64 + i as u64 + 1;
+            step(&mut st, write.clone(), &[]);
+            step(
+                &mut st,
+                coherence(CoherenceOp::Release { version: v }),
+                bytes,
+            );
+            assert_eq!(
+                st.homes[&0].current(),
+                (v, version(2, 1).into()),
+                "release {v}"
+            );
+        }
+        // A new epoch over the newest: taken.
+        let v = (line.len() + refused.len()) as u64 + 1;
+        step(&mut st, write.clone(), &[]);
+        step(
+            &mut st,
+            coherence(CoherenceOp::Release { version: v }),
+            &version(4, 2),
+        );
+        assert_eq!(st.homes[&0].current(), (v, version(4, 2).into()));
+    }
+
     /// A MALLOC of 0 bytes or above the largest chunk, sent raw (the client
     /// API refuses both before sending), is answered with a refusal.
     #[test]
