@@ -557,7 +557,9 @@ fn revoked_writer(c: &Client, v: &Vault, wanda_key: &std::path::Path) -> RoleRes
     let wanda_vault = (me == CARL).then(|| Vault::load(wanda_key)).transpose()?;
     let mut old = None;
     if let (Some(key), Some(w)) = (&wanda, &wanda_vault) {
-        let wd = w.lookup_lst(c, &ids, WAIT)?;
+        // A MALLOC of D by a tenant that may write it joins alice's chain
+        // (alice stays its owner, named by its label).
+        let wd = w.malloc_lst(c, ProtocolId::default(), &ids, &[CHUNK], &both)?;
         assert_eq!(w.get(c, &wd)?, pattern(0xD1, 2 * CHUNK), "wanda reads D");
         let e1 = epoch_of_d(c)?;
         let record =
