@@ -42,7 +42,9 @@
 //!     tenant's epoch, and the tenant cannot read it.
 //! 13. With the same key, on a chain D that tenant could read until a new
 //!     epoch: sealing new versions under the old epoch, or under an epoch
-//!     of its own that gives its read access back, gets it nothing
+//!     of its own that gives its read access back, gets it nothing; after a
+//!     version under a record that does not verify, a process that knows no
+//!     read policy of D refuses to write it until D's owner writes again
 //!     ([`revoked_writer`]).
 
 use std::time::Duration;
@@ -665,6 +667,72 @@ fn revoked_writer(c: &Client, v: &Vault, wanda_key: &std::path::Path) -> RoleRes
             "D written after wanda's attempts, read by wanda",
             w.get(c, &wd),
         );
+    }
+    c.barrier(42, n)?;
+    // A record that does not verify (a write policy of wanda's own), with a
+    // version under it over the newest epoch: the home takes it (it cannot
+    // tell), readers refuse it, and the line of epochs before it can no
+    // longer be checked from what comes after.
+    if let Some(key) = &wanda {
+        let head = epoch_of_d(c)?;
+        let read = Policy::parse("tenant_a").unwrap();
+        let (junk, kek) = EpochRecord::create(
+            &Ac17,
+            key,
+            Cover::Chunks(ids.clone()),
+            vec![head; 2],
+            &read,
+            &read,
+        )
+        .map_err(|e| e.to_string())?;
+        c.write_symbol(
+            &format!("sat.abe/epoch/{:016x}", junk.epoch),
+            &junk.to_bytes(),
+        )?;
+        seal_raw(c, &ids, key, &junk, &kek, head, &pattern(0x79, CHUNK))?;
+    }
+    c.barrier(43, n)?;
+    // A process of wanda's that knows no read policy of D refuses to write
+    // it (its MALLOC's read policy does not count: wanda is no owner)...
+    if me == CARL {
+        let fresh = Vault::load(wanda_key)?;
+        let fd = fresh.malloc_lst(c, ProtocolId::default(), &ids, &[CHUNK], &both)?;
+        match fresh.put(c, &fd, &pattern(0xD4, 2 * CHUNK)) {
+            Err(SatError::Integrity(why)) => {
+                assert!(why.contains("knows no current read policy"), "{why}")
+            }
+            other => panic!("a write by a process that knows no read policy of D: {other:?}"),
+        }
+    }
+    c.barrier(44, n)?;
+    // ... until the owner writes D again; then it may, and alice reads it.
+    if me == ALICE {
+        let d = v.lookup_lst(c, &ids, WAIT)?;
+        expect_integrity("D under a record that does not verify", v.get(c, &d));
+        v.put(c, &d, &pattern(0xD5, 2 * CHUNK))?;
+    }
+    c.barrier(46, n)?;
+    if me == CARL {
+        let fresh = Vault::load(wanda_key)?;
+        let fd = fresh.malloc_lst(c, ProtocolId::default(), &ids, &[CHUNK], &both)?;
+        fresh.put(c, &fd, &pattern(0xD6, 2 * CHUNK))?;
+        // (That process holds its own plaintext; another one of wanda's
+        // may not read what she wrote under D's read policy.)
+        let other = Vault::load(wanda_key)?;
+        let od = other.lookup_lst(c, &ids, WAIT)?;
+        expect_denied("D written by wanda, read by wanda", other.get(c, &od));
+    }
+    c.barrier(47, n)?;
+    if me == ALICE {
+        let fresh = Vault::from_env(me)?.expect("SAT_ABE_KEY names each rank's key");
+        let fd = fresh.lookup_lst(c, &ids, WAIT)?;
+        assert_eq!(
+            fresh.get(c, &fd)?,
+            pattern(0xD6, 2 * CHUNK),
+            "alice reads wanda's write"
+        );
+    }
+    if me == CARL {
         println!("rank {me}: step 13 done");
     }
     Ok(())

@@ -1012,9 +1012,23 @@ impl Vault {
                      write it from the process that allocated it, or one that has read it"
                 )));
             }
+            // A MALLOC's read policy counts only for the chain's owner (its
+            // creator, who may always say who reads it): a joiner's MALLOC
+            // may name a policy the chain has since left.
+            let owner = seal::label_has_owner(&chain.inner.label, &self.key.certificate().tenant);
             let (read, write) = match (&chain.inner.protection, policies) {
                 (_, Some(p)) => p,
-                (Some(p), None) => (p.read.clone(), p.write.clone()),
+                (Some(p), None) if owner => (p.read.clone(), p.write.clone()),
+                (Some(_), None) => {
+                    return Err(SatError::Integrity(format!(
+                    "the protected chain at chunk {}: this process knows no current read policy \
+                         of it (its newest key epoch does not verify, or its line of epochs cannot \
+                         be checked), and a MALLOC's read policy counts only for the chain's \
+                         owner: write it from a process that has read it, or have its owner \
+                         write it",
+                    chain.first()
+                )))
+                }
                 (None, None) => {
                     return Err(SatError::Usage(format!(
                         "the protected chain at chunk {} has no version to take its policies \
