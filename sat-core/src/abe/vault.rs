@@ -94,8 +94,9 @@ fn parents(headers: &[Option<Header>]) -> Vec<u64> {
 }
 
 /// The most key epochs a reader walks back through to check a chunk's line
-/// ([`Vault::check_lineage`]): a KEK lifetime of an hour makes 8,760 a year.
-const MAX_LINEAGE: usize = 1 << 16;
+/// ([`Vault::check_lineage`]): as many as a home keeps in a chunk's line (a
+/// KEK lifetime of an hour makes 8,760 a year).
+const MAX_LINEAGE: usize = crate::server::epochs::MAX_EPOCHS;
 
 fn seal_error(what: &str, e: SealError) -> SatError {
     SatError::Integrity(format!("{what}: {e}"))

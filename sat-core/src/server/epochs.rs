@@ -22,6 +22,13 @@ use std::collections::HashSet;
 
 use crate::chunk::sealed;
 
+/// The most key epochs a chunk's line holds (8 bytes each at its home):
+/// anyone attached can release made-up headers, so without a bound a home's
+/// memory would grow with every release. As many as a reader walks back
+/// (`abe::vault`'s `MAX_LINEAGE`); past it the chunk takes versions of its
+/// newest epoch only.
+pub(crate) const MAX_EPOCHS: usize = 1 << 16;
+
 /// A labelled chunk's epochs, as its home has taken them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct EpochLine {
@@ -48,6 +55,10 @@ impl EpochLine {
                 Ok(())
             }
             Some(newest) if epoch == newest => Ok(()),
+            Some(_) if self.seen.len() >= MAX_EPOCHS => Err(format!(
+                "the chunk has had {MAX_EPOCHS} key epochs, the most a home keeps in order: it takes \
+                 versions of its newest epoch only"
+            )),
             Some(newest) if parent == newest && !self.seen.contains(&epoch) => {
                 self.newest = Some(epoch);
                 self.seen.insert(epoch);
@@ -99,6 +110,20 @@ mod tests {
         assert!(e.contains("newest epoch is 0000000000000005"), "{e}");
         assert!(line.admit(&version(1, 5)).is_err());
         assert_eq!(line.newest, Some(5));
+    }
+
+    #[test]
+    fn a_line_holds_a_bounded_number_of_epochs() {
+        let mut line = EpochLine::default();
+        line.admit(&version(1, 0)).unwrap();
+        for e in 2..=MAX_EPOCHS as u64 {
+            line.admit(&version(e, e - 1)).unwrap();
+        }
+        let last = MAX_EPOCHS as u64;
+        let e = line.admit(&version(last + 1, last)).unwrap_err();
+        assert!(e.contains("the most a home keeps"), "{e}");
+        line.admit(&version(last, last - 1)).unwrap();
+        assert_eq!(line.seen.len(), MAX_EPOCHS);
     }
 
     #[test]
