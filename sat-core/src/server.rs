@@ -1049,7 +1049,7 @@ mod tests {
 
     use super::*;
     use crate::client::Client;
-    use crate::transport::mem::{MemNetwork, Schedule};
+    use crate::transport::mem::{MemNetwork, MemTransport, Schedule};
 
     const TWO_SERVERS: &str = r#"<?xml version="1.0"?>
 <SAT><topologies>
@@ -1132,9 +1132,7 @@ mod tests {
     #[test]
     fn hostile_messages_are_dropped_and_the_run_goes_on() {
         let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
-        let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
-        let mut client2 = eps.remove(2);
-        let mut server0 = eps.remove(0);
+        let (_net, mut client2, mut server0) = client2_and_server0(&topology);
         let mut hdr = [0u8; MAX_HEADER];
         // Garbage, a spoofed relay (client 2 claiming to be 3), a relay to a
         // server, and a ServerDone from a client.
@@ -1248,6 +1246,16 @@ mod tests {
         service: Option<ServiceSide>,
     ) -> ServerState<'_> {
         ServerState::new(topology, rank, service, Clock::Real, None)
+    }
+
+    /// The two-server topology's network with client 2's and server 0's
+    /// endpoints taken out (client 2 is server 0's): the pair these tests
+    /// feed messages through by hand.
+    fn client2_and_server0(topology: &Topology) -> (MemNetwork, MemTransport, MemTransport) {
+        let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let client2 = eps.remove(2);
+        let server0 = eps.remove(0);
+        (net, client2, server0)
     }
 
     /// Sends each message from `from` to `st`'s endpoint and lets `st`
@@ -1427,9 +1435,7 @@ mod tests {
     fn a_protected_chunk_keeps_its_key_epochs_in_order() {
         use crate::chunk::sealed;
         let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
-        let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
-        let mut client2 = eps.remove(2);
-        let mut server0 = eps.remove(0);
+        let (_net, mut client2, mut server0) = client2_and_server0(&topology);
         let mut st = ServerState::new(
             &topology,
             0,
@@ -1536,9 +1542,7 @@ mod tests {
     #[test]
     fn a_malloc_of_a_size_out_of_range_is_refused() {
         let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
-        let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
-        let mut client2 = eps.remove(2);
-        let mut server0 = eps.remove(0);
+        let (net, mut client2, mut server0) = client2_and_server0(&topology);
         let mut st = server_state(&topology, 0, None);
         let sizes = [0, 2 << 30, crate::chunk::MAX_CHUNK_SIZE as u64 + 1];
         let mut hdr = [0u8; MAX_HEADER];
@@ -1650,9 +1654,7 @@ mod tests {
     fn a_refused_answer_is_the_loss_of_its_client() {
         let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
         for in_service in [false, true] {
-            let (_net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
-            let mut client2 = eps.remove(2);
-            let mut server0 = eps.remove(0);
+            let (_net, mut client2, mut server0) = client2_and_server0(&topology);
             let service = in_service.then(|| ServiceSide::new(None));
             let mut server = Server::new(&topology, 0, service, Clock::Real, None);
             server.st.client_done[2] = false;
