@@ -14,7 +14,8 @@
 //! - `hold ADDR`: attach, write, print `attached`, then wait for a line on
 //!   standard input (so a test can kill it while attached);
 //! - `hold-scope ADDR`: attach and open a write scope on the counter chunk
-//!   of `cycle`, then wait the same way (killed inside the scope).
+//!   of `cycle`, then wait the same way (killed inside the scope);
+//! - `hold-read-scope ADDR`: the same with a read scope.
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -146,12 +147,16 @@ fn main() {
                 std::io::stdin().lock().read_line(&mut line)?;
                 session.detach()?;
             }
-            "hold-scope" => {
-                // Dies (when killed) inside a write scope of the counter.
+            "hold-scope" | "hold-read-scope" => {
+                // Dies (when killed) inside a scope of the counter.
                 let session = service::connect(&o.address)?;
                 let chain = session.malloc(o.chunk, 8)?;
-                let _scope = session.readwrite(&chain)?;
-                println!("in a write scope in slot {}", session.rank());
+                let (_scope, kind) = if o.command == "hold-scope" {
+                    (session.readwrite(&chain)?, "write")
+                } else {
+                    (session.read(&chain)?, "read")
+                };
+                println!("in a {kind} scope in slot {}", session.rank());
                 let mut line = String::new();
                 std::io::stdin().lock().read_line(&mut line)?;
             }

@@ -316,6 +316,13 @@ impl Client {
         self.host_sync.store(true, Ordering::Relaxed);
     }
 
+    /// This client of a service takes read locks on host slots under its
+    /// own bit, `reader`, so that its homes can free them if it dies
+    /// (`segment/slot.rs`). Set before the client's first request.
+    pub(crate) fn read_host_slots_as(&self, reader: crate::segment::Reader) {
+        self.lock().host.read_as(reader);
+    }
+
     /// This process's rank in the run.
     pub fn rank(&self) -> Rank {
         self.rank
@@ -1864,7 +1871,7 @@ impl ClientState {
             ToHome::Release { .. } => self.store.bytes(chunk, place),
             _ => None,
         };
-        let published = host::end_scope(slot, chunk, op, data)?;
+        let published = host::end_scope(slot, (chunk, self.host.reader()), op, data)?;
         if slot.slot().lock_waiters() > 0 {
             // Those waiting for the lock sleep on the slot: wake them.
             slot.slot().announce();

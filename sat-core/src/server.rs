@@ -185,8 +185,9 @@ pub(crate) fn run_service(
     transport: &mut dyn Transport,
     policy: IdlePolicy,
     service: ServiceSide,
+    host: Option<host::Backing>,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, Some(service), None)
+    serve(topology, transport, policy, Some(service), host)
 }
 
 fn serve(
@@ -374,7 +375,7 @@ impl<'t> ServerState<'t> {
             told_quiet: false,
             // A client of a service may attach from anywhere: its homes
             // keep their versions where messages reach them.
-            host: host.filter(|_| !in_service).map(host::HostVersions::new),
+            host: host.map(|backing| host::HostVersions::new(backing, in_service)),
             barrier_slots: Default::default(),
             service,
             send_failures: Vec::new(),
@@ -949,14 +950,30 @@ impl ServerState<'_> {
         }
     }
 
-    /// A client has left: every home of this server forgets it.
+    /// A client has left: every home of this server forgets it. In a
+    /// service, the locks it held on host slots are freed: it detached or
+    /// died, so it cannot let them go itself (a write it had not finished
+    /// publishing is not published: see `segment/slot.rs`).
     fn client_left(&mut self, out: &mut dyn Sender, client: Rank) {
         self.coordinator.client_left(client);
         self.alloc.client_left(client);
+        let reader = self
+            .service
+            .as_ref()
+            .and_then(|_| host::service_reader(self.topology, client));
         let chunks: Vec<u64> = self.homes.keys().copied().collect();
         let mut outs = std::mem::take(&mut self.home_out);
         for chunk in chunks {
             let entry = self.homes.get_mut(&chunk).expect("listed");
+            if let (Some((slot, _)), Some(reader)) = (&entry.slot, reader) {
+                if slot.slot().free_holder(client, reader) {
+                    tracing::warn!(
+                        "server {}: client {client} left holding a lock on chunk {chunk}'s host \
+                         slot: freed (the chunk keeps its last released version)",
+                        self.rank
+                    );
+                }
+            }
             entry.subscribers.remove(&client);
             entry.subscribers_changed();
             entry.side.client_left(client, &mut outs);
@@ -1258,6 +1275,32 @@ mod tests {
         (net, client2, server0)
     }
 
+    /// Sends `msg` (with `payload`) from client 2 to server 0, lets `st`
+    /// handle what arrives, and returns what client 2 receives.
+    fn exchange(
+        st: &mut ServerState<'_>,
+        (client2, server0): (&mut MemTransport, &mut MemTransport),
+        msg: &Message,
+        payload: &[u8],
+    ) -> Vec<Message> {
+        let mut hdr = [0u8; MAX_HEADER];
+        let n = wire::encode(msg, &mut hdr).unwrap();
+        let payload = if payload.is_empty() {
+            Payload::None
+        } else {
+            Payload::Copy(payload)
+        };
+        client2.send(0, &hdr[..n], payload).unwrap();
+        server0
+            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+            .unwrap();
+        let mut answers = Vec::new();
+        client2
+            .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
+            .unwrap();
+        answers
+    }
+
     /// Sends each message from `from` to `st`'s endpoint and lets `st`
     /// handle it, one poll per message. Returns the messages whose handling
     /// panicked.
@@ -1452,23 +1495,8 @@ mod tests {
             b[sealed::PARENT].copy_from_slice(&parent.to_le_bytes());
             b
         };
-        let mut hdr = [0u8; MAX_HEADER];
         let mut step = |st: &mut ServerState<'_>, msg: Message, payload: &[u8]| {
-            let n = wire::encode(&msg, &mut hdr).unwrap();
-            let payload = if payload.is_empty() {
-                Payload::None
-            } else {
-                Payload::Copy(payload)
-            };
-            client2.send(0, &hdr[..n], payload).unwrap();
-            server0
-                .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
-                .unwrap();
-            let mut answers = Vec::new();
-            client2
-                .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
-                .unwrap();
-            answers
+            exchange(st, (&mut client2, &mut server0), &msg, payload)
         };
         let malloc = |chunk: u64, label| Message::Malloc {
             chunk,
@@ -1545,7 +1573,7 @@ mod tests {
         let (net, mut client2, mut server0) = client2_and_server0(&topology);
         let mut st = server_state(&topology, 0, None);
         let sizes = [0, 2 << 30, crate::chunk::MAX_CHUNK_SIZE as u64 + 1];
-        let mut hdr = [0u8; MAX_HEADER];
+        let mut answers = Vec::new();
         for (request, &size) in sizes.iter().enumerate() {
             let msg = Message::Malloc {
                 chunk: 0,
@@ -1555,16 +1583,8 @@ mod tests {
                 protocol: ProtocolId::HomeMesi,
                 label: crate::chunk::NO_LABEL,
             };
-            let n = wire::encode(&msg, &mut hdr).unwrap();
-            client2.send(0, &hdr[..n], Payload::None).unwrap();
+            answers.extend(exchange(&mut st, (&mut client2, &mut server0), &msg, &[]));
         }
-        server0
-            .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
-            .unwrap();
-        let mut answers = Vec::new();
-        client2
-            .poll(&mut |_, m| answers.push(wire::decode(m.header).unwrap()))
-            .unwrap();
         let refused = |request: u64| Message::AllocReply {
             chunk: 0,
             client: 2,
@@ -1644,6 +1664,69 @@ mod tests {
         fn sends_drained(&mut self) -> Result<bool, TransportError> {
             self.inner.sends_drained()
         }
+    }
+
+    /// A service's homes keep versions in host slots with two buffers, and
+    /// free the locks a client held when it is lost: a write it had begun
+    /// to copy in is not published, and its read lock no longer keeps a
+    /// writer out.
+    #[test]
+    fn a_service_frees_the_host_slot_locks_of_a_lost_client() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (_net, mut client2, mut server0) = client2_and_server0(&topology);
+        let mut st = ServerState::new(
+            &topology,
+            0,
+            Some(ServiceSide::new(None)),
+            Clock::Real,
+            Some(host::Backing::Private),
+        );
+        st.client_done[2] = false;
+        const SIZE: usize = 100;
+        let msg = Message::Malloc {
+            chunk: 2,
+            size: SIZE as u64,
+            client: 2,
+            request: 0,
+            protocol: ProtocolId::HomeMesi,
+            label: crate::chunk::NO_LABEL,
+        };
+        let answers = exchange(&mut st, (&mut client2, &mut server0), &msg, &[]);
+        let place = match answers.as_slice() {
+            [Message::AllocReply {
+                host: Some(place), ..
+            }] => *place,
+            other => panic!("expected an allocation answer with a host slot, got {other:?}"),
+        };
+        assert!(
+            place.capacity as usize >= crate::segment::double_capacity(SIZE),
+            "a service's slot holds two buffers"
+        );
+        let slot = crate::segment::Segments::default().open(&place).unwrap();
+        let s = slot.slot();
+        let (reader2, reader3) = (
+            host::service_reader(&topology, 2).unwrap(),
+            host::service_reader(&topology, 3).unwrap(),
+        );
+        assert_ne!(reader2, reader3);
+        // SAFETY (each block below): the locks are taken just before.
+        assert!(s.try_lock_write(2));
+        assert_eq!(unsafe { s.publish_held(&[1; SIZE]) }, Ok(1));
+        // Client 2 takes the write lock again (a scope, or a release half
+        // copied in) and dies holding it.
+        assert!(!s.try_lock_read(reader3));
+        st.client_lost(&mut server0, 2);
+        assert!(s.try_lock_read(reader3), "the lost writer's lock is freed");
+        assert_eq!(s.peek_version(), 1);
+        assert_eq!(unsafe { s.held_bytes() }, &[1; SIZE][..]);
+        unsafe { s.unlock_read(reader3) };
+        // The slot's client comes back (a new process in slot 2), reads,
+        // and dies inside its read scope.
+        st.client_done[2] = false;
+        assert!(s.try_lock_read(reader2));
+        assert!(!s.try_lock_write(3), "a reader keeps the writer out");
+        st.client_lost(&mut server0, 2);
+        assert!(s.try_lock_write(3), "the lost reader's lock is freed");
     }
 
     /// An answer the transport refuses would leave its client waiting

@@ -13,9 +13,11 @@ use crate::protocol::ProtocolId;
 use crate::segment::SlotPlace;
 use crate::transport::{Rank, MAX_HEADER};
 
-/// Bumped whenever the encoding of [`Message`] changes; the bootstrap refuses
-/// to join processes built with another version.
-pub const WIRE_VERSION: u32 = 7;
+/// Bumped whenever the encoding of [`Message`] changes, or the layout of
+/// what processes share beside messages (host slots: 8 gave a service's
+/// slots two buffers and its readers their own bits); the bootstrap and a
+/// service's desk refuse processes built with another version.
+pub const WIRE_VERSION: u32 = 8;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

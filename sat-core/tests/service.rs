@@ -19,6 +19,11 @@ struct Service {
 
 impl Service {
     fn start(provider: &str, extra: &[&str]) -> Service {
+        Service::start_with_env(provider, extra, &[])
+    }
+
+    /// [`Service::start`] with `env` added to satrun's environment.
+    fn start_with_env(provider: &str, extra: &[&str], env: &[(&str, &str)]) -> Service {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("sat-service-{}-{n}", std::process::id()));
@@ -29,6 +34,7 @@ impl Service {
             .args(["--serve", "--provider", provider, "--address-file"])
             .arg(&address_file)
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
@@ -356,27 +362,47 @@ fn service_command_lines_are_checked_before_anything_starts() {
     assert!(text(&out.stderr).contains("not a service topology"));
 }
 
-/// A client killed inside a write scope does not block the chunk: its
-/// server forgets it, the home takes the ownership back, and the next
-/// writer gets the last released version.
+/// A client killed inside a write scope, or inside a read scope, does not
+/// block the chunk: its server forgets it, the home takes the ownership back
+/// (or, where the service keeps versions in host slots, frees the locks the
+/// client held there), and the next writer gets the last released version.
+/// With host slots (the default on one host) and without.
 #[test]
-fn a_client_killed_inside_a_write_scope_does_not_block_the_chunk() {
-    for provider in ["shm", "tcp"] {
-        let service = Service::start(provider, &["--servers", "2", "--slots", "2"]);
+fn a_client_killed_inside_a_scope_does_not_block_the_chunk() {
+    for (provider, slots) in [("shm", "on"), ("tcp", "on"), ("shm", "off")] {
+        let service = Service::start_with_env(
+            provider,
+            &["--servers", "2", "--slots", "3"],
+            &[
+                ("SAT_HOST_SEGMENTS", slots),
+                ("SAT_LOG", "sat_core::service=debug"),
+            ],
+        );
         let a = service.address.as_str();
         let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "3"]);
         assert!(ok && out.contains("counter 3"), "{out} {err}");
-        let (mut holder, line) = start_holder(&["hold-scope", a, "--chunk", "4"]);
-        assert!(line.contains("in a write scope"), "{line}");
-        holder.kill().unwrap();
-        holder.wait().unwrap();
-        // Its increment never happened: the next writer sees version 3.
-        let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
-        assert!(
-            ok && out.contains("counter 4"),
-            "{provider}: {out} {err}\n{}",
-            service.log()
-        );
+        let expected = if slots == "on" {
+            "versions in host segments"
+        } else {
+            "versions moved by messages"
+        };
+        assert!(service.log().contains(expected), "{}", service.log());
+        let mut counter = 3;
+        for hold in ["hold-scope", "hold-read-scope"] {
+            let (mut holder, line) = start_holder(&[hold, a, "--chunk", "4"]);
+            assert!(line.contains("scope in slot"), "{line}");
+            holder.kill().unwrap();
+            holder.wait().unwrap();
+            // A write it had begun never happened: the next writer sees the
+            // last released version, and is not kept out by a dead reader.
+            counter += 1;
+            let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
+            assert!(
+                ok && out.contains(&format!("counter {counter}")),
+                "{provider}, host segments {slots}, after {hold}: {out} {err}\n{}",
+                service.log()
+            );
+        }
     }
 }
 

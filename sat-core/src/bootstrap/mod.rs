@@ -125,6 +125,9 @@ pub struct Joined {
     pub transport: FabricTransport,
     /// Every process of the run is on this host.
     pub one_host: bool,
+    /// The address the run's endpoints are on (the seed's side of its
+    /// connections): loopback when no other host can reach them.
+    pub local_ip: std::net::IpAddr,
     /// The endpoint address of every rank, as the transport entered them
     /// (empty for a service's client slots).
     pub addresses: Vec<Vec<u8>>,
@@ -234,6 +237,7 @@ fn join_with(
             provider: setup.provider,
             transport,
             one_host: setup.one_host,
+            local_ip: setup.local_ip,
             addresses: table,
         },
         started,

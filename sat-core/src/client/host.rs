@@ -37,13 +37,15 @@ use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::protocol::{ToClient, ToHome};
 use crate::segment::barrier::HostBarrier;
-use crate::segment::{Segments, SlotPlace, SlotRef};
+use crate::segment::{Reader, Segments, SlotPlace, SlotRef};
 use crate::store::Store;
 use crate::transport::{Payload, Rank, Transport, MAX_HEADER};
 use crate::wire::{self, Message};
 
-#[derive(Default)]
 pub(super) struct HostPath {
+    /// How this process holds read locks: counted in a run, under its own
+    /// bit in a service (whose homes free a dead client's locks).
+    reader: Reader,
     segments: Segments,
     /// Slots the homes named in their allocation answers, until the chunks
     /// join the store.
@@ -57,7 +59,29 @@ pub(super) struct HostPath {
     in_flight: u32,
 }
 
+impl Default for HostPath {
+    fn default() -> HostPath {
+        HostPath {
+            reader: Reader::Counted,
+            segments: Segments::default(),
+            named: HashMap::new(),
+            waiting: VecDeque::new(),
+            unsent: VecDeque::new(),
+            in_flight: 0,
+        }
+    }
+}
+
 impl HostPath {
+    /// Read locks are taken as `reader` from now on (before any is taken).
+    pub fn read_as(&mut self, reader: Reader) {
+        self.reader = reader;
+    }
+
+    pub fn reader(&self) -> Reader {
+        self.reader
+    }
+
     /// The barrier in the slot at `place`.
     pub fn open_barrier(&mut self, id: u32, place: &SlotPlace) -> SatResult<HostBarrier> {
         self.segments
@@ -87,8 +111,9 @@ impl HostPath {
         self.segments.open(&place).map(Some).map_err(|e| {
             SatError::Usage(format!(
                 "chunk {chunk}: its home keeps it in a segment of process {} that this process \
-                 cannot map ({e}); every process of a run on one host must run as the same \
-                 user, or set SAT_HOST_SEGMENTS=off for the whole run",
+                 cannot map ({e}); every process of a run or service on one host must run as \
+                 the same user, or set SAT_HOST_SEGMENTS=off for the whole run (for a service: \
+                 in the environment of `satrun --serve`)",
                 place.pid
             ))
         })
@@ -104,7 +129,7 @@ impl HostPath {
         chunk: ChunkId,
         req: ToHome,
     ) {
-        if !grant(store, events, me, chunk, req) {
+        if !grant(store, events, (me, self.reader), chunk, req) {
             // Counted in the slot, so that the holder wakes this process
             // when it lets go.
             if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
@@ -121,8 +146,9 @@ impl HostPath {
         if before == 0 {
             return 0;
         }
+        let reader = self.reader;
         self.waiting.retain(|&(chunk, req)| {
-            let granted = grant(store, events, me, chunk, req);
+            let granted = grant(store, events, (me, reader), chunk, req);
             if granted {
                 if let Some(slot) = store.get(chunk).and_then(|c| c.host.as_ref()) {
                     slot.slot().lock_waiter(false);
@@ -138,7 +164,13 @@ impl HostPath {
 /// side its grant, with the slot's bytes when it lacks the version. Returns
 /// false when the lock is taken. A scope that reads the slot's version
 /// tells the subscriptions to the chunk of it first ([`Queue::read_at`]).
-fn grant(store: &mut Store, events: &mut Queue, me: Rank, chunk: ChunkId, req: ToHome) -> bool {
+fn grant(
+    store: &mut Store,
+    events: &mut Queue,
+    (me, reader): (Rank, Reader),
+    chunk: ChunkId,
+    req: ToHome,
+) -> bool {
     let Some(slot) = store.get(chunk).and_then(|c| c.host.clone()) else {
         tracing::warn!("chunk {chunk}: a request for a host slot it does not have: dropped");
         return true;
@@ -146,7 +178,7 @@ fn grant(store: &mut Store, events: &mut Queue, me: Rank, chunk: ChunkId, req: T
     let s = slot.slot();
     let (msg, with_data) = match req {
         ToHome::ReadReq { have } => {
-            if !s.try_lock_read() {
+            if !s.try_lock_read(reader) {
                 return false;
             }
             let version = s.peek_version();
@@ -205,7 +237,7 @@ fn grant(store: &mut Store, events: &mut Queue, me: Rank, chunk: ChunkId, req: T
             // reason to keep the lock.
             tracing::warn!("chunk {chunk}: host slot grant refused: {e}");
             // SAFETY: taken above by this call.
-            unsafe { unlock(&s, req) };
+            unsafe { unlock(&s, req, reader) };
         }
     }
     true
@@ -215,10 +247,10 @@ fn grant(store: &mut Store, events: &mut Queue, me: Rank, chunk: ChunkId, req: T
 ///
 /// # Safety
 /// This process holds that lock.
-unsafe fn unlock(s: &crate::segment::Slot<'_>, req: ToHome) {
+unsafe fn unlock(s: &crate::segment::Slot<'_>, req: ToHome, reader: Reader) {
     match req {
         // SAFETY: the caller's promise.
-        ToHome::ReadReq { .. } | ToHome::ReadRelease => unsafe { s.unlock_read() },
+        ToHome::ReadReq { .. } | ToHome::ReadRelease => unsafe { s.unlock_read(reader) },
         // SAFETY: the caller's promise.
         _ => unsafe { s.unlock_write() },
     }
@@ -229,7 +261,7 @@ unsafe fn unlock(s: &crate::segment::Slot<'_>, req: ToHome) {
 /// published, if the scope published one.
 pub(super) fn end_scope(
     slot: &SlotRef,
-    chunk: ChunkId,
+    (chunk, reader): (ChunkId, Reader),
     op: ToHome,
     bytes: Option<&[u8]>,
 ) -> SatResult<Option<u64>> {
@@ -259,7 +291,7 @@ pub(super) fn end_scope(
         }
         // SAFETY: the client side ends only scopes it was granted.
         ToHome::ReadRelease => unsafe {
-            s.unlock_read();
+            s.unlock_read(reader);
             Ok(None)
         },
         // SAFETY: as above, for a write scope.

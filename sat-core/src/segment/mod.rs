@@ -31,7 +31,9 @@ pub(crate) mod wait;
 
 pub use memory::{Segment, SegmentError};
 pub use shared::{publish, slot_footprint, Segments, SlotPlace, SlotRef};
-pub use slot::{Slot, SlotHeader, DIRECT_SUBSCRIBERS, SLOT_ALIGN};
+pub use slot::{
+    double_capacity, Reader, Slot, SlotHeader, DIRECT_SUBSCRIBERS, READER_BITS, SLOT_ALIGN,
+};
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
-//! A slot of a host segment: a 128-byte header, then one version's bytes.
+//! A slot of a host segment: a 128-byte header, then one version's bytes,
+//! or two buffers that take versions in turn.
 //!
 //! The header's lock word is a readers-writer lock that processes share:
 //!
@@ -6,7 +7,22 @@
 //! |---|---|
 //! | 31 | a writer holds the slot |
 //! | 30 | a writer waits: no new reader may enter |
-//! | 0..30 | readers inside |
+//! | 0..30 | readers inside: a count, or one bit per reader |
+//!
+//! **Readers are counted or named** ([`Reader`]). In a run, a process that
+//! dies ends the run, so readers are a count. A service outlives its
+//! clients: each client reads under its own bit, so that when one dies
+//! inside a read scope its home clears that bit ([`Slot::free_holder`]) and
+//! writers go on. A writer is always named (`owner`).
+//!
+//! **Two buffers** (a slot whose capacity holds them, as a service's homes
+//! allocate): version `v` lives in buffer `v % 2`, and a release copies its
+//! bytes into the buffer of the next version before it moves the version on,
+//! in one atomic store. A writer that dies half way through its copy leaves
+//! the last version whole in the other buffer; its home frees the lock and
+//! readers go on with that version. With one buffer a release copies in
+//! place: a writer that dies while copying would leave bytes nobody wrote,
+//! which is why only a run (that ends when a process dies) uses it.
 //!
 //! Every change to it is one atomic read-modify-write. A waiter spins a
 //! little, then counts itself in `sleepers` and sleeps on the lock word
@@ -26,6 +42,50 @@ pub const SLOT_ALIGN: usize = 64;
 const WRITER: u32 = 1 << 31;
 const WRITER_WAITING: u32 = 1 << 30;
 const READERS: u32 = WRITER_WAITING - 1;
+
+/// How many readers a slot can tell apart: one bit each.
+pub const READER_BITS: u32 = 30;
+
+/// How a process holds read locks on slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// One of a count: a run's processes, which end together.
+    Counted,
+    /// Its own bit of the lock word (below [`READER_BITS`]): a service's
+    /// clients, whose locks their home frees when they die.
+    Bit(u32),
+}
+
+impl Reader {
+    /// The reader with bit `index`, if a slot has one for it.
+    pub fn bit(index: u32) -> Option<Reader> {
+        (index < READER_BITS).then_some(Reader::Bit(index))
+    }
+
+    /// The lock word with this reader in, if it can enter now: no writer
+    /// holds or waits for the slot, and the count has room (or the bit is
+    /// free: a bit already set is another holder's, never ours).
+    fn enter(self, now: u32) -> Option<u32> {
+        if now & (WRITER | WRITER_WAITING) != 0 {
+            return None;
+        }
+        match self {
+            Reader::Counted => (now & READERS != READERS).then_some(now + 1),
+            Reader::Bit(b) => (now & (1 << b) == 0).then_some(now | 1 << b),
+        }
+    }
+}
+
+/// Where the second buffer of a slot for `size` bytes starts: past the
+/// first, aligned.
+pub const fn spare_offset(size: usize) -> usize {
+    size.div_ceil(SLOT_ALIGN) * SLOT_ALIGN
+}
+
+/// The capacity a slot with two buffers of `size` bytes needs.
+pub const fn double_capacity(size: usize) -> usize {
+    spare_offset(size) + size
+}
 
 /// How long a waiter spins before it sleeps. On two cores a holder that is
 /// not running cannot let go while a waiter spins, so the spin is short.
@@ -145,19 +205,46 @@ impl<'s> Slot<'s> {
         (self.header.size.load(SeqCst) as usize).min(self.capacity)
     }
 
-    /// Enters as a reader, waiting while a writer holds or waits for the slot.
+    /// Where the bytes of `version` start, from the slot's data: buffer
+    /// `version % 2` when the slot has two.
+    fn buffer(&self, version: u64) -> usize {
+        let size = self.size();
+        let spare = spare_offset(size);
+        if version % 2 == 1 && spare + size <= self.capacity {
+            spare
+        } else {
+            0
+        }
+    }
+
+    /// The bytes of `version` (those of the version the slot holds, for a
+    /// holder of its lock).
+    ///
+    /// # Safety
+    /// Nobody writes that buffer while the slice lives.
+    unsafe fn bytes_of(&self, version: u64) -> &[u8] {
+        // SAFETY: `buffer` keeps offset + size within the capacity, inside
+        // the mapping; the caller's promise covers writers.
+        unsafe { std::slice::from_raw_parts(self.data.add(self.buffer(version)), self.size()) }
+    }
+
+    /// Enters as a counted reader, waiting while a writer holds or waits
+    /// for the slot.
     pub fn read(&self) -> ReadGuard<'_, 's> {
         let mut spins = 0;
         loop {
             let now = self.header.lock.load(SeqCst);
-            if now & (WRITER | WRITER_WAITING) == 0 && now & READERS != READERS {
+            if let Some(next) = Reader::Counted.enter(now) {
                 if self
                     .header
                     .lock
-                    .compare_exchange(now, now + 1, SeqCst, SeqCst)
+                    .compare_exchange(now, next, SeqCst, SeqCst)
                     .is_ok()
                 {
-                    return ReadGuard { slot: self };
+                    return ReadGuard {
+                        slot: self,
+                        reader: Reader::Counted,
+                    };
                 }
                 continue;
             }
@@ -165,18 +252,34 @@ impl<'s> Slot<'s> {
         }
     }
 
-    /// Enters as a reader if no writer holds or waits for the slot.
-    pub fn try_read(&self) -> Option<ReadGuard<'_, 's>> {
+    /// Enters as `reader` if no writer holds or waits for the slot.
+    pub fn try_read(&self, reader: Reader) -> Option<ReadGuard<'_, 's>> {
         let now = self.header.lock.load(SeqCst);
-        (now & (WRITER | WRITER_WAITING) == 0
-            && now & READERS != READERS
-            && self
-                .header
-                .lock
-                .compare_exchange(now, now + 1, SeqCst, SeqCst)
-                .is_ok())
-        // Made only once the reader is in: a guard's drop lets a reader out.
-        .then(|| ReadGuard { slot: self })
+        reader
+            .enter(now)
+            .filter(|&next| {
+                self.header
+                    .lock
+                    .compare_exchange(now, next, SeqCst, SeqCst)
+                    .is_ok()
+            })
+            // Made only once the reader is in: a guard's drop lets a reader out.
+            .map(|_| ReadGuard { slot: self, reader })
+    }
+
+    /// Lets `reader` out.
+    fn leave(&self, reader: Reader) {
+        let before = match reader {
+            Reader::Counted => self.header.lock.fetch_sub(1, SeqCst),
+            Reader::Bit(b) => self.header.lock.fetch_and(!(1 << b), SeqCst),
+        };
+        let after = match reader {
+            Reader::Counted => before - 1,
+            Reader::Bit(b) => before & !(1 << b),
+        };
+        if after & READERS == 0 && before & WRITER_WAITING != 0 {
+            self.wake();
+        }
     }
 
     /// Enters as the writer for `rank`, waiting for readers and another
@@ -222,19 +325,19 @@ impl<'s> Slot<'s> {
         }
     }
 
-    /// Takes a read lock that outlives any guard, for a scope that holds it
-    /// across calls, if no writer holds or waits for the slot. The holder
-    /// ends it with [`Slot::unlock_read`].
-    pub fn try_lock_read(&self) -> bool {
-        self.try_read().map(std::mem::forget).is_some()
+    /// Takes a read lock as `reader` that outlives any guard, for a scope
+    /// that holds it across calls, if no writer holds or waits for the
+    /// slot. The holder ends it with [`Slot::unlock_read`].
+    pub fn try_lock_read(&self, reader: Reader) -> bool {
+        self.try_read(reader).map(std::mem::forget).is_some()
     }
 
     /// Ends a read lock taken by [`Slot::try_lock_read`].
     ///
     /// # Safety
-    /// The caller holds such a read lock and gives it up here.
-    pub unsafe fn unlock_read(&self) {
-        drop(ReadGuard { slot: self });
+    /// The caller holds such a read lock as `reader` and gives it up here.
+    pub unsafe fn unlock_read(&self, reader: Reader) {
+        self.leave(reader);
     }
 
     /// Takes the write lock for `rank` if nobody holds the slot, for a scope
@@ -275,8 +378,9 @@ impl<'s> Slot<'s> {
     /// The caller holds a lock on the slot for as long as it uses the
     /// bytes, and holds no mutable view of them.
     pub unsafe fn held_bytes(&self) -> &[u8] {
-        // SAFETY: the caller's lock keeps writers out (or is the writer's).
-        unsafe { std::slice::from_raw_parts(self.data, self.size()) }
+        // SAFETY: the caller's lock keeps writers out (or is the writer's,
+        // which writes only the other buffer, or only in a release).
+        unsafe { self.bytes_of(self.peek_version()) }
     }
 
     /// Copies `bytes` in as the slot's next version, for the holder of the
@@ -287,15 +391,8 @@ impl<'s> Slot<'s> {
     /// # Safety
     /// The caller holds the write lock.
     pub unsafe fn publish_held(&self, bytes: &[u8]) -> Result<u64, usize> {
-        let size = self.size();
-        if bytes.len() != size {
-            return Err(size);
-        }
-        // SAFETY: the write lock makes the caller the only one to touch the
-        // bytes; they lie inside the mapping.
-        let data = unsafe { std::slice::from_raw_parts_mut(self.data, size) };
-        data.copy_from_slice(bytes);
-        Ok(WriteGuard { slot: self }.publish_keeping_lock())
+        let version = WriteGuard { slot: self }.publish_keeping_lock(bytes)?;
+        Ok(version)
     }
 
     /// The version and a copy of its bytes, read without the lock.
@@ -308,7 +405,7 @@ impl<'s> Slot<'s> {
     pub unsafe fn snapshot(&self) -> (u64, Vec<u8>) {
         let version = self.header.version.load(SeqCst);
         // SAFETY: the caller's promise: nobody writes the bytes meanwhile.
-        let bytes = unsafe { std::slice::from_raw_parts(self.data, self.size()) }.to_vec();
+        let bytes = unsafe { self.bytes_of(version) }.to_vec();
         (version, bytes)
     }
 
@@ -476,11 +573,32 @@ impl<'s> Slot<'s> {
         self.wake();
         true
     }
+
+    /// Frees every lock a process that is gone held on the slot: the write
+    /// lock if `rank` held it (a release it had not finished copying is
+    /// not published: its version stays the last whole one, in the other
+    /// buffer), and its read lock as `reader`. A writer that was waiting
+    /// may have been the dead one: the waiting mark goes, and live waiting
+    /// writers set it again when they next ask. Wakes the processes waiting
+    /// for the lock. Returns whether the process held a lock.
+    pub fn free_holder(&self, rank: u32, reader: Reader) -> bool {
+        let wrote = self.release_if_owner(rank);
+        let read = match reader {
+            Reader::Bit(b) => self.header.lock.fetch_and(!(1 << b), SeqCst) & (1 << b) != 0,
+            // A count does not say whose: a run ends instead.
+            Reader::Counted => false,
+        };
+        self.header.lock.fetch_and(!WRITER_WAITING, SeqCst);
+        self.wake();
+        self.announce();
+        wrote || read
+    }
 }
 
 /// A read lock on a slot: its version and bytes stay as they are.
 pub struct ReadGuard<'g, 's> {
     slot: &'g Slot<'s>,
+    reader: Reader,
 }
 
 impl ReadGuard<'_, '_> {
@@ -490,17 +608,14 @@ impl ReadGuard<'_, '_> {
 
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: no writer holds the slot while this read lock is held, so
-        // nothing writes these bytes; they lie inside the mapping.
-        unsafe { std::slice::from_raw_parts(self.slot.data, self.slot.size()) }
+        // nothing writes these bytes.
+        unsafe { self.slot.bytes_of(self.version()) }
     }
 }
 
 impl Drop for ReadGuard<'_, '_> {
     fn drop(&mut self) {
-        let before = self.slot.header.lock.fetch_sub(1, SeqCst);
-        if before & READERS == 1 && before & WRITER_WAITING != 0 {
-            self.slot.wake();
-        }
+        self.slot.leave(self.reader);
     }
 }
 
@@ -516,37 +631,45 @@ impl WriteGuard<'_, '_> {
 
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: this guard is the slot's only holder.
-        unsafe { std::slice::from_raw_parts(self.slot.data, self.slot.size()) }
+        unsafe { self.slot.bytes_of(self.version()) }
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: this guard is the slot's only holder, and `&mut self`
-        // makes this the only reference to the bytes through it.
-        unsafe { std::slice::from_raw_parts_mut(self.slot.data, self.slot.size()) }
-    }
-
-    /// Makes the bytes written the slot's next version, and wakes the
-    /// processes waiting for one.
-    pub fn publish(&mut self) -> u64 {
-        self.publish_in_place()
+    /// Copies `bytes` in as the slot's next version, and wakes the
+    /// processes waiting for one; returns the new version. Refused (with
+    /// the slot's size) when `bytes` is not the version's size.
+    pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, usize> {
+        self.copy_and_move_on(bytes)
     }
 
     /// [`WriteGuard::publish`], for a lock held beyond this guard: the
     /// guard is consumed without letting the lock go.
-    fn publish_keeping_lock(self) -> u64 {
-        let version = self.publish_in_place();
+    fn publish_keeping_lock(self, bytes: &[u8]) -> Result<u64, usize> {
+        let published = self.copy_and_move_on(bytes);
         std::mem::forget(self);
-        version
+        published
     }
 
-    fn publish_in_place(&self) -> u64 {
-        let h = self.slot.header;
-        let version = h.version.fetch_add(1, SeqCst) + 1;
+    /// The copy into the next version's buffer, then the version moved on
+    /// in one store: until then readers (after a writer's death) find the
+    /// last version whole, when the slot has two buffers.
+    fn copy_and_move_on(&self, bytes: &[u8]) -> Result<u64, usize> {
+        let s = self.slot;
+        let size = s.size();
+        if bytes.len() != size {
+            return Err(size);
+        }
+        let h = s.header;
+        let next = h.version.load(SeqCst) + 1;
+        // SAFETY: the write lock makes this guard the only one to touch the
+        // bytes; `buffer` keeps them inside the mapping.
+        let into = unsafe { std::slice::from_raw_parts_mut(s.data.add(s.buffer(next)), size) };
+        into.copy_from_slice(bytes);
+        h.version.store(next, SeqCst);
         h.published.fetch_add(1, SeqCst);
         if h.watchers.load(SeqCst) > 0 {
             wait::wake_all(&h.published);
         }
-        version
+        Ok(next)
     }
 }
 

@@ -27,38 +27,109 @@ fn uniform(bytes: &[u8]) -> Option<u64> {
 
 /// Threads that write (every word set to the next version) and read (every
 /// word equal to the version seen) one slot: no reader sees a torn or
-/// mislabelled version, and no write is lost.
+/// mislabelled version, and no write is lost; with one buffer and with two.
 #[test]
 fn readers_never_see_a_torn_version_and_no_write_is_lost() {
+    for capacity in [WORDS * 8, double_capacity(WORDS * 8)] {
+        let seg = Segment::in_process(4096);
+        seg.slot(0, capacity).unwrap().init(WORDS * 8);
+        const THREADS: u64 = 4;
+        const WRITES: u64 = 2000;
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let seg = &seg;
+                s.spawn(move || {
+                    let slot = seg.slot(0, capacity).unwrap();
+                    let mut next_bytes = vec![0; WORDS * 8];
+                    for i in 0..WRITES {
+                        {
+                            let mut w = slot.write(t as u32);
+                            let next = w.version() + 1;
+                            fill(&mut next_bytes, next);
+                            assert_eq!(w.publish(&next_bytes), Ok(next));
+                        }
+                        for _ in 0..(i % 3) {
+                            let r = slot.read();
+                            assert_eq!(uniform(r.bytes()), Some(r.version()), "a torn version");
+                        }
+                    }
+                });
+            }
+        });
+        let slot = seg.slot(0, capacity).unwrap();
+        let r = slot.read();
+        assert_eq!(r.version(), THREADS * WRITES);
+        assert_eq!(uniform(r.bytes()), Some(THREADS * WRITES));
+    }
+}
+
+/// A slot with two buffers keeps the last version whole while a writer
+/// copies the next one: a writer that dies half way through its copy (here:
+/// the copy's first half written into the next version's buffer, then the
+/// lock freed by its home) leaves readers the last version, byte for byte.
+#[test]
+fn a_writer_dying_mid_copy_leaves_the_last_version_whole_with_two_buffers() {
+    const SIZE: usize = 4 * WORDS * 8;
+    let seg = Segment::in_process(8192);
+    let slot = seg.slot(0, double_capacity(SIZE)).unwrap();
+    slot.init(SIZE);
+    let mut bytes = vec![0; SIZE];
+    for v in 1..=3u64 {
+        fill(&mut bytes, v);
+        assert_eq!(slot.write(1).publish(&bytes), Ok(v));
+    }
+    // The dead writer's half copy goes where version 4 would live.
+    assert!(slot.try_lock_write(2));
+    // Version 4 is even: its buffer is the first one.
+    let next_buffer = slot.data_ptr();
+    // SAFETY: this thread holds the write lock; the first buffer lies inside
+    // the slot.
+    unsafe { fill(std::slice::from_raw_parts_mut(next_buffer, SIZE / 2), 4) };
+    assert!(
+        slot.free_holder(2, Reader::Counted),
+        "the dead writer's lock is freed"
+    );
+    let r = slot.try_read(Reader::Bit(0)).expect("readers go on");
+    assert_eq!((r.version(), uniform(r.bytes())), (3, Some(3)));
+}
+
+/// A service's readers hold read locks under their own bits: the lock of
+/// one that died is freed by its home, another's stays, and a waiting
+/// writer whose process died no longer keeps readers out.
+#[test]
+fn a_dead_readers_bit_is_freed_and_a_dead_waiting_writer_blocks_nobody() {
     let seg = Segment::in_process(4096);
-    seg.slot(0, WORDS * 8).unwrap().init(WORDS * 8);
-    const THREADS: u64 = 4;
-    const WRITES: u64 = 2000;
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let seg = &seg;
-            s.spawn(move || {
-                let slot = seg.slot(0, WORDS * 8).unwrap();
-                for i in 0..WRITES {
-                    {
-                        let mut w = slot.write(t as u32);
-                        let next = w.version() + 1;
-                        // Word by word: a reader inside now would see a mix.
-                        fill(w.bytes_mut(), next);
-                        assert_eq!(w.publish(), next);
-                    }
-                    for _ in 0..(i % 3) {
-                        let r = slot.read();
-                        assert_eq!(uniform(r.bytes()), Some(r.version()), "a torn version");
-                    }
-                }
-            });
-        }
-    });
-    let slot = seg.slot(0, WORDS * 8).unwrap();
-    let r = slot.read();
-    assert_eq!(r.version(), THREADS * WRITES);
-    assert_eq!(uniform(r.bytes()), Some(THREADS * WRITES));
+    let slot = seg.slot(0, double_capacity(64)).unwrap();
+    slot.init(64);
+    let (dead, alive) = (Reader::bit(3).unwrap(), Reader::bit(29).unwrap());
+    assert!(
+        Reader::bit(READER_BITS).is_none(),
+        "a bit past the lock word"
+    );
+    assert!(slot.try_lock_read(dead) && slot.try_lock_read(alive));
+    assert!(!slot.try_lock_read(dead), "a reader's bit is taken once");
+    // A writer (rank 9) asks, marks itself waiting, then dies.
+    assert!(!slot.try_lock_write(9));
+    assert!(
+        slot.try_read(Reader::Counted).is_none(),
+        "a waiting writer keeps readers out"
+    );
+    assert!(slot.free_holder(5, dead), "the dead reader held a lock");
+    assert!(
+        !slot.free_holder(9, Reader::bit(4).unwrap()),
+        "nor did these"
+    );
+    assert!(
+        slot.try_read(Reader::bit(4).unwrap()).is_some(),
+        "readers enter again"
+    );
+    assert!(
+        !slot.try_lock_write(1),
+        "the live reader still holds its lock"
+    );
+    // SAFETY: `alive` holds its read lock.
+    unsafe { slot.unlock_read(alive) };
+    assert!(slot.try_lock_write(1));
 }
 
 /// A writer waiting for a reader keeps new readers out (writers do not
@@ -80,12 +151,13 @@ fn a_waiting_writer_keeps_new_readers_out_and_wakes_when_readers_leave() {
             told.send(()).unwrap();
             let mut w = slot.write(7);
             entered.store(true, Ordering::SeqCst);
-            w.bytes_mut()[0] = 1;
-            w.publish()
+            let mut bytes = [0; 64];
+            bytes[0] = 1;
+            w.publish(&bytes).unwrap()
         });
         waiting.recv().unwrap();
         // Once the writer has marked itself waiting, no reader gets in.
-        while slot.try_read().is_some() {
+        while slot.try_read(Reader::Counted).is_some() {
             std::hint::spin_loop();
         }
         assert!(
@@ -107,10 +179,10 @@ fn a_dead_writers_lock_is_freed_by_its_rank_only() {
     let slot = seg.slot(64, 64).unwrap();
     slot.init(64);
     std::mem::forget(slot.write(3));
-    assert!(slot.try_read().is_none());
+    assert!(slot.try_read(Reader::Counted).is_none());
     assert!(!slot.release_if_owner(4));
     assert!(slot.release_if_owner(3));
-    assert_eq!(slot.try_read().map(|r| r.version()), Some(0));
+    assert_eq!(slot.try_read(Reader::Counted).map(|r| r.version()), Some(0));
 }
 
 /// Offsets and sizes from the wire are checked: a slot must lie inside the
@@ -176,8 +248,7 @@ fn increment(seg: &Segment, rank: u32) {
     for _ in 0..CROSS_WRITES {
         let mut w = slot.write(rank);
         let n = u64::from_le_bytes(w.bytes().try_into().unwrap()) + 1;
-        w.bytes_mut().copy_from_slice(&n.to_le_bytes());
-        w.publish();
+        w.publish(&n.to_le_bytes()).unwrap();
         // Give the other process a turn now and then, holding nothing.
         drop(w);
         if n % 64 == 0 {
@@ -205,8 +276,7 @@ fn a_waiter_for_a_newer_version_wakes_on_publication() {
         let seg = &seg;
         let waiter = s.spawn(move || seg.slot(0, 8).unwrap().wait_newer(0, None));
         let mut w = slot.write(0);
-        w.bytes_mut().copy_from_slice(&5u64.to_le_bytes());
-        w.publish();
+        w.publish(&5u64.to_le_bytes()).unwrap();
         drop(w);
         assert_eq!(waiter.join().unwrap(), 1);
     });
@@ -244,8 +314,9 @@ fn bounce(seg: &Segment, rank: u64) -> u64 {
             }
         }
         let mut w = slot.write(rank as u32);
-        w.bytes_mut()[..8].copy_from_slice(&seen.to_le_bytes());
-        seen = w.publish();
+        let mut bytes = [0; 64];
+        bytes[..8].copy_from_slice(&seen.to_le_bytes());
+        seen = w.publish(&bytes).unwrap();
         if seen >= 2 * HANDOFFS {
             return seen;
         }

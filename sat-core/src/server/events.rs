@@ -24,6 +24,12 @@ impl ServerState<'_> {
         if let Some((_, place)) = self.barrier_slots.get(&id) {
             return Some(*place);
         }
+        // A barrier's word counts arrivals, whoever they are: a service,
+        // whose clients may die between two arrivals, keeps its barriers
+        // in messages.
+        if self.service.is_some() {
+            return None;
+        }
         match self.host.as_mut()?.allocate(8) {
             Ok(made) => {
                 let place = made.1;

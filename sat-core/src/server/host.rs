@@ -7,13 +7,21 @@
 //! messages. The home still allocates chunks, answers LOOKUPs, keeps the
 //! subscribers and is told of each release (`Message::Published`).
 //!
+//! A service's homes do the same when every client that can attach is on
+//! their host ([`backing_for_service`]). A service outlives its clients, so
+//! its slots hold two buffers (a client that dies while copying a release
+//! in leaves the last version whole) and its clients read under their own
+//! bits ([`service_reader`]): when one dies, its home frees the locks it
+//! held ([`crate::segment::Slot::free_holder`]).
+//!
 //! Slots are carved in allocation order out of segments that are sparse: a
 //! page costs memory once a version is written to it. Chunks live as long
 //! as the run, as their home entries do, so nothing is ever freed.
 
 use std::sync::Arc;
 
-use crate::segment::{self, Segment, SegmentError, SlotPlace, SlotRef};
+use crate::segment::{self, Reader, Segment, SegmentError, SlotPlace, SlotRef};
+use crate::topology::Topology;
 
 /// The address space each segment reserves. Its pages cost nothing until
 /// written, so it is large: few segments, few mappings per client.
@@ -35,15 +43,18 @@ pub(crate) enum Backing {
 
 pub(crate) struct HostVersions {
     backing: Backing,
+    /// Slots hold two buffers (a service's).
+    double: bool,
     segments: Vec<(Arc<Segment>, (u32, i32))>,
     /// The first free byte of the last segment.
     used: usize,
 }
 
 impl HostVersions {
-    pub fn new(backing: Backing) -> HostVersions {
+    pub fn new(backing: Backing, double: bool) -> HostVersions {
         HostVersions {
             backing,
+            double,
             segments: Vec::new(),
             used: 0,
         }
@@ -52,7 +63,12 @@ impl HostVersions {
     /// A slot for a chunk of `size` bytes at version 0, and its place for
     /// the wire.
     pub fn allocate(&mut self, size: usize) -> Result<(SlotRef, SlotPlace), SegmentError> {
-        let need = segment::slot_footprint(size);
+        let capacity = if self.double {
+            segment::double_capacity(size)
+        } else {
+            size
+        };
+        let need = segment::slot_footprint(capacity);
         let fits = self
             .segments
             .last()
@@ -72,7 +88,7 @@ impl HostVersions {
         }
         let (segment, (pid, fd)) = self.segments.last().expect("one at least");
         let offset = self.used;
-        let slot = SlotRef::new(segment.clone(), offset, size)?;
+        let slot = SlotRef::new(segment.clone(), offset, capacity)?;
         slot.slot().init_fresh(size);
         self.used += need;
         let place = SlotPlace {
@@ -80,7 +96,7 @@ impl HostVersions {
             fd: *fd,
             segment_len: segment.len() as u64,
             offset: offset as u64,
-            capacity: size as u64,
+            capacity: capacity as u64,
         };
         Ok((slot, place))
     }
@@ -91,13 +107,44 @@ impl HostVersions {
 /// debug the message path; any other value than `on` or `off` is reported
 /// and taken as `on`).
 pub(crate) fn backing_for_run(one_host: bool) -> Option<Backing> {
-    let wanted = match std::env::var("SAT_HOST_SEGMENTS").as_deref() {
+    (one_host && wanted()).then_some(Backing::Shared)
+}
+
+fn wanted() -> bool {
+    match std::env::var("SAT_HOST_SEGMENTS").as_deref() {
         Ok("off") => false,
         Ok("on") | Err(_) => true,
         Ok(other) => {
             tracing::warn!("SAT_HOST_SEGMENTS={other:?} is neither 'on' nor 'off'; using 'on'");
             true
         }
-    };
-    (one_host && wanted).then_some(Backing::Shared)
+    }
+}
+
+/// Whether a service's servers keep versions in host segments: when every
+/// client that can attach is on their host (`local_only`: the servers are
+/// on one host, and their endpoints are on loopback or the shm provider's,
+/// which no other host reaches), every client slot has a reader bit of its
+/// own, and `SAT_HOST_SEGMENTS` is not `off`.
+pub(crate) fn backing_for_service(local_only: bool, topology: &Topology) -> Option<Backing> {
+    let clients = topology.clients();
+    let bits = clients
+        .iter()
+        .all(|&c| service_reader(topology, c).is_some());
+    if local_only && !bits {
+        tracing::info!(
+            "this service has {} client slots; host segments tell at most {} readers apart, so \
+             its clients' chunks go through messages",
+            clients.len(),
+            segment::READER_BITS
+        );
+    }
+    (local_only && bits && wanted()).then_some(Backing::Shared)
+}
+
+/// The reader bit of a service's client `rank`: its place among the
+/// topology's clients, when a slot's lock word has a bit for it.
+pub(crate) fn service_reader(topology: &Topology, rank: u32) -> Option<Reader> {
+    let index = topology.clients().iter().position(|&c| c == rank)?;
+    Reader::bit(u32::try_from(index).ok()?)
 }

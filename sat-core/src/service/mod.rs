@@ -108,11 +108,28 @@ pub fn serve() -> SatResult<()> {
     } else {
         None
     };
+    // Clients attach through the desk's port and reach the servers'
+    // endpoints: when those are on loopback (or shm's), only this host's
+    // processes can be clients, and they share the versions in host
+    // segments instead of moving them in messages.
+    let local_only = joined.one_host
+        && (joined.provider == crate::transport::Provider::Shm || joined.local_ip.is_loopback());
+    let host = server::host::backing_for_service(local_only, &joined.topology);
+    tracing::debug!(
+        "service server {}: versions {}",
+        joined.env.rank,
+        if host.is_some() {
+            "in host segments"
+        } else {
+            "moved by messages"
+        }
+    );
     let mut transport = joined.transport;
     server::run_service(
         &joined.topology,
         &mut transport,
         IdlePolicy::from_env(),
         ServiceSide::new(desk),
+        host,
     )
 }

@@ -155,7 +155,14 @@ pub fn connect(address: &str) -> SatResult<Session> {
     observe::set_rank(rank);
     tracing::debug!("attached to the service at {address} in slot {rank} over {provider}");
 
+    let reader = crate::server::host::service_reader(&topology, rank);
     let client = Arc::new(Client::new(Arc::new(topology), Box::new(transport)));
+    // Where the homes keep versions in host slots, this client reads them
+    // under its own bit of their lock words, which its homes clear if it
+    // dies inside a read scope.
+    if let Some(reader) = reader {
+        client.read_host_slots_as(reader);
+    }
     client.enter_role();
     let stop = Arc::new(AtomicBool::new(false));
     let progress = {

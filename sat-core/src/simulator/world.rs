@@ -257,8 +257,9 @@ struct Shape {
     service: bool,
     capacities: Vec<u32>,
     max_delay: u32,
-    /// The homes keep versions in host slots (a run only: a service's
-    /// homes never do), as when every process of a run shares a host.
+    /// The homes keep versions in host slots, as when every process of a
+    /// run shares a host (or every client of a service must: its slots
+    /// then hold two buffers, and its clients read under their own bits).
     host_slots: bool,
 }
 
@@ -354,7 +355,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             shape.capacities,
             if shape.service { "a service" } else { "a run" },
             shape.max_delay,
-            if shape.host_slots && !shape.service {
+            if shape.host_slots {
                 ", versions in host slots"
             } else {
                 ""
@@ -396,6 +397,13 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         ));
         if shape.host_slots && !shape.service {
             client.use_host_sync();
+        }
+        if shape.service {
+            if let Some(reader) =
+                crate::server::host::service_reader(&topology, shape.servers + ci as u32)
+            {
+                client.read_host_slots_as(reader);
+            }
         }
         let ClientPlan { threads: programs } = plan;
         let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -618,7 +626,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         servers: shape.servers,
         clients: shape.clients,
         service: shape.service,
-        host_slots: shape.host_slots && !shape.service,
+        host_slots: shape.host_slots,
         committed: oracle.committed.len() as u64,
         aborted: oracle.aborted,
         read_checks: oracle.read_checks,
