@@ -18,8 +18,8 @@ use crate::error::{SatError, SatResult};
 use crate::progress::{Clock, Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, Join, ProtocolId, ToHome};
 use crate::stats::{self, Activity, ChunkEvent};
-use crate::store::Store;
 pub use crate::store::{Chain, LocalMemory};
+use crate::store::{Exposed, Store};
 pub use events::{Event, HandlerResult};
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
@@ -1019,7 +1019,20 @@ impl Client {
             // A WRITE keeps the place's bytes: they are what it publishes
             // (MAP'd memory filled before a PUT).
             if access != Access::Write {
-                st.store.make_valid(chunk, place);
+                // A host slot that holds a newer version than this process
+                // will replace the local bytes: checking them first would
+                // hash a whole version for nothing.
+                let c = st.store.get(chunk).expect("placed");
+                let replaced = c
+                    .host
+                    .as_ref()
+                    .is_some_and(|s| Some(s.slot().peek_version()) > c.side.version());
+                let exposed = if replaced {
+                    Exposed::Trusted
+                } else {
+                    Exposed::Check
+                };
+                st.store.make_valid_with(chunk, place, exposed);
             }
             let c = st.store.get_mut(chunk).expect("placed");
             // Put back if the request cannot be sent (a host slot needs no message).
@@ -1081,8 +1094,10 @@ impl Client {
             // A grant the host slot gave at once needs no wait.
             let c = st.store.get(chunk).expect("placed");
             if c.host.is_some() && c.grants >= granted {
+                // This thread has held the lock since it checked the local
+                // bytes above, or since the grant filled them.
                 if access != Access::Write {
-                    st.store.make_valid(chunk, place);
+                    st.store.make_valid_with(chunk, place, Exposed::Trusted);
                 }
                 drop(guard);
                 self.host_step_taken();
@@ -1871,7 +1886,18 @@ impl ClientState {
             ToHome::Release { .. } => self.store.bytes(chunk, place),
             _ => None,
         };
-        let published = host::end_scope(slot, (chunk, self.host.reader()), op, data)?;
+        // Exposed bytes are digested as they are copied into the slot: one
+        // pass over a large version instead of two.
+        let exposed = self.store.exposed(chunk);
+        let mut digested = None;
+        let copy = |to: &mut [u8], from: &[u8]| {
+            if exposed {
+                digested = Some(crate::store::copy_and_digest(to, from));
+            } else {
+                to.copy_from_slice(from);
+            }
+        };
+        let published = host::end_scope(slot, (chunk, self.host.reader()), op, data, copy)?;
         if slot.slot().lock_waiters() > 0 {
             // Those waiting for the lock sleep on the slot: wake them.
             slot.slot().announce();
@@ -1880,7 +1906,7 @@ impl ClientState {
             self.store.forget_version(chunk);
         }
         if let Some(version) = published {
-            self.store.spread(chunk, place);
+            self.store.spread_digested(chunk, place, digested);
             if self.tell_subscribers_directly(to.0, chunk, slot, version) {
                 self.scope_ended(chunk);
                 return Ok(());

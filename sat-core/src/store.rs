@@ -78,6 +78,20 @@ fn digest(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
+/// Copies `from` into `to` and returns the digest of the bytes, in one pass
+/// over memory: each block is hashed while the copy has it in cache (a
+/// large version is otherwise read twice, once to copy, once to hash).
+pub(crate) fn copy_and_digest(to: &mut [u8], from: &[u8]) -> u64 {
+    /// Fits a core's L2 with room to spare.
+    const BLOCK: usize = 128 << 10;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for (to, from) in to.chunks_mut(BLOCK).zip(from.chunks(BLOCK)) {
+        to.copy_from_slice(from);
+        hasher.update(to);
+    }
+    hasher.digest()
+}
+
 /// A chunk chain as this process holds it: its layout and its region of
 /// local memory. Cheap to clone; it is a handle, the data stays in the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,6 +182,15 @@ struct Region {
     /// The caller's memory (MAP): never evicted, not counted.
     mapped: bool,
     last_use: u64,
+}
+
+/// Whether [`Store::make_valid_with`] checks exposed places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exposed {
+    Check,
+    /// Nothing outside SAT has run since they were checked or filled, or
+    /// their version is being replaced.
+    Trusted,
 }
 
 pub(crate) struct Store {
@@ -362,14 +385,25 @@ impl Store {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
-        c.digest = c.places.iter().any(|p| p.exposed).then(|| digest(data));
+        let exposed = c.places.iter().any(|p| p.exposed);
+        let mut digested = None;
         for p in &mut c.places {
             p.valid = false;
             if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
-                mem.bytes_mut()[p.range.clone()].copy_from_slice(data);
+                let to = &mut mem.bytes_mut()[p.range.clone()];
+                if exposed && digested.is_none() {
+                    digested = Some(copy_and_digest(to, data));
+                } else {
+                    to.copy_from_slice(data);
+                }
                 p.valid = true;
             }
         }
+        c.digest = match (exposed, digested) {
+            (false, _) => None,
+            (true, Some(d)) => Some(d),
+            (true, None) => Some(digest(data)),
+        };
     }
 
     /// Before a scope reads through instance `place` of `chunk`: if it does
@@ -377,7 +411,19 @@ impl Store {
     /// instance that does. Returns false when none does (the version is
     /// then forgotten, so that the next request asks the home for data).
     pub fn make_valid(&mut self, chunk: ChunkId, place: usize) -> bool {
-        self.check_exposed(chunk);
+        self.make_valid_with(chunk, place, Exposed::Check)
+    }
+
+    /// [`Store::make_valid`], saying whether exposed places must be checked
+    /// against the digest first: not when nothing outside SAT can have
+    /// written them since they were last checked or filled (the caller has
+    /// held the client's lock since), nor when the version they hold is
+    /// about to be replaced anyway. Hashing a large version costs as much
+    /// as copying it.
+    pub fn make_valid_with(&mut self, chunk: ChunkId, place: usize, exposed: Exposed) -> bool {
+        if exposed == Exposed::Check {
+            self.check_exposed(chunk);
+        }
         let Some(c) = self.chunks.get(&chunk) else {
             return false;
         };
@@ -486,12 +532,29 @@ impl Store {
     /// Copies instance `from` of `chunk` into its other resident instances
     /// (after a write scope, so every local instance shows the new version).
     pub fn spread(&mut self, chunk: ChunkId, from: usize) {
+        self.spread_digested(chunk, from, None)
+    }
+
+    /// Whether `chunk` has an instance that code outside SAT can write (its
+    /// bytes are then digested: [`copy_and_digest`] does it while copying).
+    pub fn exposed(&self, chunk: ChunkId) -> bool {
+        self.chunks
+            .get(&chunk)
+            .is_some_and(|c| c.places.iter().any(|p| p.exposed))
+    }
+
+    /// [`Store::spread`], with the digest of instance `from`'s bytes when
+    /// the caller computed it already (while copying them out).
+    pub fn spread_digested(&mut self, chunk: ChunkId, from: usize, digested: Option<u64>) {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
         c.places[from].valid = true;
         c.digest = None;
-        if c.places.iter().any(|p| p.exposed) {
+        let exposed = c.places.iter().any(|p| p.exposed);
+        if let (true, Some(d)) = (exposed, digested) {
+            c.digest = Some(d);
+        } else if exposed {
             let src = c.places[from].clone();
             let mem = self.regions.get(&src.region).and_then(|r| r.mem.as_ref());
             let d = mem.map(|m| digest(&m.bytes()[src.range]));

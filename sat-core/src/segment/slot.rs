@@ -391,8 +391,21 @@ impl<'s> Slot<'s> {
     /// # Safety
     /// The caller holds the write lock.
     pub unsafe fn publish_held(&self, bytes: &[u8]) -> Result<u64, usize> {
-        let version = WriteGuard { slot: self }.publish_keeping_lock(bytes)?;
-        Ok(version)
+        // SAFETY: the caller's promise.
+        unsafe { self.publish_held_with(bytes, |to, from| to.copy_from_slice(from)) }
+    }
+
+    /// [`Slot::publish_held`], with the copy made by `copy(into, bytes)`
+    /// (one that does more as it goes, such as hashing the bytes).
+    ///
+    /// # Safety
+    /// The caller holds the write lock.
+    pub unsafe fn publish_held_with(
+        &self,
+        bytes: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]),
+    ) -> Result<u64, usize> {
+        WriteGuard { slot: self }.publish_keeping_lock(bytes, copy)
     }
 
     /// The version and a copy of its bytes, read without the lock.
@@ -638,13 +651,17 @@ impl WriteGuard<'_, '_> {
     /// processes waiting for one; returns the new version. Refused (with
     /// the slot's size) when `bytes` is not the version's size.
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, usize> {
-        self.copy_and_move_on(bytes)
+        self.copy_and_move_on(bytes, |to, from| to.copy_from_slice(from))
     }
 
     /// [`WriteGuard::publish`], for a lock held beyond this guard: the
     /// guard is consumed without letting the lock go.
-    fn publish_keeping_lock(self, bytes: &[u8]) -> Result<u64, usize> {
-        let published = self.copy_and_move_on(bytes);
+    fn publish_keeping_lock(
+        self,
+        bytes: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]),
+    ) -> Result<u64, usize> {
+        let published = self.copy_and_move_on(bytes, copy);
         std::mem::forget(self);
         published
     }
@@ -652,7 +669,11 @@ impl WriteGuard<'_, '_> {
     /// The copy into the next version's buffer, then the version moved on
     /// in one store: until then readers (after a writer's death) find the
     /// last version whole, when the slot has two buffers.
-    fn copy_and_move_on(&self, bytes: &[u8]) -> Result<u64, usize> {
+    fn copy_and_move_on(
+        &self,
+        bytes: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]),
+    ) -> Result<u64, usize> {
         let s = self.slot;
         let size = s.size();
         if bytes.len() != size {
@@ -663,7 +684,7 @@ impl WriteGuard<'_, '_> {
         // SAFETY: the write lock makes this guard the only one to touch the
         // bytes; `buffer` keeps them inside the mapping.
         let into = unsafe { std::slice::from_raw_parts_mut(s.data.add(s.buffer(next)), size) };
-        into.copy_from_slice(bytes);
+        copy(into, bytes);
         h.version.store(next, SeqCst);
         h.published.fetch_add(1, SeqCst);
         if h.watchers.load(SeqCst) > 0 {

@@ -198,3 +198,16 @@ fn unmap_gives_the_memory_back_and_forgets_the_places() {
     );
     assert!(s.unmap(&mapped).is_err(), "only once");
 }
+
+/// The copy that hashes as it goes gives the bytes and the digest a copy
+/// and a separate hash give, at sizes around its block.
+#[test]
+fn copying_and_hashing_in_one_pass_gives_the_same_digest() {
+    for len in [0, 1, 4095, 128 << 10, (128 << 10) + 1, 3 * (128 << 10) - 7] {
+        let from: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut to = vec![0u8; len];
+        let d = super::copy_and_digest(&mut to, &from);
+        assert_eq!(to, from, "{len} bytes");
+        assert_eq!(d, super::digest(&from), "{len} bytes");
+    }
+}
