@@ -117,6 +117,14 @@ const LARGE_POOL_KEEP: usize = 8;
 /// sender and are dropped (each would hold a buffer of its announced size).
 const LARGE_POSTED_PER_PEER: usize = 16 * LARGE_WINDOW as usize;
 
+/// Announces a sender has out to one destination whose payloads have not
+/// been sent yet: later announces wait in its queue (and every message
+/// behind them, to keep the order). Half the receiver's bound, so a
+/// legitimate burst of large messages (a chain of 1,024 chunks released
+/// while the receiver is busy) is never taken for a hostile one and
+/// dropped: it was, and the receiver then waited for ever for the messages.
+const ANNOUNCE_WINDOW: u32 = (LARGE_POSTED_PER_PEER / 2) as u32;
+
 /// How long an announced payload may take to arrive: a minute, plus a
 /// second per 16 MiB (a slow link's 1 GiB chunk). Past it the announcing
 /// rank is reported lost, its buffer freed, and its later messages flow
@@ -775,8 +783,16 @@ struct LargeSend {
 /// A filled send waiting for the provider to accept it.
 #[derive(Debug, Clone, Copy)]
 enum Post {
-    Eager { slot: u32, len: usize },
-    Large { slot: u32 },
+    /// `announce`: the packet announces a large payload
+    /// ([`ANNOUNCE_WINDOW`]).
+    Eager {
+        slot: u32,
+        len: usize,
+        announce: bool,
+    },
+    Large {
+        slot: u32,
+    },
 }
 
 /// The sends to one destination that the provider refused (`-FI_EAGAIN`),
@@ -893,6 +909,9 @@ struct Core {
     queued_dests: Vec<Rank>,
     /// Large sends posted and not completed, per destination.
     large_in_flight: Vec<u32>,
+    /// Announces posted whose payloads have not completed, per destination
+    /// ([`ANNOUNCE_WINDOW`]).
+    announced: Vec<u32>,
 
     next_seq: u32,
     /// Eager packets due for [`Core::take_eager`] (kept to reuse its room).
@@ -1062,6 +1081,7 @@ impl FabricEndpoint {
             queues: Vec::new(),
             queued_dests: Vec::new(),
             large_in_flight: Vec::new(),
+            announced: Vec::new(),
             next_seq: 0,
             in_order: Vec::new(),
             messages_sent: 0,
@@ -1143,6 +1163,7 @@ impl FabricEndpoint {
         self.core.dirty = Vec::with_capacity(size as usize);
         self.core.queues = (0..size).map(|_| SendQueue::default()).collect();
         self.core.large_in_flight = vec![0; size as usize];
+        self.core.announced = vec![0; size as usize];
         self.core.queued_dests = Vec::with_capacity(size as usize);
         self.core.dirty_work = Vec::with_capacity(size as usize);
         debug!(rank = my_rank, size, "connected the libfabric endpoint");
@@ -1196,6 +1217,9 @@ impl Core {
         while let Some(post) = self.queues[r].posts.pop_front() {
             self.abandon(post);
         }
+        // The announces left are those of the payloads still in flight,
+        // whose completions count them out.
+        self.announced[r] = self.large_in_flight[r];
         self.queues[r].stalled_since = None;
         self.queues[r].warned = false;
         self.queued_dests.retain(|&d| d != rank);
@@ -1542,6 +1566,13 @@ impl Core {
                 }
                 let src = l.src;
                 self.mark_dirty(src);
+                // The payload has been taken (shm pulls it from the
+                // sender's memory): the send completes at the sender only
+                // once it polls, and its next large sends here wait for
+                // that. A sender asleep with nothing else to wake it (a
+                // burst of grants that no request answers) would wait for
+                // its doorbell's timeout, up to 250 ms per window of sends.
+                self.ring(src);
             }
             #[cfg(test)]
             Op::Untracked => self.outstanding -= 1,
@@ -1552,18 +1583,32 @@ impl Core {
     fn large_done(&mut self, slot: u32) {
         let dest = self.lsend[slot as usize].dest as usize;
         self.large_in_flight[dest] = self.large_in_flight[dest].saturating_sub(1);
+        self.announced[dest] = self.announced[dest].saturating_sub(1);
     }
 
     /// Whether `post` must wait for room in its destination's large window.
     fn window_full(&self, dest: Rank, post: Post) -> bool {
-        matches!(post, Post::Large { .. }) && self.large_in_flight[dest as usize] >= LARGE_WINDOW
+        match post {
+            Post::Large { .. } => self.large_in_flight[dest as usize] >= LARGE_WINDOW,
+            Post::Eager { announce: true, .. } => self.announces_full(dest),
+            Post::Eager { .. } => false,
+        }
+    }
+
+    /// Whether an announce to `dest` must wait ([`ANNOUNCE_WINDOW`]).
+    fn announces_full(&self, dest: Rank) -> bool {
+        self.announced[dest as usize] >= ANNOUNCE_WINDOW
     }
 
     /// Posts `post` now; counts a large send into its window.
     fn post_now(&mut self, dest: Rank, post: Post) -> isize {
         let ret = self.try_post(post);
-        if ret == 0 && matches!(post, Post::Large { .. }) {
-            self.large_in_flight[dest as usize] += 1;
+        if ret == 0 {
+            match post {
+                Post::Large { .. } => self.large_in_flight[dest as usize] += 1,
+                Post::Eager { announce: true, .. } => self.announced[dest as usize] += 1,
+                Post::Eager { .. } => {}
+            }
         }
         if ret == 0 {
             self.ring(dest);
@@ -1926,7 +1971,7 @@ impl Core {
     /// Posts one queued send; 0 when the provider took it.
     fn try_post(&mut self, post: Post) -> isize {
         match post {
-            Post::Eager { slot, len } => {
+            Post::Eager { slot, len, .. } => {
                 let i = slot as usize;
                 // SAFETY: the buffer and the context belong to this slot,
                 // which stays off the free list until its completion.
@@ -2169,7 +2214,11 @@ impl Core {
             buf[PREFIX_LEN..PREFIX_LEN + header.len()].copy_from_slice(header);
             buf[PREFIX_LEN + header.len()..total].copy_from_slice(inline);
         };
-        if total <= self.inject_size && self.queues[dest as usize].posts.is_empty() {
+        let announce = kind == KIND_ANNOUNCE;
+        if total <= self.inject_size
+            && self.queues[dest as usize].posts.is_empty()
+            && !(announce && self.announces_full(dest))
+        {
             fill(&mut self.inject_buf[..total]);
             // SAFETY: inject_buf holds `total` initialised bytes; inject
             // copies them before returning and reports no completion.
@@ -2183,6 +2232,9 @@ impl Core {
                 )
             };
             if ret == 0 {
+                if announce {
+                    self.announced[dest as usize] += 1;
+                }
                 self.ring(dest);
                 return Ok(());
             }
@@ -2196,7 +2248,14 @@ impl Core {
         fill(&mut self.send_buf[i][..total]);
         self.send_dest[i] = dest;
         self.send_tag[i] = tag;
-        self.submit(dest, Post::Eager { slot, len: total })
+        self.submit(
+            dest,
+            Post::Eager {
+                slot,
+                len: total,
+                announce,
+            },
+        )
     }
 
     fn send_large(
