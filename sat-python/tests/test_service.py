@@ -361,3 +361,65 @@ def test_a_scope_whose_block_raises_publishes_nothing_and_writes_outside_a_scope
     lines = run.stdout.splitlines()
     assert "after the failed write 7" in lines, run.stdout
     assert "after the +1 8" in lines, run.stdout
+
+
+HOLD_A_SCOPE = """
+import os
+import sys
+import numpy as np
+import sat
+
+client = sat.connect(os.environ["SAT_ADDRESS"])
+client.chunk_size = 1 << 20
+chain = client.malloc(880, 4 << 20)
+with chain.write():
+    chain.array(np.uint8)[:] = 1                 # released: version 1, all ones
+kind = sys.argv[1]
+scope = chain.write() if kind == "write" else chain.read()
+scope.__enter__()
+if kind == "write":
+    chain.array(np.uint8)[:] = 9                 # never released
+print("in a", kind, "scope", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("kind", ["write", "read"])
+def test_a_notebook_killed_inside_a_scope_blocks_nobody(service, tmp_path, kind):
+    """A process killed inside a scope of a chain (on one host its homes keep the versions in shared memory
+    the clients map): the next process writes the chain and reads back its own bytes, and never the dead
+    one's unreleased bytes."""
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_A_SCOPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ, SAT_ADDRESS=service.address),
+        start_new_session=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("in a"), line + proc.stderr.read()
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    out = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        with sat.connect(os.environ["SAT_ADDRESS"]) as client:
+            client.chunk_size = 1 << 20
+            chain = client.lookup(880, 4)
+            with chain.read():
+                before = set(np.unique(chain.array(np.uint8)).tolist())
+            with chain.write():
+                chain.array(np.uint8)[:] = 5
+            with chain.read():
+                after = set(np.unique(chain.array(np.uint8)).tolist())
+            print("before", sorted(before), "after", sorted(after))
+        """,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr + service.log()
+    assert "before [1] after [5]" in out.stdout, out.stdout

@@ -127,6 +127,11 @@ fn wanted() -> bool {
 /// which no other host reaches), every client slot has a reader bit of its
 /// own, and `SAT_HOST_SEGMENTS` is not `off`.
 pub(crate) fn backing_for_service(local_only: bool, topology: &Topology) -> Option<Backing> {
+    service_backing(local_only, topology, wanted())
+}
+
+/// [`backing_for_service`], with `SAT_HOST_SEGMENTS` read already.
+fn service_backing(local_only: bool, topology: &Topology, wanted: bool) -> Option<Backing> {
     let clients = topology.clients();
     let bits = clients
         .iter()
@@ -139,7 +144,7 @@ pub(crate) fn backing_for_service(local_only: bool, topology: &Topology) -> Opti
             segment::READER_BITS
         );
     }
-    (local_only && bits && wanted()).then_some(Backing::Shared)
+    (local_only && bits && wanted).then_some(Backing::Shared)
 }
 
 /// The reader bit of a service's client `rank`: its place among the
@@ -147,4 +152,46 @@ pub(crate) fn backing_for_service(local_only: bool, topology: &Topology) -> Opti
 pub(crate) fn service_reader(topology: &Topology, rank: u32) -> Option<Reader> {
     let index = topology.clients().iter().position(|&c| c == rank)?;
     Reader::bit(u32::try_from(index).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A service keeps versions in host slots only when no other host can
+    /// reach it and every client slot has a reader bit of its own; each
+    /// client's bit is its place among the client slots.
+    #[test]
+    fn a_service_uses_host_slots_only_on_one_host_and_with_a_bit_per_client() {
+        let small = Topology::service(2, segment::READER_BITS).unwrap();
+        assert_eq!(service_backing(true, &small, true), Some(Backing::Shared));
+        assert_eq!(
+            service_backing(false, &small, true),
+            None,
+            "reachable from elsewhere"
+        );
+        assert_eq!(
+            service_backing(true, &small, false),
+            None,
+            "SAT_HOST_SEGMENTS=off"
+        );
+        let bits: Vec<Reader> = small
+            .clients()
+            .iter()
+            .map(|&c| service_reader(&small, c).expect("a bit"))
+            .collect();
+        assert_eq!(bits.first(), Some(&Reader::Bit(0)));
+        assert_eq!(
+            bits.last(),
+            Some(&Reader::Bit(segment::READER_BITS - 1)),
+            "one bit per client slot, in order"
+        );
+        assert_eq!(service_reader(&small, 0), None, "a server reads no slot");
+        let large = Topology::service(2, segment::READER_BITS + 1).unwrap();
+        assert_eq!(
+            service_backing(true, &large, true),
+            None,
+            "a client without a bit"
+        );
+    }
 }
