@@ -1115,16 +1115,7 @@ impl Client {
             return Ok(());
         }
         self.wait_inner(None, false, slot.as_ref(), |st| {
-            let c = st.store.get(chunk)?;
-            if c.grants < granted {
-                return None;
-            }
-            // A grant without data: the bytes are the version held here.
-            if access != Access::Write {
-                let place = st.store.scope_place(chunk)?;
-                st.store.make_valid(chunk, place);
-            }
-            Some(())
+            scope_granted(st, chunk, granted, access)
         })?;
         Ok(())
     }
@@ -1144,15 +1135,10 @@ impl Client {
             let mut guard = self.lock();
             let st = &mut *guard;
             st.host.retry(&mut st.store, &mut st.mail.events, self.rank);
-            let Some(c) = st.store.get(chunk) else {
+            if st.store.get(chunk).is_none() {
                 return Err(unknown(chunk));
-            };
-            if c.grants >= granted {
-                // As after the wait: the lock was let go between attempts.
-                if access != Access::Write {
-                    let place = st.store.scope_place(chunk).expect("placed");
-                    st.store.make_valid(chunk, place);
-                }
+            }
+            if scope_granted(st, chunk, granted, access).is_some() {
                 return Ok(true);
             }
             drop(guard);
@@ -2024,6 +2010,21 @@ impl ClientState {
             stats::access(chunk, access, hit, start);
         }
     }
+}
+
+/// Whether the grant a scope of `chunk` waits for (its `granted`-th) has
+/// come; if so, a scope that reads sees the version through its place (a
+/// grant without data: the bytes are the version held here). The client's
+/// lock was let go while waiting, so exposed bytes are checked.
+fn scope_granted(st: &mut ClientState, chunk: ChunkId, granted: u64, access: Access) -> Option<()> {
+    if st.store.get(chunk)?.grants < granted {
+        return None;
+    }
+    if access != Access::Write {
+        let place = st.store.scope_place(chunk)?;
+        st.store.make_valid(chunk, place);
+    }
+    Some(())
 }
 
 /// How a scope ends.

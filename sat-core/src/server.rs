@@ -1712,8 +1712,8 @@ mod tests {
         // SAFETY (each block below): the locks are taken just before.
         assert!(s.try_lock_write(2));
         assert_eq!(unsafe { s.publish_held(&[1; SIZE]) }, Ok(1));
-        // Client 2 takes the write lock again (a scope, or a release half
-        // copied in) and dies holding it.
+        // Client 2 still holds the write lock after its release (a scope,
+        // or a release half copied in) and dies holding it.
         assert!(!s.try_lock_read(reader3));
         st.client_lost(&mut server0, 2);
         assert!(s.try_lock_read(reader3), "the lost writer's lock is freed");
