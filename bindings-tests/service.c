@@ -17,6 +17,9 @@
 
 static int32_t value_at(int i) { return (int32_t)(i * 7 + 3); }
 
+/* The chain's handle, used again after sat_detach. */
+static sat_chunk_t *kept;
+
 static void produce(void) {
     sat_chunk_t *c =
         CHECK_CHUNK(sat_malloc(sat_home_based_mesi(), CHAIN_ID, COUNT * sizeof(int32_t)));
@@ -26,6 +29,7 @@ static void produce(void) {
     for (int i = 0; i < COUNT; i++) v[i] = value_at(i);
     CHECK_OK(sat_release(c));
     CHECK_OK(sat_write_symbol(SYMBOL, GREETING, sizeof GREETING - 1));
+    kept = c;
 }
 
 static void consume(void) {
@@ -45,6 +49,7 @@ static void consume(void) {
     CHECK_TRUE(bad < 0, "value %d is %d, not %d", bad, bad < 0 ? 0 : v[bad],
                bad < 0 ? 0 : value_at(bad));
     CHECK_OK(sat_release(c));
+    kept = c;
     void *data = NULL;
     size_t size = 0;
     CHECK_OK(sat_read_symbol(SYMBOL, &data, &size));
@@ -74,7 +79,16 @@ int main(int argc, char **argv) {
     else
         consume();
     CHECK_OK(sat_detach());
-    /* Detached: calls fail with a message, and attaching again works. */
+    /* Detached: calls fail with a message, handles of the session are
+     * refused (never followed), and attaching again works. */
     CHECK_TRUE(sat_rank() < 0, "sat_rank() after sat_detach gave %d", sat_rank());
+    CHECK_STATUS(sat_read(kept), SAT_ERR_USAGE, "not valid");
+    CHECK_OK(sat_connect(argv[2]));
+    /* A new session does not revive the old session's handles. */
+    CHECK_STATUS(sat_read(kept), SAT_ERR_USAGE, "not valid");
+    CHECK_STATUS(sat_chunk_free(kept), SAT_ERR_USAGE, "not valid");
+    sat_chunk_t *again = CHECK_CHUNK(sat_lookup(NULL, CHAIN_ID, 1));
+    CHECK_TRUE(again != kept || again == NULL, "the new session's handle is the old one");
+    CHECK_OK(sat_detach());
     return testing_done(argv[1]);
 }

@@ -19,6 +19,20 @@
  *   from threads it starts, or from handlers, while sat_bootstrap() runs
  *   (otherwise SAT_ERR_USAGE).
  *
+ * Lifetimes
+ * - A chunk handle is valid from the MALLOC, LOOKUP or MAP that gave it
+ *   until sat_chunk_free (FREE) gives it back, sat_bootstrap() returns or
+ *   sat_detach() ends the session. Every call is checked: a handle that is
+ *   no longer valid (or never came from SAT) gets SAT_ERR_USAGE, not a
+ *   crash, also after a new sat_connect(). Its fields stay readable a
+ *   while; its `data` must not be used.
+ * - The client is never freed under a call: when the run ends (or on
+ *   sat_detach()) new calls fail and calls in progress on other threads
+ *   are waited for.
+ * - A fork() child of a process in a run (or attached) inherits no client:
+ *   its calls return SAT_ERR_USAGE. A child joins SAT only by exec'ing a
+ *   program that does.
+ *
  * Threads
  * - sat_bootstrap(): once per process, from one thread (normally main()).
  * - Every other call is safe from several threads of the process while the
@@ -130,6 +144,11 @@ typedef enum sat_status {
      * the write policy does not allow, an older version replayed).
      */
     SAT_ERR_INTEGRITY = -12,
+    /**
+     * Memory for the call could not be allocated (a chain's local memory,
+     * a symbol's value).
+     */
+    SAT_ERR_NO_MEMORY = -13,
 } sat_status;
 
 /**
@@ -145,7 +164,8 @@ typedef struct sat_consistency_t sat_consistency_t;
 /**
  * A chunk chain as C sees it (the report's `Chunk_t`). C reads every
  * field and reads and writes the bytes at `data`; it never writes the
- * fields themselves. The handle stays valid until `sat_bootstrap` returns.
+ * fields themselves. The handle stays valid until `sat_chunk_free` gives
+ * it back, `sat_bootstrap` returns or `sat_detach` ends the session.
  */
 typedef struct sat_chunk_t {
     /**
@@ -162,8 +182,8 @@ typedef struct sat_chunk_t {
      * `char *` rather than `void *`: chunks are "a multiple of a C char
      * type" (section 2.2) and Figure 5 indexes `chunk->data[i]` as it is;
      * cast it for other types (`int *v = (int *)chunk->data;`). The
-     * address never changes while the run lasts, and is 64-byte aligned
-     * unless the chain was MAP'd.
+     * address never changes while the handle is valid, and is 64-byte
+     * aligned unless the chain was MAP'd.
      */
     char *data;
     /**
@@ -332,12 +352,41 @@ int32_t sat_put(struct sat_chunk_t *chunk);
 int32_t sat_get(struct sat_chunk_t *chunk);
 
 /**
+ * FREE: gives the chain back in this process (the report's "free: locally
+ * removing the data"): its subscription through this handle ends, the
+ * memory SAT allocated for it is returned to the system (a MAP'd chain's
+ * memory stays the caller's), and the handle is invalid from then on
+ * (every call with it returns `SAT_ERR_USAGE`; its fields stay readable a
+ * while, `data` must not be used). The chunks stay in the S-DSM with their
+ * versions, for this process to LOOKUP again and for the others.
+ *
+ * Returns `SAT_ERR_USAGE` while a chunk of the chain is in a scope of this
+ * process (RELEASE it first: nothing is given back), for a handle that is
+ * not valid, and for a protected chain (its plaintext belongs to the
+ * process's vault until the run ends); `SAT_ERR_ARGUMENT` for NULL.
+ */
+int32_t sat_chunk_free(struct sat_chunk_t *chunk);
+
+/**
  * Joins the run and plays this process's role (Figure 10): `roles[r]` is
  * the function of role `r`, for `r` < `nroles`. Returns when the run is
  * over for this process (its role, then its subscriptions' handlers, have
  * ended), with `SAT_OK` or an error status. `reserved` must be NULL.
  * `argc`/`argv` are the program's: `--topology FILE` is read from them
  * (`argv` is `char *const *` so that `main`'s `char **argv` passes as is).
+ *
+ * The role's client serves the threads the role starts too. When the role
+ * and its handlers are over, new calls fail with `SAT_ERR_USAGE` and
+ * `sat_bootstrap` waits for calls still in progress on other threads before
+ * the client goes. Chunk handles are invalid once it returns (a call with
+ * one returns `SAT_ERR_USAGE`).
+ *
+ * Returns `SAT_ERR_ROLE` when the role called `sat_role_failed` (its open
+ * scopes publish nothing) or failed inside SAT, `SAT_ERR_USAGE` when called
+ * again while a run or a session (`sat_connect`) is going on, and the
+ * statuses of joining the run (`SAT_ERR_BOOTSTRAP`, `SAT_ERR_TOPOLOGY`,
+ * `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
+ * from `main` when it is not `SAT_OK`, so that satrun reports the failure.
  *
  * # Safety
  * `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
@@ -348,6 +397,21 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
                       void *reserved,
                       int argc,
                       char *const *argv);
+
+/**
+ * Marks this process's role as failed, for `reason` (a NUL-terminated
+ * message, or NULL): C roles return `void`, so this is how one fails. The
+ * role goes on until its function returns; then its open scopes end
+ * without publishing anything, the run's termination protocol completes,
+ * and `sat_bootstrap` returns `SAT_ERR_ROLE` with the reason in
+ * `sat_last_error`. Called from a handler that runs after the role
+ * function, the same status is returned once the handlers are over.
+ * Returns `SAT_ERR_USAGE` outside a run.
+ *
+ * # Safety
+ * `reason` is NULL or a NUL-terminated string.
+ */
+int32_t sat_role_failed(const char *reason);
 
 /**
  * Attaches this process to the SAT service at `address`, without satrun
@@ -363,9 +427,10 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
  *
  * The calling thread plays the role's thread: subscription handlers run
  * on it, during its waits. Returns `SAT_ERR_USAGE` if this process is
- * already in a run or attached, or if `address` is not a service's
- * address, `SAT_ERR_BOOTSTRAP` if the service cannot be reached, refuses
- * the secret or has no free client slot (`sat_last_error` says which).
+ * already in a run or attached (or is a fork() child of one that is), or
+ * if `address` is not a service's address, `SAT_ERR_BOOTSTRAP` if the
+ * service cannot be reached, refuses the secret or has no free client slot
+ * (`sat_last_error` says which), `SAT_ERR_ARGUMENT` if `address` is NULL.
  *
  * # Safety
  * `address` is a NUL-terminated string.
@@ -373,11 +438,14 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
 int32_t sat_connect(const char *address);
 
 /**
- * Detaches from the service `sat_connect` attached to: open scopes are
- * released (with a warning), every release is taken in by the servers,
- * the endpoint closes and the slot is given back. Chunk handles obtained
- * while attached are invalid afterwards. No other thread may be inside a
- * SAT call meanwhile.
+ * Detaches from the service `sat_connect` attached to: new calls fail with
+ * `SAT_ERR_USAGE`, calls in progress on other threads are waited for, open
+ * scopes are released (with a warning), every release is taken in by the
+ * servers, the endpoint closes and the slot is given back. Chunk handles
+ * obtained while attached are invalid afterwards (a call with one returns
+ * `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`
+ * when the process is not attached, or when called from inside a SAT call
+ * (a subscription handler).
  */
 int32_t sat_detach(void);
 

@@ -28,8 +28,16 @@
  * - _SAT_BOOTSTRAP counts the roles with sizeof: `roles` must be the array
  *   itself (GCC and Clang reject a pointer at compile time).
  * - The report's `sleep(id)` is rendezvous(id) only: `sleep` is POSIX's.
- * - LOOKUP waits for chunks nobody has allocated yet, for at most
- *   SAT_LOOKUP_TIMEOUT seconds (60 by default), then returns NULL.
+ * - LOOKUP (and readSymbol) waits for chunks (symbols) nobody has
+ *   allocated (written) yet for at most SAT_LOOKUP_TIMEOUT seconds (60 by
+ *   default), then returns NULL (SAT_ERR_TIMEOUT); SAT_LOOKUP_TIMEOUT=inf
+ *   waits as long as it takes, as the report's calls do.
+ * - A wakeup sent before the matching rendezvous is remembered (the report
+ *   does not say): the rendezvous then returns at once, whatever the
+ *   timing. Wakeups not consumed in between count as one.
+ * - FREE(chunk) gives a chain back in this process; the report's API has
+ *   no such call (its statistics stream has the event). C roles return
+ *   void: sat_role_failed(reason) is how one fails.
  * - The report has no encryption layer: MALLOC_PROTECTED and
  *   writeSymbolProtected are SAT's, in the report's style, declared only
  *   with SAT_ABE defined (a libsat built with feature `abe`, as in sat.h).
@@ -101,6 +109,10 @@ typedef sat_bootstrap_t _SAT_Bootstrap_t;
 #define PUT(chunk) sat_put(chunk)
 /** READ then RELEASE. */
 #define GET(chunk) sat_get(chunk)
+/** FREE(chunk): not in the report's API (its statistics stream has the
+ *  event): gives the chain back in this process; the handle is then
+ *  invalid. See sat_chunk_free. */
+#define FREE(chunk) sat_chunk_free(chunk)
 /** Maps `data` (size bytes) onto the chain from baseid, and sets `chunk`. */
 #define MAP(chunk, consistency, baseid, size, data) \
     ((chunk) = sat_map((consistency), (baseid), (size), (data)))

@@ -231,10 +231,10 @@ pub unsafe extern "C" fn sat_malloc_protected(
         };
         let ids: Vec<u64> = layout.chunks().iter().map(|&(id, _)| id).collect();
         let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
-        let protocol = protocol_of(consistency);
-        if let Some(h) = existing(&ids) {
-            // SAFETY: a live handle of this library.
-            let inner = unsafe { &*(*h).internal };
+        let Ok(protocol) = protocol_of(CALL, consistency) else {
+            return std::ptr::null_mut();
+        };
+        if let Some((h, inner)) = existing(&ids) {
             let has = match inner.protected() {
                 None => Some("as a plain chain".to_string()),
                 Some(_)
@@ -267,10 +267,10 @@ pub unsafe extern "C" fn sat_malloc_protected(
             )));
             return std::ptr::null_mut();
         }
-        let Ok(v) = vault(&format!("{CALL} of chunk {baseid}"), c) else {
+        let Ok(v) = vault(&format!("{CALL} of chunk {baseid}"), &c) else {
             return std::ptr::null_mut();
         };
-        match v.malloc(c, protocol, baseid, size, &protection) {
+        match v.malloc(&c, protocol, baseid, size, &protection) {
             Ok(chain) => register_protected(Protected { chain, vault: v }, Some(protocol)),
             Err(e) => {
                 fail(&e);
@@ -355,11 +355,11 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
             // SAFETY: the caller gives `size` readable bytes at `data`.
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), size) }
         };
-        let v = match vault(&format!("{CALL} of symbol {name:?}"), c) {
+        let v = match vault(&format!("{CALL} of symbol {name:?}"), &c) {
             Ok(v) => v,
             Err(s) => return s as i32,
         };
-        match v.write_symbol(c, &name, bytes, &protection) {
+        match v.write_symbol(&c, &name, bytes, &protection) {
             Ok(()) => 0,
             Err(e) => fail(&e) as i32,
         }
@@ -398,12 +398,9 @@ pub unsafe extern "C" fn sat_abe_new_epoch(
     const CALL: &str = "sat_abe_new_epoch";
     boundary(CALL, || {
         // SAFETY: NULL-checked; handles come from this library.
-        let Some(inner) = unsafe { chunk.as_ref() }.and_then(|c| unsafe { c.internal.as_ref() })
-        else {
-            return bad_argument(&format!(
-                "{CALL}: chunk is NULL; give a protected chunk (sat_malloc_protected, or a \
-                 LOOKUP of protected chunks)"
-            )) as i32;
+        let inner = match crate::chunks::live(CALL, chunk) {
+            Ok(i) => i,
+            Err(s) => return s,
         };
         let read = if read_policy.is_null() {
             None
@@ -418,8 +415,7 @@ pub unsafe extern "C" fn sat_abe_new_epoch(
             }
         };
         let Some(p) = inner.protected() else {
-            // SAFETY: checked above.
-            let id = unsafe { (*chunk).id };
+            let id = inner.first();
             return usage(&format!(
                 "{CALL}: chunk {id} is not protected: only chains from sat_malloc_protected \
                  (or LOOKUPs of them) have key epochs"
@@ -429,7 +425,7 @@ pub unsafe extern "C" fn sat_abe_new_epoch(
             Ok(c) => c,
             Err(s) => return s as i32,
         };
-        match p.vault.new_epoch(c, &p.chain, read.as_ref()) {
+        match p.vault.new_epoch(&c, &p.chain, read.as_ref()) {
             Ok(()) => 0,
             Err(e) => fail(&e) as i32,
         }

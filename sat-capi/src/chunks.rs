@@ -5,24 +5,25 @@
 //! the caller's), handed to sat-core as the chain's local memory. So
 //! `chunk->data` never moves while the run lasts: such chains are never
 //! evicted (the topology's memory capacity applies to the Rust API's own
-//! chains only). Chunk handles stay valid until `sat_bootstrap` returns.
+//! chains only). A handle is valid until `sat_chunk_free` gives it back
+//! or the run (or session) ends; every call finds it in the registry of
+//! live handles before it reads a field, so a stale one is refused.
 //!
 //! With feature `abe`, a handle may also be a protected chain (the
 //! encryption layer, [`crate::abe`]): its `data` is then the vault's
 //! plaintext buffer, which the vault owns and never moves, and its scopes go
 //! through the vault. Plain handles keep the plain path.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_ulong, c_void};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use sat_core::chunk::{check_chain_size, ChainLayout};
-use sat_core::client::{Chain, LocalMemory};
+use sat_core::client::{Chain, Client, LocalMemory};
 use sat_core::protocol::{Access, ProtocolId};
 
 use crate::run::client;
-use crate::status::{bad_argument, boundary, fail};
+use crate::status::{bad_argument, boundary, fail, out_of_memory, sat_status, usage};
 
 /// A consistency protocol (the report's `Consistency_t`).
 pub struct sat_consistency_t {
@@ -73,6 +74,10 @@ pub struct sat_chunk_internal {
 
 #[cfg(feature = "abe")]
 impl sat_chunk_internal {
+    pub(crate) fn first(&self) -> u64 {
+        self.chain.first()
+    }
+
     pub(crate) fn sizes(&self) -> &[usize] {
         &self.sizes
     }
@@ -88,7 +93,8 @@ impl sat_chunk_internal {
 
 /// A chunk chain as C sees it (the report's `Chunk_t`). C reads every
 /// field and reads and writes the bytes at `data`; it never writes the
-/// fields themselves. The handle stays valid until `sat_bootstrap` returns.
+/// fields themselves. The handle stays valid until `sat_chunk_free` gives
+/// it back, `sat_bootstrap` returns or `sat_detach` ends the session.
 #[repr(C)]
 pub struct sat_chunk_t {
     /// The chain's first chunk.
@@ -100,8 +106,8 @@ pub struct sat_chunk_t {
     /// `char *` rather than `void *`: chunks are "a multiple of a C char
     /// type" (section 2.2) and Figure 5 indexes `chunk->data[i]` as it is;
     /// cast it for other types (`int *v = (int *)chunk->data;`). The
-    /// address never changes while the run lasts, and is 64-byte aligned
-    /// unless the chain was MAP'd.
+    /// address never changes while the handle is valid, and is 64-byte
+    /// aligned unless the chain was MAP'd.
     pub data: *mut c_char,
     /// The number of chunks in the chain.
     pub nchunks: usize,
@@ -162,13 +168,28 @@ impl Drop for CMemory {
     }
 }
 
-/// Chunk handles of this process: by chain ids (so allocating the same
-/// chain again returns it), and every handle, freed when the run ends.
+/// Chunk handles of this process. A call finds a handle here before it
+/// reads any of its fields, so a handle of an earlier run, of a detached
+/// session or given back with `sat_chunk_free` is refused, not followed.
 #[derive(Default)]
 struct Handles {
+    /// Every live handle, by address, with what C does not see of it. A call
+    /// holds its own reference, so a handle given back while another thread
+    /// is inside a call on it stays whole until that call returns.
+    live: HashMap<usize, Arc<sat_chunk_internal>>,
+    /// The live handles by chain ids, so that allocating the same chain
+    /// again returns it.
     by_ids: HashMap<Vec<u64>, usize>,
-    all: Vec<usize>,
+    /// Handles no longer valid, kept allocated (their fields still readable
+    /// by C) for a while, so that a new handle does not take the address of
+    /// one given back just before: a stale handle is then refused rather
+    /// than taken for another chain. The oldest are freed past
+    /// [`RETIRED_KEPT`].
+    retired: VecDeque<usize>,
 }
+
+/// How many invalid handles stay allocated (40 bytes each).
+const RETIRED_KEPT: usize = 4096;
 
 static HANDLES: Mutex<Option<Handles>> = Mutex::new(None);
 
@@ -176,36 +197,89 @@ fn handles() -> std::sync::MutexGuard<'static, Option<Handles>> {
     HANDLES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Frees every handle (the run is over), and with feature `abe` the
-/// process's vault.
+impl Handles {
+    /// Makes `handle` invalid: out of the registry, into the retired ones.
+    fn retire(&mut self, handle: usize) -> Option<Arc<sat_chunk_internal>> {
+        let inner = self.live.remove(&handle)?;
+        self.by_ids.retain(|_, &mut h| h != handle);
+        // SAFETY: a handle of this registry, made by Box::into_raw in `insert`.
+        unsafe { (*(handle as *mut sat_chunk_t)).internal = std::ptr::null_mut() };
+        self.retired.push_back(handle);
+        while self.retired.len() > RETIRED_KEPT {
+            let old = self.retired.pop_front().expect("non-empty");
+            // SAFETY: retired above, freed once here.
+            drop(unsafe { Box::from_raw(old as *mut sat_chunk_t) });
+        }
+        Some(inner)
+    }
+}
+
+/// Makes every handle invalid (the run is over, or the session detached),
+/// and with feature `abe` forgets the process's vault.
 pub(crate) fn forget_all() {
-    if let Some(h) = handles().take() {
-        for p in h.all {
-            // SAFETY: made by Box::into_raw in `insert`, freed once here.
-            let chunk = unsafe { Box::from_raw(p as *mut sat_chunk_t) };
-            // SAFETY: as above. A handle owns no chain memory: plain chains'
-            // memory belongs to the client's store, protected chains'
-            // plaintext to their vault.
-            drop(unsafe { Box::from_raw(chunk.internal) });
+    if let Some(h) = handles().as_mut() {
+        let all: Vec<usize> = h.live.keys().copied().collect();
+        for p in all {
+            h.retire(p);
         }
     }
     #[cfg(feature = "abe")]
     crate::abe::forget();
 }
 
-/// The handle this process has for the chain of exactly `ids`.
-pub(crate) fn existing(ids: &[u64]) -> Option<*mut sat_chunk_t> {
-    handles()
-        .as_ref()
-        .and_then(|h| h.by_ids.get(ids))
-        .map(|&p| p as *mut sat_chunk_t)
+/// What an invalid handle is told.
+fn stale(name: &str) -> sat_status {
+    usage(&format!(
+        "{name}: this chunk handle is not valid: its run has ended, its process detached from \
+         the service, or sat_chunk_free gave it back (or it never came from SAT); use a handle \
+         that MALLOC, LOOKUP or MAP gave in this run or session"
+    ))
 }
 
+/// The internals of a live handle, or the error (NULL, or not a live handle).
+pub(crate) fn live(name: &str, chunk: *const sat_chunk_t) -> Result<Arc<sat_chunk_internal>, i32> {
+    // A fork() child is refused before it takes a lock another thread of
+    // its parent may have held.
+    crate::run::check_process().map_err(|s| s as i32)?;
+    if chunk.is_null() {
+        return Err(bad_argument(&format!(
+            "{name}: chunk is NULL; give a chunk from MALLOC, LOOKUP or MAP"
+        )) as i32);
+    }
+    let found = handles()
+        .as_ref()
+        .and_then(|h| h.live.get(&(chunk as usize)).cloned());
+    found.ok_or_else(|| stale(name) as i32)
+}
+
+/// A live handle's internals and the client, for a call on the handle.
+fn live_in_run(
+    name: &str,
+    chunk: *const sat_chunk_t,
+) -> Result<(Arc<sat_chunk_internal>, crate::run::ClientRef), i32> {
+    let inner = live(name, chunk)?;
+    let c = client().map_err(|s| s as i32)?;
+    Ok((inner, c))
+}
+
+/// The live handle this process has for the chain of exactly `ids`.
+pub(crate) fn existing(ids: &[u64]) -> Option<(*mut sat_chunk_t, Arc<sat_chunk_internal>)> {
+    let g = handles();
+    let h = g.as_ref()?;
+    let &p = h.by_ids.get(ids)?;
+    Some((p as *mut sat_chunk_t, h.live.get(&p)?.clone()))
+}
+
+/// The handle of a plain chain just made. When another thread of this
+/// process made a handle for the same ids meanwhile, that one is returned
+/// (through `reuse`) and this chain is given back.
 fn register(
+    c: &Client,
     chain: Chain,
     data: *mut u8,
     dedup: bool,
     protocol: Option<ProtocolId>,
+    reuse: impl FnOnce(*mut sat_chunk_t, &sat_chunk_internal) -> *mut sat_chunk_t,
 ) -> *mut sat_chunk_t {
     let sizes: Vec<usize> = chain.layout().chunks().iter().map(|&(_, s)| s).collect();
     let chunk = sat_chunk_t {
@@ -215,17 +289,33 @@ fn register(
         nchunks: chain.len(),
         internal: std::ptr::null_mut(),
     };
-    insert(
-        chunk,
-        sat_chunk_internal {
-            chain,
-            sizes,
-            protocol,
-            #[cfg(feature = "abe")]
-            protected: None,
-        },
-        dedup,
-    )
+    let inner = sat_chunk_internal {
+        chain,
+        sizes,
+        protocol,
+        #[cfg(feature = "abe")]
+        protected: None,
+    };
+    match insert(chunk, inner, dedup) {
+        Ok(handle) => handle,
+        Err((first, ours)) => {
+            if let Err(e) = c.unmap(&ours.chain) {
+                tracing::debug!("a chain allocated twice at once stays in the store: {e}");
+            }
+            drop(ours);
+            let inner = handles()
+                .as_ref()
+                .and_then(|h| h.live.get(&(first as usize)).cloned());
+            match inner {
+                Some(inner) => reuse(first, &inner),
+                // Given back meanwhile by the thread that made it.
+                None => {
+                    stale("MALLOC");
+                    std::ptr::null_mut()
+                }
+            }
+        }
+    }
 }
 
 /// The handle of a protected chain: `data` is the vault's plaintext, whose
@@ -246,100 +336,118 @@ pub(crate) fn register_protected(
     };
     let chain = secure.sealed().clone();
     let sizes = secure.sizes();
-    insert(
-        chunk,
-        sat_chunk_internal {
-            chain,
-            sizes,
-            protocol,
-            protected: Some(protected),
-        },
-        true,
-    )
+    let inner = sat_chunk_internal {
+        chain,
+        sizes,
+        protocol,
+        protected: Some(protected),
+    };
+    match insert(chunk, inner, true) {
+        Ok(h) => h,
+        // The same protected chain reached twice at once: one vault chain,
+        // so the same data; the first handle is kept.
+        Err((first, _)) => first,
+    }
 }
 
 /// Adds a handle to the registry (by its chain's ids when `dedup`). When a
-/// handle for the same ids already shows the same data (the same protected
-/// chain, reached twice at once), that one is kept and returned.
-fn insert(mut chunk: sat_chunk_t, internal: sat_chunk_internal, dedup: bool) -> *mut sat_chunk_t {
+/// live handle for the same ids exists already (another thread made it
+/// meanwhile), nothing is added: the error holds that handle and the new
+/// internals, for the caller to give back.
+#[allow(clippy::type_complexity)]
+fn insert(
+    mut chunk: sat_chunk_t,
+    internal: sat_chunk_internal,
+    dedup: bool,
+) -> Result<*mut sat_chunk_t, (*mut sat_chunk_t, sat_chunk_internal)> {
     let ids: Vec<u64> = internal.chain.ids().collect();
     let mut g = handles();
     let h = g.get_or_insert_with(Handles::default);
     if dedup {
         if let Some(&p) = h.by_ids.get(&ids) {
-            let p = p as *mut sat_chunk_t;
-            // SAFETY: a live handle of the registry, read under its lock.
-            if unsafe { (*p).data } == chunk.data {
-                return p;
-            }
+            return Err((p as *mut sat_chunk_t, internal));
         }
     }
-    chunk.internal = Box::into_raw(Box::new(internal));
+    let internal = Arc::new(internal);
+    chunk.internal = Arc::as_ptr(&internal).cast_mut();
     let handle = Box::into_raw(Box::new(chunk));
-    h.all.push(handle as usize);
+    h.live.insert(handle as usize, internal);
     if dedup {
         h.by_ids.insert(ids, handle as usize);
     }
-    handle
+    Ok(handle)
 }
 
-pub(crate) fn protocol_of(consistency: *const sat_consistency_t) -> ProtocolId {
+/// The protocol of a consistency argument: NULL is the default; anything
+/// else must be one of the statics this library hands out.
+pub(crate) fn protocol_of(
+    name: &str,
+    consistency: *const sat_consistency_t,
+) -> Result<ProtocolId, i32> {
     if consistency.is_null() {
-        ProtocolId::default()
-    } else {
-        // SAFETY: one of the statics this library hands out.
-        unsafe { (*consistency).protocol }
+        return Ok(ProtocolId::default());
     }
+    [&HOME_BASED_MESI, &HOME_ONLY]
+        .into_iter()
+        .find(|&known| std::ptr::eq(known, consistency))
+        .map(|known| known.protocol)
+        .ok_or_else(|| {
+            bad_argument(&format!(
+                "{name}: the consistency argument is not one this library hands out; give \
+                 sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only() or NULL"
+            )) as i32
+        })
+}
+
+/// What a second allocation of a chain this process has (handle `h`) gets:
+/// `h` when it asks for the same sizes and protocol, else NULL and the
+/// error.
+fn same_chain(
+    name: &str,
+    h: *mut sat_chunk_t,
+    inner: &sat_chunk_internal,
+    layout: &ChainLayout,
+    protocol: ProtocolId,
+) -> *mut sat_chunk_t {
+    let first = layout.chunks()[0].0;
+    #[cfg(feature = "abe")]
+    if inner.protected.is_some() {
+        fail(&sat_core::SatError::Usage(format!(
+            "{name} of chunk {first}: this process holds that chain protected (from \
+             sat_malloc_protected, or a LOOKUP of protected chunks); use that handle, or \
+             sat_malloc_protected with the chain's write policy"
+        )));
+        return std::ptr::null_mut();
+    }
+    let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
+    if inner.sizes == sizes && inner.protocol.is_none_or(|p| p == protocol) {
+        return h;
+    }
+    fail(&sat_core::SatError::Usage(format!(
+        "{name} of chunk {first} with {} bytes [{}]: this process already allocated that chain \
+         with {} bytes{}; allocate it with the same size and protocol, or LOOKUP it",
+        layout.total_size(),
+        protocol.name(),
+        inner.sizes.iter().sum::<usize>(),
+        inner
+            .protocol
+            .map_or(String::new(), |p| format!(" [{}]", p.name())),
+    )));
+    std::ptr::null_mut()
 }
 
 /// Allocates a chain of `ids`/`sizes` in memory owned here.
-fn allocate(
-    name: &str,
-    consistency: *const sat_consistency_t,
-    layout: ChainLayout,
-) -> *mut sat_chunk_t {
-    let c = match client() {
-        Ok(c) => c,
-        Err(_) => return std::ptr::null_mut(),
-    };
+fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -> *mut sat_chunk_t {
     let ids: Vec<u64> = layout.chunks().iter().map(|&(id, _)| id).collect();
-    let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
-    let protocol = protocol_of(consistency);
-    if let Some(h) = existing(&ids) {
-        // SAFETY: a live handle of this library.
-        let inner = unsafe { &*(*h).internal };
-        #[cfg(feature = "abe")]
-        if inner.protected.is_some() {
-            fail(&sat_core::SatError::Usage(format!(
-                "{name} of chunk {}: this process holds that chain protected (from \
-                 sat_malloc_protected, or a LOOKUP of protected chunks); use that handle, or \
-                 sat_malloc_protected with the chain's write policy",
-                ids[0]
-            )));
-            return std::ptr::null_mut();
-        }
-        if inner.sizes == sizes && inner.protocol.is_none_or(|p| p == protocol) {
-            return h;
-        }
-        fail(&sat_core::SatError::Usage(format!(
-            "{name} of chunk {} with {} bytes [{}]: this process already allocated that chain \
-             with {} bytes{}; allocate it with the same size and protocol, or LOOKUP it",
-            ids[0],
-            layout.total_size(),
-            protocol.name(),
-            inner.sizes.iter().sum::<usize>(),
-            inner
-                .protocol
-                .map_or(String::new(), |p| format!(" [{}]", p.name())),
-        )));
-        return std::ptr::null_mut();
+    if let Some((h, inner)) = existing(&ids) {
+        return same_chain(name, h, &inner, &layout, protocol);
     }
     if let Err(e) = check_chain_size(layout.total_size() as u64) {
         fail(&e.into());
         return std::ptr::null_mut();
     }
     let Some(memory) = CMemory::allocate(layout.total_size()) else {
-        bad_argument(&format!(
+        out_of_memory(&format!(
             "{name}: cannot allocate {} bytes of local memory for the chain",
             layout.total_size()
         ));
@@ -348,7 +456,9 @@ fn allocate(
     let data = memory.ptr;
     let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
     match c.map_lst(protocol, &ids, &sizes, Box::new(memory)) {
-        Ok(chain) => register(chain, data, true, Some(protocol)),
+        Ok(chain) => register(c, chain, data, true, Some(protocol), |h, inner| {
+            same_chain(name, h, inner, &layout, protocol)
+        }),
         Err(e) => {
             fail(&e);
             std::ptr::null_mut()
@@ -367,6 +477,9 @@ pub extern "C" fn sat_malloc(
     size: usize,
 ) -> *mut sat_chunk_t {
     boundary("sat_malloc", || {
+        let Ok(protocol) = protocol_of("MALLOC", consistency) else {
+            return std::ptr::null_mut();
+        };
         let Ok(c) = client() else {
             return std::ptr::null_mut();
         };
@@ -375,7 +488,7 @@ pub extern "C" fn sat_malloc(
             return std::ptr::null_mut();
         }
         match ChainLayout::malloc(baseid, size, c.chunk_size()) {
-            Ok(layout) => allocate("MALLOC", consistency, layout),
+            Ok(layout) => allocate("MALLOC", &c, protocol, layout),
             Err(e) => {
                 fail(&e.into());
                 std::ptr::null_mut()
@@ -396,6 +509,13 @@ fn list(name: &str, what: &str, l: *const sat_ulong_list_t) -> Option<Vec<u64>> 
     // SAFETY: NULL-checked; the caller gives `len` items.
     let l = unsafe { l.as_ref() };
     match l {
+        Some(l) if l.len as u64 > MAX_CHAIN_CHUNKS => {
+            bad_argument(&format!(
+                "{name}: {what} has {} items; a chain has at most {MAX_CHAIN_CHUNKS} chunks",
+                l.len
+            ));
+            None
+        }
         Some(l) if l.len > 0 && !l.items.is_null() => {
             // SAFETY: as above.
             let items = unsafe { std::slice::from_raw_parts(l.items, l.len) };
@@ -425,9 +545,15 @@ pub extern "C" fn sat_malloc_lst(
         ) else {
             return std::ptr::null_mut();
         };
+        let Ok(protocol) = protocol_of("MALLOC_LST", consistency) else {
+            return std::ptr::null_mut();
+        };
+        let Ok(c) = client() else {
+            return std::ptr::null_mut();
+        };
         let sizes: Vec<usize> = sizes.iter().map(|&s| s as usize).collect();
         match ChainLayout::malloc_lst(&ids, &sizes) {
-            Ok(layout) => allocate("MALLOC_LST", consistency, layout),
+            Ok(layout) => allocate("MALLOC_LST", &c, protocol, layout),
             Err(e) => {
                 fail(&e.into());
                 std::ptr::null_mut()
@@ -436,41 +562,32 @@ pub extern "C" fn sat_malloc_lst(
     })
 }
 
-/// How long a LOOKUP waits for a chunk nobody has allocated yet:
-/// `SAT_LOOKUP_TIMEOUT` seconds, 60 by default.
-fn lookup_timeout() -> Duration {
-    let secs = std::env::var("SAT_LOOKUP_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| *s >= 0.0)
-        .unwrap_or(60.0);
-    Duration::from_secs_f64(secs)
-}
-
 fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
+    let timeout = match crate::settings::lookup_timeout() {
+        Ok(t) => t,
+        Err(_) => return std::ptr::null_mut(),
+    };
     let Ok(c) = client() else {
         return std::ptr::null_mut();
     };
-    if let Some(h) = existing(&ids) {
+    if let Some((h, _)) = existing(&ids) {
         return h;
     }
     let mut data = std::ptr::null_mut();
     let mut refused = false;
-    let outcome = c.lookup_lst_into(&ids, lookup_timeout(), |size| {
-        match CMemory::allocate(size) {
-            Some(m) => {
-                data = m.ptr;
-                Some(Box::new(m) as Box<dyn LocalMemory>)
-            }
-            None => {
-                refused = true;
-                None
-            }
+    let outcome = c.lookup_lst_into(&ids, timeout, |size| match CMemory::allocate(size) {
+        Some(m) => {
+            data = m.ptr;
+            Some(Box::new(m) as Box<dyn LocalMemory>)
+        }
+        None => {
+            refused = true;
+            None
         }
     });
     match outcome {
         Ok(_) if refused => {
-            bad_argument(&format!(
+            out_of_memory(&format!(
                 "{name}: cannot allocate local memory for the chain"
             ));
             std::ptr::null_mut()
@@ -480,10 +597,10 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
             // plaintext, so that a reader written for plain chains works
             // unchanged.
             #[cfg(feature = "abe")]
-            if crate::abe::is_protected(c, &chain) {
-                return crate::abe::adopt(name, c, chain);
+            if crate::abe::is_protected(&c, &chain) {
+                return crate::abe::adopt(name, &c, chain);
             }
-            register(chain, data, true, None)
+            register(&c, chain, data, true, None, |h, _| h)
         }
         Err(e) => {
             fail(&e);
@@ -562,6 +679,9 @@ pub extern "C" fn sat_map(
             bad_argument("MAP: data is NULL or size is 0; give the memory to map and its size");
             return std::ptr::null_mut();
         }
+        let Ok(protocol) = protocol_of("MAP", consistency) else {
+            return std::ptr::null_mut();
+        };
         let Ok(c) = client() else {
             return std::ptr::null_mut();
         };
@@ -570,8 +690,8 @@ pub extern "C" fn sat_map(
             len: size,
             owned: false,
         };
-        match c.map(protocol_of(consistency), baseid, Box::new(memory)) {
-            Ok(chain) => register(chain, data.cast(), false, Some(protocol_of(consistency))),
+        match c.map(protocol, baseid, Box::new(memory)) {
+            Ok(chain) => register(&c, chain, data.cast(), false, Some(protocol), |h, _| h),
             Err(e) => {
                 fail(&e);
                 std::ptr::null_mut()
@@ -580,15 +700,9 @@ pub extern "C" fn sat_map(
     })
 }
 
-/// The chain behind a handle, or the argument error.
+/// The chain behind a live handle, or the error.
 pub(crate) fn chain_of(name: &str, chunk: *const sat_chunk_t) -> Result<Chain, i32> {
-    // SAFETY: NULL-checked; handles come from this library.
-    match unsafe { chunk.as_ref() }.and_then(|c| unsafe { c.internal.as_ref() }) {
-        Some(i) => Ok(i.chain.clone()),
-        None => Err(bad_argument(&format!(
-            "{name}: chunk is NULL; give a chunk from MALLOC, LOOKUP or MAP"
-        )) as i32),
-    }
+    live(name, chunk).map(|i| i.chain.clone())
 }
 
 /// A scope call on a chain.
@@ -604,21 +718,13 @@ pub(crate) enum ScopeOp {
 
 fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
     boundary(name, || {
-        // SAFETY: NULL-checked; handles come from this library and stay
-        // valid (and unchanged) until the run ends.
-        let Some(inner) = unsafe { chunk.as_ref() }.and_then(|c| unsafe { c.internal.as_ref() })
-        else {
-            return bad_argument(&format!(
-                "{name}: chunk is NULL; give a chunk from MALLOC, LOOKUP or MAP"
-            )) as i32;
-        };
-        let c = match client() {
-            Ok(c) => c,
-            Err(s) => return s as i32,
+        let (inner, c) = match live_in_run(name, chunk) {
+            Ok(x) => x,
+            Err(s) => return s,
         };
         #[cfg(feature = "abe")]
         if let Some(p) = &inner.protected {
-            return match p.scope(c, op) {
+            return match p.scope(&c, op) {
                 Ok(()) => 0,
                 Err(e) => fail(&e) as i32,
             };
@@ -695,4 +801,48 @@ pub extern "C" fn sat_put(chunk: *mut sat_chunk_t) -> i32 {
 #[no_mangle]
 pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> i32 {
     scope("GET", chunk, ScopeOp::Get)
+}
+
+/// FREE: gives the chain back in this process (the report's "free: locally
+/// removing the data"): its subscription through this handle ends, the
+/// memory SAT allocated for it is returned to the system (a MAP'd chain's
+/// memory stays the caller's), and the handle is invalid from then on
+/// (every call with it returns `SAT_ERR_USAGE`; its fields stay readable a
+/// while, `data` must not be used). The chunks stay in the S-DSM with their
+/// versions, for this process to LOOKUP again and for the others.
+///
+/// Returns `SAT_ERR_USAGE` while a chunk of the chain is in a scope of this
+/// process (RELEASE it first: nothing is given back), for a handle that is
+/// not valid, and for a protected chain (its plaintext belongs to the
+/// process's vault until the run ends); `SAT_ERR_ARGUMENT` for NULL.
+#[no_mangle]
+pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> i32 {
+    const NAME: &str = "FREE";
+    boundary("sat_chunk_free", || {
+        let (inner, c) = match live_in_run(NAME, chunk) {
+            Ok(x) => x,
+            Err(s) => return s,
+        };
+        #[cfg(feature = "abe")]
+        if inner.protected.is_some() {
+            return usage(&format!(
+                "{NAME} of chunk {}: a protected chain cannot be given back before the run ends \
+                 (its plaintext belongs to the process's vault); keep the handle",
+                inner.chain.first()
+            )) as i32;
+        }
+        // The handler must not run with a handle that is gone; a chain with
+        // no subscription has nothing to end.
+        let _ = c.unsubscribe_chain(&inner.chain);
+        match c.unmap(&inner.chain) {
+            Ok(memory) => {
+                if let Some(h) = handles().as_mut() {
+                    h.retire(chunk as usize);
+                }
+                drop(memory);
+                0
+            }
+            Err(e) => fail(&e) as i32,
+        }
+    })
 }

@@ -20,6 +20,7 @@
 
 pub mod chunks;
 pub mod run;
+mod settings;
 pub mod status;
 pub mod sync;
 // Last, so that include/sat.h declares its calls after the plain ones.

@@ -4,31 +4,160 @@
 //! a process plays one role, so its client is process-wide state, installed
 //! while `sat_bootstrap` runs and removed when it returns.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use sat_core::bootstrap::{run, Roles};
 use sat_core::client::Client;
 
-use crate::status::{bad_argument, boundary, fail, sat_status, set_error};
+use crate::status::{bad_argument, boundary, fail, sat_status, set_error, usage};
 
-static CLIENT: AtomicPtr<Client> = AtomicPtr::new(std::ptr::null_mut());
+/// The process's client, lent to the calls of every thread: while the role
+/// runs (its function, the threads it started, its handlers) or while the
+/// process is attached to a service.
+///
+/// `calls` counts the calls using it, with [`OPEN`] set while it may be
+/// used. A call counts itself in before it reads `client`, and the lender
+/// takes the client back by clearing `OPEN` and waiting for the count to
+/// reach zero, so the client never goes while a call is inside it. A counter
+/// rather than a lock: a handler runs inside a call of the role's thread and
+/// calls the API again.
+struct Lent {
+    client: AtomicPtr<Client>,
+    calls: AtomicU64,
+}
 
-/// The client of this process, while its role runs.
-pub(crate) fn client() -> Result<&'static Client, sat_status> {
-    let p = CLIENT.load(Ordering::Acquire);
-    if p.is_null() {
+const OPEN: u64 = 1 << 63;
+
+static LENT: Lent = Lent {
+    client: AtomicPtr::new(std::ptr::null_mut()),
+    calls: AtomicU64::new(0),
+};
+
+/// Set in a `fork()` child of a process that had a client: the child holds
+/// a copy of its parent's client, whose endpoint it must never drive.
+static INHERITED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The calls this thread is inside (a handler's calls nest in its
+    /// caller's).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The client, borrowed by one call: it stays alive until this is dropped.
+pub(crate) struct ClientRef {
+    client: *const Client,
+}
+
+impl std::ops::Deref for ClientRef {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        // SAFETY: counted in `calls` while OPEN was set, so the lender waits
+        // for this borrow to end before the client goes.
+        unsafe { &*self.client }
+    }
+}
+
+impl Drop for ClientRef {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+        LENT.calls.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Refuses a fork() child of a process with a client.
+pub(crate) fn check_process() -> Result<(), sat_status> {
+    if INHERITED.load(Ordering::Relaxed) {
+        return Err(usage(
+            "this process is a fork() child of a process in a SAT run: the run's client \
+             belongs to the parent, and the child must not use its endpoint; call SAT from the \
+             parent only, or exec a program in the child that joins a run or attaches to a \
+             service of its own",
+        ));
+    }
+    Ok(())
+}
+
+/// The client of this process, for one call.
+pub(crate) fn client() -> Result<ClientRef, sat_status> {
+    check_process()?;
+    let before = LENT.calls.fetch_add(1, Ordering::Acquire);
+    if before & OPEN == 0 {
+        LENT.calls.fetch_sub(1, Ordering::Release);
         set_error(
             "no SAT run is going on in this process: call SAT functions from a role function \
-             started by sat_bootstrap (_SAT_BOOTSTRAP) or its handlers, or after sat_connect \
-             attached the process to a service",
+             started by sat_bootstrap (_SAT_BOOTSTRAP), the threads it starts or its handlers, \
+             while the role runs, or after sat_connect attached the process to a service \
+             (chunk handles of an earlier run or of a detached session are no longer valid)",
         );
         return Err(sat_status::SAT_ERR_USAGE);
     }
-    // SAFETY: the pointer is set to the client `run` lends the role, and
-    // cleared once `run` returns, after the role and its handlers ended.
-    Ok(unsafe { &*p })
+    DEPTH.with(|d| d.set(d.get() + 1));
+    Ok(ClientRef {
+        client: LENT.client.load(Ordering::Acquire),
+    })
 }
+
+/// Whether this thread is inside a SAT call (a handler runs inside one).
+fn inside_a_call() -> bool {
+    DEPTH.with(|d| d.get() > 0)
+}
+
+/// Whether a client is lent (a run or a session is going on).
+fn lending() -> bool {
+    LENT.calls.load(Ordering::Acquire) & OPEN != 0
+}
+
+/// Lends `client` to the calls of every thread, until [`take_back`].
+fn lend(client: &Client) {
+    watch_forks();
+    LENT.client
+        .store(client as *const Client as *mut Client, Ordering::Release);
+    LENT.calls.fetch_or(OPEN, Ordering::AcqRel);
+}
+
+/// Refuses new calls, waits for those in progress on other threads to
+/// return, then forgets the client. The caller is in no call itself.
+fn take_back() {
+    LENT.calls.fetch_and(!OPEN, Ordering::AcqRel);
+    let mut waited = 0u32;
+    while LENT.calls.load(Ordering::Acquire) & !OPEN != 0 {
+        // Rare and short (a call another thread is finishing): yield, then
+        // sleep so a long one does not spin a core.
+        if waited < 100 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        waited = waited.saturating_add(1);
+    }
+    LENT.client.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// Marks a fork() child of a process with a client (once per process).
+fn watch_forks() {
+    static WATCHING: std::sync::Once = std::sync::Once::new();
+    extern "C" fn in_child() {
+        if LENT.calls.load(Ordering::Relaxed) & OPEN != 0 {
+            INHERITED.store(true, Ordering::Relaxed);
+        }
+    }
+    WATCHING.call_once(|| {
+        // SAFETY: registers a handler that only reads and stores atomics
+        // (async-signal-safe, as a child's atfork handler must be).
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        if rc != 0 {
+            tracing::warn!(
+                "pthread_atfork failed ({rc}): a fork() child is not told it has no client"
+            );
+        }
+    });
+}
+
+/// Why the role of this process failed, from `sat_role_failed`.
+static ROLE_FAILURE: Mutex<Option<String>> = Mutex::new(None);
 
 /// What a role function receives (the report's `_SAT_Bootstrap_t`).
 #[repr(C)]
@@ -52,6 +181,19 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// `argc`/`argv` are the program's: `--topology FILE` is read from them
 /// (`argv` is `char *const *` so that `main`'s `char **argv` passes as is).
 ///
+/// The role's client serves the threads the role starts too. When the role
+/// and its handlers are over, new calls fail with `SAT_ERR_USAGE` and
+/// `sat_bootstrap` waits for calls still in progress on other threads before
+/// the client goes. Chunk handles are invalid once it returns (a call with
+/// one returns `SAT_ERR_USAGE`).
+///
+/// Returns `SAT_ERR_ROLE` when the role called `sat_role_failed` (its open
+/// scopes publish nothing) or failed inside SAT, `SAT_ERR_USAGE` when called
+/// again while a run or a session (`sat_connect`) is going on, and the
+/// statuses of joining the run (`SAT_ERR_BOOTSTRAP`, `SAT_ERR_TOPOLOGY`,
+/// `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
+/// from `main` when it is not `SAT_OK`, so that satrun reports the failure.
+///
 /// # Safety
 /// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
 /// to use the process's own arguments).
@@ -63,20 +205,33 @@ pub unsafe extern "C" fn sat_bootstrap(
     argc: c_int,
     argv: *const *mut c_char,
 ) -> i32 {
+    /// Set while a bootstrap runs in this process: a second one is refused.
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    /// Clears `RUNNING` however the bootstrap ends.
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            RUNNING.store(false, Ordering::Release);
+        }
+    }
     boundary("sat_bootstrap", || {
         if roles.is_null() {
             return bad_argument("sat_bootstrap: roles is NULL; give the table of role functions")
                 as i32;
         }
-        if !CLIENT.load(Ordering::Acquire).is_null() {
-            return crate::status::usage(
-                "sat_bootstrap: this process is already in a run; call sat_bootstrap once, \
-                 from main",
-            ) as i32;
-        }
         if !reserved.is_null() {
             return bad_argument("sat_bootstrap: the third argument is reserved: pass NULL") as i32;
         }
+        if let Err(s) = check_process() {
+            return s as i32;
+        }
+        if lending() || RUNNING.swap(true, Ordering::AcqRel) {
+            return usage(
+                "sat_bootstrap: this process is already in a run or attached to a service; \
+                 call sat_bootstrap once, from main",
+            ) as i32;
+        }
+        let _running = Running;
         let args: Vec<String> = if argv.is_null() || argc <= 0 {
             std::env::args().collect()
         } else {
@@ -95,11 +250,12 @@ pub unsafe extern "C" fn sat_bootstrap(
         };
         // SAFETY: the caller gives nroles entries.
         let table = unsafe { std::slice::from_raw_parts(roles, nroles) };
-        let mut r = Roles::new();
+        *lock(&ROLE_FAILURE) = None;
+        let mut r = Roles::new().before_client_ends(take_back);
         for (role, f) in table.iter().enumerate().skip(1) {
             let Some(f) = *f else { continue };
             r = r.role(role as u32, move |c: &Client| {
-                CLIENT.store(c as *const Client as *mut Client, Ordering::Release);
+                lend(c);
                 let mut b = sat_bootstrap_t {
                     rank: c.rank(),
                     role: c.role(),
@@ -107,21 +263,66 @@ pub unsafe extern "C" fn sat_bootstrap(
                 };
                 // SAFETY: a role function of the caller's table.
                 unsafe { f(&mut b) };
-                Ok(())
+                match lock(&ROLE_FAILURE).clone() {
+                    Some(why) => Err(why.into()),
+                    None => Ok(()),
+                }
             });
         }
         let outcome = run(r, args);
-        CLIENT.store(std::ptr::null_mut(), Ordering::Release);
+        // `take_back` ran before the client went, unless the run ended
+        // before the role started.
+        take_back();
         crate::chunks::forget_all();
-        match outcome {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+        let failure = lock(&ROLE_FAILURE).take();
+        match (outcome, failure) {
+            (Ok(()), None) => 0,
+            (Ok(()), Some(why)) => crate::status::set_error_status(
+                sat_status::SAT_ERR_ROLE,
+                &format!("a handler of this process's role failed: {why}"),
+            ) as i32,
+            (Err(e), _) => fail(&e) as i32,
         }
     })
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // The guarded values are plain data, valid after any panic.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Marks this process's role as failed, for `reason` (a NUL-terminated
+/// message, or NULL): C roles return `void`, so this is how one fails. The
+/// role goes on until its function returns; then its open scopes end
+/// without publishing anything, the run's termination protocol completes,
+/// and `sat_bootstrap` returns `SAT_ERR_ROLE` with the reason in
+/// `sat_last_error`. Called from a handler that runs after the role
+/// function, the same status is returned once the handlers are over.
+/// Returns `SAT_ERR_USAGE` outside a run.
+///
+/// # Safety
+/// `reason` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn sat_role_failed(reason: *const c_char) -> i32 {
+    boundary("sat_role_failed", || {
+        if let Err(s) = client() {
+            return s as i32;
+        }
+        let why = if reason.is_null() {
+            "the role called sat_role_failed".to_string()
+        } else {
+            // SAFETY: a NUL-terminated string.
+            unsafe { CStr::from_ptr(reason) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        lock(&ROLE_FAILURE).get_or_insert(why);
+        0
+    })
+}
+
 /// The session of a process attached to a service (`sat_connect`).
-static SESSION: std::sync::Mutex<Option<sat_core::service::Session>> = std::sync::Mutex::new(None);
+static SESSION: Mutex<Option<sat_core::service::Session>> = Mutex::new(None);
 
 /// Attaches this process to the SAT service at `address`, without satrun
 /// and without roles: from the call on, every SAT function works as inside
@@ -136,9 +337,10 @@ static SESSION: std::sync::Mutex<Option<sat_core::service::Session>> = std::sync
 ///
 /// The calling thread plays the role's thread: subscription handlers run
 /// on it, during its waits. Returns `SAT_ERR_USAGE` if this process is
-/// already in a run or attached, or if `address` is not a service's
-/// address, `SAT_ERR_BOOTSTRAP` if the service cannot be reached, refuses
-/// the secret or has no free client slot (`sat_last_error` says which).
+/// already in a run or attached (or is a fork() child of one that is), or
+/// if `address` is not a service's address, `SAT_ERR_BOOTSTRAP` if the
+/// service cannot be reached, refuses the secret or has no free client slot
+/// (`sat_last_error` says which), `SAT_ERR_ARGUMENT` if `address` is NULL.
 ///
 /// # Safety
 /// `address` is a NUL-terminated string.
@@ -151,21 +353,23 @@ pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
                  (\"sat://SECRET@host:port\", from its address file)",
             ) as i32;
         }
+        if let Err(s) = check_process() {
+            return s as i32;
+        }
         // SAFETY: the caller gives a NUL-terminated string.
         let address = unsafe { CStr::from_ptr(address) }
             .to_string_lossy()
             .into_owned();
-        let mut session = SESSION.lock().unwrap_or_else(|p| p.into_inner());
-        if session.is_some() || !CLIENT.load(Ordering::Acquire).is_null() {
-            return crate::status::usage(
+        let mut session = lock(&SESSION);
+        if session.is_some() || lending() {
+            return usage(
                 "sat_connect: this process is already attached or in a run; call sat_detach \
                  first",
             ) as i32;
         }
         match sat_core::service::connect(&address) {
             Ok(s) => {
-                let client: *const Client = &**s.client();
-                CLIENT.store(client.cast_mut(), Ordering::Release);
+                lend(s.client());
                 *session = Some(s);
                 0
             }
@@ -174,19 +378,30 @@ pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
     })
 }
 
-/// Detaches from the service `sat_connect` attached to: open scopes are
-/// released (with a warning), every release is taken in by the servers,
-/// the endpoint closes and the slot is given back. Chunk handles obtained
-/// while attached are invalid afterwards. No other thread may be inside a
-/// SAT call meanwhile.
+/// Detaches from the service `sat_connect` attached to: new calls fail with
+/// `SAT_ERR_USAGE`, calls in progress on other threads are waited for, open
+/// scopes are released (with a warning), every release is taken in by the
+/// servers, the endpoint closes and the slot is given back. Chunk handles
+/// obtained while attached are invalid afterwards (a call with one returns
+/// `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`
+/// when the process is not attached, or when called from inside a SAT call
+/// (a subscription handler).
 #[no_mangle]
 pub extern "C" fn sat_detach() -> i32 {
     boundary("sat_detach", || {
-        let Some(session) = SESSION.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-            return crate::status::usage("sat_detach: this process is not attached (sat_connect)")
-                as i32;
+        if inside_a_call() {
+            return usage(
+                "sat_detach: called from inside a SAT call (a subscription handler); detach \
+                 after the handler returns",
+            ) as i32;
+        }
+        if let Err(s) = check_process() {
+            return s as i32;
+        }
+        let Some(session) = lock(&SESSION).take() else {
+            return usage("sat_detach: this process is not attached (sat_connect)") as i32;
         };
-        CLIENT.store(std::ptr::null_mut(), Ordering::Release);
+        take_back();
         // The chunks' memory goes after the detach: releasing a scope left
         // open still reads it.
         let outcome = session.detach();

@@ -37,6 +37,9 @@ pub enum sat_status {
     /// Protected data failed its integrity checks (changed bytes, a writer
     /// the write policy does not allow, an older version replayed).
     SAT_ERR_INTEGRITY = -12,
+    /// Memory for the call could not be allocated (a chain's local memory,
+    /// a symbol's value).
+    SAT_ERR_NO_MEMORY = -13,
 }
 
 use sat_status::*;
@@ -47,10 +50,11 @@ thread_local! {
 }
 
 /// Records `message` as this thread's last error, of status `status`.
-pub(crate) fn set_error_status(status: sat_status, message: &str) {
+pub(crate) fn set_error_status(status: sat_status, message: &str) -> sat_status {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
     LAST_STATUS.with(|s| s.set(status));
+    status
 }
 
 /// Records `message` as this thread's last error (a usage error unless the
@@ -81,6 +85,12 @@ pub(crate) fn fail(e: &SatError) -> sat_status {
     };
     set_error_status(status, &e.to_string());
     status
+}
+
+/// Out of memory, recording `message`.
+pub(crate) fn out_of_memory(message: &str) -> sat_status {
+    set_error_status(SAT_ERR_NO_MEMORY, message);
+    SAT_ERR_NO_MEMORY
 }
 
 /// An argument error, recording `message`.
@@ -169,6 +179,7 @@ pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
         -10 => b"internal error in SAT\0",
         -11 => b"access denied to protected data\0",
         -12 => b"protected data failed its integrity check\0",
+        -13 => b"out of memory\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -2,7 +2,6 @@
 //! (section 2.5) and topology queries, for C.
 
 use std::ffi::{c_char, c_void, CStr};
-use std::time::Duration;
 
 use sat_core::client::{Client, Event};
 
@@ -12,7 +11,7 @@ use crate::status::{bad_argument, boundary, fail};
 
 fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> i32 {
     boundary(name, || match client() {
-        Ok(c) => match f(c) {
+        Ok(c) => match f(&c) {
             Ok(()) => 0,
             Err(e) => fail(&e) as i32,
         },
@@ -156,30 +155,28 @@ pub unsafe extern "C" fn sat_read_symbol(
             return bad_argument("readSymbol: data or size is NULL; give where to put the result")
                 as i32;
         }
+        let timeout = match crate::settings::lookup_timeout() {
+            Ok(t) => t,
+            Err(s) => return s,
+        };
         let c = match client() {
             Ok(c) => c,
             Err(s) => return s as i32,
         };
-        let secs = std::env::var("SAT_LOOKUP_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(60.0);
-        let timeout = Duration::from_secs_f64(secs.max(0.0));
         match c.read_symbol(&name, timeout) {
             Ok(bytes) => {
                 #[cfg(feature = "abe")]
-                let bytes = match crate::abe::open_symbol(c, &name, bytes) {
+                let bytes = match crate::abe::open_symbol(&c, &name, bytes) {
                     Ok(b) => b,
                     Err(s) => return s,
                 };
                 // SAFETY: malloc of at least one byte; the caller frees it.
                 let buf = unsafe { libc::malloc(bytes.len().max(1)) };
                 if buf.is_null() {
-                    crate::status::set_error_status(
-                        crate::status::sat_status::SAT_ERR_ARGUMENT,
-                        "readSymbol: out of memory for the value",
-                    );
-                    return crate::status::sat_status::SAT_ERR_ARGUMENT as i32;
+                    return crate::status::out_of_memory(&format!(
+                        "readSymbol: out of memory for the value of {} bytes",
+                        bytes.len()
+                    )) as i32;
                 }
                 // SAFETY: buf holds bytes.len() bytes; the out-pointers are valid.
                 unsafe {

@@ -41,11 +41,12 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 6] = [
+const BINDINGS: [&str; 7] = [
     "api",
     "chain_subscribe",
     "errors",
     "integrity",
+    "lifetimes",
     "outside",
     "service",
 ];
@@ -249,6 +250,80 @@ fn chain_subscribe(variant: Variant) {
             "[4] PASS chain_subscribe handlers (client 2): ",
         ],
     );
+}
+
+/// Lifetimes (lifetimes.c): a handle after the run, after FREE and one that
+/// never came from SAT are refused; FREE returns a 64 MiB chain's memory
+/// (RssAnon) and LOOKUP finds its data again; a fork() child's calls are
+/// refused; two threads that MALLOC or LOOKUP one chain get one handle; a
+/// LOOKUP of UINT32_MAX chunks is refused without allocating.
+fn lifetimes(variant: Variant) {
+    let exe = bindings(variant).join("lifetimes");
+    for provider in PROVIDERS {
+        let run = satrun(
+            3,
+            ".",
+            &["-n", "3", "--provider", provider, "--", path_str(&exe)],
+            &[],
+            variant.sanitized(),
+        );
+        run.succeeded().has(&[
+            "[1] PASS lifetimes role (rank 1): ",
+            "[2] PASS lifetimes role (rank 2): ",
+            "[1] PASS lifetimes after the run: ",
+            "[2] PASS lifetimes after the run: ",
+        ]);
+    }
+}
+
+#[test]
+fn lifetimes_shared_library() {
+    lifetimes(Shared);
+}
+
+#[test]
+fn lifetimes_static_library_sanitized() {
+    lifetimes(StaticAsan);
+}
+
+/// A C role that calls sat_role_failed: its sat_bootstrap returns
+/// SAT_ERR_ROLE with the reason, its open scope publishes nothing, and
+/// satrun exits non-zero, over shm and tcp.
+#[test]
+fn a_c_role_that_fails_fails_the_run() {
+    let exe = bindings(Shared).join("lifetimes");
+    for provider in PROVIDERS {
+        let run = satrun(
+            3,
+            ".",
+            &[
+                "-n",
+                "3",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+                "--fail",
+            ],
+            &[],
+            false,
+        );
+        assert!(
+            !run.out.status.success(),
+            "satrun succeeded:
+{}",
+            run.context()
+        );
+        run.has(&[
+            "[2] lifetimes: sat_bootstrap gave -9 (a role or handler failed): role 1 failed: \
+             the frame was damaged",
+        ]);
+        assert!(
+            run.stderr.contains("rank 2 (") && run.stderr.contains("exited with status 3"),
+            "satrun does not report rank 2's failure:\n{}",
+            run.context()
+        );
+    }
 }
 
 #[test]

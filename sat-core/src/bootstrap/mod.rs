@@ -39,6 +39,9 @@ type RoleFn = Box<dyn FnOnce(&Client) -> RoleResult + Send>;
 #[derive(Default)]
 pub struct Roles {
     fns: Vec<Option<RoleFn>>,
+    /// Runs once the run is over for this client, before its client goes
+    /// (see [`Roles::before_client_ends`]).
+    before_client_ends: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Roles {
@@ -62,6 +65,16 @@ impl Roles {
             self.fns.resize_with(id + 1, || None);
         }
         self.fns[id] = Some(Box::new(f));
+        self
+    }
+
+    /// Registers what runs when this process's role and its handlers are
+    /// over, before the termination protocol and before the client goes: no
+    /// call of the role's thread is in progress, but other threads may still
+    /// be inside one. A face that lends the client beyond the role function (the
+    /// C ABI, to threads the role started) waits for them here.
+    pub fn before_client_ends(mut self, f: impl FnOnce() + Send + 'static) -> Roles {
+        self.before_client_ends = Some(Box::new(f));
         self
     }
 
@@ -305,6 +318,7 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
             "this program has no function for role {role}: register one with Roles::role"
         )));
     };
+    let before_client_ends = roles.before_client_ends.take();
     let client = Client::new(joined.topology, transport);
     if host.is_some() {
         client.use_host_sync();
@@ -323,6 +337,11 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
             client.serve_subscriptions()?;
             RoleResult::Ok(())
         }));
+        // Calls still in progress on other threads end while the servers
+        // still answer them.
+        if let Some(f) = before_client_ends {
+            f();
+        }
         // A failed role's open scopes publish nothing (abort semantics).
         let finished = if matches!(outcome, Ok(Ok(()))) {
             client.finish(bootstrap_timeout())
