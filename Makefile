@@ -10,21 +10,22 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate fuzz abe-test python-test bench bench-abe bench-detail bench-python clean header install
+.PHONY: setup demo test simulate fuzz abe-test python-test bench bench-abe bench-detail bench-python clean header install uninstall
 
 setup:
 	@scripts/setup.sh
 
-# A local run of the embedded default: one server and two clients over shm.
+# A local run of the embedded default: one server and two clients over shm (Figure 11) sharing chunks:
+# the writer writes a board, the reader's subscription fires on each release (sat-core/examples/demo.rs).
 demo: setup
-	$(CARGO) build --release -j $(JOBS) --bin satrun --example exchange
+	$(CARGO) build --release -j $(JOBS) --bin satrun --example demo
 	target/release/satrun -n 3 --topology sat-core/topologies/figure11.xml --provider shm -- \
-		target/release/examples/exchange --rounds 1000
+		target/release/examples/demo --rounds 5
 
 # Every test: unit, property and multi-process integration tests, then the
 # Python module's, run by the venv's pytest with the release satrun.
 test:
-	@scripts/setup.sh --python
+	@scripts/setup.sh --test
 	$(CARGO) build -j $(JOBS) --workspace --all-targets
 	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
@@ -74,7 +75,7 @@ abe-test:
 # The `sat` Python module built (release) into .venv, and its tests; then tools/sat-stats's.
 VENV := $(CURDIR)/.venv
 python-test:
-	@scripts/setup.sh --python
+	@scripts/setup.sh --test
 	VIRTUAL_ENV=$(VENV) PATH="$(VENV)/bin:$$PATH" $(VENV)/bin/maturin develop --release --quiet \
 		-j $(JOBS) -m sat-python/Cargo.toml --features abe
 	$(RELEASE_BUILD)
@@ -131,20 +132,25 @@ bench-python:
 header: setup
 	$(CBINDGEN) --quiet --config sat-capi/cbindgen.toml --crate sat-capi --output include/sat.h
 
-# libsat.so, libsat.a, sat.h, sat_compat.h, satrun and lib/pkgconfig/sat.pc under PREFIX (DESTDIR too):
+# SAT's C library as a system library under PREFIX (DESTDIR too; scripts/install.sh): libsat.so.$(VERSION)
+# with its soname link libsat.so.0 and libsat.so, libsat.a, sat.h, sat_compat.h, satrun, the pkg-config
+# modules sat and sat-static, and the CMake package (find_package(sat) gives sat::sat and sat::sat_static):
 #   cc app.c $$(PKG_CONFIG_PATH=$$PREFIX/lib/pkgconfig pkg-config --cflags --libs sat)
+# LIBDIR=lib64 for another library folder; RPATH=1 to put the run path in sat.pc. Never calls sudo:
+# what is missing is reported (scripts/setup.sh --check), and a prefix the user cannot write is an error.
+LIBDIR ?= lib
+RPATH ?= 0
+INSTALL_ENV = PREFIX='$(abspath $(PREFIX))' DESTDIR='$(DESTDIR)' LIBDIR='$(LIBDIR)' RPATH='$(RPATH)' \
+	VERSION='$(VERSION)' TARGET_DIR='$(TARGET_DIR)'
 install:
-	@scripts/setup.sh --no-cbindgen
+	@scripts/setup.sh --check
 	$(RELEASE_BUILD)
-	@prefix='$(abspath $(PREFIX))'; dest='$(DESTDIR)'"$$prefix"; set -e; \
-	install -d "$$dest/lib/pkgconfig" "$$dest/include" "$$dest/bin"; \
-	install -m 755 $(TARGET_DIR)/release/libsat.so "$$dest/lib/"; \
-	install -m 644 $(TARGET_DIR)/release/libsat.a "$$dest/lib/"; \
-	install -m 644 include/sat.h include/sat_compat.h "$$dest/include/"; \
-	install -m 755 $(TARGET_DIR)/release/satrun "$$dest/bin/"; \
-	sed -e "s|@PREFIX@|$$prefix|g" -e 's|@VERSION@|$(VERSION)|g' sat-capi/sat.pc.in \
-		> "$$dest/lib/pkgconfig/sat.pc"; \
-	echo "installed libsat $(VERSION) under $$dest"
+	@$(INSTALL_ENV) scripts/install.sh install
+
+# Removes what `make install` wrote under PREFIX (its list, share/sat/installed-files), and the folders
+# it made that are left empty.
+uninstall:
+	@$(INSTALL_ENV) scripts/install.sh uninstall
 
 clean:
 	$(CARGO) clean

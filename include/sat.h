@@ -46,8 +46,18 @@
  * - Handlers (sat_subscribe, sat_signal_subscribe) run on the role's
  *   thread: after the role function returns, and while it waits in
  *   sat_rendezvous or sat_barrier.
- * - sat_last_error() is per thread; sat_version(), sat_status_string(),
+ * - sat_last_error() is per thread; sat_version(), sat_abi_version(),
+ *   sat_has_encryption(), sat_status_string(), sat_set_log_handler(),
  *   sat_home_based_mesi() and sat_home_only() are safe anywhere, any time.
+ *
+ * The library itself
+ * - libsat.so.SAT_ABI_VERSION is its soname; sat_abi_version() ==
+ *   SAT_ABI_VERSION tells a program that the libsat it loaded is one its
+ *   header describes. sat_has_encryption() says whether the encryption
+ *   layer is built in.
+ * - Log lines (warnings, errors, and the debug stream SAT_LOG turns on) go
+ *   to standard error, never standard output; sat_set_log_handler() hands
+ *   them to the application instead.
  *
  * The encryption layer
  * - A libsat built with cargo feature `abe` has protected chains and
@@ -87,6 +97,14 @@
  * The patch version of libsat.
  */
 #define SAT_VERSION_PATCH 0
+
+/**
+ * The ABI of this header: the number in libsat's soname (`libsat.so.0`).
+ * It changes only when a program built against an older header could
+ * break against the library; compare it with sat_abi_version() to know
+ * that the libsat loaded at run time is one this program can use.
+ */
+#define SAT_ABI_VERSION 0
 
 /**
  * What a call returns: 0 on success, a negative code grouped by what broke.
@@ -152,6 +170,19 @@ typedef enum sat_status {
 } sat_status;
 
 /**
+ * The level of a log line, most severe first. Without `SAT_LOG` only
+ * errors and warnings are logged; `SAT_LOG=debug` (or any filter of the
+ * debug stream, docs/DEBUG.md) adds the rest.
+ */
+typedef enum sat_log_level {
+    SAT_LOG_ERROR = 1,
+    SAT_LOG_WARN = 2,
+    SAT_LOG_INFO = 3,
+    SAT_LOG_DEBUG = 4,
+    SAT_LOG_TRACE = 5,
+} sat_log_level;
+
+/**
  * What C does not touch in a chunk handle.
  */
 typedef struct sat_chunk_internal sat_chunk_internal;
@@ -203,6 +234,15 @@ typedef struct sat_ulong_list_t {
     size_t len;
     const unsigned long *items;
 } sat_ulong_list_t;
+
+/**
+ * A function that takes the library's log lines: the line's level, its
+ * text (no newline; valid only during the call) and the `user` pointer
+ * given to sat_set_log_handler. It is called from whichever thread logs,
+ * several at once, so it must be thread-safe; it may call
+ * sat_set_log_handler but no other SAT call.
+ */
+typedef void (*sat_log_handler)(enum sat_log_level level, const char *line, void *user);
 
 /**
  * What a role function receives (the report's `_SAT_Bootstrap_t`).
@@ -368,6 +408,37 @@ int32_t sat_get(struct sat_chunk_t *chunk);
 int32_t sat_chunk_free(struct sat_chunk_t *chunk);
 
 /**
+ * The library's version, "MAJOR.MINOR.PATCH" (Cargo.toml's).
+ */
+const char *sat_version(void);
+
+/**
+ * The ABI of the libsat loaded at run time, to compare with the header's
+ * `SAT_ABI_VERSION`: a program that finds them different was built for
+ * another libsat and should stop.
+ */
+uint32_t sat_abi_version(void);
+
+/**
+ * 1 when this libsat has the encryption layer (cargo feature `abe`: the
+ * sat_*_protected calls and sat_abe_load_key exist), 0 when it has not.
+ * A program compiled with `-DSAT_ABE` should check it first.
+ */
+int sat_has_encryption(void);
+
+/**
+ * Sends the library's log lines (the debug stream and its warnings and
+ * errors) to `handler` instead of standard error; NULL sends them to
+ * standard error again. SAT never writes log lines to standard output.
+ *
+ * Call it before sat_bootstrap or sat_connect to see their lines too. It
+ * may be called at any time, from any thread, even outside a run.
+ *
+ * Returns SAT_OK.
+ */
+enum sat_status sat_set_log_handler(sat_log_handler handler, void *user);
+
+/**
  * Joins the run and plays this process's role (Figure 10): `roles[r]` is
  * the function of role `r`, for `r` < `nroles`. Returns when the run is
  * over for this process (its role, then its subscriptions' handlers, have
@@ -465,11 +536,6 @@ enum sat_status sat_last_status(void);
  * A static description of a status code.
  */
 const char *sat_status_string(int32_t status);
-
-/**
- * The library's version, "MAJOR.MINOR.PATCH" (Cargo.toml's).
- */
-const char *sat_version(void);
 
 /**
  * Waits for a wakeup of rendezvous `id` not consumed yet by this process,

@@ -10,7 +10,16 @@ set -euo pipefail
 # --bench: for `make bench-python`, also the benchmark's peers: redis-server (Debian) and redis-py
 # and Ray in .venv (sat-python/requirements-bench.txt); implies --python.
 # --peers: for `make bench`, the peers SAT is measured against: Open MPI and libzmq (Debian).
+# --static-link: the libraries that libfabric's pkg-config file names for a static link (rdma-core's
+# and, on amd64, PSM's development packages): `pkg-config --static --libs sat` lists them.
+# --test: for `make test`: --python and --static-link, and cmake (the installed CMake package's
+# test) and valgrind (the C tests under memcheck).
+# --check: for `make install`, installs nothing (never sudo): says what is missing and fails if
+# building needs it.
 want_cbindgen=1
+want_static=0
+want_test=0
+check_only=0
 want_python=0
 want_bench=0
 want_peers=0
@@ -20,6 +29,9 @@ for arg in "$@"; do
         --python) want_python=1 ;;
         --bench) want_python=1; want_bench=1 ;;
         --peers) want_peers=1 ;;
+        --static-link) want_static=1 ;;
+        --test) want_python=1; want_static=1; want_test=1 ;;
+        --check) check_only=1; want_cbindgen=0 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done
@@ -29,10 +41,20 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 packages=(libfabric-dev libfabric-bin libclang-dev pkg-config make gcc g++ iproute2)
 [ "$want_bench" = 1 ] && packages+=(redis-server)
 [ "$want_peers" = 1 ] && packages+=(openmpi-bin libopenmpi-dev libzmq3-dev)
+[ "$want_test" = 1 ] && packages+=(cmake valgrind)
+if [ "$want_static" = 1 ]; then
+    packages+=(librdmacm-dev libibverbs-dev)
+    [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] && packages+=(libpsm2-dev libpsm-infinipath1-dev)
+fi
 for pkg in "${packages[@]}"; do
     have_pkg "$pkg" || need_apt+=("$pkg")
 done
 
+if [ ${#need_apt[@]} -gt 0 ] && [ "$check_only" = 1 ]; then
+    echo "setup: missing Debian packages: ${need_apt[*]}" >&2
+    echo "setup: install them (apt-get install ${need_apt[*]}), or run scripts/setup.sh, which does" >&2
+    exit 1
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         SUDO=""

@@ -10,7 +10,8 @@
 //! - Calls are safe from several threads of one process, once the role
 //!   function runs (the API serializes what must be).
 //!
-//! Modules: [`status`] (codes, last error, the boundary), [`run`] (the
+//! Modules: [`status`] (codes, last error, the boundary), [`library`]
+//! (version, ABI, built-in features, log lines), [`run`] (the
 //! bootstrap and the process's client), [`chunks`] (`sat_chunk_t`,
 //! allocation and scopes), [`sync`] (rendezvous, barriers, symbols,
 //! publish-subscribe, topology queries); with feature `abe`, [`abe`] (the
@@ -19,6 +20,7 @@
 #![allow(non_camel_case_types)]
 
 pub mod chunks;
+pub mod library;
 pub mod run;
 mod settings;
 pub mod status;

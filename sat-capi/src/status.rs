@@ -184,9 +184,3 @@ pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
     };
     s.as_ptr().cast()
 }
-
-/// The library's version, "MAJOR.MINOR.PATCH" (Cargo.toml's).
-#[no_mangle]
-pub extern "C" fn sat_version() -> *const c_char {
-    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
-}

@@ -41,12 +41,14 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 7] = [
+const BINDINGS: [&str; 9] = [
     "api",
     "chain_subscribe",
     "errors",
+    "figures",
     "integrity",
     "lifetimes",
+    "logging",
     "outside",
     "service",
 ];
@@ -326,6 +328,80 @@ fn a_c_role_that_fails_fails_the_run() {
     }
 }
 
+/// logging.c: the library's log lines (here the bootstrap's debug line of
+/// each process) never reach stdout: they go to stderr, or to the handler
+/// an application installs with sat_set_log_handler, with their level and
+/// the application's pointer. sat_abi_version and sat_has_encryption
+/// describe the libsat loaded.
+#[test]
+fn log_lines_go_to_stderr_or_to_the_applications_handler() {
+    let exe = bindings(Shared).join("logging");
+    let encryption = if cfg!(feature = "abe") { "1" } else { "0" };
+    let env = [("SAT_EXPECT_ENCRYPTION", encryption)];
+    for provider in PROVIDERS {
+        let run = satrun(
+            3,
+            ".",
+            &[
+                "-n",
+                "3",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+                "stderr",
+            ],
+            &env,
+            false,
+        );
+        run.succeeded().has(&[
+            "[1] PASS logging role (rank 1): ",
+            "[2] PASS logging role (rank 2): ",
+        ]);
+        let bootstrap = |s: &str| s.lines().filter(|l| l.contains("Bootstrap SAT")).count();
+        assert_eq!(
+            bootstrap(&run.stdout),
+            0,
+            "log lines on stdout:\n{}",
+            run.context()
+        );
+        assert_eq!(bootstrap(&run.stderr), 3, "stderr:\n{}", run.context());
+
+        let run = satrun(
+            3,
+            ".",
+            &[
+                "-n",
+                "3",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+                "handler",
+            ],
+            &env,
+            false,
+        );
+        run.succeeded().has(&[
+            "[1] PASS logging role (rank 1): ",
+            "[2] PASS logging role (rank 2): ",
+        ]);
+        let handled = run
+            .stdout
+            .lines()
+            .filter(|l| l.contains("handler 4: ") && l.contains("Bootstrap SAT"))
+            .count();
+        assert_eq!(handled, 3, "the handler's lines:\n{}", run.context());
+        assert_eq!(
+            run.stdout.matches("Bootstrap SAT").count(),
+            3,
+            "a line the handler did not print:\n{}",
+            run.context()
+        );
+        assert_eq!(bootstrap(&run.stderr), 0, "stderr:\n{}", run.context());
+    }
+}
+
 #[test]
 fn calls_outside_a_run_fail_with_a_message() {
     for v in VARIANTS {
@@ -419,35 +495,46 @@ fn errors_static_library_sanitized() {
 /// `make install`: the directory of the programs.
 fn examples() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let a = artifacts();
-        let dir = a.build.join("examples");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        // sat.pc for the workspace's layout (make install writes the real one).
-        let pc = format!(
-            "Name: sat\nDescription: SAT from the workspace (c_programs.rs)\nVersion: {}\n\
-             Cflags: -I{}\nLibs: -L{lib} -Wl,-rpath,{lib} -lsat\n",
-            env!("CARGO_PKG_VERSION"),
-            a.include.display(),
-            lib = a.lib.display()
-        );
-        std::fs::write(dir.join("sat.pc"), pc).unwrap();
-        assert!(
-            command("pkg-config").arg("--version").output().is_ok(),
-            "pkg-config is missing: the examples build with it (scripts/setup.sh installs it)"
-        );
-        build(
-            command("make")
-                .arg("-C")
-                .arg(root().join("examples-c"))
-                .arg("-j2")
-                .arg(format!("BUILD={}", dir.display()))
-                .arg("CFLAGS=-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Werror")
-                .env("PKG_CONFIG_PATH", &dir),
-        );
-        dir
-    })
+    BUILT.get_or_init(|| build_examples("examples", ""))
+}
+
+/// examples-c built the same way under AddressSanitizer and UBSan.
+fn examples_sanitized() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build_examples("examples-asan", &SANITIZE.join(" ")))
+}
+
+/// examples-c's Makefile run into `<build>/<name>`, with `extra` C flags.
+fn build_examples(name: &str, extra: &str) -> PathBuf {
+    let a = artifacts();
+    let dir = a.build.join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    // sat.pc for the workspace's layout (make install writes the real one).
+    let pc = format!(
+        "Name: sat\nDescription: SAT from the workspace (c_programs.rs)\nVersion: {}\n\
+         Cflags: -I{}\nLibs: -L{lib} -Wl,-rpath,{lib} -lsat\n",
+        env!("CARGO_PKG_VERSION"),
+        a.include.display(),
+        lib = a.lib.display()
+    );
+    std::fs::write(dir.join("sat.pc"), pc).unwrap();
+    assert!(
+        command("pkg-config").arg("--version").output().is_ok(),
+        "pkg-config is missing: the examples build with it (scripts/setup.sh installs it)"
+    );
+    build(
+        command("make")
+            .arg("-C")
+            .arg(root().join("examples-c"))
+            .arg("-j2")
+            .arg(format!("BUILD={}", dir.display()))
+            .arg(format!(
+                "CFLAGS=-std=c11 -O2 -g -Wall -Wextra -Wpedantic -Werror {extra}"
+            ))
+            .env("PKG_CONFIG_PATH", &dir),
+    );
+    dir
 }
 
 fn example(name: &str) -> String {
@@ -1051,5 +1138,229 @@ fn c_processes_attach_to_a_service_and_find_what_others_left() {
                 );
             }
         }
+    }
+}
+
+// ------------------------------------------- under the memory checkers
+
+/// How a program is watched: AddressSanitizer and UBSan (built in), or
+/// valgrind's memcheck (around a plain build).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Checker {
+    Sanitizers,
+    Memcheck,
+}
+
+/// A C program of the suite, as a run of satrun: its processes, where it
+/// runs, satrun's options, the program's arguments, and lines it prints.
+struct Checked {
+    exe: PathBuf,
+    np: usize,
+    dir: &'static str,
+    options: Vec<&'static str>,
+    args: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+    expected: Vec<&'static str>,
+}
+
+/// memcheck's options: any error fails the process with status 97, and
+/// each process prints its ERROR SUMMARY and its blocks definitely lost
+/// (checked below). Leaks are not counted as errors, for the sake of
+/// lifetimes.c's fork() child: there, what the parent's other threads own
+/// is reported lost. The child is silent, and its exit status still carries
+/// any other error (97).
+const MEMCHECK: [&str; 5] = [
+    "--error-exitcode=97",
+    "--leak-check=full",
+    "--show-leak-kinds=definite",
+    "--errors-for-leak-kinds=none",
+    "--child-silent-after-fork=yes",
+];
+
+fn run_checked(c: &Checked, checker: Checker, provider: &str) {
+    let np = c.np.to_string();
+    let mut args: Vec<String> = vec!["-n".into(), np];
+    args.extend(c.options.iter().map(|s| s.to_string()));
+    args.extend(["--provider".into(), provider.into(), "--".into()]);
+    let mut env = c.env.clone();
+    if checker == Checker::Memcheck {
+        assert!(
+            command("valgrind").arg("--version").output().is_ok(),
+            "valgrind is missing: scripts/setup.sh --test installs it"
+        );
+        args.push("valgrind".into());
+        args.extend(MEMCHECK.iter().map(|s| s.to_string()));
+        env.push(("SAT_TEST_UNDER_MEMCHECK", "1"));
+    }
+    args.push(path_str(&c.exe).to_owned());
+    args.extend(c.args.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = satrun(c.np, c.dir, &args, &env, checker == Checker::Sanitizers);
+    run.succeeded().has(&c.expected);
+    if checker == Checker::Memcheck {
+        let output = format!("{}{}", run.stdout, run.stderr);
+        let clean = output.matches("ERROR SUMMARY: 0 errors").count();
+        let summaries = output.matches("ERROR SUMMARY: ").count();
+        assert!(
+            clean == c.np && summaries == c.np,
+            "{} of {} processes clean under memcheck ({summaries} summaries):\n{}",
+            clean,
+            c.np,
+            run.context()
+        );
+        let lost: Vec<&str> = output
+            .lines()
+            .filter(|l| l.contains("definitely lost: ") && !l.contains("definitely lost: 0 bytes"))
+            .collect();
+        assert!(lost.is_empty(), "memory lost: {lost:?}\n{}", run.context());
+    }
+}
+
+/// The bindings tests, the paper's figures (figures.c: Figures 4 to 10) and
+/// the examples of examples-c, built for `checker`.
+fn suite(checker: Checker) -> Vec<Checked> {
+    let variant = match checker {
+        Checker::Sanitizers => SharedAsan,
+        Checker::Memcheck => Shared,
+    };
+    let examples = match checker {
+        Checker::Sanitizers => examples_sanitized(),
+        Checker::Memcheck => examples(),
+    };
+    let bindings = bindings(variant);
+    let bind = |name: &str, np, options: Vec<&'static str>, expected: Vec<&'static str>| Checked {
+        exe: bindings.join(name),
+        np,
+        dir: ".",
+        options,
+        args: vec![],
+        env: vec![],
+        expected,
+    };
+    let example = |name: &str, np, topology: &'static str, args: &[&str], expected| Checked {
+        exe: examples.join(name),
+        np,
+        dir: "examples-c",
+        options: vec!["--topology", topology],
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+        expected,
+    };
+    let topology = vec!["--topology", "bindings-tests/topology.xml"];
+    let mut errors = bind(
+        "errors",
+        3,
+        vec![],
+        vec!["[1] PASS errors (rank 1): ", "[2] PASS errors (rank 2): "],
+    );
+    errors.env.push(("SAT_LOOKUP_TIMEOUT", "1"));
+    let mut logging = bind(
+        "logging",
+        3,
+        vec![],
+        vec![
+            "[1] PASS logging role (rank 1): ",
+            "[2] PASS logging role (rank 2): ",
+        ],
+    );
+    logging.args.push("handler".into());
+    logging.env.push((
+        "SAT_EXPECT_ENCRYPTION",
+        if cfg!(feature = "abe") { "1" } else { "0" },
+    ));
+    vec![
+        bind(
+            "api",
+            5,
+            topology.clone(),
+            vec![
+                "[2] PASS api role (rank 2): ",
+                "[4] PASS api handlers (client 2): ",
+            ],
+        ),
+        errors,
+        bind(
+            "integrity",
+            5,
+            vec!["--topology", "bindings-tests/integrity_topology.xml"],
+            vec!["[2] PASS integrity: ", "[4] PASS integrity: "],
+        ),
+        bind(
+            "chain_subscribe",
+            5,
+            topology,
+            vec!["[2] PASS chain_subscribe role (client 0): "],
+        ),
+        bind(
+            "lifetimes",
+            3,
+            vec![],
+            vec![
+                "[1] PASS lifetimes role (rank 1): ",
+                "[2] PASS lifetimes after the run: ",
+            ],
+        ),
+        logging,
+        bind(
+            "figures",
+            5,
+            vec!["--topology", "sat-core/topologies/three-tasks.xml"],
+            vec![
+                "[2] figure 4: MALLOC, MALLOC_LST, LOOKUP, LOOKUP_LST ok",
+                "[4] figure 8: role 3 displays \"AB\"",
+                "[3] figure 9: handler ran with params \"figure 9 params\"",
+                "[4] role 3 done",
+            ],
+        ),
+        example(
+            "symbols",
+            3,
+            "symbols/topology.xml",
+            &[],
+            vec!["[2] role 2 (rank 2): read \"symbol_name\" (1000 ints, as role 1 wrote them)"],
+        ),
+        example("sync", 5, "sync/topology.xml", &[], vec!["[4] C: read 200"]),
+        example(
+            "pubsub",
+            3,
+            "pubsub/topology.xml",
+            &[],
+            vec!["[2] subscriber: the handler ran 1 time(s)"],
+        ),
+        example(
+            "prodcons",
+            3,
+            "prodcons/1server.xml",
+            &["--width", "160", "--height", "120"],
+            vec!["[2] consumer (rank 2): read a 160x120 image"],
+        ),
+        example(
+            "videostream",
+            7,
+            "videostream/topology.xml",
+            &["--frames", "4", "--width", "160", "--height", "120"],
+            vec!["[6] output: 4 frames, each exactly once, 4 right"],
+        ),
+    ]
+}
+
+/// The C suite under AddressSanitizer and UBSan, over shm and tcp: no
+/// error, no leak (bindings-tests/lsan.supp lists libfabric's own).
+#[test]
+fn c_tests_figures_and_examples_under_asan_and_ubsan() {
+    for c in suite(Checker::Sanitizers) {
+        for provider in PROVIDERS {
+            run_checked(&c, Checker::Sanitizers, provider);
+        }
+    }
+}
+
+/// The C suite under valgrind's memcheck, over shm (tcp's paths in libsat
+/// are the sanitizers' above; under memcheck each run is some 20 times
+/// slower): every process reports zero errors and no block definitely lost.
+#[test]
+fn c_tests_figures_and_examples_under_valgrind_memcheck() {
+    for c in suite(Checker::Memcheck) {
+        run_checked(&c, Checker::Memcheck, "shm");
     }
 }

@@ -178,7 +178,7 @@ fn version_macros_and_sat_version_are_cargo_tomls() {
     let printed = run(&mut Command::new(&exe));
     assert_eq!(text(&printed.stdout).trim(), env!("CARGO_PKG_VERSION"));
     // SAFETY: sat_version returns a static NUL-terminated string.
-    let lib = unsafe { std::ffi::CStr::from_ptr(sat::status::sat_version()) };
+    let lib = unsafe { std::ffi::CStr::from_ptr(sat::library::sat_version()) };
     assert_eq!(lib.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
 

@@ -1,9 +1,12 @@
-//! The C ABI's done-when: after `make install PREFIX="$P"` into a fresh empty
-//! folder, the listings of Figures 4 to 10 (bindings-tests/figures.c) build
-//! with `cc prog.c $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config --cflags
-//! --libs sat)` and run correctly under the installed `satrun`, over shm and
-//! tcp, with no LD_LIBRARY_PATH (sat.pc's rpath finds libsat.so). The data
-//! integrity tests (bindings-tests/integrity.c) build and run the same way.
+//! SAT as a system library: after `make install PREFIX="$P"` into a fresh
+//! empty folder, the listings of Figures 4 to 10 (bindings-tests/figures.c)
+//! build with `cc prog.c $(PKG_CONFIG_PATH="$P/lib/pkgconfig" pkg-config
+//! --cflags --libs sat)`, with `pkg-config --static ... sat-static` (libsat.a)
+//! and as a CMake project (`find_package(sat)`), and run correctly under the
+//! installed `satrun`, over shm and tcp. The data integrity tests
+//! (bindings-tests/integrity.c) build and run the same way. The installed
+//! library has its soname and exports only the functions of sat.h; `make
+//! install` never calls sudo; `make uninstall` leaves the prefix empty.
 //!
 //! `make install` builds release; `make test` builds it before `cargo test`,
 //! so here it is up to date and the build takes a second. It runs once for
@@ -207,6 +210,42 @@ extern "C" fn remove_prefix() {
     let _ = std::fs::remove_dir_all(prefix_dir());
 }
 
+/// The soname's file and the installed library's real name.
+const SONAME: &str = concat!("libsat.so.", env!("CARGO_PKG_VERSION_MAJOR"));
+const REAL_NAME: &str = concat!("libsat.so.", env!("CARGO_PKG_VERSION"));
+
+/// `make <target> PREFIX=<p> <extra>` with a `sudo` first in PATH that
+/// records being called and fails: make install must never call it.
+fn make(target: &str, p: &Path, extra: &[&str]) -> Output {
+    let guard = Scratch::new(&format!("no-sudo-{target}"));
+    let called = guard.0.join("sudo-was-called");
+    let sudo = guard.0.join("sudo");
+    std::fs::write(
+        &sudo,
+        format!("#!/bin/sh\ntouch '{}'\nexit 1\n", called.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sudo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        guard.0.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut make = clean("make");
+    make.current_dir(root())
+        .env("PATH", path)
+        .arg(target)
+        .arg(format!("PREFIX={}", p.display()))
+        .arg("JOBS=2")
+        .args(extra);
+    let out = must(
+        run(make, Duration::from_secs(1800)),
+        &format!("make {target}"),
+    );
+    assert!(!called.exists(), "make {target} called sudo");
+    out
+}
+
 /// SAT installed with `make install PREFIX=<a fresh empty folder>`, once for
 /// every test of this file (the first to ask installs; the others wait).
 fn installed() -> &'static Path {
@@ -221,21 +260,25 @@ fn installed() -> &'static Path {
         // SAFETY: registers a function that takes nothing and unwinds never.
         unsafe { libc::atexit(remove_prefix) };
 
-        let mut make = clean("make");
-        make.current_dir(root())
-            .arg("install")
-            .arg(format!("PREFIX={}", p.display()))
-            .arg("JOBS=2");
-        must(run(make, Duration::from_secs(1800)), "make install");
+        make("install", &p, &[]);
         for file in [
-            "lib/libsat.so",
+            &format!("lib/{REAL_NAME}"),
             "lib/libsat.a",
             "include/sat.h",
             "include/sat_compat.h",
             "bin/satrun",
             "lib/pkgconfig/sat.pc",
+            "lib/pkgconfig/sat-static.pc",
+            "lib/cmake/sat/satConfig.cmake",
+            "lib/cmake/sat/satConfigVersion.cmake",
         ] {
             assert!(p.join(file).is_file(), "make install wrote no {file}");
+        }
+        // The links a system library has: the soname's, then the linker's.
+        for (link, to) in [(SONAME, REAL_NAME), ("libsat.so", SONAME)] {
+            let target = std::fs::read_link(p.join("lib").join(link))
+                .unwrap_or_else(|e| panic!("lib/{link} is not a link: {e}"));
+            assert_eq!(target, Path::new(to), "lib/{link}");
         }
         let scratch = Scratch::new("version");
         let version = must(
@@ -255,12 +298,15 @@ fn installed() -> &'static Path {
 }
 
 /// Builds bindings-tests/`name`.c against the installed SAT into `dir`:
-/// `name` with the done-when's command as written, `name-strict` with
-/// every warning an error in C `std`, `name-static` with libsat.a.
+/// `name` with pkg-config's flags (and the run path a user who does not
+/// run ldconfig adds: sat.pc has none), `name-strict` with every warning
+/// an error in C `std`, `name-static` with `pkg-config --static
+/// sat-static`, which links libsat.a: it needs no libsat at run time.
 fn build_installed(p: &Path, dir: &Path, name: &str, std: &str) {
     let src = root().join(format!("bindings-tests/{name}.c"));
     let mut compile = sh(
-        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o \"$OUT\"",
+        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) \
+         -Wl,-rpath,\"$P/lib\" -o \"$OUT\"",
         p,
         dir,
     );
@@ -271,7 +317,8 @@ fn build_installed(p: &Path, dir: &Path, name: &str, std: &str) {
     );
     let mut strict = sh(
         "cc -std=\"$STD\" -Wall -Wextra -Wpedantic -Werror \"$SRC\" \
-         $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o \"$OUT-strict\"",
+         $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -Wl,-rpath,\"$P/lib\" \
+         -o \"$OUT-strict\"",
         p,
         dir,
     );
@@ -281,8 +328,7 @@ fn build_installed(p: &Path, dir: &Path, name: &str, std: &str) {
         &format!("cc -std={std} -Wall -Wextra -Wpedantic -Werror {name}.c"),
     );
     let mut static_link = sh(
-        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags sat) \"$P/lib/libsat.a\" \
-         $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --static --libs-only-l sat | sed 's/-lsat //') \
+        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --static --cflags --libs sat-static) \
          -o \"$OUT-static\"",
         p,
         dir,
@@ -290,8 +336,31 @@ fn build_installed(p: &Path, dir: &Path, name: &str, std: &str) {
     static_link.env("SRC", &src).env("OUT", name);
     must(
         run(static_link, RUN_BOUND),
-        &format!("cc {name}.c with libsat.a"),
+        &format!("cc {name}.c with pkg-config --static sat-static"),
     );
+    assert_eq!(
+        needed_libsat(&dir.join(format!("{name}-static"))),
+        None,
+        "{name}-static needs a shared libsat"
+    );
+    assert_eq!(
+        needed_libsat(&dir.join(name)).as_deref(),
+        Some(SONAME),
+        "{name} does not load libsat by its soname"
+    );
+}
+
+/// The libsat a program loads (its NEEDED entry), if any.
+fn needed_libsat(program: &Path) -> Option<String> {
+    let mut cmd = clean("objdump");
+    cmd.arg("-p").arg(program);
+    let out = must(run(cmd, RUN_BOUND), "objdump -p");
+    out.stdout
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+        .map(str::trim)
+        .find(|lib| lib.starts_with("libsat"))
+        .map(str::to_owned)
 }
 
 #[test]
@@ -404,4 +473,196 @@ fn installed_sat_keeps_data_intact() {
     .filter_map(Result::err)
     .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The functions sat.h declares for a libsat without the encryption layer
+/// (what `make install` builds): declarations start a line; the
+/// `#if defined(SAT_ABE)` blocks are left out.
+fn declared_functions() -> Vec<String> {
+    let header = std::fs::read_to_string(root().join("include/sat.h")).expect("read sat.h");
+    let mut names = Vec::new();
+    let mut in_abe = false;
+    for line in header.lines() {
+        if line.starts_with("#if defined(SAT_ABE)") {
+            in_abe = true;
+        } else if line.starts_with("#endif") {
+            in_abe = false;
+        }
+        let declaration = line.starts_with(|c: char| c.is_ascii_alphabetic())
+            && !line.starts_with("typedef")
+            && !line.starts_with("extern");
+        if in_abe || !declaration {
+            continue;
+        }
+        // The declared name: the `sat_` identifier right before the `(`.
+        let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let Some(open) = line.find('(') else {
+            continue;
+        };
+        let head = &line[..open];
+        let start = head.trim_end_matches(ident).len();
+        let name = head[start..].to_string();
+        if !name.starts_with("sat_") {
+            continue;
+        }
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The installed library: named by its soname, and exporting exactly the
+/// functions sat.h declares (no Rust standard library symbol, no sat-core
+/// one).
+#[test]
+fn installed_library_has_its_soname_and_exports_only_sat_h() {
+    let p = installed();
+    let lib = p.join("lib").join(REAL_NAME);
+
+    let mut objdump = clean("objdump");
+    objdump.arg("-p").arg(&lib);
+    let out = must(run(objdump, RUN_BOUND), "objdump -p");
+    let soname: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("SONAME"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(soname, [SONAME], "objdump -p {}", lib.display());
+
+    let mut nm = clean("nm");
+    nm.args(["-D", "--defined-only"]).arg(&lib);
+    let out = must(run(nm, RUN_BOUND), "nm -D --defined-only");
+    let mut exported: Vec<String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(str::to_owned)
+        .collect();
+    exported.sort();
+    let others: Vec<&String> = exported.iter().filter(|s| !s.starts_with("sat_")).collect();
+    assert!(others.is_empty(), "exported besides sat_*: {others:?}");
+    let declared = declared_functions();
+    assert!(declared.len() > 30, "sat.h's functions: {declared:?}");
+    assert_eq!(exported, declared, "exported (left) against sat.h (right)");
+}
+
+/// A CMake project that finds the installed package (`find_package(sat
+/// REQUIRED)`, the prefix in CMAKE_PREFIX_PATH) builds the Figure 10
+/// program with `sat::sat` and with `sat::sat_static`; both run under the
+/// installed satrun.
+#[test]
+fn a_cmake_project_finds_sat_and_runs_figure_10() {
+    let p = installed();
+    let project = Scratch::new("cmake-project");
+    std::fs::write(
+        project.0.join("CMakeLists.txt"),
+        format!(
+            "cmake_minimum_required(VERSION 3.16)\n\
+             project(figures C)\n\
+             find_package(sat {} REQUIRED)\n\
+             add_executable(figures {src})\n\
+             target_link_libraries(figures PRIVATE sat::sat)\n\
+             add_executable(figures-static {src})\n\
+             target_link_libraries(figures-static PRIVATE sat::sat_static)\n",
+            env!("CARGO_PKG_VERSION"),
+            src = root().join("bindings-tests/figures.c").display()
+        ),
+    )
+    .unwrap();
+    let build = project.0.join("build");
+    let mut configure = clean("cmake");
+    configure
+        .arg("-S")
+        .arg(&project.0)
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", p.display()));
+    let configured = run(configure, RUN_BOUND);
+    assert!(
+        configured.status.success(),
+        "cmake could not configure a project with find_package(sat) (scripts/setup.sh --test \
+         installs cmake):\n{}{}",
+        configured.stdout,
+        configured.stderr
+    );
+    let mut compile = clean("cmake");
+    compile.arg("--build").arg(&build).args(["-j", "2"]);
+    must(run(compile, RUN_BOUND), "cmake --build");
+
+    let prog = build.join("figures");
+    assert_eq!(needed_libsat(&prog).as_deref(), Some(SONAME));
+    assert_eq!(needed_libsat(&build.join("figures-static")), None);
+    run_figures(p, &prog, "shm");
+    run_figures(p, &prog, "tcp");
+    run_figures(p, &build.join("figures-static"), "shm");
+}
+
+/// `make install RPATH=1` writes the run path into sat.pc (the default
+/// does not); `make uninstall` then removes every file and folder it wrote,
+/// leaving the prefix empty, and says so when nothing is installed.
+#[test]
+fn rpath_on_request_and_uninstall_leaves_the_prefix_empty() {
+    let default_pc = std::fs::read_to_string(installed().join("lib/pkgconfig/sat.pc")).unwrap();
+    assert!(!default_pc.contains("rpath"), "sat.pc:\n{default_pc}");
+    assert!(
+        default_pc.contains("Requires.private: libfabric"),
+        "sat.pc:\n{default_pc}"
+    );
+
+    let p = Scratch::new("uninstall");
+    make("install", &p.0, &["RPATH=1"]);
+    let pc = std::fs::read_to_string(p.0.join("lib/pkgconfig/sat.pc")).unwrap();
+    assert!(
+        pc.contains("-Wl,-rpath,${libdir}"),
+        "sat.pc with RPATH=1:\n{pc}"
+    );
+    // With the run path from sat.pc alone, the program finds libsat.
+    let build = Scratch::new("rpath-build");
+    let mut compile = sh(
+        "cc \"$SRC\" $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --cflags --libs sat) -o figures",
+        &p.0,
+        &build.0,
+    );
+    compile.env("SRC", root().join("bindings-tests/figures.c"));
+    must(
+        run(compile, RUN_BOUND),
+        "cc figures.c with RPATH=1's sat.pc",
+    );
+    let mut ldd = clean("ldd");
+    ldd.arg(build.0.join("figures"));
+    let loaded = must(run(ldd, RUN_BOUND), "ldd");
+    let want = format!("{SONAME} => {}", p.0.join("lib").join(SONAME).display());
+    assert!(loaded.stdout.contains(&want), "ldd:\n{}", loaded.stdout);
+
+    make("uninstall", &p.0, &[]);
+    let left: Vec<_> = walk(&p.0);
+    assert!(left.is_empty(), "make uninstall left {left:?}");
+
+    // Nothing installed: a clear error, and still nothing there.
+    let mut again = clean("make");
+    again
+        .current_dir(root())
+        .arg("uninstall")
+        .arg(format!("PREFIX={}", p.0.display()));
+    let out = run(again, RUN_BOUND);
+    assert!(
+        !out.status.success() && out.stderr.contains("nothing of SAT's is installed"),
+        "make uninstall of nothing:\n{}",
+        out.stderr
+    );
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
 }

@@ -1,8 +1,8 @@
 //! The debug stream (section 3.1 of the SAT report, Figures 13 and 14).
 //!
 //! `SAT_LOG=debug` (or any `tracing` filter, e.g. `SAT_LOG=sat_core::server=debug`)
-//! prints one line per event on standard output, each starting with the rank
-//! of the process, as the report's examples do:
+//! prints one line per event, each starting with the rank of the process, as
+//! the report's examples do:
 //!
 //! ```text
 //! 0 Bootstrap SAT shm relay id 0 np 3 on host node1 with pid 3819
@@ -12,14 +12,20 @@
 //!
 //! Under `satrun`, which already prefixes every line with `[rank]`, the rank
 //! is not printed twice. Without `SAT_LOG`, only warnings and errors appear.
+//!
+//! The lines go to standard error, never standard output: a library must not
+//! mix its diagnostics into an application's output (the report prints them
+//! on the console; satrun shows both streams). An application can take them
+//! instead ([`set_log_sink`]; `sat_set_log_handler` in C).
 
 use std::fmt;
-use std::io::IsTerminal;
+use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use tracing::{Event, Subscriber};
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
@@ -60,15 +66,91 @@ pub fn init() {
             EnvFilter::new("warn")
         });
         let prefixed = std::env::var_os("SAT_OUTPUT_PREFIXED").is_some();
+        // No colour codes: the lines may go to a sink, a file or a pipe.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
-            .with_writer(std::io::stdout)
-            .with_ansi(std::io::stdout().is_terminal())
+            .with_writer(LineWriters)
+            .with_ansi(false)
             .event_format(RankFormat {
                 print_rank: !prefixed,
             })
             .try_init();
     });
+}
+
+/// Where an application wants the debug stream's lines: called with each
+/// line's level and text (no newline), from whichever thread logs it.
+pub type LogSink = Arc<dyn Fn(Level, &str) + Send + Sync>;
+
+static SINK: Mutex<Option<LogSink>> = Mutex::new(None);
+
+/// Sends every following line to `sink` instead of standard error (None:
+/// standard error again), and installs the debug stream if it is not yet.
+pub fn set_log_sink(sink: Option<LogSink>) {
+    *SINK.lock().unwrap_or_else(PoisonError::into_inner) = sink;
+    init();
+}
+
+/// The writers of the debug stream: one per line, for its level.
+struct LineWriters;
+
+impl<'a> MakeWriter<'a> for LineWriters {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> LineWriter {
+        LineWriter::new(Level::INFO)
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> LineWriter {
+        LineWriter::new(*meta.level())
+    }
+}
+
+/// Gathers one line and hands it on when dropped: to the sink, taken out of
+/// its lock first (a sink that logs must not deadlock), or to standard error
+/// in one write (lines of several threads do not interleave).
+struct LineWriter {
+    level: Level,
+    line: Vec<u8>,
+}
+
+impl LineWriter {
+    fn new(level: Level) -> LineWriter {
+        LineWriter {
+            level,
+            line: Vec::with_capacity(128),
+        }
+    }
+}
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.line.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if self.line.is_empty() {
+            return;
+        }
+        let sink = SINK.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        match sink {
+            Some(sink) => {
+                let text = String::from_utf8_lossy(&self.line);
+                sink(self.level, text.trim_end_matches('\n'));
+            }
+            // A closed standard error loses the line, nothing else.
+            None => {
+                let _ = std::io::stderr().lock().write_all(&self.line);
+            }
+        }
+    }
 }
 
 /// `<rank> <message> <fields>`; warnings and errors also name their level.

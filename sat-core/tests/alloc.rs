@@ -19,7 +19,8 @@ fn malloc_and_lookup_in_both_orders_over_shm_and_tcp() {
             .args(["--provider", provider, "--"])
             .arg(example("alloc"))
             .env("SAT_LOG", "sat_core::server=debug"));
-        let stdout = text(&out.stdout);
+        // The programs' lines (stdout) and the servers' debug stream (stderr).
+        let stdout = text(&out.stdout) + &text(&out.stderr);
         assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
         let has = |s: &str| stdout.contains(s);
         for rank in 2..=5 {

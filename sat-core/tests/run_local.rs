@@ -22,7 +22,8 @@ fn figure11_run(provider: &str) {
             "SAT_LOG",
             "sat_core::server=debug,sat_core::bootstrap=debug",
         ));
-    let stdout = text(&out.stdout);
+    // The program's lines (stdout) and the debug stream (stderr).
+    let stdout = text(&out.stdout) + &text(&out.stderr);
     assert!(
         out.status.success(),
         "the run failed: {}",
@@ -50,6 +51,39 @@ fn figure11_run(provider: &str) {
             "pid {pid} left {:?}",
             shm_files_of(pid)
         );
+    }
+}
+
+/// `make demo`'s program: two clients share a board and a tally through
+/// their server; the reader's subscription fires once per release, reads
+/// the line written, and the writer reads the reader's count back.
+#[test]
+fn the_demo_shares_chunks_and_fires_a_subscription_over_shm_and_tcp() {
+    for provider in ["shm", "tcp"] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "3", "--topology"])
+            .arg(topology("figure11.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("demo"))
+            .args(["--rounds", "4"]));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{provider}: {stdout}{}",
+            text(&out.stderr)
+        );
+        for round in 1..=4 {
+            for want in [
+                format!("[1] writer: wrote \"round {round}: hello from rank 1\""),
+                format!(
+                    "[2] reader: notified of version {round} of chunk 100: \"round {round}: hello from rank 1\" ({round} seen)"
+                ),
+                format!("[1] writer: the tally says the reader has seen {round} line(s)"),
+            ] {
+                assert!(stdout.contains(&want), "{provider}: no {want:?} in\n{stdout}");
+            }
+        }
+        assert!(stdout.contains("[2] reader: done"), "{provider}: {stdout}");
     }
 }
 
@@ -125,10 +159,10 @@ fn runs_under_mpirun_style_variables() {
     }
     assert!(text(&outputs[1].stdout).contains("rank 1 exchanged 20 messages with 1 clients"));
     assert!(text(&outputs[2].stdout).contains("rank 2 exchanged 20 messages with 1 clients"));
-    // Without satrun's prefix, the debug stream starts each line with the
-    // rank itself, as in the report's Figure 13.
+    // Without satrun's prefix, the debug stream (stderr) starts each line
+    // with the rank itself, as in the report's Figure 13.
     for (rank, out) in outputs.iter().enumerate() {
-        let stdout = text(&out.stdout);
+        let stdout = text(&out.stderr);
         let boot = format!("{rank} Bootstrap SAT exchange id {rank} np 3 on host ");
         assert!(
             stdout.lines().any(|l| l.starts_with(&boot)),
@@ -138,7 +172,7 @@ fn runs_under_mpirun_style_variables() {
             .lines()
             .any(|l| l.starts_with(&format!("{rank} Starting code (role "))));
     }
-    assert!(text(&outputs[0].stdout).contains("0 Topology: none given, one server and 2 clients"));
+    assert!(text(&outputs[0].stderr).contains("0 Topology: none given, one server and 2 clients"));
 }
 
 /// A client killed in the middle of a run: satrun names it, stops the rest,

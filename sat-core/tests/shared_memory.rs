@@ -18,7 +18,8 @@ fn four_clients_of_two_threads_on_two_servers_lose_no_increment() {
             .arg(example("increment"))
             .args(["--k", &k.to_string(), "--threads", "2"]));
         assert!(out.status.success(), "{provider}: {}", text(&out.stderr));
-        let stdout = text(&out.stdout);
+        // The program's lines and SAT's warnings (stderr).
+        let stdout = text(&out.stdout) + &text(&out.stderr);
         for rank in 2..=5 {
             for chunk in [7, 8] {
                 // Two threads per client take turns on the chunk's scope.

@@ -37,6 +37,11 @@ class Outcome:
         prefix = f"[{rank}] "
         return [l[len(prefix):] for l in self.stdout.splitlines() if l.startswith(prefix)]
 
+    def log_lines(self, rank: int) -> list[str]:
+        """The debug stream's lines of one rank (SAT logs on stderr), without the prefix."""
+        prefix = f"[{rank}] "
+        return [l[len(prefix):] for l in self.stderr.splitlines() if l.startswith(prefix)]
+
 
 class SatRunner:
     def __init__(self, tmp_path: Path) -> None:

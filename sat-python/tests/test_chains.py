@@ -103,10 +103,10 @@ def test_the_core_runs_the_protocol_chosen(satrun, provider):
         env={"SAT_LOG": "sat_core::client=debug", "SAT_HOST_SEGMENTS": "off"},
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    reads = [l for l in out.lines(2) if " READ chunk 7" in l and ": miss" in l]
+    reads = [l for l in out.log_lines(2) if " READ chunk 7" in l and ": miss" in l]
     assert [l.split(":")[0] for l in reads] == ["[Home-Only] READ chunk 70"] * 3 + [
         "[Home-Based MESI] READ chunk 71"
-    ], out.stdout
+    ], out.stderr
 
 
 def test_malloc_lst_and_lookup_lst_lay_chunks_out_in_the_order_of_ids(satrun, provider):

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# `make install` and `make uninstall`: SAT's C library as a system library.
+#
+#   scripts/install.sh install    copies the built files under DESTDIR/PREFIX
+#   scripts/install.sh uninstall  removes what install wrote there
+#
+# Settings (from the Makefile): PREFIX (absolute), DESTDIR (staging root, may
+# be empty), LIBDIR (relative to PREFIX, default lib), RPATH (1: sat.pc's Libs
+# carry -Wl,-rpath), VERSION (x.y.z), TARGET_DIR (cargo's target folder).
+#
+# It never calls sudo: a prefix the user cannot write is reported, and the
+# user runs it again with the rights the prefix needs.
+set -euo pipefail
+
+action=${1:?usage: scripts/install.sh install|uninstall}
+: "${PREFIX:?PREFIX is not set}" "${VERSION:?VERSION is not set}"
+DESTDIR=${DESTDIR:-}
+LIBDIR=${LIBDIR:-lib}
+RPATH=${RPATH:-0}
+TARGET_DIR=${TARGET_DIR:-target}
+case "$PREFIX" in /*) ;; *) echo "install: PREFIX must be absolute (got $PREFIX)" >&2; exit 2 ;; esac
+case "$LIBDIR" in /* | *..*) echo "install: LIBDIR is a folder under PREFIX, such as lib or lib64 (got $LIBDIR)" >&2; exit 2 ;; esac
+
+abi=${VERSION%%.*}
+root="$DESTDIR$PREFIX"
+# Every file install writes, relative to the prefix; uninstall reads the
+# list back, so that it removes what an older version installed too.
+manifest_rel=share/sat/installed-files
+manifest="$root/$manifest_rel"
+
+# What libsat.a needs besides itself and libfabric, as printed by
+# `cargo rustc -p sat-capi --crate-type staticlib -- --print native-static-libs`.
+native_static=(gcc_s util rt pthread m dl c)
+
+writable() {
+    local dir=$1
+    while [ ! -e "$dir" ]; do dir=$(dirname "$dir"); done
+    if [ ! -w "$dir" ]; then
+        echo "install: $dir is not writable by $(id -un): run \`make $action PREFIX=$PREFIX\` as a user who may write there, or choose another PREFIX" >&2
+        exit 1
+    fi
+}
+
+do_install() {
+    local release="$TARGET_DIR/release"
+    for f in libsat.so libsat.a satrun; do
+        [ -f "$release/$f" ] || { echo "install: $release/$f is missing: build it with make install" >&2; exit 1; }
+    done
+    writable "$root"
+    local lib="$root/$LIBDIR"
+    install -d "$lib/pkgconfig" "$lib/cmake/sat" "$root/include" "$root/bin" "$root/share/sat"
+
+    install -m 755 "$release/libsat.so" "$lib/libsat.so.$VERSION"
+    ln -sfn "libsat.so.$VERSION" "$lib/libsat.so.$abi"
+    ln -sfn "libsat.so.$abi" "$lib/libsat.so"
+    install -m 644 "$release/libsat.a" "$lib/libsat.a"
+    install -m 644 include/sat.h include/sat_compat.h "$root/include/"
+    install -m 755 "$release/satrun" "$root/bin/"
+
+    local rpath="" libs="" names="" to_prefix fabric_libdir n
+    [ "$RPATH" = 1 ] && rpath=" -Wl,-rpath,\${libdir}"
+    for n in "${native_static[@]}"; do
+        libs+="${libs:+ }-l$n"
+        # CMake gets Threads::Threads for pthread.
+        [ "$n" = pthread ] || names+="${names:+;}$n"
+    done
+    # lib/cmake/sat back to the prefix: one .. per folder.
+    to_prefix=$(echo "$LIBDIR/cmake/sat" | sed -e 's|[^/][^/]*|..|g')
+    fabric_libdir=$(pkg-config --variable=libdir libfabric 2>/dev/null || true)
+    fill() {
+        sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@VERSION@|$VERSION|g" -e "s|@ABI@|$abi|g" \
+            -e "s|@LIBDIR@|$LIBDIR|g" -e "s|@RPATH@|$rpath|g" -e "s|@NATIVE_STATIC_LIBS@|$libs|g" \
+            -e "s|@NATIVE_STATIC_NAMES@|$names|g" -e "s|@TO_PREFIX@|$to_prefix|g" \
+            -e "s|@FABRIC_LIBDIR@|$fabric_libdir|g" "sat-capi/packaging/$1" > "$2"
+        chmod 644 "$2"
+    }
+    fill sat.pc.in "$lib/pkgconfig/sat.pc"
+    fill sat-static.pc.in "$lib/pkgconfig/sat-static.pc"
+    fill satConfig.cmake.in "$lib/cmake/sat/satConfig.cmake"
+    fill satConfigVersion.cmake.in "$lib/cmake/sat/satConfigVersion.cmake"
+
+    {
+        for f in "libsat.so.$VERSION" "libsat.so.$abi" libsat.so libsat.a pkgconfig/sat.pc \
+            pkgconfig/sat-static.pc cmake/sat/satConfig.cmake cmake/sat/satConfigVersion.cmake; do
+            echo "$LIBDIR/$f"
+        done
+        printf '%s\n' include/sat.h include/sat_compat.h bin/satrun "$manifest_rel"
+    } > "$manifest"
+    chmod 644 "$manifest"
+
+    echo "installed libsat $VERSION under $root"
+    # The loader finds libsat.so.$abi through its cache: refresh it when this
+    # is the live system's prefix and the user may (a staged DESTDIR is not).
+    if [ -z "$DESTDIR" ] && [ "$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null 2>&1; then
+        ldconfig
+    elif [ "$RPATH" != 1 ]; then
+        echo "install: programs find libsat.so.$abi once $PREFIX/$LIBDIR is in the loader's path (ldconfig as root, or LD_LIBRARY_PATH); or install with RPATH=1"
+    fi
+}
+
+do_uninstall() {
+    if [ ! -f "$manifest" ]; then
+        echo "uninstall: nothing of SAT's is installed under $root (no $manifest_rel)" >&2
+        exit 1
+    fi
+    writable "$root"
+    local f d
+    while IFS= read -r f; do
+        case "$f" in "" | /* | *..*) echo "uninstall: skipping unexpected entry '$f' in $manifest" >&2; continue ;; esac
+        rm -f -- "$root/$f"
+    done < "$manifest"
+    # The folders install made, where nothing else is left in them.
+    for d in "$LIBDIR/cmake/sat" "$LIBDIR/cmake" "$LIBDIR/pkgconfig" "$LIBDIR" include bin share/sat share; do
+        [ -d "$root/$d" ] && rmdir --ignore-fail-on-non-empty -- "$root/$d"
+    done
+    echo "uninstalled libsat from $root"
+}
+
+case "$action" in
+    install) do_install ;;
+    uninstall) do_uninstall ;;
+    *) echo "usage: scripts/install.sh install|uninstall" >&2; exit 2 ;;
+esac
