@@ -14,6 +14,11 @@
  *   Out-parameters are written only on success.
  * - NULL arguments are errors (SAT_ERR_ARGUMENT), never crashes. No panic of
  *   the Rust code crosses into C: it becomes SAT_ERR_INTERNAL (or NULL).
+ * - Each function's comment ends with the statuses it returns ("Returns:");
+ *   any call may also return SAT_ERR_INTERNAL, a bug in SAT to report.
+ *   Calls that give a status return `sat_status`; sat_rank, sat_role,
+ *   sat_client_count and sat_server_count return a number, or a negative
+ *   status (SAT_ERR_USAGE outside a run).
  * - A process plays one role: sat_bootstrap() runs the role function of
  *   this process, and every other call is made from that role function,
  *   from threads it starts, or from handlers, while sat_bootstrap() runs
@@ -299,6 +304,13 @@ const struct sat_consistency_t *sat_home_only(void);
  * default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
  * NULL `consistency` means home-based MESI. Allocating the same chain
  * again returns the same handle. NULL on error (see `sat_last_error`).
+ *
+ * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (a
+ * consistency SAT did not hand out), SAT_ERR_CHUNK (size 0 or over the
+ * limit, an id out of range or reserved for the symbol table), SAT_ERR_USAGE
+ * (no run, a fork() child, a chain over these chunks that exists with
+ * another layout or protocol), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED.
  */
 struct sat_chunk_t *sat_malloc(const struct sat_consistency_t *consistency,
                                uint64_t baseid,
@@ -307,6 +319,11 @@ struct sat_chunk_t *sat_malloc(const struct sat_consistency_t *consistency,
 /**
  * MALLOC_LST: chunk `ids[i]` gets `sizes[i % sizes->len]` bytes, in one
  * chain contiguous in local memory.
+ *
+ * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (NULL or
+ * empty list, a consistency SAT did not hand out, more ids than a chain may
+ * have), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED (as sat_malloc).
  */
 struct sat_chunk_t *sat_malloc_lst(const struct sat_consistency_t *consistency,
                                    const struct sat_ulong_list_t *ids,
@@ -317,6 +334,13 @@ struct sat_chunk_t *sat_malloc_lst(const struct sat_consistency_t *consistency,
  * sizes from their homes; waits (up to `SAT_LOOKUP_TIMEOUT` s) for chunks
  * nobody has allocated yet. The consistency argument is ignored: a chunk
  * keeps the protocol it was allocated with.
+ *
+ * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (nbchunks
+ * 0 or over the limit, a chain past the end of the space, a consistency SAT
+ * did not hand out), SAT_ERR_TIMEOUT (nobody allocated it within
+ * SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY,
+ * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; with the encryption layer
+ * SAT_ERR_ACCESS_DENIED and SAT_ERR_INTEGRITY.
  */
 struct sat_chunk_t *sat_lookup(const struct sat_consistency_t *consistency,
                                uint64_t baseid,
@@ -325,6 +349,9 @@ struct sat_chunk_t *sat_lookup(const struct sat_consistency_t *consistency,
 /**
  * LOOKUP_LST: the chain of chunks `ids`, in that order (waits as LOOKUP
  * does). The consistency argument is ignored, as in LOOKUP.
+ *
+ * Returns: NULL on error, with sat_last_status(): as sat_lookup, and
+ * SAT_ERR_ARGUMENT for a NULL or empty list.
  */
 struct sat_chunk_t *sat_lookup_lst(const struct sat_consistency_t *consistency,
                                    const struct sat_ulong_list_t *ids);
@@ -333,6 +360,10 @@ struct sat_chunk_t *sat_lookup_lst(const struct sat_consistency_t *consistency,
  * MAP: MALLOC of `size` bytes from `baseid` whose local data is `data`
  * itself, used in place (Figure 6): `chunk->data == data`. The caller keeps
  * ownership of `data` and must keep it alive until `sat_bootstrap` returns.
+ *
+ * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (NULL
+ * data, size 0, a consistency SAT did not hand out), SAT_ERR_CHUNK,
+ * SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
 struct sat_chunk_t *sat_map(const struct sat_consistency_t *consistency,
                             uint64_t baseid,
@@ -354,20 +385,29 @@ struct sat_chunk_t *sat_map(const struct sat_consistency_t *consistency,
  * decrypted into `chunk->data`: `SAT_ERR_ACCESS_DENIED` when this tenant
  * may not read it, `SAT_ERR_INTEGRITY` when a check fails (the data then
  * holds zeros, never unverified bytes); either way no scope is open.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (a handle that
+ * is not valid, no run, the chain already in a scope of this thread),
+ * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; on a protected chain
+ * SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY.
  */
-int32_t sat_read(struct sat_chunk_t *chunk);
+enum sat_status sat_read(struct sat_chunk_t *chunk);
 
 /**
  * WRITE: opens an exclusive scope; the data may be stale (Figure 5). A
  * failure leaves no scope open and publishes nothing (see `sat_read`).
+ *
+ * Returns: SAT_OK, or as sat_read.
  */
-int32_t sat_write(struct sat_chunk_t *chunk);
+enum sat_status sat_write(struct sat_chunk_t *chunk);
 
 /**
  * READWRITE: opens an exclusive scope on up-to-date data. A failure
  * leaves no scope open and publishes nothing (see `sat_read`).
+ *
+ * Returns: SAT_OK, or as sat_read.
  */
-int32_t sat_readwrite(struct sat_chunk_t *chunk);
+enum sat_status sat_readwrite(struct sat_chunk_t *chunk);
 
 /**
  * RELEASE: closes the scope; after WRITE or READWRITE the new data goes
@@ -378,18 +418,26 @@ int32_t sat_readwrite(struct sat_chunk_t *chunk);
  * of a chain that was not acquired (a chunk of it is in no scope) returns
  * `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
  * over one of its chunks opened.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
+ * a handle that is not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
+ * on a protected chain SAT_ERR_ACCESS_DENIED (this tenant may not write it).
  */
-int32_t sat_release(struct sat_chunk_t *chunk);
+enum sat_status sat_release(struct sat_chunk_t *chunk);
 
 /**
  * PUT: WRITE then RELEASE: publishes what the chain's memory holds.
+ *
+ * Returns: SAT_OK, or as sat_write and sat_release.
  */
-int32_t sat_put(struct sat_chunk_t *chunk);
+enum sat_status sat_put(struct sat_chunk_t *chunk);
 
 /**
  * GET: READ then RELEASE: the chain's memory then holds its current data.
+ *
+ * Returns: SAT_OK, or as sat_read and sat_release.
  */
-int32_t sat_get(struct sat_chunk_t *chunk);
+enum sat_status sat_get(struct sat_chunk_t *chunk);
 
 /**
  * FREE: gives the chain back in this process (the report's "free: locally
@@ -404,8 +452,10 @@ int32_t sat_get(struct sat_chunk_t *chunk);
  * process (RELEASE it first: nothing is given back), for a handle that is
  * not valid, and for a protected chain (its plaintext belongs to the
  * process's vault until the run ends); `SAT_ERR_ARGUMENT` for NULL.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above).
  */
-int32_t sat_chunk_free(struct sat_chunk_t *chunk);
+enum sat_status sat_chunk_free(struct sat_chunk_t *chunk);
 
 /**
  * The library's version, "MAJOR.MINOR.PATCH" (Cargo.toml's).
@@ -434,7 +484,7 @@ int sat_has_encryption(void);
  * Call it before sat_bootstrap or sat_connect to see their lines too. It
  * may be called at any time, from any thread, even outside a run.
  *
- * Returns SAT_OK.
+ * Returns: SAT_OK.
  */
 enum sat_status sat_set_log_handler(sat_log_handler handler, void *user);
 
@@ -459,15 +509,20 @@ enum sat_status sat_set_log_handler(sat_log_handler handler, void *user);
  * `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
  * from `main` when it is not `SAT_OK`, so that satrun reports the failure.
  *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL roles, reserved not NULL),
+ * SAT_ERR_USAGE (called twice, a fork() child, under a service),
+ * SAT_ERR_TOPOLOGY, SAT_ERR_BOOTSTRAP (no launcher, peers that never came),
+ * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
+ *
  * # Safety
  * `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
  * to use the process's own arguments).
  */
-int32_t sat_bootstrap(const sat_role_fn *roles,
-                      size_t nroles,
-                      void *reserved,
-                      int argc,
-                      char *const *argv);
+enum sat_status sat_bootstrap(const sat_role_fn *roles,
+                              size_t nroles,
+                              void *reserved,
+                              int argc,
+                              char *const *argv);
 
 /**
  * Marks this process's role as failed, for `reason` (a NUL-terminated
@@ -479,10 +534,12 @@ int32_t sat_bootstrap(const sat_role_fn *roles,
  * function, the same status is returned once the handlers are over.
  * Returns `SAT_ERR_USAGE` outside a run.
  *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (outside a role's run).
+ *
  * # Safety
  * `reason` is NULL or a NUL-terminated string.
  */
-int32_t sat_role_failed(const char *reason);
+enum sat_status sat_role_failed(const char *reason);
 
 /**
  * Attaches this process to the SAT service at `address`, without satrun
@@ -503,10 +560,12 @@ int32_t sat_role_failed(const char *reason);
  * service cannot be reached, refuses the secret or has no free client slot
  * (`sat_last_error` says which), `SAT_ERR_ARGUMENT` if `address` is NULL.
  *
+ * Returns: SAT_OK, or the statuses above.
+ *
  * # Safety
  * `address` is a NUL-terminated string.
  */
-int32_t sat_connect(const char *address);
+enum sat_status sat_connect(const char *address);
 
 /**
  * Detaches from the service `sat_connect` attached to: new calls fail with
@@ -517,8 +576,10 @@ int32_t sat_connect(const char *address);
  * `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`
  * when the process is not attached, or when called from inside a SAT call
  * (a subscription handler).
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (see above), SAT_ERR_TRANSPORT.
  */
-int32_t sat_detach(void);
+enum sat_status sat_detach(void);
 
 /**
  * This thread's last error message (empty if none); valid until the next
@@ -540,24 +601,34 @@ const char *sat_status_string(int32_t status);
 /**
  * Waits for a wakeup of rendezvous `id` not consumed yet by this process,
  * sent before or after this call (the report's `sleep`/`rendezvous`).
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (no run, a fork() child),
+ * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_rendezvous(uint32_t id);
+enum sat_status sat_rendezvous(uint32_t id);
 
 /**
  * Wakes every process sleeping on rendezvous `id`; remembered for the next
  * one to come. Wakeups not consumed in between count as one.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_wakeup(uint32_t id);
+enum sat_status sat_wakeup(uint32_t id);
 
 /**
  * Waits until `count` calls of barrier `id` have arrived.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED.
  */
-int32_t sat_barrier(uint32_t id, uint32_t count);
+enum sat_status sat_barrier(uint32_t id, uint32_t count);
 
 /**
  * Raises signal `id`: every subscribed process runs its handler.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_signal_raise(uint32_t id);
+enum sat_status sat_signal_raise(uint32_t id);
 
 /**
  * The number of clients in the run (the report's `clientGetClientNr`), or
@@ -583,14 +654,21 @@ int32_t sat_server_count(void);
 /**
  * The report's `initSymbolicTable`: the table needs no set-up; kept so
  * Figure 7 ports as it is.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_init_symbol_table(void);
+enum sat_status sat_init_symbol_table(void);
 
 /**
  * Writes `size` bytes at `data` as the value of symbol `name` (replacing
  * any earlier value, whatever its size).
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name or data, a name not
+ * UTF-8), SAT_ERR_CHUNK (a value over the chunk size limit), SAT_ERR_USAGE,
+ * SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; SAT_ERR_INTEGRITY
+ * over a protected symbol.
  */
-int32_t sat_write_symbol(const char *name, const void *data, size_t size);
+enum sat_status sat_write_symbol(const char *name, const void *data, size_t size);
 
 /**
  * Reads symbol `name`: on success `*data` is a buffer of `*size` bytes
@@ -607,10 +685,15 @@ int32_t sat_write_symbol(const char *name, const void *data, size_t size);
  * protected: such a value was written over it through the plain API, and
  * the call fails with `SAT_ERR_INTEGRITY`.
  *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size),
+ * SAT_ERR_TIMEOUT (nobody wrote it within SAT_LOOKUP_TIMEOUT),
+ * SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
+ * SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY (see above).
+ *
  * # Safety
  * `data` and `size` point at writable variables.
  */
-int32_t sat_read_symbol(const char *name, void **data, size_t *size);
+enum sat_status sat_read_symbol(const char *name, void **data, size_t *size);
 
 /**
  * Frees a buffer from `sat_read_symbol` (the same as `free`).
@@ -635,25 +718,38 @@ void sat_free(void *p);
  * LOOKUP(10, 2), say) each have their handler, a release of a chunk both
  * hold runs both, and UNSUBSCRIBE of one leaves the other. SUBSCRIBE twice
  * with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL chunk or handler),
+ * SAT_ERR_USAGE (already subscribed through this handle, a handle that is
+ * not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_subscribe(struct sat_chunk_t *chunk, sat_chunk_handler handler, void *params);
+enum sat_status sat_subscribe(struct sat_chunk_t *chunk, sat_chunk_handler handler, void *params);
 
 /**
  * UNSUBSCRIBE: the handler this handle was subscribed with will not run
  * again, not even for releases already notified. Other handles'
  * subscriptions go on, whatever chunks they share with it.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not
+ * subscribed, a handle that is not valid), SAT_ERR_TRANSPORT.
  */
-int32_t sat_unsubscribe(struct sat_chunk_t *chunk);
+enum sat_status sat_unsubscribe(struct sat_chunk_t *chunk);
 
 /**
  * Runs `handler(id, params)` each time signal `id` is raised.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL handler), SAT_ERR_USAGE
+ * (already subscribed, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
-int32_t sat_signal_subscribe(uint32_t id, sat_signal_handler handler, void *params);
+enum sat_status sat_signal_subscribe(uint32_t id, sat_signal_handler handler, void *params);
 
 /**
  * Stops the handler of signal `id`.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (not subscribed, no run),
+ * SAT_ERR_TRANSPORT.
  */
-int32_t sat_signal_unsubscribe(uint32_t id);
+enum sat_status sat_signal_unsubscribe(uint32_t id);
 
 #if defined(SAT_ABE)
 /**
@@ -667,10 +763,12 @@ int32_t sat_signal_unsubscribe(uint32_t id);
  * and why), and when this process already has its key for the run (a
  * process acts for one tenant).
  *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above).
+ *
  * # Safety
  * `path` is a NUL-terminated string.
  */
-int32_t sat_abe_load_key(const char *path);
+enum sat_status sat_abe_load_key(const char *path);
 #endif
 
 #if defined(SAT_ABE)
@@ -691,6 +789,9 @@ int32_t sat_abe_load_key(const char *path);
  * tenant may not write under `write_policy`. A protected chain is in at
  * most one scope per process at a time: a thread that acquires it while
  * another thread of this process holds it waits for that scope's end.
+ *
+ * Returns: NULL on error, with sat_last_status(): the statuses above, and
+ * those of sat_malloc.
  *
  * # Safety
  * The policies are NUL-terminated strings.
@@ -713,15 +814,20 @@ struct sat_chunk_t *sat_malloc_protected(const struct sat_consistency_t *consist
  * a protected chain where writers must be held to a fixed policy). Errors
  * as `sat_malloc_protected`'s.
  *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or policy),
+ * SAT_ERR_USAGE (a malformed policy, no tenant key, no run),
+ * SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY, SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED.
+ *
  * # Safety
  * `name` and the policies are NUL-terminated strings; `data` holds
  * `size` readable bytes.
  */
-int32_t sat_write_symbol_protected(const char *name,
-                                   const void *data,
-                                   size_t size,
-                                   const char *read_policy,
-                                   const char *write_policy);
+enum sat_status sat_write_symbol_protected(const char *name,
+                                           const void *data,
+                                           size_t size,
+                                           const char *read_policy,
+                                           const char *write_policy);
 #endif
 
 #if defined(SAT_ABE)
@@ -735,11 +841,14 @@ int32_t sat_write_symbol_protected(const char *name,
  * inside a scope of this process. `SAT_ERR_ARGUMENT` for a NULL chunk,
  * `SAT_ERR_USAGE` for a plain chunk or a malformed policy.
  *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above),
+ * SAT_ERR_ACCESS_DENIED, SAT_ERR_TRANSPORT.
+ *
  * # Safety
  * `chunk` comes from this library; `read_policy` is NULL or a
  * NUL-terminated string.
  */
-int32_t sat_abe_new_epoch(struct sat_chunk_t *chunk, const char *read_policy);
+enum sat_status sat_abe_new_epoch(struct sat_chunk_t *chunk, const char *read_policy);
 #endif
 
 #ifdef __cplusplus

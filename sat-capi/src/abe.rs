@@ -123,21 +123,23 @@ pub(crate) fn vault(what: &str, c: &Client) -> Result<Arc<Vault>, sat_status> {
 /// and why), and when this process already has its key for the run (a
 /// process acts for one tenant).
 ///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above).
+///
 /// # Safety
 /// `path` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn sat_abe_load_key(path: *const c_char) -> i32 {
+pub unsafe extern "C" fn sat_abe_load_key(path: *const c_char) -> sat_status {
     boundary("sat_abe_load_key", || {
         if path.is_null() {
             return bad_argument(
                 "sat_abe_load_key: path is NULL; give a tenant key file made by `sat-abe keygen`",
-            ) as i32;
+            );
         }
         // SAFETY: the caller gives a NUL-terminated string.
         let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
         let path = std::path::Path::new(std::ffi::OsStr::from_bytes(bytes));
         if let Err(s) = client() {
-            return s as i32;
+            return s;
         }
         let mut slot = slot();
         if let Some(v) = slot.as_ref() {
@@ -146,14 +148,14 @@ pub unsafe extern "C" fn sat_abe_load_key(path: *const c_char) -> i32 {
                  (from an earlier sat_abe_load_key, or SAT_ABE_KEY at its first protected call); \
                  a process acts for one tenant: load the key once, before any protected call",
                 v.tenant().certificate().tenant
-            )) as i32;
+            ));
         }
         match Vault::load(path) {
             Ok(v) => {
                 *slot = Some(Arc::new(v));
-                0
+                sat_status::SAT_OK
             }
-            Err(e) => fail(&SatError::Usage(format!("sat_abe_load_key: {}", reason(e)))) as i32,
+            Err(e) => fail(&SatError::Usage(format!("sat_abe_load_key: {}", reason(e)))),
         }
     })
 }
@@ -176,11 +178,15 @@ fn policy_text(call: &str, which: &str, p: *const c_char) -> Result<String, sat_
 
 /// Both policies, parsed (a malformed one is a usage error with the
 /// parser's message).
-fn protection(call: &str, read: *const c_char, write: *const c_char) -> Result<Protection, i32> {
-    let read = policy_text(call, "read", read).map_err(|s| s as i32)?;
-    let write = policy_text(call, "write", write).map_err(|s| s as i32)?;
+fn protection(
+    call: &str,
+    read: *const c_char,
+    write: *const c_char,
+) -> Result<Protection, sat_status> {
+    let read = policy_text(call, "read", read)?;
+    let write = policy_text(call, "write", write)?;
     Protection::new(&read, &write)
-        .map_err(|e| fail(&SatError::Usage(format!("{call}: {}", reason(e)))) as i32)
+        .map_err(|e| fail(&SatError::Usage(format!("{call}: {}", reason(e)))))
 }
 
 /// MALLOC of a protected chain: `size` plaintext bytes from chunk `baseid`
@@ -199,6 +205,9 @@ fn protection(call: &str, read: *const c_char, write: *const c_char) -> Result<P
 /// tenant may not write under `write_policy`. A protected chain is in at
 /// most one scope per process at a time: a thread that acquires it while
 /// another thread of this process holds it waits for that scope's end.
+///
+/// Returns: NULL on error, with sat_last_status(): the statuses above, and
+/// those of sat_malloc.
 ///
 /// # Safety
 /// The policies are NUL-terminated strings.
@@ -321,6 +330,11 @@ pub(crate) fn adopt(name: &str, c: &Client, sealed: Chain) -> *mut sat_chunk_t {
 /// a protected chain where writers must be held to a fixed policy). Errors
 /// as `sat_malloc_protected`'s.
 ///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or policy),
+/// SAT_ERR_USAGE (a malformed policy, no tenant key, no run),
+/// SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY, SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED.
+///
 /// # Safety
 /// `name` and the policies are NUL-terminated strings; `data` holds
 /// `size` readable bytes.
@@ -331,7 +345,7 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
     size: usize,
     read_policy: *const c_char,
     write_policy: *const c_char,
-) -> i32 {
+) -> sat_status {
     const CALL: &str = "writeSymbol (protected)";
     boundary("sat_write_symbol_protected", || {
         let name = match name_of(CALL, name) {
@@ -339,7 +353,7 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
             Err(s) => return s,
         };
         if data.is_null() && size > 0 {
-            return bad_argument(&format!("{CALL}: data is NULL; give the bytes to write")) as i32;
+            return bad_argument(&format!("{CALL}: data is NULL; give the bytes to write"));
         }
         let protection = match protection(CALL, read_policy, write_policy) {
             Ok(p) => p,
@@ -347,7 +361,7 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
         };
         let c = match client() {
             Ok(c) => c,
-            Err(s) => return s as i32,
+            Err(s) => return s,
         };
         let bytes = if size == 0 {
             &[][..]
@@ -357,11 +371,11 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
         };
         let v = match vault(&format!("{CALL} of symbol {name:?}"), &c) {
             Ok(v) => v,
-            Err(s) => return s as i32,
+            Err(s) => return s,
         };
         match v.write_symbol(&c, &name, bytes, &protection) {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
         }
     })
 }
@@ -370,12 +384,12 @@ pub unsafe extern "C" fn sat_write_symbol_protected(
 /// (its header parses) opened for this tenant; any other value as it is,
 /// unless the symbol was ever written protected (then `SAT_ERR_INTEGRITY`:
 /// plain bytes were written over it).
-pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<u8>, i32> {
+pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<u8>, sat_status> {
     if !matches!(Header::parse(&value), Ok(Some(_))) {
-        return sat_core::abe::vault::plain_symbol(c, name, value).map_err(|e| fail(&e) as i32);
+        return sat_core::abe::vault::plain_symbol(c, name, value).map_err(|e| fail(&e));
     }
-    let v = vault(&format!("readSymbol of protected symbol {name:?}"), c).map_err(|s| s as i32)?;
-    v.open_symbol(c, name, &value).map_err(|e| fail(&e) as i32)
+    let v = vault(&format!("readSymbol of protected symbol {name:?}"), c)?;
+    v.open_symbol(c, name, &value).map_err(|e| fail(&e))
 }
 
 /// Starts a new key epoch for the protected chain `chunk`: its current
@@ -387,6 +401,9 @@ pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<
 /// inside a scope of this process. `SAT_ERR_ARGUMENT` for a NULL chunk,
 /// `SAT_ERR_USAGE` for a plain chunk or a malformed policy.
 ///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above),
+/// SAT_ERR_ACCESS_DENIED, SAT_ERR_TRANSPORT.
+///
 /// # Safety
 /// `chunk` comes from this library; `read_policy` is NULL or a
 /// NUL-terminated string.
@@ -394,7 +411,7 @@ pub(crate) fn open_symbol(c: &Client, name: &str, value: Vec<u8>) -> Result<Vec<
 pub unsafe extern "C" fn sat_abe_new_epoch(
     chunk: *mut sat_chunk_t,
     read_policy: *const c_char,
-) -> i32 {
+) -> sat_status {
     const CALL: &str = "sat_abe_new_epoch";
     boundary(CALL, || {
         // SAFETY: NULL-checked; handles come from this library.
@@ -407,11 +424,11 @@ pub unsafe extern "C" fn sat_abe_new_epoch(
         } else {
             let text = match policy_text(CALL, "read", read_policy) {
                 Ok(t) => t,
-                Err(s) => return s as i32,
+                Err(s) => return s,
             };
             match Policy::parse(&text) {
                 Ok(p) => Some(p),
-                Err(e) => return usage(&format!("{CALL}: the read policy {text:?}: {e}")) as i32,
+                Err(e) => return usage(&format!("{CALL}: the read policy {text:?}: {e}")),
             }
         };
         let Some(p) = inner.protected() else {
@@ -419,15 +436,15 @@ pub unsafe extern "C" fn sat_abe_new_epoch(
             return usage(&format!(
                 "{CALL}: chunk {id} is not protected: only chains from sat_malloc_protected \
                  (or LOOKUPs of them) have key epochs"
-            )) as i32;
+            ));
         };
         let c = match client() {
             Ok(c) => c,
-            Err(s) => return s as i32,
+            Err(s) => return s,
         };
         match p.vault.new_epoch(&c, &p.chain, read.as_ref()) {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
         }
     })
 }

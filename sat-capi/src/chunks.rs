@@ -237,28 +237,31 @@ fn stale(name: &str) -> sat_status {
 }
 
 /// The internals of a live handle, or the error (NULL, or not a live handle).
-pub(crate) fn live(name: &str, chunk: *const sat_chunk_t) -> Result<Arc<sat_chunk_internal>, i32> {
+pub(crate) fn live(
+    name: &str,
+    chunk: *const sat_chunk_t,
+) -> Result<Arc<sat_chunk_internal>, sat_status> {
     // A fork() child is refused before it takes a lock another thread of
     // its parent may have held.
-    crate::run::check_process().map_err(|s| s as i32)?;
+    crate::run::check_process()?;
     if chunk.is_null() {
         return Err(bad_argument(&format!(
             "{name}: chunk is NULL; give a chunk from MALLOC, LOOKUP or MAP"
-        )) as i32);
+        )));
     }
     let found = handles()
         .as_ref()
         .and_then(|h| h.live.get(&(chunk as usize)).cloned());
-    found.ok_or_else(|| stale(name) as i32)
+    found.ok_or_else(|| stale(name))
 }
 
 /// A live handle's internals and the client, for a call on the handle.
 fn live_in_run(
     name: &str,
     chunk: *const sat_chunk_t,
-) -> Result<(Arc<sat_chunk_internal>, crate::run::ClientRef), i32> {
+) -> Result<(Arc<sat_chunk_internal>, crate::run::ClientRef), sat_status> {
     let inner = live(name, chunk)?;
-    let c = client().map_err(|s| s as i32)?;
+    let c = client()?;
     Ok((inner, c))
 }
 
@@ -383,7 +386,7 @@ fn insert(
 pub(crate) fn protocol_of(
     name: &str,
     consistency: *const sat_consistency_t,
-) -> Result<ProtocolId, i32> {
+) -> Result<ProtocolId, sat_status> {
     if consistency.is_null() {
         return Ok(ProtocolId::default());
     }
@@ -395,7 +398,7 @@ pub(crate) fn protocol_of(
             bad_argument(&format!(
                 "{name}: the consistency argument is not one this library hands out; give \
                  sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only() or NULL"
-            )) as i32
+            ))
         })
 }
 
@@ -470,6 +473,13 @@ fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -
 /// default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
 /// NULL `consistency` means home-based MESI. Allocating the same chain
 /// again returns the same handle. NULL on error (see `sat_last_error`).
+///
+/// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (a
+/// consistency SAT did not hand out), SAT_ERR_CHUNK (size 0 or over the
+/// limit, an id out of range or reserved for the symbol table), SAT_ERR_USAGE
+/// (no run, a fork() child, a chain over these chunks that exists with
+/// another layout or protocol), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_malloc(
     consistency: *const sat_consistency_t,
@@ -532,6 +542,11 @@ fn list(name: &str, what: &str, l: *const sat_ulong_list_t) -> Option<Vec<u64>> 
 
 /// MALLOC_LST: chunk `ids[i]` gets `sizes[i % sizes->len]` bytes, in one
 /// chain contiguous in local memory.
+///
+/// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (NULL or
+/// empty list, a consistency SAT did not hand out, more ids than a chain may
+/// have), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED (as sat_malloc).
 #[no_mangle]
 pub extern "C" fn sat_malloc_lst(
     consistency: *const sat_consistency_t,
@@ -617,6 +632,13 @@ const MAX_CHAIN_CHUNKS: u64 = 1 << 20;
 /// sizes from their homes; waits (up to `SAT_LOOKUP_TIMEOUT` s) for chunks
 /// nobody has allocated yet. The consistency argument is ignored: a chunk
 /// keeps the protocol it was allocated with.
+///
+/// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (nbchunks
+/// 0 or over the limit, a chain past the end of the space, a consistency SAT
+/// did not hand out), SAT_ERR_TIMEOUT (nobody allocated it within
+/// SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY,
+/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; with the encryption layer
+/// SAT_ERR_ACCESS_DENIED and SAT_ERR_INTEGRITY.
 #[no_mangle]
 pub extern "C" fn sat_lookup(
     consistency: *const sat_consistency_t,
@@ -650,6 +672,9 @@ pub extern "C" fn sat_lookup(
 
 /// LOOKUP_LST: the chain of chunks `ids`, in that order (waits as LOOKUP
 /// does). The consistency argument is ignored, as in LOOKUP.
+///
+/// Returns: NULL on error, with sat_last_status(): as sat_lookup, and
+/// SAT_ERR_ARGUMENT for a NULL or empty list.
 #[no_mangle]
 pub extern "C" fn sat_lookup_lst(
     consistency: *const sat_consistency_t,
@@ -667,6 +692,10 @@ pub extern "C" fn sat_lookup_lst(
 /// MAP: MALLOC of `size` bytes from `baseid` whose local data is `data`
 /// itself, used in place (Figure 6): `chunk->data == data`. The caller keeps
 /// ownership of `data` and must keep it alive until `sat_bootstrap` returns.
+///
+/// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (NULL
+/// data, size 0, a consistency SAT did not hand out), SAT_ERR_CHUNK,
+/// SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_map(
     consistency: *const sat_consistency_t,
@@ -701,7 +730,7 @@ pub extern "C" fn sat_map(
 }
 
 /// The chain behind a live handle, or the error.
-pub(crate) fn chain_of(name: &str, chunk: *const sat_chunk_t) -> Result<Chain, i32> {
+pub(crate) fn chain_of(name: &str, chunk: *const sat_chunk_t) -> Result<Chain, sat_status> {
     live(name, chunk).map(|i| i.chain.clone())
 }
 
@@ -716,7 +745,7 @@ pub(crate) enum ScopeOp {
     Get,
 }
 
-fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
+fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> sat_status {
     boundary(name, || {
         let (inner, c) = match live_in_run(name, chunk) {
             Ok(x) => x,
@@ -725,8 +754,8 @@ fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
         #[cfg(feature = "abe")]
         if let Some(p) = &inner.protected {
             return match p.scope(&c, op) {
-                Ok(()) => 0,
-                Err(e) => fail(&e) as i32,
+                Ok(()) => sat_status::SAT_OK,
+                Err(e) => fail(&e),
             };
         }
         let ch = &inner.chain;
@@ -739,8 +768,8 @@ fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
             ScopeOp::Get => c.get_chain(ch),
         };
         match outcome {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
         }
     })
 }
@@ -759,22 +788,31 @@ fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> i32 {
 /// decrypted into `chunk->data`: `SAT_ERR_ACCESS_DENIED` when this tenant
 /// may not read it, `SAT_ERR_INTEGRITY` when a check fails (the data then
 /// holds zeros, never unverified bytes); either way no scope is open.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (a handle that
+/// is not valid, no run, the chain already in a scope of this thread),
+/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; on a protected chain
+/// SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY.
 #[no_mangle]
-pub extern "C" fn sat_read(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_read(chunk: *mut sat_chunk_t) -> sat_status {
     scope("READ", chunk, ScopeOp::Read)
 }
 
 /// WRITE: opens an exclusive scope; the data may be stale (Figure 5). A
 /// failure leaves no scope open and publishes nothing (see `sat_read`).
+///
+/// Returns: SAT_OK, or as sat_read.
 #[no_mangle]
-pub extern "C" fn sat_write(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_write(chunk: *mut sat_chunk_t) -> sat_status {
     scope("WRITE", chunk, ScopeOp::Write)
 }
 
 /// READWRITE: opens an exclusive scope on up-to-date data. A failure
 /// leaves no scope open and publishes nothing (see `sat_read`).
+///
+/// Returns: SAT_OK, or as sat_read.
 #[no_mangle]
-pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> sat_status {
     scope("READWRITE", chunk, ScopeOp::ReadWrite)
 }
 
@@ -786,20 +824,28 @@ pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> i32 {
 /// of a chain that was not acquired (a chunk of it is in no scope) returns
 /// `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
 /// over one of its chunks opened.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
+/// a handle that is not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
+/// on a protected chain SAT_ERR_ACCESS_DENIED (this tenant may not write it).
 #[no_mangle]
-pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> sat_status {
     scope("RELEASE", chunk, ScopeOp::Release)
 }
 
 /// PUT: WRITE then RELEASE: publishes what the chain's memory holds.
+///
+/// Returns: SAT_OK, or as sat_write and sat_release.
 #[no_mangle]
-pub extern "C" fn sat_put(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_put(chunk: *mut sat_chunk_t) -> sat_status {
     scope("PUT", chunk, ScopeOp::Put)
 }
 
 /// GET: READ then RELEASE: the chain's memory then holds its current data.
+///
+/// Returns: SAT_OK, or as sat_read and sat_release.
 #[no_mangle]
-pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> sat_status {
     scope("GET", chunk, ScopeOp::Get)
 }
 
@@ -815,8 +861,10 @@ pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> i32 {
 /// process (RELEASE it first: nothing is given back), for a handle that is
 /// not valid, and for a protected chain (its plaintext belongs to the
 /// process's vault until the run ends); `SAT_ERR_ARGUMENT` for NULL.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE (see above).
 #[no_mangle]
-pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> sat_status {
     const NAME: &str = "FREE";
     boundary("sat_chunk_free", || {
         let (inner, c) = match live_in_run(NAME, chunk) {
@@ -829,7 +877,7 @@ pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> i32 {
                 "{NAME} of chunk {}: a protected chain cannot be given back before the run ends \
                  (its plaintext belongs to the process's vault); keep the handle",
                 inner.chain.first()
-            )) as i32;
+            ));
         }
         // The handler must not run with a handle that is gone; a chain with
         // no subscription has nothing to end.
@@ -840,9 +888,9 @@ pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> i32 {
                     h.retire(chunk as usize);
                 }
                 drop(memory);
-                0
+                sat_status::SAT_OK
             }
-            Err(e) => fail(&e) as i32,
+            Err(e) => fail(&e),
         }
     })
 }

@@ -91,7 +91,7 @@ unsafe impl Sync for Handler {}
 /// Call it before sat_bootstrap or sat_connect to see their lines too. It
 /// may be called at any time, from any thread, even outside a run.
 ///
-/// Returns SAT_OK.
+/// Returns: SAT_OK.
 #[no_mangle]
 pub extern "C" fn sat_set_log_handler(handler: sat_log_handler, user: *mut c_void) -> sat_status {
     boundary("sat_set_log_handler", || {

@@ -194,6 +194,11 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
 /// from `main` when it is not `SAT_OK`, so that satrun reports the failure.
 ///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL roles, reserved not NULL),
+/// SAT_ERR_USAGE (called twice, a fork() child, under a service),
+/// SAT_ERR_TOPOLOGY, SAT_ERR_BOOTSTRAP (no launcher, peers that never came),
+/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
+///
 /// # Safety
 /// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
 /// to use the process's own arguments).
@@ -204,7 +209,7 @@ pub unsafe extern "C" fn sat_bootstrap(
     reserved: *mut c_void,
     argc: c_int,
     argv: *const *mut c_char,
-) -> i32 {
+) -> sat_status {
     /// Set while a bootstrap runs in this process: a second one is refused.
     static RUNNING: AtomicBool = AtomicBool::new(false);
     /// Clears `RUNNING` however the bootstrap ends.
@@ -216,20 +221,19 @@ pub unsafe extern "C" fn sat_bootstrap(
     }
     boundary("sat_bootstrap", || {
         if roles.is_null() {
-            return bad_argument("sat_bootstrap: roles is NULL; give the table of role functions")
-                as i32;
+            return bad_argument("sat_bootstrap: roles is NULL; give the table of role functions");
         }
         if !reserved.is_null() {
-            return bad_argument("sat_bootstrap: the third argument is reserved: pass NULL") as i32;
+            return bad_argument("sat_bootstrap: the third argument is reserved: pass NULL");
         }
         if let Err(s) = check_process() {
-            return s as i32;
+            return s;
         }
         if lending() || RUNNING.swap(true, Ordering::AcqRel) {
             return usage(
                 "sat_bootstrap: this process is already in a run or attached to a service; \
                  call sat_bootstrap once, from main",
-            ) as i32;
+            );
         }
         let _running = Running;
         let args: Vec<String> = if argv.is_null() || argc <= 0 {
@@ -276,12 +280,12 @@ pub unsafe extern "C" fn sat_bootstrap(
         crate::chunks::forget_all();
         let failure = lock(&ROLE_FAILURE).take();
         match (outcome, failure) {
-            (Ok(()), None) => 0,
+            (Ok(()), None) => sat_status::SAT_OK,
             (Ok(()), Some(why)) => crate::status::set_error_status(
                 sat_status::SAT_ERR_ROLE,
                 &format!("a handler of this process's role failed: {why}"),
-            ) as i32,
-            (Err(e), _) => fail(&e) as i32,
+            ),
+            (Err(e), _) => fail(&e),
         }
     })
 }
@@ -300,13 +304,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// function, the same status is returned once the handlers are over.
 /// Returns `SAT_ERR_USAGE` outside a run.
 ///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (outside a role's run).
+///
 /// # Safety
 /// `reason` is NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn sat_role_failed(reason: *const c_char) -> i32 {
+pub unsafe extern "C" fn sat_role_failed(reason: *const c_char) -> sat_status {
     boundary("sat_role_failed", || {
         if let Err(s) = client() {
-            return s as i32;
+            return s;
         }
         let why = if reason.is_null() {
             "the role called sat_role_failed".to_string()
@@ -317,7 +323,7 @@ pub unsafe extern "C" fn sat_role_failed(reason: *const c_char) -> i32 {
                 .into_owned()
         };
         lock(&ROLE_FAILURE).get_or_insert(why);
-        0
+        sat_status::SAT_OK
     })
 }
 
@@ -342,19 +348,21 @@ static SESSION: Mutex<Option<sat_core::service::Session>> = Mutex::new(None);
 /// service cannot be reached, refuses the secret or has no free client slot
 /// (`sat_last_error` says which), `SAT_ERR_ARGUMENT` if `address` is NULL.
 ///
+/// Returns: SAT_OK, or the statuses above.
+///
 /// # Safety
 /// `address` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
+pub unsafe extern "C" fn sat_connect(address: *const c_char) -> sat_status {
     boundary("sat_connect", || {
         if address.is_null() {
             return bad_argument(
                 "sat_connect: address is NULL; give the service's connection string \
                  (\"sat://SECRET@host:port\", from its address file)",
-            ) as i32;
+            );
         }
         if let Err(s) = check_process() {
-            return s as i32;
+            return s;
         }
         // SAFETY: the caller gives a NUL-terminated string.
         let address = unsafe { CStr::from_ptr(address) }
@@ -365,15 +373,15 @@ pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
             return usage(
                 "sat_connect: this process is already attached or in a run; call sat_detach \
                  first",
-            ) as i32;
+            );
         }
         match sat_core::service::connect(&address) {
             Ok(s) => {
                 lend(s.client());
                 *session = Some(s);
-                0
+                sat_status::SAT_OK
             }
-            Err(e) => fail(&e) as i32,
+            Err(e) => fail(&e),
         }
     })
 }
@@ -386,20 +394,22 @@ pub unsafe extern "C" fn sat_connect(address: *const c_char) -> i32 {
 /// `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`
 /// when the process is not attached, or when called from inside a SAT call
 /// (a subscription handler).
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (see above), SAT_ERR_TRANSPORT.
 #[no_mangle]
-pub extern "C" fn sat_detach() -> i32 {
+pub extern "C" fn sat_detach() -> sat_status {
     boundary("sat_detach", || {
         if inside_a_call() {
             return usage(
                 "sat_detach: called from inside a SAT call (a subscription handler); detach \
                  after the handler returns",
-            ) as i32;
+            );
         }
         if let Err(s) = check_process() {
-            return s as i32;
+            return s;
         }
         let Some(session) = lock(&SESSION).take() else {
-            return usage("sat_detach: this process is not attached (sat_connect)") as i32;
+            return usage("sat_detach: this process is not attached (sat_connect)");
         };
         take_back();
         // The chunks' memory goes after the detach: releasing a scope left
@@ -407,8 +417,8 @@ pub extern "C" fn sat_detach() -> i32 {
         let outcome = session.detach();
         crate::chunks::forget_all();
         match outcome {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
         }
     })
 }

@@ -15,12 +15,12 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// written yet: `SAT_LOOKUP_TIMEOUT` seconds (a non-negative number, or
 /// `inf` to wait as long as it takes, as the report's calls do), 60 when
 /// unset. A bad value fails the call with `SAT_ERR_ARGUMENT`.
-pub(crate) fn lookup_timeout() -> Result<Duration, i32> {
+pub(crate) fn lookup_timeout() -> Result<Duration, sat_status> {
     static PARSED: OnceLock<Result<Duration, String>> = OnceLock::new();
     PARSED
         .get_or_init(|| parse_timeout(std::env::var("SAT_LOOKUP_TIMEOUT").ok().as_deref()))
         .clone()
-        .map_err(|e| set_error_status(sat_status::SAT_ERR_ARGUMENT, &e) as i32)
+        .map_err(|e| set_error_status(sat_status::SAT_ERR_ARGUMENT, &e))
 }
 
 fn parse_timeout(value: Option<&str>) -> Result<Duration, String> {

@@ -7,41 +7,51 @@ use sat_core::client::{Client, Event};
 
 use crate::chunks::{chain_of, sat_chunk_t};
 use crate::run::client;
-use crate::status::{bad_argument, boundary, fail};
+use crate::status::{bad_argument, boundary, fail, sat_status};
 
-fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> i32 {
+fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> sat_status {
     boundary(name, || match client() {
         Ok(c) => match f(&c) {
-            Ok(()) => 0,
-            Err(e) => fail(&e) as i32,
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
         },
-        Err(s) => s as i32,
+        Err(s) => s,
     })
 }
 
 /// Waits for a wakeup of rendezvous `id` not consumed yet by this process,
 /// sent before or after this call (the report's `sleep`/`rendezvous`).
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (no run, a fork() child),
+/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
-pub extern "C" fn sat_rendezvous(id: u32) -> i32 {
+pub extern "C" fn sat_rendezvous(id: u32) -> sat_status {
     call("rendezvous", |c| c.rendezvous(id))
 }
 
 /// Wakes every process sleeping on rendezvous `id`; remembered for the next
 /// one to come. Wakeups not consumed in between count as one.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
-pub extern "C" fn sat_wakeup(id: u32) -> i32 {
+pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
     call("wakeup", |c| c.wakeup(id))
 }
 
 /// Waits until `count` calls of barrier `id` have arrived.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED.
 #[no_mangle]
-pub extern "C" fn sat_barrier(id: u32, count: u32) -> i32 {
+pub extern "C" fn sat_barrier(id: u32, count: u32) -> sat_status {
     call("barrier", |c| c.barrier(id, count))
 }
 
 /// Raises signal `id`: every subscribed process runs its handler.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
-pub extern "C" fn sat_signal_raise(id: u32) -> i32 {
+pub extern "C" fn sat_signal_raise(id: u32) -> sat_status {
     call("signal", |c| c.raise(id))
 }
 
@@ -84,35 +94,48 @@ pub extern "C" fn sat_server_count() -> i32 {
 
 // ----------------------------------------------------------------- symbols
 
-pub(crate) fn name_of(fname: &str, name: *const c_char) -> Result<String, i32> {
+pub(crate) fn name_of(fname: &str, name: *const c_char) -> Result<String, sat_status> {
     if name.is_null() {
-        return Err(bad_argument(&format!("{fname}: name is NULL; give a symbol name")) as i32);
+        return Err(bad_argument(&format!(
+            "{fname}: name is NULL; give a symbol name"
+        )));
     }
     // SAFETY: a NUL-terminated C string from the caller.
     match unsafe { CStr::from_ptr(name) }.to_str() {
         Ok(s) => Ok(s.to_owned()),
-        Err(_) => Err(bad_argument(&format!("{fname}: the name is not UTF-8")) as i32),
+        Err(_) => Err(bad_argument(&format!("{fname}: the name is not UTF-8"))),
     }
 }
 
 /// The report's `initSymbolicTable`: the table needs no set-up; kept so
 /// Figure 7 ports as it is.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
-pub extern "C" fn sat_init_symbol_table() -> i32 {
+pub extern "C" fn sat_init_symbol_table() -> sat_status {
     call("initSymbolicTable", |c| c.init_symbol_table())
 }
 
 /// Writes `size` bytes at `data` as the value of symbol `name` (replacing
 /// any earlier value, whatever its size).
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name or data, a name not
+/// UTF-8), SAT_ERR_CHUNK (a value over the chunk size limit), SAT_ERR_USAGE,
+/// SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; SAT_ERR_INTEGRITY
+/// over a protected symbol.
 #[no_mangle]
-pub extern "C" fn sat_write_symbol(name: *const c_char, data: *const c_void, size: usize) -> i32 {
+pub extern "C" fn sat_write_symbol(
+    name: *const c_char,
+    data: *const c_void,
+    size: usize,
+) -> sat_status {
     boundary("writeSymbol", || {
         let name = match name_of("writeSymbol", name) {
             Ok(n) => n,
             Err(s) => return s,
         };
         if data.is_null() && size > 0 {
-            return bad_argument("writeSymbol: data is NULL; give the bytes to write") as i32;
+            return bad_argument("writeSymbol: data is NULL; give the bytes to write");
         }
         let bytes = if size == 0 {
             &[][..]
@@ -138,6 +161,11 @@ pub extern "C" fn sat_write_symbol(name: *const c_char, data: *const c_void, siz
 /// protected: such a value was written over it through the plain API, and
 /// the call fails with `SAT_ERR_INTEGRITY`.
 ///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size),
+/// SAT_ERR_TIMEOUT (nobody wrote it within SAT_LOOKUP_TIMEOUT),
+/// SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
+/// SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY (see above).
+///
 /// # Safety
 /// `data` and `size` point at writable variables.
 #[no_mangle]
@@ -145,15 +173,14 @@ pub unsafe extern "C" fn sat_read_symbol(
     name: *const c_char,
     data: *mut *mut c_void,
     size: *mut usize,
-) -> i32 {
+) -> sat_status {
     boundary("readSymbol", || {
         let name = match name_of("readSymbol", name) {
             Ok(n) => n,
             Err(s) => return s,
         };
         if data.is_null() || size.is_null() {
-            return bad_argument("readSymbol: data or size is NULL; give where to put the result")
-                as i32;
+            return bad_argument("readSymbol: data or size is NULL; give where to put the result");
         }
         let timeout = match crate::settings::lookup_timeout() {
             Ok(t) => t,
@@ -161,7 +188,7 @@ pub unsafe extern "C" fn sat_read_symbol(
         };
         let c = match client() {
             Ok(c) => c,
-            Err(s) => return s as i32,
+            Err(s) => return s,
         };
         match c.read_symbol(&name, timeout) {
             Ok(bytes) => {
@@ -176,7 +203,7 @@ pub unsafe extern "C" fn sat_read_symbol(
                     return crate::status::out_of_memory(&format!(
                         "readSymbol: out of memory for the value of {} bytes",
                         bytes.len()
-                    )) as i32;
+                    ));
                 }
                 // SAFETY: buf holds bytes.len() bytes; the out-pointers are valid.
                 unsafe {
@@ -184,9 +211,9 @@ pub unsafe extern "C" fn sat_read_symbol(
                     *data = buf;
                     *size = bytes.len();
                 }
-                0
+                sat_status::SAT_OK
             }
-            Err(e) => fail(&e) as i32,
+            Err(e) => fail(&e),
         }
     })
 }
@@ -232,19 +259,23 @@ unsafe impl Sync for Ptrs {}
 /// LOOKUP(10, 2), say) each have their handler, a release of a chunk both
 /// hold runs both, and UNSUBSCRIBE of one leaves the other. SUBSCRIBE twice
 /// with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL chunk or handler),
+/// SAT_ERR_USAGE (already subscribed through this handle, a handle that is
+/// not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_subscribe(
     chunk: *mut sat_chunk_t,
     handler: sat_chunk_handler,
     params: *mut c_void,
-) -> i32 {
+) -> sat_status {
     boundary("SUBSCRIBE", || {
         let chain = match chain_of("SUBSCRIBE", chunk) {
             Ok(c) => c,
             Err(s) => return s,
         };
         let Some(h) = handler else {
-            return bad_argument("SUBSCRIBE: handler is NULL; give the function to run") as i32;
+            return bad_argument("SUBSCRIBE: handler is NULL; give the function to run");
         };
         let ptrs = Ptrs(chunk, params);
         call("SUBSCRIBE", |c| {
@@ -261,8 +292,11 @@ pub extern "C" fn sat_subscribe(
 /// UNSUBSCRIBE: the handler this handle was subscribed with will not run
 /// again, not even for releases already notified. Other handles'
 /// subscriptions go on, whatever chunks they share with it.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not
+/// subscribed, a handle that is not valid), SAT_ERR_TRANSPORT.
 #[no_mangle]
-pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> i32 {
+pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> sat_status {
     boundary("UNSUBSCRIBE", || {
         let chain = match chain_of("UNSUBSCRIBE", chunk) {
             Ok(c) => c,
@@ -273,15 +307,18 @@ pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> i32 {
 }
 
 /// Runs `handler(id, params)` each time signal `id` is raised.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL handler), SAT_ERR_USAGE
+/// (already subscribed, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_signal_subscribe(
     id: u32,
     handler: sat_signal_handler,
     params: *mut c_void,
-) -> i32 {
+) -> sat_status {
     boundary("signal subscribe", || {
         let Some(h) = handler else {
-            return bad_argument("signal subscribe: handler is NULL") as i32;
+            return bad_argument("signal subscribe: handler is NULL");
         };
         let ptrs = Ptrs(std::ptr::null_mut(), params);
         call("signal subscribe", |c| {
@@ -296,7 +333,10 @@ pub extern "C" fn sat_signal_subscribe(
 }
 
 /// Stops the handler of signal `id`.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (not subscribed, no run),
+/// SAT_ERR_TRANSPORT.
 #[no_mangle]
-pub extern "C" fn sat_signal_unsubscribe(id: u32) -> i32 {
+pub extern "C" fn sat_signal_unsubscribe(id: u32) -> sat_status {
     call("signal unsubscribe", |c| c.unsubscribe_signal(id))
 }

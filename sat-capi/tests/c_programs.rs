@@ -328,6 +328,27 @@ fn a_c_role_that_fails_fails_the_run() {
     }
 }
 
+/// "1" when the libsat under test exports the encryption layer's calls
+/// (it was built with feature `abe`), else "0": what sat_has_encryption()
+/// must say.
+fn library_has_encryption() -> &'static str {
+    let out = command("nm")
+        .args(["-D", "--defined-only"])
+        .arg(artifacts().lib.join("libsat.so"))
+        .output()
+        .expect("nm (binutils) lists libsat's symbols");
+    assert!(
+        out.status.success(),
+        "nm -D libsat.so: {}",
+        text(&out.stderr)
+    );
+    if text(&out.stdout).contains(" sat_abe_load_key") {
+        "1"
+    } else {
+        "0"
+    }
+}
+
 /// logging.c: the library's log lines (here the bootstrap's debug line of
 /// each process) never reach stdout: they go to stderr, or to the handler
 /// an application installs with sat_set_log_handler, with their level and
@@ -336,8 +357,7 @@ fn a_c_role_that_fails_fails_the_run() {
 #[test]
 fn log_lines_go_to_stderr_or_to_the_applications_handler() {
     let exe = bindings(Shared).join("logging");
-    let encryption = if cfg!(feature = "abe") { "1" } else { "0" };
-    let env = [("SAT_EXPECT_ENCRYPTION", encryption)];
+    let env = [("SAT_EXPECT_ENCRYPTION", library_has_encryption())];
     for provider in PROVIDERS {
         let run = satrun(
             3,
@@ -1264,10 +1284,9 @@ fn suite(checker: Checker) -> Vec<Checked> {
         ],
     );
     logging.args.push("handler".into());
-    logging.env.push((
-        "SAT_EXPECT_ENCRYPTION",
-        if cfg!(feature = "abe") { "1" } else { "0" },
-    ));
+    logging
+        .env
+        .push(("SAT_EXPECT_ENCRYPTION", library_has_encryption()));
     vec![
         bind(
             "api",

@@ -343,3 +343,62 @@ int use(void) {
         .arg(&include)
         .arg(&cpp));
 }
+
+/// Every call that returns a status or a chunk handle says, in its comment
+/// in sat.h, which statuses it returns (a "Returns:" paragraph), and every
+/// status-returning call is declared with the `sat_status` type, except the
+/// four that return a number or a negative status.
+#[test]
+fn every_status_call_lists_its_statuses() {
+    let header = committed_header();
+    let numbers = [
+        "sat_client_count",
+        "sat_rank",
+        "sat_role",
+        "sat_server_count",
+    ];
+    let mut doc = String::new();
+    let mut checked = 0;
+    for line in header.lines() {
+        if line.starts_with("/**") {
+            doc.clear();
+        }
+        if line.starts_with(" *") || line.starts_with("/**") {
+            doc.push_str(line);
+            doc.push('\n');
+            continue;
+        }
+        let Some(open) = line
+            .find("sat_")
+            .filter(|_| !line.starts_with(['#', ' ', '}', 't']))
+        else {
+            continue;
+        };
+        let Some(paren) = line[open..].find('(') else {
+            continue;
+        };
+        let start = line[..open + paren]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let name = &line[start..open + paren];
+        let returns = line[..start].trim();
+        if returns.starts_with("int32_t") {
+            assert!(
+                numbers.contains(&name),
+                "{name} returns int32_t: a status call returns sat_status"
+            );
+            continue;
+        }
+        if returns.starts_with("enum sat_status") || returns.starts_with("struct sat_chunk_t") {
+            assert!(
+                doc.contains("Returns:") || name == "sat_last_status",
+                "{name}: its comment in sat.h lists no statuses (\"Returns:\"):\n{doc}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 25,
+        "only {checked} calls checked: is the header's layout as expected?"
+    );
+}

@@ -176,27 +176,27 @@ impl Caller {
             }
             5 => {
                 let h = self.handle();
-                ("sat_read", sat_read(h))
+                ("sat_read", sat_read(h) as i32)
             }
             6 => {
                 let h = self.handle();
-                ("sat_write", sat_write(h))
+                ("sat_write", sat_write(h) as i32)
             }
             7 => {
                 let h = self.handle();
-                ("sat_readwrite", sat_readwrite(h))
+                ("sat_readwrite", sat_readwrite(h) as i32)
             }
             8 | 9 => {
                 let h = self.handle();
-                ("sat_release", sat_release(h))
+                ("sat_release", sat_release(h) as i32)
             }
             10 => {
                 let h = self.handle();
-                ("sat_put", sat_put(h))
+                ("sat_put", sat_put(h) as i32)
             }
             11 => {
                 let h = self.handle();
-                ("sat_get", sat_get(h))
+                ("sat_get", sat_get(h) as i32)
             }
             12 => {
                 let name = self.rng.name();
@@ -211,7 +211,10 @@ impl Caller {
                 let name_ptr = name.as_ref().map_or(ptr::null(), |n| n.as_ptr());
                 // name is NULL or a C string; data is NULL or points at
                 // `size` readable bytes.
-                ("sat_write_symbol", sat_write_symbol(name_ptr, data, size))
+                (
+                    "sat_write_symbol",
+                    sat_write_symbol(name_ptr, data, size) as i32,
+                )
             }
             13 => {
                 let name = self.rng.name();
@@ -220,14 +223,14 @@ impl Caller {
                 let mut size = 0usize;
                 // SAFETY: name is NULL or a C string; data and size are
                 // writable variables.
-                let s = unsafe { sat_read_symbol(name_ptr, &mut data, &mut size) };
+                let s = unsafe { sat_read_symbol(name_ptr, &mut data, &mut size) } as i32;
                 if s == 0 {
                     // SAFETY: a buffer from sat_read_symbol.
                     unsafe { sat_free(data) };
                 }
                 ("sat_read_symbol", s)
             }
-            14 => ("sat_init_symbol_table", sat_init_symbol_table()),
+            14 => ("sat_init_symbol_table", sat_init_symbol_table() as i32),
             _ => {
                 let which = self.rng.below(4);
                 match which {
@@ -236,7 +239,7 @@ impl Caller {
                     2 => ("sat_server_count", sat_server_count().min(0)),
                     _ => {
                         let id = self.rng.below(1000) as u32;
-                        ("sat_signal_raise", sat_signal_raise(id))
+                        ("sat_signal_raise", sat_signal_raise(id) as i32)
                     }
                 }
             }
@@ -372,7 +375,7 @@ fn random_calls_neither_crash_nor_corrupt() {
     // SAFETY: a C string.
     assert_eq!(
         unsafe { sat_connect(address.as_ptr()) },
-        0,
+        sat_status::SAT_OK,
         "{}",
         last_error()
     );
@@ -382,28 +385,28 @@ fn random_calls_neither_crash_nor_corrupt() {
         "only {ok} of 10000 calls succeeded attached: the test misses the library"
     );
     // Scopes the random calls left open are released at detach.
-    assert_eq!(sat_detach(), 0, "detach: {}", last_error());
+    assert_eq!(sat_detach(), sat_status::SAT_OK, "detach: {}", last_error());
 
     // The servers survived: a new session writes and reads a chain.
     // SAFETY: a C string.
     assert_eq!(
         unsafe { sat_connect(address.as_ptr()) },
-        0,
+        sat_status::SAT_OK,
         "{}",
         last_error()
     );
     let h = sat_malloc(sat_home_based_mesi(), 77, 8192);
     assert!(!h.is_null(), "{}", last_error());
-    assert_eq!(sat_write(h), 0, "{}", last_error());
+    assert_eq!(sat_write(h), sat_status::SAT_OK, "{}", last_error());
     // SAFETY: a chunk handle of 8192 bytes, in a write scope.
     unsafe { ptr::write_bytes((*h).data.cast::<u8>(), 0x3c, 8192) };
-    assert_eq!(sat_release(h), 0, "{}", last_error());
+    assert_eq!(sat_release(h), sat_status::SAT_OK, "{}", last_error());
     let again = sat_lookup(sat_home_based_mesi(), 77, 1);
     assert!(!again.is_null(), "{}", last_error());
-    assert_eq!(sat_get(again), 0, "{}", last_error());
+    assert_eq!(sat_get(again), sat_status::SAT_OK, "{}", last_error());
     // SAFETY: as above, after GET.
     let bytes = unsafe { std::slice::from_raw_parts((*again).data.cast::<u8>(), 8192) };
     assert!(bytes.iter().all(|&b| b == 0x3c));
-    assert_eq!(sat_detach(), 0, "{}", last_error());
+    assert_eq!(sat_detach(), sat_status::SAT_OK, "{}", last_error());
     drop(caller);
 }
