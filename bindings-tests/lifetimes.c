@@ -23,19 +23,6 @@
 
 #include "testing.h"
 
-/* AddressSanitizer keeps freed memory in quarantine: RSS cannot show what
- * FREE returned there (the plain builds check it). */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_SHOWS_FREES 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RSS_SHOWS_FREES 0
-#endif
-#endif
-#ifndef RSS_SHOWS_FREES
-#define RSS_SHOWS_FREES 1
-#endif
-
 #define BAR_END 2
 #define BIG_ID 1000000u
 #define BIG_BYTES (64u << 20)
@@ -47,25 +34,11 @@
 static sat_chunk_t *kept;
 static int fail_mode;
 
-/* This process's anonymous resident memory, in KiB (RssAnon of
- * /proc/self/status): where a chain's local memory lives. */
-static long rss_anon_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (f == NULL) return -1;
-    char line[256];
-    long kib = -1;
-    while (fgets(line, sizeof line, f) != NULL) {
-        if (sscanf(line, "RssAnon: %ld kB", &kib) == 1) break;
-    }
-    fclose(f);
-    return kib;
-}
-
 /* A chain given back: its memory goes back to the system, the handle is
  * refused from then on, and the chunks keep their data in the S-DSM. */
 static void given_back(int idx) {
     uint64_t id = BIG_ID + (uint64_t)idx * 10000u;
-    long before = rss_anon_kib();
+    long before = testing_rss_anon_kib();
     sat_chunk_t *c = CHECK_CHUNK(sat_malloc(NULL, id, BIG_BYTES));
     if (c == NULL) return;
     CHECK_OK(sat_write(c));
@@ -74,16 +47,14 @@ static void given_back(int idx) {
     /* Inside a scope it cannot be given back. */
     CHECK_STATUS(sat_chunk_free(c), SAT_ERR_USAGE, "scope");
     CHECK_OK(sat_release(c));
-    long held = rss_anon_kib();
+    long held = testing_rss_anon_kib();
     CHECK_OK(sat_chunk_free(c));
-    long after = rss_anon_kib();
+    long after = testing_rss_anon_kib();
     printf("[%d] RssAnon: %ld KiB before MALLOC, %ld holding the chain, %ld after FREE\n", idx,
            before, held, after);
     CHECK_TRUE(held - before >= (long)(BIG_BYTES / 1024) * 3 / 4,
                "a written 64 MiB chain added only %ld KiB", held - before);
-    /* valgrind's allocator keeps what is freed too (c_programs.rs sets
-     * SAT_TEST_UNDER_MEMCHECK when it runs this under memcheck). */
-    if (RSS_SHOWS_FREES && getenv("SAT_TEST_UNDER_MEMCHECK") == NULL)
+    if (testing_rss_shows_frees())
         CHECK_TRUE(held - after >= (long)(BIG_BYTES / 1024) * 3 / 4,
                    "FREE gave back only %ld KiB of a 64 MiB chain", held - after);
     /* The handle is refused, whatever the call. */
@@ -120,15 +91,15 @@ static void refused(void) {
     memset(&fake, 0, sizeof fake);
     CHECK_STATUS(sat_read(&fake), SAT_ERR_USAGE, "not valid");
     CHECK_STATUS(sat_chunk_free(NULL), SAT_ERR_ARGUMENT, "NULL");
-    long before = rss_anon_kib();
+    long before = testing_rss_anon_kib();
     CHECK_NULL(sat_lookup(NULL, 5, UINT32_MAX), "at most");
     CHECK_TRUE(sat_last_status() == SAT_ERR_ARGUMENT, "LOOKUP of UINT32_MAX chunks: %d",
                sat_last_status());
     long ids[2] = {1, 2};
     sat_ulong_list_t huge = {(size_t)1 << 40, (const unsigned long *)ids};
     CHECK_NULL(sat_lookup_lst(NULL, &huge), "at most");
-    CHECK_TRUE(rss_anon_kib() - before < 64 * 1024, "refusing grew the process by %ld KiB",
-               rss_anon_kib() - before);
+    CHECK_TRUE(testing_rss_anon_kib() - before < 64 * 1024, "refusing grew the process by %ld KiB",
+               testing_rss_anon_kib() - before);
     int not_a_protocol = 1;
     CHECK_NULL(sat_malloc((const sat_consistency_t *)&not_a_protocol, 77, 8), "consistency");
     CHECK_TRUE(sat_last_status() == SAT_ERR_ARGUMENT, "a bad consistency: %d",

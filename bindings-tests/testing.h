@@ -71,6 +71,37 @@ static inline sat_chunk_t *testing_chunk(sat_chunk_t *c, const char *what, const
     return c;
 }
 
+/* Whether RSS shows memory given back: not under AddressSanitizer, which
+ * keeps freed memory in quarantine, nor under valgrind's memcheck, whose
+ * allocator keeps it too (the tests set SAT_TEST_UNDER_MEMCHECK there). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TESTING_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESTING_SANITIZED 1
+#endif
+#endif
+#ifndef TESTING_SANITIZED
+#define TESTING_SANITIZED 0
+#endif
+static inline int testing_rss_shows_frees(void) {
+    return !TESTING_SANITIZED && getenv("SAT_TEST_UNDER_MEMCHECK") == NULL;
+}
+
+/* This process's anonymous resident memory, in KiB (RssAnon of
+ * /proc/self/status): where a chain's local memory lives. */
+static inline long testing_rss_anon_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL) return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "RssAnon: %ld kB", &kib) == 1) break;
+    }
+    fclose(f);
+    return kib;
+}
+
 /* Prints the verdict; the exit status of the test. */
 static inline int testing_done(const char *name) {
     if (testing_failures > 0) {

@@ -44,6 +44,10 @@
  *   run lasts: the library serializes what must be. A thread that acquires
  *   a chunk another thread holds in a scope waits for that scope to end; a
  *   thread acquiring twice what it holds is an error, not a deadlock.
+ * - chunk->data never moves while its handle is valid. With a
+ *   <memory capacity> in the topology, a chain SAT allocated that is in no
+ *   scope may be evicted in place: its memory is returned to the system
+ *   and reads as zeros until the next scope fetches the data again.
  * - chunk->data is shared with the library: touch it only inside a scope
  *   (READ ... RELEASE) the calling thread opened, and write it only inside
  *   WRITE or READWRITE. Threads that share one scope synchronize

@@ -14,6 +14,8 @@ set -euo pipefail
 # and, on amd64, PSM's development packages): `pkg-config --static --libs sat` lists them.
 # --test: for `make test`: --python and --static-link, and cmake (the installed CMake package's
 # test) and valgrind (the C tests under memcheck).
+# --miri: for `make miri` (and `make test`): Miri and rust-src on rustup's nightly toolchain, where
+# rustup has one; exits 3, saying so, where it cannot.
 # --check: for `make install`, installs nothing (never sudo): says what is missing and fails if
 # building needs it.
 want_cbindgen=1
@@ -32,6 +34,19 @@ for arg in "$@"; do
         --static-link) want_static=1 ;;
         --test) want_python=1; want_static=1; want_test=1 ;;
         --check) check_only=1; want_cbindgen=0 ;;
+        --miri)
+            if ! command -v rustup >/dev/null 2>&1 || ! rustup toolchain list | grep -q '^nightly'; then
+                echo "setup: Miri needs rustup's nightly toolchain (rustup toolchain install nightly)" >&2
+                exit 3
+            fi
+            if ! cargo +nightly miri --version >/dev/null 2>&1; then
+                echo "setup: installing Miri on the nightly toolchain"
+                rustup component add --toolchain nightly miri rust-src >/dev/null || {
+                    echo "setup: 'rustup component add --toolchain nightly miri rust-src' failed" >&2
+                    exit 3
+                }
+            fi
+            exit 0 ;;
         *) echo "setup: unknown option $arg" >&2; exit 2 ;;
     esac
 done

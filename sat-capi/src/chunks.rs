@@ -3,9 +3,10 @@
 //!
 //! Every chain C allocates lives in memory this library owns (or, for MAP,
 //! the caller's), handed to sat-core as the chain's local memory. So
-//! `chunk->data` never moves while the run lasts: such chains are never
-//! evicted (the topology's memory capacity applies to the Rust API's own
-//! chains only). A handle is valid until `sat_chunk_free` gives it back
+//! `chunk->data` never moves while the handle is valid. The library's own
+//! chains count against the topology's memory capacity and are evicted in
+//! place ([`LocalMemory::discard`]): the pages go, the address stays; MAP'd
+//! memory is never evicted. A handle is valid until `sat_chunk_free` gives it back
 //! or the run (or session) ends; every call finds it in the registry of
 //! live handles before it reads a field, so a stale one is refused.
 //!
@@ -156,6 +157,55 @@ impl LocalMemory for CMemory {
     fn exposed(&self) -> bool {
         true
     }
+    /// The chains SAT allocates for C count against the process's
+    /// `<memory capacity>`; over it, one out of every scope may be evicted
+    /// in place: `chunk->data` keeps its address, its pages go back to the
+    /// system, and the next scope fetches the data again. The caller's MAP
+    /// memory is never evicted.
+    fn discardable(&self) -> bool {
+        self.owned
+    }
+    fn discard(&mut self) {
+        let bytes = self.bytes_mut();
+        let (start, end) = (
+            bytes.as_ptr() as usize,
+            bytes.as_ptr() as usize + bytes.len(),
+        );
+        let page = page_size();
+        let (first, last) = (start.div_ceil(page) * page, end / page * page);
+        // The whole pages inside the chain: MADV_DONTNEED gives them back
+        // (they read as zeros next time); the partial pages at either end
+        // are zeroed by hand.
+        if cfg!(miri) || last <= first {
+            bytes.fill(0);
+            return;
+        }
+        bytes[..first - start].fill(0);
+        bytes[last - start..].fill(0);
+        // SAFETY: [first, last) lies inside this allocation, which SAT owns
+        // and nothing reads while its chunks are outside scopes; anonymous
+        // private memory reads as zeros after MADV_DONTNEED.
+        let r = unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if r != 0 {
+            bytes[first - start..last - start].fill(0);
+        }
+    }
+}
+
+/// The system's page size (4 KiB when it cannot be read).
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf reads a constant of the system.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    })
 }
 
 impl Drop for CMemory {
@@ -893,4 +943,71 @@ pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> sat_status {
             Err(e) => fail(&e),
         }
     })
+}
+
+/// The handle checks and the chains' local memory, without a run: plain
+/// unit tests, and the ones `make miri` runs under Miri, which checks that
+/// no call reads through a pointer it was not given by SAT.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_memory_is_zeroed_aligned_and_given_back() {
+        for len in [1usize, 63, 64, 4097] {
+            let mut m = CMemory::allocate(len).expect("a small allocation");
+            assert_eq!(m.ptr as usize % ALIGN, 0);
+            assert!(m.bytes().iter().all(|&b| b == 0));
+            m.bytes_mut()[len - 1] = 0xab;
+            assert_eq!(m.bytes()[len - 1], 0xab);
+            assert!(m.exposed());
+            // Dropped here: Miri reports a layout that differs from the
+            // allocation's, or a leak.
+        }
+    }
+
+    #[test]
+    fn handles_sat_did_not_give_are_refused_before_any_read() {
+        // Pointers no call may follow: a made-up address, one past a live
+        // allocation, and one into freed memory.
+        let freed = Box::into_raw(Box::new(0u64));
+        // SAFETY: from Box::into_raw, freed once here.
+        drop(unsafe { Box::from_raw(freed) });
+        let local = [0u8; 8];
+        let candidates: [*mut sat_chunk_t; 3] = [
+            std::ptr::without_provenance_mut(0x1000),
+            local.as_ptr().wrapping_add(8).cast_mut().cast(),
+            freed.cast(),
+        ];
+        for chunk in candidates {
+            let e = live("READ", chunk).map(|_| ()).unwrap_err();
+            assert_eq!(e, sat_status::SAT_ERR_USAGE);
+            assert_eq!(sat_read(chunk), sat_status::SAT_ERR_USAGE);
+            assert_eq!(sat_release(chunk), sat_status::SAT_ERR_USAGE);
+            assert_eq!(sat_chunk_free(chunk), sat_status::SAT_ERR_USAGE);
+        }
+        assert_eq!(
+            live("READ", std::ptr::null()).map(|_| ()).unwrap_err(),
+            sat_status::SAT_ERR_ARGUMENT
+        );
+        assert_eq!(
+            sat_write(std::ptr::null_mut()),
+            sat_status::SAT_ERR_ARGUMENT
+        );
+    }
+
+    #[test]
+    fn allocation_outside_a_run_is_refused_without_allocating() {
+        let not_a_protocol = 1u64;
+        let bad = std::ptr::from_ref(&not_a_protocol).cast::<sat_consistency_t>();
+        assert!(sat_malloc(bad, 7, 8).is_null());
+        assert_eq!(
+            crate::status::sat_last_status(),
+            sat_status::SAT_ERR_ARGUMENT
+        );
+        // No run: refused before the size is looked at.
+        assert!(sat_lookup(std::ptr::null(), 7, u32::MAX).is_null());
+        assert!(sat_malloc(sat_home_based_mesi(), 7, usize::MAX).is_null());
+        assert_ne!(crate::status::sat_last_status(), sat_status::SAT_OK);
+    }
 }

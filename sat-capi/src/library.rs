@@ -112,3 +112,52 @@ pub extern "C" fn sat_set_log_handler(handler: sat_log_handler, user: *mut c_voi
         sat_status::SAT_OK
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+    use std::sync::Mutex;
+
+    static SEEN: Mutex<Vec<(sat_log_level, String, usize)>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn keep(level: sat_log_level, line: *const c_char, user: *mut c_void) {
+        // SAFETY: the line is a C string for the length of the call.
+        let text = unsafe { CStr::from_ptr(line) }
+            .to_string_lossy()
+            .into_owned();
+        SEEN.lock().unwrap().push((level, text, user.addr()));
+    }
+
+    #[test]
+    fn versions_are_c_strings_and_numbers_that_agree() {
+        // SAFETY: a static C string.
+        let v = unsafe { CStr::from_ptr(sat_version()) };
+        assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+        assert_eq!(sat_abi_version(), crate::SAT_VERSION_MAJOR);
+        assert_eq!(sat_has_encryption(), i32::from(cfg!(feature = "abe")));
+    }
+
+    #[test]
+    fn a_log_handler_gets_each_line_with_its_level_and_pointer() {
+        let user = std::ptr::without_provenance_mut::<c_void>(0x5a7);
+        assert_eq!(sat_set_log_handler(Some(keep), user), sat_status::SAT_OK);
+        tracing::warn!("a line for the handler {}", 7);
+        assert_eq!(
+            sat_set_log_handler(None, std::ptr::null_mut()),
+            sat_status::SAT_OK
+        );
+        tracing::warn!("a line for standard error");
+        let seen = SEEN.lock().unwrap();
+        let mine: Vec<_> = seen
+            .iter()
+            .filter(|(_, l, _)| l.contains("handler 7"))
+            .collect();
+        assert_eq!(mine.len(), 1, "{seen:?}");
+        let (level, line, ptr) = mine[0];
+        assert_eq!(*level, sat_log_level::SAT_LOG_WARN);
+        assert!(!line.ends_with('\n'), "{line:?}");
+        assert_eq!(*ptr, 0x5a7);
+        assert!(!seen.iter().any(|(_, l, _)| l.contains("standard error")));
+    }
+}

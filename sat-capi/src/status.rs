@@ -184,3 +184,37 @@ pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
     };
     s.as_ptr().cast()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    #[test]
+    fn every_status_has_a_static_description_and_errors_a_message() {
+        for code in -14..=1 {
+            // SAFETY: sat_status_string returns a static C string.
+            let s = unsafe { CStr::from_ptr(sat_status_string(code)) };
+            assert!(!s.to_bytes().is_empty(), "{code}");
+        }
+        set_error_status(SAT_ERR_TIMEOUT, "a message\0with a NUL");
+        assert_eq!(sat_last_status(), SAT_ERR_TIMEOUT);
+        // SAFETY: sat_last_error returns this thread's C string.
+        let e = unsafe { CStr::from_ptr(sat_last_error()) };
+        assert_eq!(e.to_str().unwrap(), "a message with a NUL");
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error_at_the_boundary() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let s = boundary("sat_test", || -> sat_status { panic!("on purpose") });
+        let p = boundary("sat_test", || -> *mut u8 { panic!("on purpose") });
+        std::panic::set_hook(hook);
+        assert_eq!(s, SAT_ERR_INTERNAL);
+        assert!(p.is_null());
+        // SAFETY: as above.
+        let e = unsafe { std::ffi::CStr::from_ptr(sat_last_error()) };
+        assert!(e.to_str().unwrap().contains("on purpose"));
+    }
+}

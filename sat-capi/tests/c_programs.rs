@@ -41,8 +41,9 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 9] = [
+const BINDINGS: [&str; 10] = [
     "api",
+    "capacity",
     "chain_subscribe",
     "errors",
     "figures",
@@ -286,6 +287,37 @@ fn lifetimes_shared_library() {
 #[test]
 fn lifetimes_static_library_sanitized() {
     lifetimes(StaticAsan);
+}
+
+/// capacity.c: C chains count against `<memory capacity>` (16 MiB on rank
+/// 1): writing 64 MiB of chains grows the process by far less (RssAnon),
+/// each chain comes back intact at the same address, chains in a scope are
+/// never evicted, and another process reads them all.
+#[test]
+fn c_chains_count_against_the_capacity_and_are_evicted_in_place() {
+    for (variant, provider) in [(Shared, "shm"), (Shared, "tcp"), (SharedAsan, "shm")] {
+        let exe = bindings(variant).join("capacity");
+        let run = satrun(
+            3,
+            ".",
+            &[
+                "-n",
+                "3",
+                "--topology",
+                "bindings-tests/capacity_topology.xml",
+                "--provider",
+                provider,
+                "--",
+                path_str(&exe),
+            ],
+            &[],
+            variant.sanitized(),
+        );
+        run.succeeded().has(&[
+            "[1] PASS capacity (rank 1): ",
+            "[2] PASS capacity (rank 2): ",
+        ]);
+    }
 }
 
 /// A C role that calls sat_role_failed: its sat_bootstrap returns

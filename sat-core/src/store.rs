@@ -24,8 +24,12 @@
 //! dropped, and its chunks' copies are invalidated. No data is lost by that:
 //! outside a write scope the home holds the last released version, and the
 //! next acquire fetches it. Regions of MAP'd memory are the caller's, so they
-//! are never dropped nor counted. A region that cannot be dropped (every
-//! candidate is in use) lets the store exceed its capacity rather than block.
+//! are never dropped nor counted, except memory a face lends that may lose
+//! its contents where it is ([`LocalMemory::discardable`]: the C ABI's
+//! chains, whose `chunk->data` must not move): it counts like SAT's own, and
+//! eviction discards its pages instead of dropping it. A region that cannot
+//! be dropped (every candidate is in use) lets the store exceed its capacity
+//! rather than block.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::ops::Range;
@@ -50,6 +54,21 @@ pub trait LocalMemory: Send {
     /// or outside any scope are lost, as Figure 5 says). Default: no.
     fn exposed(&self) -> bool {
         false
+    }
+    /// Whether the store may evict these bytes in place ([`discard`]) when
+    /// it is over its memory capacity: the memory then counts against the
+    /// capacity like SAT's own. Default: no (the caller's MAP memory).
+    ///
+    /// [`discard`]: LocalMemory::discard
+    fn discardable(&self) -> bool {
+        false
+    }
+    /// Gives the memory's contents up without moving it (the bytes then
+    /// read as zeros; an anonymous mapping returns its pages to the
+    /// system). Called only when [`LocalMemory::discardable`], on memory
+    /// whose chunks are outside scopes and requests.
+    fn discard(&mut self) {
+        self.bytes_mut().fill(0);
     }
 }
 
@@ -179,9 +198,29 @@ struct Region {
     layout: Arc<ChainLayout>,
     /// None once evicted; allocated again (zeroed) when next used.
     mem: Option<Box<dyn LocalMemory>>,
-    /// The caller's memory (MAP): never evicted, not counted.
+    /// The caller's memory (MAP): never evicted, not counted, unless
+    /// `discardable`.
     mapped: bool,
+    /// Memory lent by a face that eviction discards in place: counted, and
+    /// `discarded` instead of dropped.
+    discardable: bool,
+    /// Its contents were given up (evicted in place): not resident.
+    discarded: bool,
     last_use: u64,
+}
+
+impl Region {
+    /// The memory, while it holds chunk data (not evicted or discarded).
+    fn resident(&self) -> Option<&dyn LocalMemory> {
+        self.mem.as_deref().filter(|_| !self.discarded)
+    }
+
+    fn resident_mut(&mut self) -> Option<&mut (dyn LocalMemory + 'static)> {
+        if self.discarded {
+            return None;
+        }
+        self.mem.as_deref_mut()
+    }
 }
 
 /// Whether [`Store::make_valid_with`] checks exposed places.
@@ -202,11 +241,12 @@ pub(crate) struct Store {
     next_region: RegionId,
     capacity: MemoryCapacity,
     clock: u64,
-    /// What SAT-allocated resident regions hold.
+    /// What SAT-allocated resident regions hold, and discardable ones.
     resident_chunks: u64,
     resident_bytes: u64,
     evictions: u64,
-    /// Chunk instances in MAP'd memory (the caller's, always resident).
+    /// Chunk instances in MAP'd memory that is not discardable (the
+    /// caller's, always resident).
     mapped_chunks: u64,
 }
 
@@ -297,23 +337,27 @@ impl Store {
             });
         }
         let mapped = memory.is_some();
-        if mapped {
+        let discardable = memory.as_ref().is_some_and(|m| m.discardable());
+        if mapped && !discardable {
             self.mapped_chunks += layout.len() as u64;
-        } else {
+        } else if !mapped {
             self.by_layout.insert(layout.clone(), region);
         }
         self.regions.insert(
             region,
             Region {
                 layout: layout.clone(),
-                mem: None,
+                mem: memory,
                 mapped,
+                discardable,
+                // Discardable memory starts given up: it holds no version,
+                // and make_resident counts it in.
+                discarded: discardable,
                 last_use: 0,
             },
         );
-        match memory {
-            Some(mem) => self.regions.get_mut(&region).expect("added").mem = Some(mem),
-            None => self.make_resident(region),
+        if !mapped || discardable {
+            self.make_resident(region);
         }
         Chain { region, layout }
     }
@@ -346,13 +390,13 @@ impl Store {
     /// The bytes of `chunk` at instance `place` (None if not resident).
     pub fn bytes(&self, chunk: ChunkId, place: usize) -> Option<&[u8]> {
         let p = self.chunks.get(&chunk)?.places.get(place)?;
-        let mem = self.regions.get(&p.region)?.mem.as_ref()?;
+        let mem = self.regions.get(&p.region)?.resident()?;
         Some(&mem.bytes()[p.range.clone()])
     }
 
     pub fn bytes_mut(&mut self, chunk: ChunkId, place: usize) -> Option<&mut [u8]> {
         let p = self.chunks.get(&chunk)?.places.get(place)?;
-        let mem = self.regions.get_mut(&p.region)?.mem.as_mut()?;
+        let mem = self.regions.get_mut(&p.region)?.resident_mut()?;
         Some(&mut mem.bytes_mut()[p.range.clone()])
     }
 
@@ -367,15 +411,14 @@ impl Store {
 
     /// The whole contiguous data of a chain (None if not resident).
     pub fn chain_bytes(&self, chain: &Chain) -> Option<&[u8]> {
-        Some(self.regions.get(&chain.region)?.mem.as_ref()?.bytes())
+        Some(self.regions.get(&chain.region)?.resident()?.bytes())
     }
 
     pub fn chain_bytes_mut(&mut self, chain: &Chain) -> Option<&mut [u8]> {
         Some(
             self.regions
                 .get_mut(&chain.region)?
-                .mem
-                .as_mut()?
+                .resident_mut()?
                 .bytes_mut(),
         )
     }
@@ -389,7 +432,11 @@ impl Store {
         let mut digested = None;
         for p in &mut c.places {
             p.valid = false;
-            if let Some(mem) = self.regions.get_mut(&p.region).and_then(|r| r.mem.as_mut()) {
+            if let Some(mem) = self
+                .regions
+                .get_mut(&p.region)
+                .and_then(|r| r.resident_mut())
+            {
                 let to = &mut mem.bytes_mut()[p.range.clone()];
                 if exposed && digested.is_none() {
                     digested = Some(copy_and_digest(to, data));
@@ -458,7 +505,7 @@ impl Store {
             .enumerate()
             .filter(|(_, p)| p.valid && p.exposed)
             .filter(|(_, p)| {
-                let mem = self.regions.get(&p.region).and_then(|r| r.mem.as_ref());
+                let mem = self.regions.get(&p.region).and_then(|r| r.resident());
                 mem.is_some_and(|m| digest(&m.bytes()[p.range.clone()]) != want)
             })
             .map(|(i, _)| i)
@@ -485,7 +532,7 @@ impl Store {
         let (src, dst) = (c.places[from].clone(), c.places[to].clone());
         c.places[to].valid = true;
         if dst.exposed && c.digest.is_none() {
-            let mem = self.regions.get(&src.region).and_then(|r| r.mem.as_ref());
+            let mem = self.regions.get(&src.region).and_then(|r| r.resident());
             let c = self.chunks.get_mut(&chunk).expect("known");
             c.digest = mem.map(|m| digest(&m.bytes()[src.range.clone()]));
         }
@@ -493,7 +540,7 @@ impl Store {
             let mem = self
                 .regions
                 .get_mut(&src.region)
-                .and_then(|r| r.mem.as_mut());
+                .and_then(|r| r.resident_mut());
             mem.expect("resident")
                 .bytes_mut()
                 .copy_within(src.range, dst.range.start);
@@ -510,7 +557,7 @@ impl Store {
         let to_mem = self
             .regions
             .get_mut(&dst.region)
-            .and_then(|r| r.mem.as_mut());
+            .and_then(|r| r.resident_mut());
         to_mem.expect("resident").bytes_mut()[dst.range]
             .copy_from_slice(&from_mem.bytes()[src.range]);
         self.regions.get_mut(&src.region).expect("known").mem = Some(from_mem);
@@ -556,7 +603,7 @@ impl Store {
             c.digest = Some(d);
         } else if exposed {
             let src = c.places[from].clone();
-            let mem = self.regions.get(&src.region).and_then(|r| r.mem.as_ref());
+            let mem = self.regions.get(&src.region).and_then(|r| r.resident());
             let d = mem.map(|m| digest(&m.bytes()[src.range]));
             self.chunks.get_mut(&chunk).expect("known").digest = d;
         }
@@ -596,7 +643,12 @@ impl Store {
             return Err("a chunk of this chain is inside a scope: release it first".into());
         }
         let r = self.regions.remove(&chain.region).expect("checked");
-        self.mapped_chunks -= r.layout.len() as u64;
+        if !r.discardable {
+            self.mapped_chunks -= r.layout.len() as u64;
+        } else if !r.discarded {
+            self.resident_chunks -= r.layout.len() as u64;
+            self.resident_bytes -= r.layout.total_size() as u64;
+        }
         for &(id, _) in r.layout.chunks() {
             if let Some(c) = self.chunks.get_mut(&id) {
                 c.places.retain(|p| p.region != chain.region);
@@ -645,10 +697,12 @@ impl Store {
     /// used regions while over capacity.
     fn make_resident(&mut self, region: RegionId) {
         let r = self.regions.get_mut(&region).expect("known region");
-        if r.mem.is_some() {
-            return;
+        match (&r.mem, r.discarded) {
+            (Some(_), false) => return,
+            // The same memory, in place: it holds zeros until filled.
+            (Some(_), true) => r.discarded = false,
+            (None, _) => r.mem = Some(Box::new(vec![0u8; r.layout.total_size()])),
         }
-        r.mem = Some(Box::new(vec![0u8; r.layout.total_size()]));
         let layout = r.layout.clone();
         self.resident_chunks += layout.len() as u64;
         self.resident_bytes += layout.total_size() as u64;
@@ -670,7 +724,9 @@ impl Store {
     }
 
     fn is_resident(&self, region: RegionId) -> bool {
-        self.regions.get(&region).is_some_and(|r| r.mem.is_some())
+        self.regions
+            .get(&region)
+            .is_some_and(|r| r.mem.is_some() && !r.discarded)
     }
 
     /// The places in `region` lose their bytes (it is evicted): a chunk
@@ -702,8 +758,8 @@ impl Store {
             let victim = self
                 .regions
                 .iter()
-                .filter(|(&id, r)| id != keep && !r.mapped && r.mem.is_some())
-                .filter(|(&id, _)| self.idle(id))
+                .filter(|(&id, r)| id != keep && (!r.mapped || r.discardable))
+                .filter(|(&id, _)| self.is_resident(id) && self.idle(id))
                 .min_by_key(|(_, r)| r.last_use)
                 .map(|(&id, _)| id);
             let Some(victim) = victim else {
@@ -715,7 +771,14 @@ impl Store {
             };
             self.invalidate_chunks_of(victim);
             let r = self.regions.get_mut(&victim).expect("found");
-            r.mem = None;
+            if r.discardable {
+                // Lent memory stays where it is (C's chunk->data): only
+                // its contents go.
+                r.mem.as_mut().expect("lent memory").discard();
+                r.discarded = true;
+            } else {
+                r.mem = None;
+            }
             self.resident_chunks -= r.layout.len() as u64;
             self.resident_bytes -= r.layout.total_size() as u64;
             self.evictions += 1;

@@ -78,6 +78,19 @@ impl Artifacts {
                 path.display()
             );
         }
+        // Programs linked with -lsat load libsat.so by its soname:
+        // sat-capi/build.rs links it in target/<profile>, this does in any
+        // other folder (deps/, where `cargo test --features abe` leaves
+        // the library with the feature).
+        let soname = lib.join(concat!("libsat.so.", env!("CARGO_PKG_VERSION_MAJOR")));
+        if std::fs::read_link(&soname).is_err() {
+            let _ = std::fs::remove_file(&soname);
+            match std::os::unix::fs::symlink("libsat.so", &soname) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => panic!("link {} to libsat.so: {e}", soname.display()),
+            }
+        }
         std::fs::create_dir_all(&build)
             .unwrap_or_else(|e| panic!("create {}: {e}", build.display()));
         Artifacts {

@@ -120,17 +120,31 @@ pub(crate) struct Thread {
 
 /// Memory as the C and Python faces hand it to the core: exposed to
 /// writes outside SAT, so the store checks it against the version's digest.
-struct FaceMemory(Vec<u8>);
+/// The C ABI's own chains are also discardable (evicted in place, their
+/// address kept, when the process is over its memory capacity); the
+/// caller's MAP memory is not.
+struct FaceMemory {
+    bytes: Vec<u8>,
+    discardable: bool,
+}
 
 impl LocalMemory for FaceMemory {
     fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
     fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.0
+        &mut self.bytes
     }
     fn exposed(&self) -> bool {
         true
+    }
+    fn discardable(&self) -> bool {
+        self.discardable
+    }
+    /// What a discarded page reads as: zeros, and a place that was valid
+    /// shows them (the invariants then catch a version lost this way).
+    fn discard(&mut self) {
+        self.bytes.fill(0);
     }
 }
 
@@ -343,7 +357,10 @@ impl Thread {
         let chain = match kind {
             0 => self.client.lookup_lst(&ids, LOOKUP_WAIT),
             1 => self.client.lookup_lst_into(&ids, LOOKUP_WAIT, |size| {
-                Some(Box::new(FaceMemory(vec![0u8; size])) as Box<dyn LocalMemory>)
+                Some(Box::new(FaceMemory {
+                    bytes: vec![0u8; size],
+                    discardable: true,
+                }) as Box<dyn LocalMemory>)
             }),
             _ => {
                 // MAP of the chain over the thread's own memory, when its
@@ -359,7 +376,10 @@ impl Thread {
                     protocol,
                     &ids,
                     &sizes,
-                    Box::new(FaceMemory(vec![0u8; total])),
+                    Box::new(FaceMemory {
+                        bytes: vec![0u8; total],
+                        discardable: false,
+                    }),
                 )
             }
         };

@@ -211,3 +211,51 @@ fn copying_and_hashing_in_one_pass_gives_the_same_digest() {
         assert_eq!(d, super::digest(&from), "{len} bytes");
     }
 }
+
+/// Memory a face lends that may be evicted in place (the C ABI's chains):
+/// it counts against the capacity like SAT's own; over it, the least
+/// recently used idle one loses its contents but keeps its address, and
+/// comes back (counted again, invalid until filled) when next used.
+#[test]
+fn discardable_memory_counts_and_is_evicted_in_place() {
+    struct Lent(Vec<u8>);
+    impl LocalMemory for Lent {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+        fn discardable(&self) -> bool {
+            true
+        }
+    }
+    let mut s = Store::new(MemoryCapacity::Chunks(2));
+    let lent: Box<dyn LocalMemory> = Box::new(Lent(vec![0u8; 4]));
+    let addr = lent.bytes().as_ptr() as usize;
+    let chain = s.add_chain(single(1, 4), &[MESI], Vec::new(), Some(lent));
+    assert_eq!(s.footprint(), (1, 4, 0), "lent memory is counted");
+    fill(&mut s, 1, &[1; 4]);
+    s.add_chain(single(2, 4), &[MESI], Vec::new(), None);
+    fill(&mut s, 2, &[2; 4]);
+    s.prepare(2, 0); // 2 is now more recent than 1
+    s.add_chain(single(3, 4), &[MESI], Vec::new(), None);
+    assert_eq!(s.footprint(), (2, 8, 1));
+    assert!(s.chain_bytes(&chain).is_none(), "1 was evicted");
+    assert_eq!(
+        s.get(1).unwrap().side.version(),
+        None,
+        "its copy is invalid"
+    );
+    assert_eq!(s.bytes(2, 0).unwrap(), &[2; 4]);
+    // Used again: the same address, zeroed and invalid (the home has it),
+    // counted again, and the least recently used other one goes.
+    s.prepare(1, 0);
+    let back = s.chain_bytes(&chain).unwrap();
+    assert_eq!((back.as_ptr() as usize, back), (addr, &[0u8; 4][..]));
+    assert_eq!(s.footprint(), (2, 8, 2));
+    // Given back while evicted or not, the count follows.
+    let mem = s.unmap(&chain).unwrap();
+    assert_eq!(mem.bytes().as_ptr() as usize, addr);
+    assert_eq!(s.footprint().0, 1);
+}
