@@ -41,6 +41,24 @@ writable() {
     fi
 }
 
+# libsat.a as one object whose only global symbols are the C ABI's, the
+# ones libsat.so exports: a Rust staticlib otherwise carries every symbol of
+# Rust's standard library and of SAT's crates as global, and a program that
+# links two of them (or defines a clashing name) fails or, worse, mixes them.
+# The bitcode sections rustc embeds are dropped: binutils' LTO plugin cannot
+# read them, and nothing links SAT's bitcode.
+static_archive() {
+    local release=$1 to=$2 tmp
+    tmp=$(mktemp -d)
+    ld -r --whole-archive "$release/libsat.a" -o "$tmp/whole.o"
+    nm -D --defined-only "$release/libsat.so" | awk '$3 ~ /^sat_/ {print $3}' > "$tmp/keep"
+    objcopy --keep-global-symbols="$tmp/keep" --remove-section=.llvmbc --remove-section=.llvmcmd \
+        "$tmp/whole.o" "$tmp/sat.o"
+    ar rcsD "$tmp/libsat.a" "$tmp/sat.o"
+    install -m 644 "$tmp/libsat.a" "$to"
+    rm -rf "$tmp"
+}
+
 do_install() {
     local release="$TARGET_DIR/release"
     for f in libsat.so libsat.a satrun; do
@@ -53,7 +71,7 @@ do_install() {
     install -m 755 "$release/libsat.so" "$lib/libsat.so.$VERSION"
     ln -sfn "libsat.so.$VERSION" "$lib/libsat.so.$abi"
     ln -sfn "libsat.so.$abi" "$lib/libsat.so"
-    install -m 644 "$release/libsat.a" "$lib/libsat.a"
+    static_archive "$release" "$lib/libsat.a"
     install -m 644 include/sat.h include/sat_compat.h "$root/include/"
     install -m 755 "$release/satrun" "$root/bin/"
 

@@ -514,7 +514,7 @@ fn declared_functions() -> Vec<String> {
 
 /// The installed library: named by its soname, and exporting exactly the
 /// functions sat.h declares (no Rust standard library symbol, no sat-core
-/// one).
+/// one); libsat.a's global symbols are the same.
 #[test]
 fn installed_library_has_its_soname_and_exports_only_sat_h() {
     let p = installed();
@@ -546,6 +546,19 @@ fn installed_library_has_its_soname_and_exports_only_sat_h() {
     let declared = declared_functions();
     assert!(declared.len() > 30, "sat.h's functions: {declared:?}");
     assert_eq!(exported, declared, "exported (left) against sat.h (right)");
+
+    // libsat.a too: its global symbols are the same, none of Rust's.
+    let mut nm = clean("nm");
+    nm.args(["-g", "--defined-only"]).arg(p.join("lib/libsat.a"));
+    let out = must(run(nm, RUN_BOUND), "nm -g --defined-only libsat.a");
+    let mut archived: Vec<String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(str::to_owned)
+        .collect();
+    archived.sort();
+    assert_eq!(archived, declared, "libsat.a's globals (left) against sat.h (right)");
 }
 
 /// A CMake project that finds the installed package (`find_package(sat
