@@ -549,7 +549,8 @@ fn installed_library_has_its_soname_and_exports_only_sat_h() {
 
     // libsat.a too: its global symbols are the same, none of Rust's.
     let mut nm = clean("nm");
-    nm.args(["-g", "--defined-only"]).arg(p.join("lib/libsat.a"));
+    nm.args(["-g", "--defined-only"])
+        .arg(p.join("lib/libsat.a"));
     let out = must(run(nm, RUN_BOUND), "nm -g --defined-only libsat.a");
     let mut archived: Vec<String> = out
         .stdout
@@ -558,7 +559,10 @@ fn installed_library_has_its_soname_and_exports_only_sat_h() {
         .map(str::to_owned)
         .collect();
     archived.sort();
-    assert_eq!(archived, declared, "libsat.a's globals (left) against sat.h (right)");
+    assert_eq!(
+        archived, declared,
+        "libsat.a's globals (left) against sat.h (right)"
+    );
 }
 
 /// A CMake project that finds the installed package (`find_package(sat

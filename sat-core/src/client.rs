@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::chunk::{
-    ChainLayout, ChunkError, ChunkId, Label, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, NO_LABEL,
-};
+use crate::chunk::{ChainLayout, ChunkError, ChunkId, Label, MAX_CHUNK_SIZE, NO_LABEL};
 use crate::error::{SatError, SatResult};
 use crate::progress::{Clock, Idle, IdlePolicy};
 use crate::protocol::{mesi, Access, Acquire, ClientSide, Join, ProtocolId, ToHome};
@@ -81,24 +79,6 @@ fn access_name(access: Access) -> &'static str {
         Access::Read => "READ",
         Access::Write => "WRITE",
         Access::ReadWrite => "READWRITE",
-    }
-}
-
-/// The chunk size to split MALLOCs by: `SAT_CHUNK_SIZE` in bytes, if set
-/// and valid, else the default.
-fn chunk_size_from_env() -> usize {
-    match std::env::var("SAT_CHUNK_SIZE") {
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_CHUNK_SIZE).contains(&n) => n,
-            _ => {
-                tracing::warn!(
-                    "SAT_CHUNK_SIZE={v} is not a size from 1 to {MAX_CHUNK_SIZE} bytes: \
-                     using {DEFAULT_CHUNK_SIZE}"
-                );
-                DEFAULT_CHUNK_SIZE
-            }
-        },
-        Err(_) => DEFAULT_CHUNK_SIZE,
     }
 }
 
@@ -292,7 +272,7 @@ impl Client {
             topology,
             policy: IdlePolicy::from_env(),
             clock,
-            chunk_size: AtomicUsize::new(chunk_size_from_env()),
+            chunk_size: AtomicUsize::new(crate::settings::get().chunk_size),
             handlers: Mutex::new(events::Handlers::default()),
             role_thread: std::sync::OnceLock::new(),
             finished: AtomicBool::new(false),

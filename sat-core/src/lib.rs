@@ -24,6 +24,8 @@
 //! - [`quiescence`]: when a run whose clients only wait for events may end;
 //! - [`client`]: the client side of a run, as user code sees it;
 //! - [`observe`]: the debug stream;
+//! - [`settings`]: the environment's tuning variables, parsed once, checked
+//!   before a process joins anything;
 //! - [`stats`]: the statistics stream;
 //! - [`os`]: the few system calls made outside libfabric;
 //! - [`launcher`]: `satrun`, which starts the processes of a run on one host;
@@ -49,6 +51,7 @@ pub mod quiescence;
 pub mod segment;
 pub mod server;
 pub mod service;
+pub mod settings;
 #[cfg(feature = "simulator")]
 pub mod simulator;
 pub mod stats;

@@ -23,7 +23,7 @@
 //! - `SAT_SLEEP_MIN_NS` (default 1000) and `SAT_SLEEP_MAX_NS` (default
 //!   1000000): the bounds of the adaptive micro-sleep (not of a doorbell's).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::stats::{self, Activity};
@@ -49,36 +49,16 @@ impl Default for IdlePolicy {
 }
 
 impl IdlePolicy {
-    /// The policy from the environment, parsed once; a malformed value is
-    /// reported on the debug stream and replaced by its default.
+    /// The policy from the environment ([`crate::settings`]: parsed once;
+    /// a malformed value stops the process at its bootstrap).
     pub fn from_env() -> IdlePolicy {
-        static POLICY: OnceLock<IdlePolicy> = OnceLock::new();
-        *POLICY.get_or_init(|| {
-            let mut p = IdlePolicy::default();
-            match std::env::var("SAT_PROGRESS").as_deref() {
-                Ok("busy") => p.busy = true,
-                Ok("sleep") | Err(_) => {}
-                Ok(other) => tracing::warn!(
-                    "SAT_PROGRESS={other:?} is neither 'sleep' nor 'busy'; using 'sleep'"
-                ),
-            }
-            let num = |name: &str, default: u64| -> u64 {
-                match std::env::var(name) {
-                    Err(_) => default,
-                    Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-                        tracing::warn!("{name}={v:?} is not a number; using {default}");
-                        default
-                    }),
-                }
-            };
-            p.spin = Duration::from_micros(num("SAT_SPIN_US", 50));
-            p.sleep_min = Duration::from_nanos(num("SAT_SLEEP_MIN_NS", 1_000).max(1));
-            p.sleep_max = Duration::from_nanos(num("SAT_SLEEP_MAX_NS", 1_000_000));
-            if p.sleep_max < p.sleep_min {
-                p.sleep_max = p.sleep_min;
-            }
-            p
-        })
+        let s = crate::settings::get();
+        IdlePolicy {
+            busy: s.busy,
+            spin: Duration::from_micros(s.spin_us),
+            sleep_min: Duration::from_nanos(s.sleep_min_ns),
+            sleep_max: Duration::from_nanos(s.sleep_max_ns),
+        }
     }
 }
 

@@ -35,9 +35,6 @@ use crate::transport::Rank;
 /// The version tag every file starts with.
 pub const FORMAT: &str = "sat-stats 1";
 
-/// Entries kept per list unless `SAT_STATS_MAX_EVENTS` says otherwise.
-const DEFAULT_MAX_EVENTS: usize = 1_000_000;
-
 static ON: AtomicBool = AtomicBool::new(false);
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 
@@ -59,16 +56,7 @@ fn folder() -> Option<&'static PathBuf> {
 }
 
 fn max_events() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| match std::env::var("SAT_STATS_MAX_EVENTS") {
-        Err(_) => DEFAULT_MAX_EVENTS,
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            tracing::warn!(
-                "SAT_STATS_MAX_EVENTS={v:?} is not a number; keeping {DEFAULT_MAX_EVENTS}"
-            );
-            DEFAULT_MAX_EVENTS
-        }),
-    })
+    crate::settings::get().stats_max_events
 }
 
 fn recorder() -> MutexGuard<'static, Option<Recorder>> {

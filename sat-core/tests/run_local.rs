@@ -87,6 +87,30 @@ fn the_demo_shares_chunks_and_fires_a_subscription_over_shm_and_tcp() {
     }
 }
 
+/// A malformed tuning variable stops every process at its bootstrap with
+/// a message naming the variable, the value and what it takes; the run
+/// fails instead of running with a default nobody asked for.
+#[test]
+fn a_malformed_setting_stops_the_run_and_names_it() {
+    let out = run(Command::new(satrun())
+        .args(["-n", "3", "--provider", "shm", "--"])
+        .arg(example("exchange"))
+        .args(["--rounds", "3"])
+        .env("SAT_CHUNK_SIZE", "64k")
+        .env("SAT_HOST_SEGMENTS", "yes"));
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "the run succeeded: {stderr}");
+    assert!(
+        stderr.contains("SAT_CHUNK_SIZE=\"64k\" is not a size in bytes from 1 to 1073741824")
+            && stderr.contains("SAT_HOST_SEGMENTS=\"yes\" is neither 'on' nor 'off'"),
+        "{stderr}"
+    );
+    assert!(
+        !text(&out.stdout).contains("exchanged"),
+        "a rank ran its role"
+    );
+}
+
 #[test]
 fn figure11_clients_exchange_through_the_server_over_shm() {
     figure11_run("shm");

@@ -86,11 +86,7 @@ impl Roles {
 /// How long the processes of a run wait for each other to start
 /// (`SAT_BOOTSTRAP_TIMEOUT` seconds, default 60).
 fn bootstrap_timeout() -> Duration {
-    let secs = std::env::var("SAT_BOOTSTRAP_TIMEOUT")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(60);
-    Duration::from_secs(secs)
+    Duration::from_secs(crate::settings::get().bootstrap_timeout_s)
 }
 
 /// The topology file named by `--topology FILE` (or `--topology=FILE`) among
@@ -189,6 +185,11 @@ fn join_with(
     );
 
     let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
+    // A malformed setting stops the whole run here, saying which.
+    if let Err(e) = crate::settings::check() {
+        link.fail(&format!("rank {}: {e}", env.rank));
+        return Err(e);
+    }
     let setup = link.setup(|| topology(env.size))?;
     let topology = Arc::new(setup.topology);
     let role = topology.role(env.rank);

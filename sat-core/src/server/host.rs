@@ -104,21 +104,13 @@ impl HostVersions {
 
 /// Whether a run's servers keep versions in host segments: when every
 /// process is on one host, unless `SAT_HOST_SEGMENTS=off` (to measure or
-/// debug the message path; any other value than `on` or `off` is reported
-/// and taken as `on`).
+/// debug the message path; [`crate::settings`] refuses other values).
 pub(crate) fn backing_for_run(one_host: bool) -> Option<Backing> {
     (one_host && wanted()).then_some(Backing::Shared)
 }
 
 fn wanted() -> bool {
-    match std::env::var("SAT_HOST_SEGMENTS").as_deref() {
-        Ok("off") => false,
-        Ok("on") | Err(_) => true,
-        Ok(other) => {
-            tracing::warn!("SAT_HOST_SEGMENTS={other:?} is neither 'on' nor 'off'; using 'on'");
-            true
-        }
-    }
+    crate::settings::get().host_segments
 }
 
 /// Whether a service's servers keep versions in host segments: when every

@@ -49,6 +49,7 @@ pub struct Session {
 /// subscriptions run there, during its waits (see [`Client::subscribe`]).
 pub fn connect(address: &str) -> SatResult<Session> {
     observe::init();
+    crate::settings::check()?;
     let parsed = ServiceAddress::parse(address)?;
     // From here on, `address` names the service without its secret.
     let address = parsed.host_port.as_str();

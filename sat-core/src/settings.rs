@@ -1,0 +1,230 @@
+//! The environment's tuning variables, read once per process, in one place,
+//! by one rule: unset or empty means the default; a value that does not
+//! parse is an error naming the variable, the value and what it takes. The
+//! bootstrap and [`crate::service::connect`] call [`check`] first, so a
+//! process with a bad value stops, saying why, before it joins a run or a
+//! service; the modules then read the parsed values from [`get`].
+//!
+//! | variable | takes | default |
+//! |---|---|---|
+//! | `SAT_CHUNK_SIZE` | bytes, 1 to 2^30 | 65536 |
+//! | `SAT_PROGRESS` | `sleep` or `busy` | `sleep` |
+//! | `SAT_SPIN_US` | microseconds | 50 |
+//! | `SAT_SLEEP_MIN_NS`, `SAT_SLEEP_MAX_NS` | nanoseconds | 1000, 1000000 |
+//! | `SAT_HOST_SEGMENTS` | `on` or `off` | `on` |
+//! | `SAT_STATS_MAX_EVENTS` | a count | 1000000 |
+//! | `SAT_BOOTSTRAP_TIMEOUT` | seconds | 60 |
+//!
+//! The others are not tuning: paths and addresses (`SAT_TOPOLOGY`,
+//! `SAT_SEED`, `SAT_STATS`, ...) are checked where they are used, `SAT_LOG`
+//! by the debug stream, the encryption layer's by the vault.
+
+use std::sync::OnceLock;
+
+use crate::chunk::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE};
+use crate::error::{SatError, SatResult};
+
+/// The parsed values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `SAT_CHUNK_SIZE`: the chunk size MALLOC splits chains by.
+    pub chunk_size: usize,
+    /// `SAT_PROGRESS=busy`: never sleep while idle.
+    pub busy: bool,
+    /// `SAT_SPIN_US`: how long to poll after the last message before sleeping.
+    pub spin_us: u64,
+    /// `SAT_SLEEP_MIN_NS`, `SAT_SLEEP_MAX_NS`: the adaptive micro-sleep's bounds.
+    pub sleep_min_ns: u64,
+    pub sleep_max_ns: u64,
+    /// `SAT_HOST_SEGMENTS`: versions in shared memory on one host.
+    pub host_segments: bool,
+    /// `SAT_STATS_MAX_EVENTS`: entries kept per list of the statistics stream.
+    pub stats_max_events: usize,
+    /// `SAT_BOOTSTRAP_TIMEOUT`: seconds the processes wait for each other.
+    pub bootstrap_timeout_s: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            busy: false,
+            spin_us: 50,
+            sleep_min_ns: 1_000,
+            sleep_max_ns: 1_000_000,
+            host_segments: true,
+            stats_max_events: 1_000_000,
+            bootstrap_timeout_s: 60,
+        }
+    }
+}
+
+/// Parses the variables `var` gives; every bad value is named in the error.
+pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+    let mut s = Settings::default();
+    let mut bad = Vec::new();
+    let value = |name: &str| {
+        var(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let mut number =
+        |name: &str, range: std::ops::RangeInclusive<u64>, what: &str, into: &mut u64| {
+            if let Some(v) = value(name) {
+                match v.parse::<u64>() {
+                    Ok(n) if range.contains(&n) => *into = n,
+                    _ => bad.push(format!(
+                        "{name}={v:?} is not {what} from {} to {}",
+                        range.start(),
+                        range.end()
+                    )),
+                }
+            }
+        };
+    let mut chunk = s.chunk_size as u64;
+    number(
+        "SAT_CHUNK_SIZE",
+        1..=MAX_CHUNK_SIZE as u64,
+        "a size in bytes",
+        &mut chunk,
+    );
+    number(
+        "SAT_SPIN_US",
+        0..=u64::from(u32::MAX),
+        "a number of microseconds",
+        &mut s.spin_us,
+    );
+    number(
+        "SAT_SLEEP_MIN_NS",
+        1..=1_000_000_000,
+        "a number of nanoseconds",
+        &mut s.sleep_min_ns,
+    );
+    number(
+        "SAT_SLEEP_MAX_NS",
+        1..=1_000_000_000,
+        "a number of nanoseconds",
+        &mut s.sleep_max_ns,
+    );
+    let mut events = s.stats_max_events as u64;
+    number(
+        "SAT_STATS_MAX_EVENTS",
+        0..=u64::from(u32::MAX),
+        "a count",
+        &mut events,
+    );
+    number(
+        "SAT_BOOTSTRAP_TIMEOUT",
+        1..=86_400,
+        "a number of seconds",
+        &mut s.bootstrap_timeout_s,
+    );
+    s.chunk_size = chunk as usize;
+    s.stats_max_events = events as usize;
+    s.sleep_max_ns = s.sleep_max_ns.max(s.sleep_min_ns);
+    match value("SAT_PROGRESS").as_deref() {
+        None | Some("sleep") => {}
+        Some("busy") => s.busy = true,
+        Some(other) => bad.push(format!(
+            "SAT_PROGRESS={other:?} is neither 'sleep' nor 'busy'"
+        )),
+    }
+    match value("SAT_HOST_SEGMENTS").as_deref() {
+        None | Some("on") => {}
+        Some("off") => s.host_segments = false,
+        Some(other) => bad.push(format!(
+            "SAT_HOST_SEGMENTS={other:?} is neither 'on' nor 'off'"
+        )),
+    }
+    if bad.is_empty() {
+        Ok(s)
+    } else {
+        Err(format!(
+            "{}: set a valid value or unset it (README, \"Environment\")",
+            bad.join("; ")
+        ))
+    }
+}
+
+fn parsed() -> &'static Result<Settings, String> {
+    static PARSED: OnceLock<Result<Settings, String>> = OnceLock::new();
+    PARSED.get_or_init(|| parse(|name| std::env::var(name).ok()))
+}
+
+/// An error naming every malformed variable; what a process checks before
+/// it joins anything.
+pub fn check() -> SatResult<()> {
+    match parsed() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(SatError::Usage(e.clone())),
+    }
+}
+
+/// The settings; the defaults where [`check`] found a bad value (code that
+/// runs without a bootstrap, such as unit tests, still works).
+pub fn get() -> &'static Settings {
+    static DEFAULTS: OnceLock<Settings> = OnceLock::new();
+    match parsed() {
+        Ok(s) => s,
+        Err(_) => DEFAULTS.get_or_init(Settings::default),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Settings, String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn unset_or_empty_is_the_default_and_good_values_are_taken() {
+        assert_eq!(with(&[]), Ok(Settings::default()));
+        assert_eq!(with(&[("SAT_CHUNK_SIZE", " ")]), Ok(Settings::default()));
+        let s = with(&[
+            ("SAT_CHUNK_SIZE", "1024"),
+            ("SAT_PROGRESS", "busy"),
+            ("SAT_HOST_SEGMENTS", "off"),
+            ("SAT_SLEEP_MIN_NS", "5000"),
+            ("SAT_SLEEP_MAX_NS", "10"),
+            ("SAT_BOOTSTRAP_TIMEOUT", "5"),
+        ])
+        .unwrap();
+        assert_eq!(s.chunk_size, 1024);
+        assert!(s.busy && !s.host_segments);
+        assert_eq!(
+            (s.sleep_min_ns, s.sleep_max_ns),
+            (5000, 5000),
+            "max raised to min"
+        );
+        assert_eq!(s.bootstrap_timeout_s, 5);
+    }
+
+    #[test]
+    fn every_bad_value_is_named_with_what_it_takes() {
+        let e = with(&[
+            ("SAT_CHUNK_SIZE", "64k"),
+            ("SAT_PROGRESS", "fast"),
+            ("SAT_HOST_SEGMENTS", "yes"),
+            ("SAT_SPIN_US", "-1"),
+            ("SAT_BOOTSTRAP_TIMEOUT", "0"),
+        ])
+        .unwrap_err();
+        for part in [
+            "SAT_CHUNK_SIZE=\"64k\" is not a size in bytes from 1 to 1073741824",
+            "SAT_PROGRESS=\"fast\" is neither 'sleep' nor 'busy'",
+            "SAT_HOST_SEGMENTS=\"yes\" is neither 'on' nor 'off'",
+            "SAT_SPIN_US=\"-1\"",
+            "SAT_BOOTSTRAP_TIMEOUT=\"0\"",
+            "unset it",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        assert!(with(&[("SAT_CHUNK_SIZE", "1073741825")]).is_err());
+    }
+}
