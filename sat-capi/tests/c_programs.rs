@@ -99,6 +99,20 @@ fn satrun(np: usize, dir: &str, args: &[&str], env: &[(&str, &str)], sanitized: 
     common::satrun(artifacts(), np, dir, args, env, sanitized)
 }
 
+/// `exe args...` as 3 processes with no topology (rank 0 the server, ranks 1
+/// and 2 clients of role 1) over `provider`.
+fn three_processes(
+    exe: &Path,
+    provider: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    sanitized: bool,
+) -> Run {
+    let mut all = vec!["-n", "3", "--provider", provider, "--", path_str(exe)];
+    all.extend_from_slice(args);
+    satrun(3, ".", &all, env, sanitized)
+}
+
 // --------------------------------------------------- bindings-tests: tests
 
 /// sat.h and sat_compat.h, each included twice, compile with every warning
@@ -208,10 +222,10 @@ fn api(variant: Variant) {
 fn errors(variant: Variant) {
     let exe = bindings(variant).join("errors");
     for provider in PROVIDERS {
-        let run = satrun(
-            3,
-            ".",
-            &["-n", "3", "--provider", provider, "--", path_str(&exe)],
+        let run = three_processes(
+            &exe,
+            provider,
+            &[],
             &[("SAT_LOOKUP_TIMEOUT", "1")],
             variant.sanitized(),
         );
@@ -263,13 +277,7 @@ fn chain_subscribe(variant: Variant) {
 fn lifetimes(variant: Variant) {
     let exe = bindings(variant).join("lifetimes");
     for provider in PROVIDERS {
-        let run = satrun(
-            3,
-            ".",
-            &["-n", "3", "--provider", provider, "--", path_str(&exe)],
-            &[],
-            variant.sanitized(),
-        );
+        let run = three_processes(&exe, provider, &[], &[], variant.sanitized());
         run.succeeded().has(&[
             "[1] PASS lifetimes role (rank 1): ",
             "[2] PASS lifetimes role (rank 2): ",
@@ -327,21 +335,7 @@ fn c_chains_count_against_the_capacity_and_are_evicted_in_place() {
 fn a_c_role_that_fails_fails_the_run() {
     let exe = bindings(Shared).join("lifetimes");
     for provider in PROVIDERS {
-        let run = satrun(
-            3,
-            ".",
-            &[
-                "-n",
-                "3",
-                "--provider",
-                provider,
-                "--",
-                path_str(&exe),
-                "--fail",
-            ],
-            &[],
-            false,
-        );
+        let run = three_processes(&exe, provider, &["--fail"], &[], false);
         assert!(
             !run.out.status.success(),
             "satrun succeeded:
@@ -391,21 +385,7 @@ fn log_lines_go_to_stderr_or_to_the_applications_handler() {
     let exe = bindings(Shared).join("logging");
     let env = [("SAT_EXPECT_ENCRYPTION", library_has_encryption())];
     for provider in PROVIDERS {
-        let run = satrun(
-            3,
-            ".",
-            &[
-                "-n",
-                "3",
-                "--provider",
-                provider,
-                "--",
-                path_str(&exe),
-                "stderr",
-            ],
-            &env,
-            false,
-        );
+        let run = three_processes(&exe, provider, &["stderr"], &env, false);
         run.succeeded().has(&[
             "[1] PASS logging role (rank 1): ",
             "[2] PASS logging role (rank 2): ",
@@ -419,21 +399,7 @@ fn log_lines_go_to_stderr_or_to_the_applications_handler() {
         );
         assert_eq!(bootstrap(&run.stderr), 3, "stderr:\n{}", run.context());
 
-        let run = satrun(
-            3,
-            ".",
-            &[
-                "-n",
-                "3",
-                "--provider",
-                provider,
-                "--",
-                path_str(&exe),
-                "handler",
-            ],
-            &env,
-            false,
-        );
+        let run = three_processes(&exe, provider, &["handler"], &env, false);
         run.succeeded().has(&[
             "[1] PASS logging role (rank 1): ",
             "[2] PASS logging role (rank 2): ",
