@@ -295,6 +295,9 @@ impl Store {
     /// The same layout without memory returns the chain already there. The
     /// caller's bytes are not a version of the chunks: its places start
     /// invalid (a READ or READWRITE fills them; a WRITE publishes them).
+    /// Discardable memory (a face's own, zeroed) is made resident as SAT's
+    /// own buffer is: counted, and filled from a valid local instance if
+    /// one exists.
     pub fn add_chain(
         &mut self,
         layout: ChainLayout,
