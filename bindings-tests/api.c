@@ -42,32 +42,6 @@ static void topology(sat_bootstrap_t *b) {
 
 /* ------------------------------------------------ counters, from threads */
 
-struct counting {
-    sat_chunk_t *chunk;
-    int failures;
-};
-
-static void *count(void *arg) {
-    struct counting *c = arg;
-    for (int i = 0; i < ROUNDS; i++) {
-        if (sat_readwrite(c->chunk) != SAT_OK) {
-            fprintf(stderr, "FAIL: READWRITE from a thread: %s\n", sat_last_error());
-            c->failures++;
-            return NULL;
-        }
-        uint64_t v;
-        memcpy(&v, c->chunk->data, sizeof v);
-        v++;
-        memcpy(c->chunk->data, &v, sizeof v);
-        if (sat_release(c->chunk) != SAT_OK) {
-            fprintf(stderr, "FAIL: RELEASE from a thread: %s\n", sat_last_error());
-            c->failures++;
-            return NULL;
-        }
-    }
-    return NULL;
-}
-
 static uint64_t read_u64(sat_chunk_t *c) {
     uint64_t v = 0;
     CHECK_OK(sat_read(c));
@@ -85,11 +59,13 @@ static void counters(void) {
         return;
     }
     pthread_t threads[2 * THREADS];
-    struct counting counting[2 * THREADS];
+    struct testing_counting counting[2 * THREADS];
     for (int i = 0; i < 2 * THREADS; i++) {
         counting[i].chunk = chunks[i % 2];
+        counting[i].rounds = ROUNDS;
         counting[i].failures = 0;
-        CHECK_TRUE(pthread_create(&threads[i], NULL, count, &counting[i]) == 0, "pthread_create");
+        CHECK_TRUE(pthread_create(&threads[i], NULL, testing_count, &counting[i]) == 0,
+                   "pthread_create");
     }
     for (int i = 0; i < 2 * THREADS; i++) {
         pthread_join(threads[i], NULL);

@@ -6,6 +6,7 @@
 #ifndef BINDINGS_TESTS_TESTING_H
 #define BINDINGS_TESTS_TESTING_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,36 @@ static inline long testing_rss_anon_kib(void) {
 }
 
 /* Prints the verdict; the exit status of the test. */
+/* A thread's work for the counter tests: `rounds` READWRITE scopes on
+ * `chunk`, each adding one to the uint64_t at its start. A failed call is
+ * printed and counted in `failures`, and ends the thread's rounds. */
+struct testing_counting {
+    sat_chunk_t *chunk;
+    int rounds;
+    int failures;
+};
+
+static inline void *testing_count(void *arg) {
+    struct testing_counting *c = (struct testing_counting *)arg;
+    for (int i = 0; i < c->rounds; i++) {
+        uint64_t v;
+        if (sat_readwrite(c->chunk) != SAT_OK) {
+            fprintf(stderr, "FAIL: READWRITE from a thread: %s\n", sat_last_error());
+            c->failures++;
+            return NULL;
+        }
+        memcpy(&v, c->chunk->data, sizeof v);
+        v++;
+        memcpy(c->chunk->data, &v, sizeof v);
+        if (sat_release(c->chunk) != SAT_OK) {
+            fprintf(stderr, "FAIL: RELEASE from a thread: %s\n", sat_last_error());
+            c->failures++;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 static inline int testing_done(const char *name) {
     if (testing_failures > 0) {
         printf("FAIL %s: %d of %d checks failed\n", name, testing_failures, testing_checks);

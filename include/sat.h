@@ -304,6 +304,24 @@ const struct sat_consistency_t *sat_home_based_mesi(void);
 const struct sat_consistency_t *sat_home_only(void);
 
 /**
+ * Home-based MESI with its E state: a process holding the only copy of a
+ * chunk (after its own write, or a read nobody else shares) opens its next
+ * write scope with no message; its release still sends the new version
+ * home. A request of another process first asks that holder (2 messages
+ * more than in MESI). For data written again and again by one process.
+ * The pointer is static: never free it.
+ */
+const struct sat_consistency_t *sat_home_based_mesi_exclusive(void);
+
+/**
+ * Update-based MESI: a write invalidates the other copies as in MESI, and
+ * its release then pushes the new version to them, so their next READ
+ * needs no message. For data one process produces and others read after
+ * each write. The pointer is static: never free it.
+ */
+const struct sat_consistency_t *sat_home_based_mesi_update(void);
+
+/**
  * MALLOC: `size` bytes from chunk `baseid` on, as a chain of chunks of the
  * default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
  * NULL `consistency` means home-based MESI. Allocating the same chain

@@ -78,6 +78,10 @@ typedef sat_bootstrap_t _SAT_Bootstrap_t;
 
 /** The home-based MESI protocol. */
 #define newHomeBaseMESI() sat_home_based_mesi()
+/** The other built-in protocols, in the same style (docs/PROTOCOLS.md). */
+#define newHomeOnly() sat_home_only()
+#define newHomeBaseMESIExclusive() sat_home_based_mesi_exclusive()
+#define newHomeBaseMESIUpdate() sat_home_based_mesi_update()
 
 /** MALLOC(consistency, baseid, size) or MALLOC(baseid, size). */
 #define MALLOC(...) SAT_COMPAT_PICK(SAT_COMPAT_MALLOC_, __VA_ARGS__)(__VA_ARGS__)

@@ -37,6 +37,12 @@ static HOME_BASED_MESI: sat_consistency_t = sat_consistency_t {
 static HOME_ONLY: sat_consistency_t = sat_consistency_t {
     protocol: ProtocolId::HomeOnly,
 };
+static MESI_EXCLUSIVE: sat_consistency_t = sat_consistency_t {
+    protocol: ProtocolId::MesiExclusive,
+};
+static MESI_UPDATE: sat_consistency_t = sat_consistency_t {
+    protocol: ProtocolId::UpdateMesi,
+};
 
 /// The home-based MESI protocol (the default; the report's `newHomeBaseMESI`).
 /// The pointer is static: never free it.
@@ -49,6 +55,26 @@ pub extern "C" fn sat_home_based_mesi() -> *const sat_consistency_t {
 #[no_mangle]
 pub extern "C" fn sat_home_only() -> *const sat_consistency_t {
     &HOME_ONLY
+}
+
+/// Home-based MESI with its E state: a process holding the only copy of a
+/// chunk (after its own write, or a read nobody else shares) opens its next
+/// write scope with no message; its release still sends the new version
+/// home. A request of another process first asks that holder (2 messages
+/// more than in MESI). For data written again and again by one process.
+/// The pointer is static: never free it.
+#[no_mangle]
+pub extern "C" fn sat_home_based_mesi_exclusive() -> *const sat_consistency_t {
+    &MESI_EXCLUSIVE
+}
+
+/// Update-based MESI: a write invalidates the other copies as in MESI, and
+/// its release then pushes the new version to them, so their next READ
+/// needs no message. For data one process produces and others read after
+/// each write. The pointer is static: never free it.
+#[no_mangle]
+pub extern "C" fn sat_home_based_mesi_update() -> *const sat_consistency_t {
+    &MESI_UPDATE
 }
 
 /// A list of unsigned longs (the report's `UnsignedLongList_t`).
@@ -440,14 +466,15 @@ pub(crate) fn protocol_of(
     if consistency.is_null() {
         return Ok(ProtocolId::default());
     }
-    [&HOME_BASED_MESI, &HOME_ONLY]
+    [&HOME_BASED_MESI, &HOME_ONLY, &MESI_EXCLUSIVE, &MESI_UPDATE]
         .into_iter()
         .find(|&known| std::ptr::eq(known, consistency))
         .map(|known| known.protocol)
         .ok_or_else(|| {
             bad_argument(&format!(
                 "{name}: the consistency argument is not one this library hands out; give \
-                 sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only() or NULL"
+                 sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only(), \
+                 sat_home_based_mesi_exclusive(), sat_home_based_mesi_update() or NULL"
             ))
         })
 }

@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 10] = [
+const BINDINGS: [&str; 11] = [
     "api",
     "capacity",
     "chain_subscribe",
@@ -51,6 +51,7 @@ const BINDINGS: [&str; 10] = [
     "lifetimes",
     "logging",
     "outside",
+    "protocols",
     "service",
 ];
 
@@ -267,6 +268,49 @@ fn chain_subscribe(variant: Variant) {
             "[4] PASS chain_subscribe handlers (client 2): ",
         ],
     );
+}
+
+/// Every built-in protocol (protocols.c: a migratory counter, a
+/// producer and its consumers, counters written again and again by their
+/// owners), over each provider, through host slots and with
+/// `SAT_HOST_SEGMENTS=off` (the protocols' own messages, as across hosts).
+fn protocols(variant: Variant, host_segments: &[&str]) {
+    let exe = bindings(variant).join("protocols");
+    for provider in PROVIDERS {
+        for &segments in host_segments {
+            let run = satrun(
+                5,
+                ".",
+                &[
+                    "-n",
+                    "5",
+                    "--topology",
+                    "bindings-tests/topology.xml",
+                    "--provider",
+                    provider,
+                    "--",
+                    path_str(&exe),
+                ],
+                &[("SAT_HOST_SEGMENTS", segments)],
+                variant.sanitized(),
+            );
+            run.succeeded().has(&[
+                "[2] PASS protocols (rank 2): ",
+                "[3] PASS protocols (rank 3): ",
+                "[4] PASS protocols (rank 4): ",
+            ]);
+        }
+    }
+}
+
+#[test]
+fn protocols_shared_library() {
+    protocols(Shared, &["off", "on"]);
+}
+
+#[test]
+fn protocols_static_library_sanitized() {
+    protocols(StaticAsan, &["off"]);
 }
 
 /// Lifetimes (lifetimes.c): a handle after the run, after FREE and one that

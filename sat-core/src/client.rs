@@ -1841,7 +1841,7 @@ impl ClientState {
             return self.end_host_scope(to, chunk, &slot, op, place);
         }
         if let Some(op) = sent {
-            let publishes = was_writing && matches!(op, ToHome::Release { .. });
+            let publishes = was_writing && op.publishes();
             let data = if publishes {
                 self.store.bytes(chunk, place)
             } else {
@@ -2053,7 +2053,7 @@ fn coherence(
     };
     let data = (!payload.is_empty()).then_some(payload);
     let reaction = c.side.on_message(msg, data);
-    if reaction.is_ok() && !matches!(msg, mesi::ToClient::Inval) {
+    if reaction.is_ok() && msg.is_grant() {
         c.grants += 1;
     }
     if let Ok(r) = &reaction {

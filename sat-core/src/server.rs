@@ -140,6 +140,11 @@ fn request_name(op: CoherenceOp, forwarded: bool) -> String {
         CoherenceOp::WriteGrant { .. } => "write_grant",
         CoherenceOp::Inval => "inval",
         CoherenceOp::Abort => "abort",
+        CoherenceOp::ExclusiveGrant { .. } => "exclusive_grant",
+        CoherenceOp::Update { .. } => "update",
+        CoherenceOp::ReleaseYield { .. } => "release_yield",
+        CoherenceOp::AbortYield => "abort_yield",
+        CoherenceOp::Share => "share",
     };
     let who = if forwarded { "server" } else { "client" };
     format!("{who}_req_{what}")
@@ -896,12 +901,11 @@ impl ServerState<'_> {
             return;
         };
         let to_home = mesi::to_home(op).expect("checked for_home");
-        let mut data = (!m.payload.is_empty() || matches!(op, CoherenceOp::Release { .. }))
-            .then_some(m.payload);
+        let mut data = (!m.payload.is_empty() || to_home.publishes()).then_some(m.payload);
         // A protected chunk's release outside its line of key epochs
         // publishes the current bytes again (`server/epochs.rs`).
         let kept;
-        if let (CoherenceOp::Release { .. }, Some(line)) = (op, entry.epochs.as_mut()) {
+        if let (true, Some(line)) = (to_home.publishes(), entry.epochs.as_mut()) {
             if let Err(why) = line.admit(m.payload) {
                 tracing::warn!(
                     "server {}: release of protected chunk {chunk} by client {client} refused: \

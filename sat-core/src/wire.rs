@@ -17,7 +17,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits); the bootstrap and a
 /// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 8;
+pub const WIRE_VERSION: u32 = 9;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -252,9 +252,21 @@ pub enum CoherenceOp {
     },
     Inval,
     /// A write scope ended without publishing (an error, a panic, a failed
-    /// role): the home keeps its version. Last, so older variants keep
-    /// their encoding.
+    /// role): the home keeps its version.
     Abort,
+    /// The protocol family of [`crate::protocol::mesi`]: see its messages.
+    ExclusiveGrant {
+        version: u64,
+        with_data: bool,
+    },
+    Update {
+        version: u64,
+    },
+    ReleaseYield {
+        version: u64,
+    },
+    AbortYield,
+    Share,
 }
 
 /// What the home says about an allocation request.

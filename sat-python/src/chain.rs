@@ -35,31 +35,20 @@ use crate::handle::Handle;
 /// C ABI's is.
 const ALIGN: usize = 64;
 
-/// The protocols by the names `protocol=` takes and `Chain.protocol` gives.
-const PROTOCOLS: [(&str, ProtocolId); 2] = [
-    ("mesi", ProtocolId::HomeMesi),
-    ("home-only", ProtocolId::HomeOnly),
-];
-
-/// The protocol a `protocol=` argument names.
+/// The protocol a `protocol=` argument names (`ProtocolId::short_name`).
 pub(crate) fn parse_protocol(name: &str) -> PyResult<ProtocolId> {
-    PROTOCOLS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|&(_, p)| p)
-        .ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "protocol {name:?}: give 'mesi' (home-based MESI, the default) or 'home-only' \
-                 (every scope served by the home, no cached copies)"
-            ))
-        })
+    ProtocolId::from_short_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "protocol {name:?}: give 'mesi' (home-based MESI, the default), 'home-only' (every \
+             scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the \
+             only holder writes again with no message) or 'update' (MESI whose releases update \
+             the copies they invalidated)"
+        ))
+    })
 }
 
 fn protocol_name(protocol: ProtocolId) -> &'static str {
-    PROTOCOLS
-        .iter()
-        .find(|&&(_, p)| p == protocol)
-        .map_or("?", |&(n, _)| n)
+    protocol.short_name()
 }
 
 /// Who owns a region's bytes.

@@ -58,8 +58,10 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(1) == [
-        "ValueError | protocol \"MESI\": give 'mesi' (home-based MESI, the default) or 'home-only' "
-        "(every scope served by the home, no cached copies)",
+        "ValueError | protocol \"MESI\": give 'mesi' (home-based MESI, the default), 'home-only' "
+        "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
+        "holder writes again with no message) or 'update' (MESI whose releases update the copies they "
+        "invalidated)",
         "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes (protocol 'mesi'): "
         "this process already has that chain with 8 bytes (protocol 'home-only'); allocate it with the "
         "same sizes and protocol, or LOOKUP it",
@@ -107,6 +109,50 @@ def test_the_core_runs_the_protocol_chosen(satrun, provider):
     assert [l.split(":")[0] for l in reads] == ["[Home-Only] READ chunk 70"] * 3 + [
         "[Home-Based MESI] READ chunk 71"
     ], out.stderr
+
+
+def test_the_e_state_and_update_protocols_by_name(satrun, provider):
+    """'mesi-e': the process holding the only copy writes again with no request (the debug
+    stream shows one miss for five write scopes); 'update': the consumer reads every version the
+    producer released. The message path, as in the test above."""
+    out = satrun(
+        """
+        import sat
+
+        def producer(client):
+            owned = client.malloc(80, 8, protocol="mesi-e")
+            pushed = client.malloc(81, 8, protocol="update")
+            assert (owned.protocol, pushed.protocol) == ("mesi-e", "update")
+            for i in range(5):
+                with owned.readwrite() as view:
+                    view[:] = (int.from_bytes(view, "little") + 1).to_bytes(8, "little")
+            client.barrier(1, 2)
+            for i in range(1, 6):
+                with pushed.write() as view:
+                    view[:] = i.to_bytes(8, "little")
+                client.barrier(2, 2)
+                client.barrier(3, 2)
+
+        def consumer(client):
+            client.barrier(1, 2)
+            with client.lookup(80).read() as view:
+                print("owned", int.from_bytes(view, "little"))
+            pushed = client.lookup(81)
+            for i in range(1, 6):
+                client.barrier(2, 2)
+                with pushed.read() as view:
+                    print("pushed", int.from_bytes(view, "little"))
+                client.barrier(3, 2)
+
+        sat.run({1: producer, 2: consumer})
+        """,
+        provider=provider,
+        env={"SAT_LOG": "sat_core::client=debug", "SAT_HOST_SEGMENTS": "off"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(2) == ["owned 5"] + [f"pushed {i}" for i in range(1, 6)]
+    misses = [l.split(":")[0] for l in out.log_lines(1) if " chunk 80" in l and ": miss" in l]
+    assert misses == ["[Home-Based MESI with E] READWRITE chunk 80"], out.stderr
 
 
 def test_malloc_lst_and_lookup_lst_lay_chunks_out_in_the_order_of_ids(satrun, provider):
@@ -382,8 +428,10 @@ def test_map_holds_the_buffer_and_refuses_what_it_cannot_map(satrun):
         "is required, not 'list'): give a writable, C-contiguous buffer, such as a numpy array, a bytearray "
         "or a memoryview of one",
         "ChunkError | a chunk of 0 bytes cannot be allocated: give a size of at least 1",
-        "ValueError | protocol \"msi\": give 'mesi' (home-based MESI, the default) or 'home-only' (every "
-        "scope served by the home, no cached copies)",
+        "ValueError | protocol \"msi\": give 'mesi' (home-based MESI, the default), 'home-only' "
+        "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
+        "holder writes again with no message) or 'update' (MESI whose releases update the copies they "
+        "invalidated)",
         "UsageError | invalid use of the SAT API: MAP of chunk 41: this memory is already the local memory "
         "of the chain at chunk 10; two chains in one memory would overwrite each other's data: give each "
         "chain its own buffer",

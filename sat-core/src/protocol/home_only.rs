@@ -131,6 +131,8 @@ impl HomeSide for Home {
                 self.writer = None;
             }
             ToHome::InvalAck => return Err(ProtocolViolation::Foreign("inval_ack")),
+            ToHome::ReleaseYield { .. } => return Err(ProtocolViolation::Foreign("release_yield")),
+            ToHome::AbortYield => return Err(ProtocolViolation::Foreign("abort_yield")),
         }
         self.serve_pending(out);
         Ok(())
@@ -226,6 +228,11 @@ impl ClientSide for Client {
             ToClient::ReadGrant { version, with_data } => (version, with_data, false),
             ToClient::WriteGrant { version, with_data } => (version, with_data, true),
             ToClient::Inval => return Err(ProtocolViolation::Foreign("inval")),
+            ToClient::ExclusiveGrant { .. } => {
+                return Err(ProtocolViolation::Foreign("exclusive_grant"))
+            }
+            ToClient::Update { .. } => return Err(ProtocolViolation::Foreign("update")),
+            ToClient::Share => return Err(ProtocolViolation::Foreign("share")),
         };
         let Some(access) = self.waiting.filter(|a| a.exclusive() == exclusive) else {
             return Err(ProtocolViolation::StrayGrant);

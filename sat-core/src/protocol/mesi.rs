@@ -9,13 +9,35 @@
 //! home (write-back), and the writer keeps a valid shared copy.
 //!
 //! States: a client is Invalid, Shared (valid copy, readable with no
-//! message) or Modified (inside its write scope). The exclusive-clean state E
-//! of the report collapses into Modified here because ownership ends at each
-//! release; keeping E across releases (migratory data) is a later option.
+//! message), Exclusive (the only copy: readable and writable with no message)
+//! or Modified (inside its write scope).
+//!
+//! One state machine serves a family of protocols, told apart by a
+//! [`Flavor`]:
+//! - **home-based MESI** ([`ProtocolId::HomeMesi`], the default): E collapses
+//!   into Modified, as ownership ends at each release.
+//! - **MESI with its E state** ([`ProtocolId::MesiExclusive`]): a client that
+//!   holds the only copy (after its own write, or a read nobody else shares)
+//!   keeps it Exclusive, and opens its next write scope with no message. Its
+//!   release still writes back, so the home always holds the last released
+//!   version (subscribers, readers and a client's death lose nothing). Since
+//!   the home cannot see such a scope open, any other client's request
+//!   first asks the holder: a writer's invalidates its copy, a reader's
+//!   makes it Shared ([`ToClient::Share`]); the holder answers when its
+//!   scope ends (with the release and the answer in one message,
+//!   [`ToHome::ReleaseYield`]).
+//! - **update-based MESI** ([`ProtocolId::UpdateMesi`]): a writer is granted
+//!   as in MESI, once every other copy is invalidated, but its release pushes
+//!   the new version to the copies it invalidated ([`ToClient::Update`]), so
+//!   their next READ is a hit. Invalidating first keeps a READ seeing the
+//!   last release: a copy is never readable while a newer version exists.
 //!
 //! Message counts (home on the client's server): read hit 0; read miss 2;
 //! write with s other sharers 2 + 2s; release of a write scope 1; release of
-//! a read scope 0 (plus the deferred acknowledgement, if one is owed).
+//! a read scope 0 (plus the deferred acknowledgement, if one is owed). With
+//! E: a write by the client holding the only copy 0, its release 1, and a
+//! request of another client 2 more (the invalidation and its answer). With
+//! updates: a release 1 + s (the pushes), and a READ after it 0.
 //!
 //! Per-pair FIFO order is assumed (the transport guarantees it): a client's
 //! release reaches the home before its next request.
@@ -26,18 +48,57 @@ use std::sync::Arc;
 use super::{Access, ClientSide, Consistency, HomeSide, Join, LastRelease, ProtocolId, Reaction};
 use crate::transport::Rank;
 
-/// The home-based MESI protocol's handlers.
-pub struct HomeBasedMesi;
+/// What sets the members of the MESI family apart (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flavor {
+    /// E is kept: the client holding the only copy writes with no grant.
+    pub exclusive: bool,
+    /// A release pushes the new version to the copies its write invalidated.
+    pub update: bool,
+}
 
-impl Consistency for HomeBasedMesi {
+/// One member of the MESI family: its protocol id and its flavor.
+pub struct Mesi {
+    id: ProtocolId,
+    flavor: Flavor,
+}
+
+/// Home-based MESI, the default.
+pub static HOME_BASED: Mesi = Mesi {
+    id: ProtocolId::HomeMesi,
+    flavor: Flavor {
+        exclusive: false,
+        update: false,
+    },
+};
+
+/// MESI with its E state kept across releases.
+pub static EXCLUSIVE: Mesi = Mesi {
+    id: ProtocolId::MesiExclusive,
+    flavor: Flavor {
+        exclusive: true,
+        update: false,
+    },
+};
+
+/// MESI whose releases update the copies their write invalidated.
+pub static UPDATE: Mesi = Mesi {
+    id: ProtocolId::UpdateMesi,
+    flavor: Flavor {
+        exclusive: false,
+        update: true,
+    },
+};
+
+impl Consistency for Mesi {
     fn id(&self) -> ProtocolId {
-        ProtocolId::HomeMesi
+        self.id
     }
     fn new_home(&self, size: usize) -> Box<dyn HomeSide> {
-        Box::new(Home::new(size))
+        Box::new(Home::with_flavor(size, self.flavor))
     }
     fn new_client(&self, size: usize) -> Box<dyn ClientSide> {
-        Box::new(Cache::new(size))
+        Box::new(Cache::with_flavor(size, self.flavor))
     }
 }
 
@@ -65,14 +126,59 @@ pub enum ToHome {
     /// End of a write scope that publishes nothing: the home keeps its
     /// last version, and the client keeps no valid copy.
     Abort,
+    /// [`ToHome::Release`] of a write scope opened with no grant (E), then
+    /// the acknowledgement of the invalidation that arrived during it.
+    ReleaseYield { version: Version },
+    /// [`ToHome::Abort`] of such a scope, then that acknowledgement.
+    AbortYield,
+}
+
+impl ToHome {
+    /// Whether the chunk's new bytes travel with it.
+    pub fn publishes(self) -> bool {
+        matches!(self, ToHome::Release { .. } | ToHome::ReleaseYield { .. })
+    }
 }
 
 /// Home -> client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToClient {
-    ReadGrant { version: Version, with_data: bool },
-    WriteGrant { version: Version, with_data: bool },
+    ReadGrant {
+        version: Version,
+        with_data: bool,
+    },
+    WriteGrant {
+        version: Version,
+        with_data: bool,
+    },
     Inval,
+    /// A read grant that makes the client the only holder (E).
+    ExclusiveGrant {
+        version: Version,
+        with_data: bool,
+    },
+    /// Another client reads: the Exclusive holder keeps its copy Shared,
+    /// and answers ([`ToHome::InvalAck`]) once a write scope it opened with
+    /// no grant has ended (with [`ToHome::ReleaseYield`] if it published).
+    Share,
+    /// The version a release made, pushed to a copy its write invalidated
+    /// (the bytes travel with it). Not a grant: the client takes it only if
+    /// it has not asked for the chunk meanwhile.
+    Update {
+        version: Version,
+    },
+}
+
+impl ToClient {
+    /// Whether this answers a request (what a waiting acquire counts).
+    pub fn is_grant(self) -> bool {
+        matches!(
+            self,
+            ToClient::ReadGrant { .. }
+                | ToClient::WriteGrant { .. }
+                | ToClient::ExclusiveGrant { .. }
+        )
+    }
 }
 
 /// A message to send, with the chunk data when it carries some.
@@ -133,6 +239,8 @@ impl From<ToHome> for CoherenceOp {
             ToHome::InvalAck => CoherenceOp::InvalAck,
             ToHome::ReadRelease => CoherenceOp::ReadRelease,
             ToHome::Abort => CoherenceOp::Abort,
+            ToHome::ReleaseYield { version } => CoherenceOp::ReleaseYield { version },
+            ToHome::AbortYield => CoherenceOp::AbortYield,
         }
     }
 }
@@ -147,6 +255,11 @@ impl From<ToClient> for CoherenceOp {
                 CoherenceOp::WriteGrant { version, with_data }
             }
             ToClient::Inval => CoherenceOp::Inval,
+            ToClient::Share => CoherenceOp::Share,
+            ToClient::ExclusiveGrant { version, with_data } => {
+                CoherenceOp::ExclusiveGrant { version, with_data }
+            }
+            ToClient::Update { version } => CoherenceOp::Update { version },
         }
     }
 }
@@ -160,6 +273,8 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::InvalAck => ToHome::InvalAck,
         CoherenceOp::ReadRelease => ToHome::ReadRelease,
         CoherenceOp::Abort => ToHome::Abort,
+        CoherenceOp::ReleaseYield { version } => ToHome::ReleaseYield { version },
+        CoherenceOp::AbortYield => ToHome::AbortYield,
         _ => return None,
     })
 }
@@ -172,48 +287,99 @@ pub fn to_client(op: CoherenceOp) -> Option<ToClient> {
             ToClient::WriteGrant { version, with_data }
         }
         CoherenceOp::Inval => ToClient::Inval,
+        CoherenceOp::Share => ToClient::Share,
+        CoherenceOp::ExclusiveGrant { version, with_data } => {
+            ToClient::ExclusiveGrant { version, with_data }
+        }
+        CoherenceOp::Update { version } => ToClient::Update { version },
         _ => return None,
     })
 }
 
 // ------------------------------------------------------------------ home
 
+/// A request the home serves once the copies it invalidated are given up.
 #[derive(Debug, Clone)]
 struct Granting {
     /// The requester; None once it has left: the invalidations sent for it
     /// are still awaited, because the readers they reach may be inside read
     /// scopes, and nobody may be granted before those end.
     to: Option<Rank>,
-    have: Option<Version>,
-    need_data: bool,
+    request: ToHome,
     /// The clients whose invalidation acknowledgement is still due.
     owed: BTreeSet<Rank>,
+    /// The Exclusive holder asked to give its copy up: it may be inside a
+    /// write scope it opened with no grant, whose release is still to come.
+    recalled: Option<Rank>,
 }
 
 /// The home's directory entry and data for one chunk.
 #[derive(Debug)]
 pub struct Home {
+    flavor: Flavor,
     last: LastRelease,
+    /// The client inside a granted write scope.
     owner: Option<Rank>,
+    /// The client holding the only copy in E, which may open write scopes
+    /// without asking (it is in the copyset too).
+    exclusive: Option<Rank>,
     copyset: BTreeSet<Rank>,
     pending: VecDeque<(Rank, ToHome)>,
     granting: Option<Granting>,
+    /// Updates: the copies the write under way invalidated, to which its
+    /// release is pushed.
+    updatees: BTreeSet<Rank>,
 }
 
 impl Home {
-    /// A new chunk of `size` zero bytes at version 0.
+    /// A new chunk of `size` zero bytes at version 0 (home-based MESI).
     pub fn new(size: usize) -> Home {
+        Home::with_flavor(size, Flavor::default())
+    }
+
+    pub fn with_flavor(size: usize, flavor: Flavor) -> Home {
         Home {
+            flavor,
             last: LastRelease::new(size),
             owner: None,
+            exclusive: None,
             copyset: BTreeSet::new(),
             pending: VecDeque::new(),
             granting: None,
+            updatees: BTreeSet::new(),
         }
     }
 
     fn busy(&self) -> bool {
         self.owner.is_some() || self.granting.is_some()
+    }
+
+    /// Whether `from` may publish or abort a write scope now: the granted
+    /// owner, or the Exclusive holder (also while it is being recalled).
+    fn may_write(&self, from: Rank) -> bool {
+        self.owner == Some(from)
+            || self.exclusive == Some(from)
+            || self.granting.as_ref().and_then(|g| g.recalled) == Some(from)
+    }
+
+    /// An acknowledgement of `from`'s invalidation.
+    fn acknowledged(
+        &mut self,
+        from: Rank,
+        out: &mut Vec<Out<ToClient>>,
+    ) -> Result<(), ProtocolViolation> {
+        let g = self.granting.as_mut().ok_or(ProtocolViolation::StrayAck)?;
+        if !g.owed.remove(&from) {
+            return Err(ProtocolViolation::StrayAck);
+        }
+        if g.recalled == Some(from) {
+            g.recalled = None;
+        }
+        if g.owed.is_empty() {
+            let g = self.granting.take().expect("checked");
+            self.grant(g, out);
+        }
+        Ok(())
     }
 }
 
@@ -230,24 +396,36 @@ impl HomeSide for Home {
         self.owner
     }
 
+    fn exclusive(&self) -> Option<Rank> {
+        self.exclusive
+            .or_else(|| self.granting.as_ref().and_then(|g| g.recalled))
+    }
+
     /// Client `client` has left the run (its role returned; it released its
     /// scopes before): forget its copy and its waiting requests, and stop
     /// waiting for an acknowledgement it can no longer send.
     fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
         self.copyset.remove(&client);
+        self.updatees.remove(&client);
         self.pending.retain(|&(c, _)| c != client);
         if self.owner == Some(client) {
             // Its release, sent before it left, would have cleared this.
             self.owner = None;
         }
+        if self.exclusive == Some(client) {
+            self.exclusive = None;
+        }
         if let Some(g) = self.granting.as_mut() {
             if g.to == Some(client) {
                 g.to = None;
             }
+            if g.recalled == Some(client) {
+                g.recalled = None;
+            }
             g.owed.remove(&client);
             if g.owed.is_empty() {
                 let g = self.granting.take().expect("checked");
-                self.grant_write(g, out);
+                self.grant(g, out);
             }
         }
         self.serve_pending(out);
@@ -265,29 +443,53 @@ impl HomeSide for Home {
             ToHome::ReadReq { .. } | ToHome::WriteReq { .. } => {
                 self.pending.push_back((from, msg));
             }
-            ToHome::InvalAck => {
-                let g = self.granting.as_mut().ok_or(ProtocolViolation::StrayAck)?;
-                if !g.owed.remove(&from) {
+            ToHome::InvalAck => self.acknowledged(from, out)?,
+            ToHome::ReadRelease => return Err(ProtocolViolation::Foreign("read_release")),
+            ToHome::Release { version } | ToHome::ReleaseYield { version } => {
+                if !self.may_write(from) {
+                    return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
+                }
+                let yields = matches!(msg, ToHome::ReleaseYield { .. });
+                if yields && self.granting.as_ref().and_then(|g| g.recalled) != Some(from) {
                     return Err(ProtocolViolation::StrayAck);
                 }
-                if g.owed.is_empty() {
-                    let g = self.granting.take().expect("checked");
-                    self.grant_write(g, out);
+                self.last.apply(Some(from), from, version, data)?;
+                if self.owner == Some(from) {
+                    self.owner = None;
+                    self.copyset.insert(from);
+                    self.push_updates(from, out);
+                    // Every other copy was invalidated for this write: the
+                    // writer holds the only one, unless updates made more.
+                    if self.flavor.exclusive && self.copyset.len() == 1 {
+                        self.exclusive = Some(from);
+                    }
+                }
+                if yields {
+                    self.acknowledged(from, out)?;
                 }
             }
-            ToHome::ReadRelease => return Err(ProtocolViolation::Foreign("read_release")),
-            ToHome::Release { version } => {
-                self.last.apply(self.owner, from, version, data)?;
-                self.owner = None;
-                self.copyset.insert(from);
-            }
-            ToHome::Abort => {
-                if self.owner != Some(from) {
+            ToHome::Abort | ToHome::AbortYield => {
+                if !self.may_write(from) {
                     return Err(ProtocolViolation::AbortWithoutOwnership { from });
                 }
+                let yields = matches!(msg, ToHome::AbortYield);
+                if yields && self.granting.as_ref().and_then(|g| g.recalled) != Some(from) {
+                    return Err(ProtocolViolation::StrayAck);
+                }
                 // The version stays; the writer's bytes are no version, so
-                // it is no sharer either.
-                self.owner = None;
+                // it is no sharer either, and the copies its write
+                // invalidated stay invalid (they ask again).
+                if self.owner == Some(from) {
+                    self.owner = None;
+                    self.updatees.clear();
+                }
+                if self.exclusive == Some(from) {
+                    self.exclusive = None;
+                }
+                self.copyset.remove(&from);
+                if yields {
+                    self.acknowledged(from, out)?;
+                }
             }
         }
         self.serve_pending(out);
@@ -303,20 +505,12 @@ impl Home {
             let Some((from, msg)) = self.pending.pop_front() else {
                 return;
             };
-            match msg {
-                ToHome::ReadReq { have } => {
-                    self.copyset.insert(from);
-                    let with_data = have != Some(self.last.version);
-                    out.push(Out {
-                        to: from,
-                        msg: ToClient::ReadGrant {
-                            version: self.last.version,
-                            with_data,
-                        },
-                        data: with_data.then(|| self.last.data.clone()),
-                    });
-                }
-                ToHome::WriteReq { have, need_data } => {
+            // The Exclusive holder may be writing with no grant: another
+            // client's request first takes its copy back. Its own request
+            // means it dropped that copy (evicted it).
+            let held = self.exclusive.take();
+            let others: Vec<Rank> = match msg {
+                ToHome::WriteReq { .. } => {
                     let others: Vec<Rank> = self
                         .copyset
                         .iter()
@@ -324,45 +518,97 @@ impl Home {
                         .filter(|&c| c != from)
                         .collect();
                     self.copyset.clear();
-                    for &c in &others {
-                        out.push(Out {
-                            to: c,
-                            msg: ToClient::Inval,
-                            data: None,
-                        });
+                    if self.flavor.update {
+                        self.updatees = others.iter().copied().collect();
                     }
-                    let g = Granting {
-                        to: Some(from),
-                        have,
-                        need_data,
-                        owed: others.iter().copied().collect(),
-                    };
-                    if others.is_empty() {
-                        self.grant_write(g, out);
-                    } else {
-                        self.granting = Some(g);
-                    }
+                    others
                 }
-                _ => unreachable!("only requests wait"),
+                // A reader: the holder keeps its copy, Shared.
+                _ => held.filter(|&e| e != from).into_iter().collect(),
+            };
+            let recalled = held.filter(|&e| e != from);
+            let ask = match msg {
+                ToHome::WriteReq { .. } => ToClient::Inval,
+                _ => ToClient::Share,
+            };
+            for &c in &others {
+                out.push(Out {
+                    to: c,
+                    msg: ask,
+                    data: None,
+                });
+            }
+            let g = Granting {
+                to: Some(from),
+                request: msg,
+                owed: others.iter().copied().collect(),
+                recalled,
+            };
+            if others.is_empty() {
+                self.grant(g, out);
+            } else {
+                self.granting = Some(g);
             }
         }
     }
 
-    fn grant_write(&mut self, g: Granting, out: &mut Vec<Out<ToClient>>) {
+    /// Serves `g`'s request, every copy it invalidated being given up.
+    fn grant(&mut self, g: Granting, out: &mut Vec<Out<ToClient>>) {
         let Some(to) = g.to else {
             // The requester left while its invalidations were answered.
+            self.updatees.clear();
             return;
         };
-        self.owner = Some(to);
-        let with_data = g.need_data && g.have != Some(self.last.version);
-        out.push(Out {
-            to,
-            msg: ToClient::WriteGrant {
-                version: self.last.version,
-                with_data,
-            },
-            data: with_data.then(|| self.last.data.clone()),
-        });
+        match g.request {
+            ToHome::ReadReq { have } => {
+                self.copyset.insert(to);
+                let with_data = have != Some(self.last.version);
+                let version = self.last.version;
+                let msg = if self.flavor.exclusive && self.copyset.len() == 1 {
+                    self.exclusive = Some(to);
+                    ToClient::ExclusiveGrant { version, with_data }
+                } else {
+                    ToClient::ReadGrant { version, with_data }
+                };
+                out.push(Out {
+                    to,
+                    msg,
+                    data: with_data.then(|| self.last.data.clone()),
+                });
+            }
+            ToHome::WriteReq { have, need_data } => {
+                self.owner = Some(to);
+                self.updatees.remove(&to);
+                let with_data = need_data && have != Some(self.last.version);
+                out.push(Out {
+                    to,
+                    msg: ToClient::WriteGrant {
+                        version: self.last.version,
+                        with_data,
+                    },
+                    data: with_data.then(|| self.last.data.clone()),
+                });
+            }
+            _ => unreachable!("only requests wait"),
+        }
+    }
+
+    /// Updates: the release just applied goes to the copies its write
+    /// invalidated, which become sharers again.
+    fn push_updates(&mut self, writer: Rank, out: &mut Vec<Out<ToClient>>) {
+        for c in std::mem::take(&mut self.updatees) {
+            if c == writer {
+                continue;
+            }
+            self.copyset.insert(c);
+            out.push(Out {
+                to: c,
+                msg: ToClient::Update {
+                    version: self.last.version,
+                },
+                data: Some(self.last.data.clone()),
+            });
+        }
     }
 }
 
@@ -373,6 +619,9 @@ impl Home {
 pub enum State {
     Invalid,
     Shared,
+    /// The only copy (MESI with its E state): a write scope opens on it
+    /// with no message.
+    Exclusive,
     Modified,
 }
 
@@ -389,6 +638,7 @@ pub enum Acquire {
 /// client's local store).
 #[derive(Debug, Clone)]
 pub struct Cache {
+    flavor: Flavor,
     size: usize,
     state: State,
     /// The version of the bytes held locally, if any (valid or not).
@@ -397,11 +647,22 @@ pub struct Cache {
     writing: bool,
     waiting: Option<Access>,
     inval_owed: bool,
+    /// E: a reader elsewhere asked this holder to share, during a write
+    /// scope opened with no grant; answered when it ends.
+    share_owed: bool,
+    /// Updates: a writer invalidated this copy, and its release will be
+    /// pushed here (cleared when the copy is evicted or asked for again).
+    update_due: bool,
 }
 
 impl Cache {
     pub fn new(size: usize) -> Cache {
+        Cache::with_flavor(size, Flavor::default())
+    }
+
+    pub fn with_flavor(size: usize, flavor: Flavor) -> Cache {
         Cache {
+            flavor,
             size,
             state: State::Invalid,
             version: None,
@@ -409,6 +670,8 @@ impl Cache {
             writing: false,
             waiting: None,
             inval_owed: false,
+            share_owed: false,
+            update_due: false,
         }
     }
 
@@ -474,6 +737,14 @@ impl ClientSide for Cache {
             if self.read_scopes > 0 {
                 return Err(ScopeError::UpgradeInScope);
             }
+            if self.state == State::Exclusive {
+                // The only copy: the home lets us write without asking, and
+                // asks us first if anyone else wants the chunk.
+                self.state = State::Modified;
+                self.writing = true;
+                return Ok(Acquire::Hit);
+            }
+            self.update_due = false;
             self.waiting = Some(access);
             return Ok(Acquire::Request(ToHome::WriteReq {
                 have: self.version,
@@ -485,10 +756,12 @@ impl ClientSide for Cache {
         // our acknowledgement waits for every open scope anyway: sending
         // this request to the home would queue it behind that writer, who
         // waits for us, a deadlock).
-        if self.state == State::Shared && (!self.inval_owed || self.read_scopes > 0) {
+        let valid = matches!(self.state, State::Shared | State::Exclusive);
+        if valid && (!self.inval_owed || self.read_scopes > 0) {
             self.read_scopes += 1;
             return Ok(Acquire::Hit);
         }
+        self.update_due = false;
         self.waiting = Some(access);
         Ok(Acquire::Request(ToHome::ReadReq { have: self.version }))
     }
@@ -500,31 +773,88 @@ impl ClientSide for Cache {
     ) -> Result<Reaction, ProtocolViolation> {
         match msg {
             ToClient::Inval => {
-                if self.read_scopes > 0 {
+                // Inside a scope (a read, or a write opened in E) the answer
+                // waits for its end.
+                if self.read_scopes > 0 || self.writing {
                     self.inval_owed = true;
                     return Ok(Reaction::default());
                 }
-                if self.state == State::Shared {
+                if matches!(self.state, State::Shared | State::Exclusive) {
                     self.state = State::Invalid;
+                    self.update_due = self.flavor.update && self.waiting.is_none();
                 }
                 Ok(Reaction {
                     reply: Some(ToHome::InvalAck),
                     take_data: false,
                 })
             }
-            ToClient::ReadGrant { version, with_data } => {
+            ToClient::Share => {
+                if !self.flavor.exclusive {
+                    return Err(ProtocolViolation::Foreign("share"));
+                }
+                if self.writing {
+                    self.share_owed = true;
+                    return Ok(Reaction::default());
+                }
+                // Read scopes go on: they do not conflict with a reader.
+                if self.state == State::Exclusive {
+                    self.state = State::Shared;
+                }
+                Ok(Reaction {
+                    reply: Some(ToHome::InvalAck),
+                    take_data: false,
+                })
+            }
+            ToClient::ReadGrant { version, with_data }
+            | ToClient::ExclusiveGrant { version, with_data } => {
                 if self.waiting != Some(Access::Read) {
                     return Err(ProtocolViolation::StrayGrant);
+                }
+                let exclusive = matches!(msg, ToClient::ExclusiveGrant { .. });
+                if exclusive && !self.flavor.exclusive {
+                    return Err(ProtocolViolation::Foreign("exclusive_grant"));
                 }
                 let take_data =
                     check_grant_data(self.size, self.version, version, with_data, data)?;
                 self.version = Some(version);
                 self.waiting = None;
-                self.state = State::Shared;
+                self.state = if exclusive {
+                    State::Exclusive
+                } else {
+                    State::Shared
+                };
                 self.read_scopes += 1;
                 Ok(Reaction {
                     reply: None,
                     take_data,
+                })
+            }
+            ToClient::Update { version } => {
+                if !self.flavor.update {
+                    return Err(ProtocolViolation::Foreign("update"));
+                }
+                let bytes = data.ok_or(ProtocolViolation::MissingData)?;
+                if bytes.len() != self.size {
+                    return Err(ProtocolViolation::WrongSize {
+                        got: bytes.len(),
+                        want: self.size,
+                    });
+                }
+                // Taken only by the copy its write invalidated, still
+                // invalid and not asked for since (a request gets its own
+                // answer, with the bytes if they moved).
+                let take = self.update_due
+                    && self.state == State::Invalid
+                    && self.waiting.is_none()
+                    && !self.in_scope();
+                self.update_due = false;
+                if take {
+                    self.version = Some(version);
+                    self.state = State::Shared;
+                }
+                Ok(Reaction {
+                    reply: None,
+                    take_data: take,
                 })
             }
             ToClient::WriteGrant { version, with_data } => {
@@ -555,7 +885,23 @@ impl ClientSide for Cache {
             self.writing = false;
             let version = self.version.map_or(1, |v| v + 1);
             self.version = Some(version);
-            self.state = State::Shared;
+            if self.inval_owed || self.share_owed {
+                // Asked for during a write opened in E: the answer goes with
+                // the release, in one message.
+                self.state = if self.inval_owed {
+                    State::Invalid
+                } else {
+                    State::Shared
+                };
+                self.inval_owed = false;
+                self.share_owed = false;
+                return Ok(Some(ToHome::ReleaseYield { version }));
+            }
+            self.state = if self.flavor.exclusive {
+                State::Exclusive
+            } else {
+                State::Shared
+            };
             return Ok(Some(ToHome::Release { version }));
         }
         if self.read_scopes == 0 {
@@ -565,6 +911,7 @@ impl ClientSide for Cache {
         if self.read_scopes == 0 && self.inval_owed {
             self.inval_owed = false;
             self.state = State::Invalid;
+            self.update_due = self.flavor.update;
             return Ok(Some(ToHome::InvalAck));
         }
         Ok(None)
@@ -579,6 +926,11 @@ impl ClientSide for Cache {
         self.writing = false;
         self.state = State::Invalid;
         self.version = None;
+        if self.inval_owed || self.share_owed {
+            self.inval_owed = false;
+            self.share_owed = false;
+            return Ok(Some(ToHome::AbortYield));
+        }
         Ok(Some(ToHome::Abort))
     }
 
@@ -602,10 +954,13 @@ impl ClientSide for Cache {
         if self.in_scope() || self.waiting.is_some() || self.state == State::Modified {
             return false;
         }
-        // A Shared copy goes silently: the home still counts us in the
-        // copyset and its invalidation is answered at once (PROTOCOL-NOTES).
+        // A Shared or Exclusive copy goes silently: the home still counts
+        // us in the copyset (or as the holder) and its invalidation is
+        // answered at once (PROTOCOL-NOTES); the bytes are gone, so an
+        // update is not taken either.
         self.state = State::Invalid;
         self.version = None;
+        self.update_due = false;
         true
     }
 }

@@ -11,6 +11,10 @@
 //! MALLOC and comes back with every allocation answer):
 //! - [`mesi`]: home-based MESI, the default (section 2.3). Clients keep valid
 //!   copies between scopes; a read hit costs no message.
+//!   Two more members of its family share its state machine: MESI with its
+//!   E state kept across releases (a repeated writer needs no grant) and
+//!   update-based MESI (a release pushes the new version to the copies it
+//!   invalidated).
 //! - [`home_only`]: the home serializes every scope and clients keep no valid
 //!   copy between scopes. Simpler and cheaper for data written by many and
 //!   read once (no invalidations), dearer for data read often.
@@ -53,6 +57,11 @@ pub enum ProtocolId {
     HomeMesi,
     /// Every scope at the home, no client caching: [`home_only`].
     HomeOnly,
+    /// Home-based MESI with its E state: [`mesi`], [`mesi::EXCLUSIVE`].
+    MesiExclusive,
+    /// Home-based MESI whose releases update the copies they invalidated:
+    /// [`mesi`], [`mesi::UPDATE`].
+    UpdateMesi,
 }
 
 impl ProtocolId {
@@ -61,14 +70,42 @@ impl ProtocolId {
         match self {
             ProtocolId::HomeMesi => "Home-Based MESI",
             ProtocolId::HomeOnly => "Home-Only",
+            ProtocolId::MesiExclusive => "Home-Based MESI with E",
+            ProtocolId::UpdateMesi => "Update-Based MESI",
         }
+    }
+
+    /// The short name the Python module, the statistics tools and the
+    /// benchmarks use.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ProtocolId::HomeMesi => "mesi",
+            ProtocolId::HomeOnly => "home-only",
+            ProtocolId::MesiExclusive => "mesi-e",
+            ProtocolId::UpdateMesi => "update",
+        }
+    }
+
+    /// Every built-in protocol.
+    pub const ALL: [ProtocolId; 4] = [
+        ProtocolId::HomeMesi,
+        ProtocolId::HomeOnly,
+        ProtocolId::MesiExclusive,
+        ProtocolId::UpdateMesi,
+    ];
+
+    /// The protocol of a short name.
+    pub fn from_short_name(name: &str) -> Option<ProtocolId> {
+        ProtocolId::ALL.into_iter().find(|p| p.short_name() == name)
     }
 
     /// The protocol's handlers.
     pub fn consistency(self) -> &'static dyn Consistency {
         match self {
-            ProtocolId::HomeMesi => &mesi::HomeBasedMesi,
+            ProtocolId::HomeMesi => &mesi::HOME_BASED,
             ProtocolId::HomeOnly => &home_only::HomeOnly,
+            ProtocolId::MesiExclusive => &mesi::EXCLUSIVE,
+            ProtocolId::UpdateMesi => &mesi::UPDATE,
         }
     }
 }
@@ -100,8 +137,13 @@ pub trait HomeSide: Send + Debug {
     fn version(&self) -> Version;
     /// The data of that version.
     fn data(&self) -> &Arc<[u8]>;
-    /// The client inside a write scope, if any.
+    /// The client inside a granted write scope, if any.
     fn owner(&self) -> Option<Rank>;
+    /// The client holding the only copy in E, which may be inside a write
+    /// scope the home did not grant (MESI with its E state).
+    fn exclusive(&self) -> Option<Rank> {
+        None
+    }
 }
 
 /// What a client does with a message from the home.

@@ -283,7 +283,7 @@ impl Sim {
             sent,
         });
         match sent {
-            Some(ToHome::Release { version }) => {
+            Some(msg @ (ToHome::Release { version } | ToHome::ReleaseYield { version })) => {
                 assert!(
                     access.exclusive(),
                     "client {c}: a read scope of chunk {chunk} sent a new version"
@@ -304,7 +304,7 @@ impl Sim {
                 }
                 let data: Arc<[u8]> = bytes.as_slice().into();
                 ch.newest_bytes = bytes;
-                self.send_up(c, chunk, ToHome::Release { version }, Some(data));
+                self.send_up(c, chunk, msg, Some(data));
             }
             Some(msg) => {
                 assert!(
@@ -381,9 +381,9 @@ impl Sim {
                     .filter(|&t| t < self.clients.len())
                     .unwrap_or_else(|| panic!("chunk {chunk}: a message to rank {}", o.to));
             let grant = match o.msg {
-                ToClient::ReadGrant { .. } => Some(false),
+                ToClient::ReadGrant { .. } | ToClient::ExclusiveGrant { .. } => Some(false),
                 ToClient::WriteGrant { .. } => Some(true),
-                ToClient::Inval => None,
+                ToClient::Inval | ToClient::Share | ToClient::Update { .. } => None,
             };
             if let Some(exclusive) = grant {
                 let first = self.chunks[chunk].arrived.pop_front();
@@ -487,7 +487,11 @@ impl Sim {
                 );
                 match open {
                     Some(Access::Read) => {
-                        assert_eq!(side.state(), State::Shared, "client {c}, chunk {k}");
+                        assert!(
+                            matches!(side.state(), State::Shared | State::Exclusive),
+                            "client {c}, chunk {k}: a read scope in state {:?}",
+                            side.state()
+                        );
                         readers += 1;
                     }
                     Some(_) => {
@@ -506,9 +510,9 @@ impl Sim {
                     readers, 0,
                     "chunk {k}: {readers} read scopes open during client {w}'s write scope"
                 );
-                assert_eq!(
-                    ch.home.owner(),
-                    Some(Self::rank(w)),
+                assert!(
+                    ch.home.owner() == Some(Self::rank(w))
+                        || ch.home.exclusive() == Some(Self::rank(w)),
                     "chunk {k}: client {w} writes but the home does not know it"
                 );
             }
@@ -676,11 +680,7 @@ fn run_seed(seed: u64, trace_all: bool) {
     let homes = 2 + rng.below(2);
     let chunks: Vec<(ProtocolId, usize)> = (0..3 + rng.below(3))
         .map(|_| {
-            let protocol = if rng.below(2) == 0 {
-                ProtocolId::HomeMesi
-            } else {
-                ProtocolId::HomeOnly
-            };
+            let protocol = rng.pick(&ProtocolId::ALL);
             (protocol, 8 * (1 + rng.below(3)))
         })
         .collect();
@@ -848,6 +848,143 @@ fn message_counts_of_each_path() {
     // did not disturb it: its first write costs 2.
     assert_eq!(sim.chunks[2].sent, 0);
     assert_eq!(scope_cost(&mut sim, 2, 2, ReadWrite), (2, 1));
+    sim.check_final();
+}
+
+/// MESI with its E state: the only holder writes again with no message;
+/// anyone else's request first takes the copy back.
+#[test]
+fn message_counts_with_the_e_state() {
+    use Access::*;
+    let mut sim = Sim::new(1, 3, &[(ProtocolId::MesiExclusive, 16)]);
+    // A write with nobody else holding a copy: request and grant, then the
+    // release (write-back) keeps the copy Exclusive.
+    assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (2, 1));
+    assert_eq!(sim.clients[0].sides[0].state(), State::Exclusive);
+    // Repeated writes by the sole holder: no message to open the scope,
+    // the write-back at release.
+    for access in [ReadWrite, Write, ReadWrite] {
+        assert_eq!(scope_cost(&mut sim, 0, 0, access), (0, 1), "{access:?}");
+    }
+    // A reader elsewhere: request, the holder asked to share (it may be
+    // writing) and its answer, grant; both copies are Shared then, and
+    // both read with no message.
+    assert_eq!(scope_cost(&mut sim, 1, 0, Read), (4, 0));
+    assert_eq!(sim.clients[0].sides[0].state(), State::Shared);
+    assert_eq!(sim.clients[1].sides[0].state(), State::Shared);
+    assert_eq!(scope_cost(&mut sim, 0, 0, Read), (0, 0));
+    assert_eq!(scope_cost(&mut sim, 1, 0, Read), (0, 0));
+    // A write invalidates the other copy as in MESI, and leaves E.
+    assert_eq!(scope_cost(&mut sim, 1, 0, ReadWrite), (2 + 2, 1));
+    assert_eq!(scope_cost(&mut sim, 1, 0, ReadWrite), (0, 1));
+    // A read miss of the only copy's holder gets E too.
+    assert_eq!(scope_cost(&mut sim, 2, 0, Read), (4, 0));
+    assert_eq!(scope_cost(&mut sim, 0, 0, Read), (2, 0));
+    sim.evict(1, 0);
+    sim.evict(2, 0);
+    assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (2 + 2 * 2, 1));
+    // An evicted holder still counts at the home (eviction is silent): it
+    // answers at once, and the reader gets a Shared copy.
+    sim.evict(0, 0);
+    assert_eq!(scope_cost(&mut sim, 2, 0, Read), (2 + 2, 0));
+    assert_eq!(sim.clients[2].sides[0].state(), State::Shared);
+    assert_eq!(scope_cost(&mut sim, 2, 0, ReadWrite), (2 + 2, 1));
+    assert_eq!(sim.clients[2].sides[0].state(), State::Exclusive);
+
+    // The holder inside a write it opened with no grant when another
+    // client reads: the request waits for the scope, and the release and
+    // the answer leave as one message.
+    assert!(sim.acquire(2, 0, ReadWrite), "a hit");
+    let before = sim.messages;
+    sim.acquire(1, 0, Read);
+    sim.settle();
+    assert_eq!(
+        sim.clients[1].open[0], None,
+        "no grant while the holder writes"
+    );
+    assert_eq!(sim.messages - before, 2, "the request and the question");
+    sim.release(2, 0);
+    sim.settle();
+    assert_eq!(sim.clients[1].open[0], Some(Read));
+    assert_eq!(
+        sim.messages - before,
+        4,
+        "then the release with the answer, and the grant"
+    );
+    assert_eq!(sim.clients[2].sides[0].state(), State::Shared);
+    sim.release(1, 0);
+    // An abort of such a scope, asked for meanwhile: the version stays.
+    assert_eq!(scope_cost(&mut sim, 0, 0, Write), (2 + 2 * 2, 1));
+    assert!(sim.acquire(0, 0, ReadWrite), "a hit");
+    sim.acquire(2, 0, ReadWrite);
+    sim.settle();
+    let sent = sim.clients[0].sides[0].abort().unwrap();
+    assert_eq!(sent, Some(ToHome::AbortYield));
+    sim.clients[0].open[0] = None;
+    sim.send_up(0, 0, ToHome::AbortYield, None);
+    sim.settle();
+    assert_eq!(sim.clients[2].open[0], Some(ReadWrite));
+    sim.release(2, 0);
+    sim.settle();
+    sim.check_final();
+}
+
+/// Update-based MESI: a release pushes the new version to the copies its
+/// write invalidated, and their next READ is a hit.
+#[test]
+fn message_counts_with_updates() {
+    use Access::*;
+    let mut sim = Sim::new(1, 4, &[(ProtocolId::UpdateMesi, 16)]);
+    // Two readers, then a writer: as in MESI up to the release, which
+    // pushes the new version to both readers.
+    assert_eq!(scope_cost(&mut sim, 1, 0, Read), (2, 0));
+    assert_eq!(scope_cost(&mut sim, 2, 0, Read), (2, 0));
+    assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (2 + 2 * 2, 1 + 2));
+    for c in [1, 2] {
+        assert!(
+            sim.acquire(c, 0, Read),
+            "client {c} reads the pushed version"
+        );
+        sim.release(c, 0);
+    }
+    // The producer-consumer hand-off: write, release (pushed), a read hit.
+    for _ in 0..3 {
+        assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (2 + 2 * 2, 1 + 2));
+        assert!(sim.acquire(1, 0, Read));
+        sim.release(1, 0);
+    }
+    // A copy that asked again before the push gets its grant instead, and
+    // does not take the push; an evicted copy is not filled again.
+    assert_eq!(scope_cost(&mut sim, 3, 0, Read), (2, 0));
+    sim.evict(3, 0);
+    sim.acquire(0, 0, ReadWrite);
+    sim.settle();
+    sim.acquire(2, 0, Read);
+    sim.settle();
+    sim.release(0, 0);
+    sim.settle();
+    assert_eq!(sim.clients[2].open[0], Some(Read));
+    sim.release(2, 0);
+    assert_eq!(sim.clients[3].sides[0].state(), State::Invalid);
+    assert!(!sim.acquire(3, 0, Read), "the evicted copy asks");
+    sim.settle();
+    sim.release(3, 0);
+    // An aborted write pushes nothing: the copies it invalidated ask again.
+    sim.acquire(0, 0, Write);
+    sim.settle();
+    assert_eq!(
+        sim.clients[0].sides[0].abort().unwrap(),
+        Some(ToHome::Abort)
+    );
+    sim.clients[0].open[0] = None;
+    sim.send_up(0, 0, ToHome::Abort, None);
+    let before = sim.messages;
+    sim.settle();
+    assert_eq!(sim.messages, before, "no push after an abort");
+    assert!(!sim.acquire(1, 0, Read));
+    sim.settle();
+    sim.release(1, 0);
+    sim.settle();
     sim.check_final();
 }
 

@@ -661,3 +661,153 @@ fn a_home_only_scope_costs_three_messages_and_one_more_each_way_per_hop() {
         }
     }
 }
+
+#[test]
+fn an_e_state_holder_writes_again_with_no_message_and_a_reader_elsewhere_costs_two_more() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 12's home is server 0; the writer (2) is its client, the
+    // reader (6) is server 1's: its messages take one hop more each way.
+    let (chunk, home, writer, reader) = (12, 0, 2, 6);
+    for c in [writer, reader] {
+        let hops = if topology.server_of(c) == home { 0 } else { 2 };
+        let want = b().up(c, home).down(home, c);
+        s.expect(
+            "MALLOC",
+            c,
+            malloc(ProtocolId::MesiExclusive, chunk),
+            want,
+            2 + hops,
+        );
+    }
+    // The first write: request and grant, then the write-back (1), which
+    // leaves the writer holding the only copy, in E.
+    let want = b().up(writer, home).down(home, writer);
+    s.expect("WRITE, no sharer", writer, write(chunk), want, 2);
+    s.expect(
+        "RELEASE",
+        writer,
+        write_back(chunk, 1),
+        b().up(writer, home),
+        1,
+    );
+    // Every write after it by the sole holder opens with no message.
+    for v in 2..5 {
+        s.expect("WRITE by the E holder", writer, write(chunk), b(), 0);
+        s.expect(
+            "RELEASE",
+            writer,
+            write_back(chunk, v),
+            b().up(writer, home),
+            1,
+        );
+    }
+    // A reader on the other server: its request, the home asks the holder
+    // to share (it could be writing) and hears back, the grant: 2 more
+    // than a MESI read miss. It sees the last write-back.
+    let want = b()
+        .up(reader, home)
+        .down(home, writer)
+        .up(writer, home)
+        .down(home, reader);
+    s.expect(
+        "READ, the holder asked",
+        reader,
+        read_sees(chunk, 4),
+        want,
+        4 + 2,
+    );
+    // Both copies are Shared now: reads on both sides are hits, and the
+    // holder's next write invalidates the reader's copy as in MESI.
+    s.expect("READ hit", reader, read_sees(chunk, 4), b(), 0);
+    s.expect("READ hit", writer, read_sees(chunk, 4), b(), 0);
+    let want = b()
+        .up(writer, home)
+        .down(home, reader)
+        .up(reader, home)
+        .down(home, writer);
+    s.expect("WRITE, one other sharer", writer, write(chunk), want, 4 + 2);
+    s.expect(
+        "RELEASE",
+        writer,
+        write_back(chunk, 5),
+        b().up(writer, home),
+        1,
+    );
+    s.expect("WRITE by the E holder", writer, write(chunk), b(), 0);
+    s.expect(
+        "RELEASE",
+        writer,
+        write_back(chunk, 6),
+        b().up(writer, home),
+        1,
+    );
+}
+
+#[test]
+fn an_update_release_pushes_the_version_to_the_readers_it_invalidated() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 14's home is server 0; the producer (2) and one consumer (3)
+    // are its clients, the other consumer (6) is server 1's.
+    let (chunk, home, producer) = (14, 0, 2);
+    let consumers = [3, 6];
+    for c in [producer, 3, 6] {
+        let hops = if topology.server_of(c) == home { 0 } else { 2 };
+        let want = b().up(c, home).down(home, c);
+        s.expect(
+            "MALLOC",
+            c,
+            malloc(ProtocolId::UpdateMesi, chunk),
+            want,
+            2 + hops,
+        );
+    }
+    let hops: u64 = consumers
+        .iter()
+        .map(|&c| u64::from(topology.server_of(c) != home))
+        .sum();
+    for &c in &consumers {
+        let want = b().up(c, home).down(home, c);
+        s.expect(
+            "READ miss",
+            c,
+            read_sees(chunk, 0),
+            want,
+            2 + 2 * u64::from(topology.server_of(c) != home),
+        );
+    }
+    for v in 1..4 {
+        // The write invalidates both consumers' copies, as in MESI.
+        let mut want = b().up(producer, home);
+        for &c in &consumers {
+            want = want.down(home, c).up(c, home);
+        }
+        let want = want.down(home, producer);
+        s.expect(
+            "WRITE, 2 sharers",
+            producer,
+            write(chunk),
+            want,
+            2 + 2 * 2 + 2 * hops,
+        );
+        // Its release goes home, and the home pushes it to both.
+        let mut want = b().up(producer, home);
+        for &c in &consumers {
+            want = want.down(home, c);
+        }
+        s.expect(
+            "RELEASE, pushed",
+            producer,
+            write_back(chunk, v),
+            want,
+            1 + 2 + hops,
+        );
+        // The consumers read the new version with no message.
+        for &c in &consumers {
+            s.expect("READ after the push", c, read_sees(chunk, v), b(), 0);
+        }
+    }
+}

@@ -123,7 +123,7 @@ impl fmt::Display for Failure {
 
 /// The protocols the workload allocates chunks with: a new protocol joins
 /// the simulation by being listed here.
-pub const PROTOCOLS: [ProtocolId; 2] = [ProtocolId::HomeMesi, ProtocolId::HomeOnly];
+pub const PROTOCOLS: [ProtocolId; 4] = ProtocolId::ALL;
 
 /// SplitMix64: the run's generator (written out, so a seed's run never
 /// changes with a dependency's version).

@@ -505,13 +505,23 @@ impl Thread {
             .expect("a chain in scope is readable");
         for (k, &id) in ids.iter().enumerate() {
             let mine = &seen[layout.range(k)];
+            // A write scope opened in E (no grant) builds on the holder's
+            // own last release, which may still be on its way home.
+            let exclusive_hit =
+                access.exclusive() && self.program.chunks.protocol(id) == ProtocolId::MesiExclusive;
             let sees = if access == Access::Write {
-                self.shared.home(id).map_or(0, |h| h.0)
+                let home = self.shared.home(id).map_or(0, |h| h.0);
+                match self.client.local_version(id) {
+                    Some(own) if exclusive_hit && own > home => own,
+                    _ => home,
+                }
             } else {
-                match self
-                    .shared
-                    .check_sees(self.client_index, id, mine, access == Access::Read)
-                {
+                match self.shared.check_sees(
+                    self.client_index,
+                    id,
+                    mine,
+                    access == Access::Read || exclusive_hit,
+                ) {
                     Ok(v) => v,
                     Err(e) => {
                         self.shared.fail(

@@ -1,0 +1,219 @@
+/* Every built-in consistency protocol through the C ABI, across processes:
+ * the same three workloads on chunks of each protocol, every result checked.
+ *
+ *   satrun -n 5 --topology bindings-tests/topology.xml -- ./protocols
+ *
+ * Run with SAT_HOST_SEGMENTS=off too: on one host the homes keep versions in
+ * host slots, which every protocol reaches the same way; the protocols'
+ * own messages are what runs spread over hosts take.
+ *
+ * - a migratory counter: every client adds one, ROUNDS times, in READWRITE
+ *   scopes (from two threads each): no update is lost;
+ * - producer-consumer: client 0 writes round r's values in a WRITE scope,
+ *   the others read them after a barrier (an update protocol's readers then
+ *   hit), and answer in their own chunk, which client 0 reads;
+ * - a private counter per client, written again and again by its owner
+ *   (MESI with E: no message to open those scopes), then read by all.
+ *
+ * Every client plays role 1; client i (0 to 2) is rank i + 2. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <sat.h>
+
+#include "testing.h"
+
+#define ROUNDS 30
+#define THREADS 2
+#define PROTOCOLS 4
+/* Chunk ids per protocol p: base + 100 * p. */
+#define COUNTER 2000
+#define PRODUCED 2001
+#define ANSWERS 2010 /* + client */
+#define PRIVATE 2020 /* + client */
+#define BAR_BASE 50  /* + 10 * p + step */
+
+static uint32_t me, nclients;
+
+static const sat_consistency_t *protocol(int p) {
+    switch (p) {
+    case 0:
+        return sat_home_based_mesi();
+    case 1:
+        return sat_home_only();
+    case 2:
+        return sat_home_based_mesi_exclusive();
+    default:
+        return sat_home_based_mesi_update();
+    }
+}
+
+static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update"};
+
+static uint64_t load(const sat_chunk_t *c, size_t i) {
+    uint64_t v;
+    memcpy(&v, c->data + 8 * i, sizeof v);
+    return v;
+}
+
+static void store(sat_chunk_t *c, size_t i, uint64_t v) { memcpy(c->data + 8 * i, &v, sizeof v); }
+
+/* ----------------------------------------------------- migratory counter */
+
+static void counter(int p, uint64_t base) {
+    sat_chunk_t *c = CHECK_CHUNK(sat_malloc(protocol(p), base + COUNTER, 8));
+    if (c == NULL) {
+        return;
+    }
+    pthread_t threads[THREADS];
+    struct testing_counting counting[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        counting[i].chunk = c;
+        counting[i].rounds = ROUNDS;
+        counting[i].failures = 0;
+        CHECK_TRUE(pthread_create(&threads[i], NULL, testing_count, &counting[i]) == 0,
+                   "pthread_create");
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK_TRUE(counting[i].failures == 0, "%s: thread %d failed", NAMES[p], i);
+    }
+    CHECK_OK(sat_barrier(BAR_BASE + 10 * p, nclients));
+    CHECK_OK(sat_read(c));
+    uint64_t got = load(c, 0), want = (uint64_t)nclients * THREADS * ROUNDS;
+    CHECK_OK(sat_release(c));
+    CHECK_TRUE(got == want, "%s: the counter holds %llu, expected %llu", NAMES[p],
+               (unsigned long long)got, (unsigned long long)want);
+}
+
+/* ----------------------------------------------------- producer-consumer */
+
+static uint64_t value(uint64_t round, size_t i) { return round * 1000003u + i * 7u + 1; }
+
+#define VALUES 16
+
+static void producer_consumer(int p, uint64_t base) {
+    sat_chunk_t *produced = CHECK_CHUNK(sat_malloc(protocol(p), base + PRODUCED, 8 * VALUES));
+    sat_chunk_t *answer = CHECK_CHUNK(sat_malloc(protocol(p), base + ANSWERS + me, 8));
+    sat_chunk_t *answers[3] = {NULL, NULL, NULL};
+    for (uint32_t c = 0; c < nclients && c < 3; c++) {
+        answers[c] = CHECK_CHUNK(sat_lookup(protocol(p), base + ANSWERS + c, 1));
+    }
+    if (produced == NULL || answer == NULL) {
+        return;
+    }
+    size_t wrong = 0;
+    for (uint64_t r = 1; r <= ROUNDS; r++) {
+        if (me == 0) {
+            CHECK_OK(sat_write(produced));
+            for (size_t i = 0; i < VALUES; i++) {
+                store(produced, i, value(r, i));
+            }
+            CHECK_OK(sat_release(produced));
+        }
+        CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 1, nclients));
+        /* Every client reads the round's values, twice (the second a hit
+         * where the protocol caches), and answers with their sum. */
+        uint64_t sum = 0;
+        for (int twice = 0; twice < 2; twice++) {
+            CHECK_OK(sat_read(produced));
+            sum = 0;
+            for (size_t i = 0; i < VALUES; i++) {
+                wrong += load(produced, i) != value(r, i);
+                sum += load(produced, i);
+            }
+            CHECK_OK(sat_release(produced));
+        }
+        CHECK_OK(sat_write(answer));
+        store(answer, 0, sum);
+        CHECK_OK(sat_release(answer));
+        CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 2, nclients));
+        if (me == 0) {
+            uint64_t want = 0;
+            for (size_t i = 0; i < VALUES; i++) {
+                want += value(r, i);
+            }
+            for (uint32_t c = 0; c < nclients && c < 3; c++) {
+                if (answers[c] == NULL) {
+                    continue;
+                }
+                CHECK_OK(sat_read(answers[c]));
+                wrong += load(answers[c], 0) != want;
+                CHECK_OK(sat_release(answers[c]));
+            }
+        }
+    }
+    CHECK_TRUE(wrong == 0, "%s: %zu values read were not the round's", NAMES[p], wrong);
+}
+
+/* ----------------------------------------- a counter written by its owner */
+
+static void owned(int p, uint64_t base) {
+    sat_chunk_t *mine = CHECK_CHUNK(sat_malloc(protocol(p), base + PRIVATE + me, 64));
+    if (mine == NULL) {
+        return;
+    }
+    for (uint64_t r = 1; r <= ROUNDS; r++) {
+        CHECK_OK(r % 2 ? sat_readwrite(mine) : sat_write(mine));
+        store(mine, 0, r);
+        store(mine, 1, me);
+        CHECK_OK(sat_release(mine));
+    }
+    CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 3, nclients));
+    for (uint32_t c = 0; c < nclients; c++) {
+        sat_chunk_t *theirs = CHECK_CHUNK(sat_lookup(protocol(p), base + PRIVATE + c, 1));
+        if (theirs == NULL) {
+            continue;
+        }
+        CHECK_OK(sat_read(theirs));
+        CHECK_TRUE(load(theirs, 0) == ROUNDS && load(theirs, 1) == c,
+                   "%s: client %u's counter reads %llu (owner %llu)", NAMES[p], c,
+                   (unsigned long long)load(theirs, 0), (unsigned long long)load(theirs, 1));
+        CHECK_OK(sat_release(theirs));
+    }
+    /* Then everybody writes everybody's: the owners' copies are taken back. */
+    CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 4, nclients));
+    for (uint32_t c = 0; c < nclients; c++) {
+        sat_chunk_t *theirs = sat_lookup(protocol(p), base + PRIVATE + c, 1);
+        if (theirs == NULL) {
+            continue;
+        }
+        CHECK_OK(sat_readwrite(theirs));
+        store(theirs, 2, load(theirs, 2) + 1);
+        CHECK_OK(sat_release(theirs));
+    }
+    CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 5, nclients));
+    CHECK_OK(sat_read(mine));
+    CHECK_TRUE(load(mine, 0) == ROUNDS && load(mine, 2) == nclients,
+               "%s: my counter reads %llu, %llu writers", NAMES[p],
+               (unsigned long long)load(mine, 0), (unsigned long long)load(mine, 2));
+    CHECK_OK(sat_release(mine));
+}
+
+static void role(sat_bootstrap_t *b) {
+    me = b->rank - 2;
+    nclients = (uint32_t)sat_client_count();
+    for (int p = 0; p < PROTOCOLS; p++) {
+        uint64_t base = 100u * (uint64_t)p;
+        counter(p, base);
+        producer_consumer(p, base);
+        owned(p, base);
+    }
+    char name[64];
+    snprintf(name, sizeof name, "protocols (rank %u)", b->rank);
+    if (testing_done(name) != 0) {
+        exit(EXIT_FAILURE);
+    }
+}
+
+int main(int argc, char **argv) {
+    sat_role_fn roles[2] = {NULL, role};
+    int status = sat_bootstrap(roles, 2, NULL, argc, argv);
+    if (status != SAT_OK) {
+        fprintf(stderr, "FAIL protocols: %s\n", sat_last_error());
+        return 1;
+    }
+    return 0;
+}
