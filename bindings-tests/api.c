@@ -62,6 +62,7 @@ static void counters(void) {
     struct testing_counting counting[2 * THREADS];
     for (int i = 0; i < 2 * THREADS; i++) {
         counting[i].chunk = chunks[i % 2];
+        counting[i].offset = 0;
         counting[i].rounds = ROUNDS;
         counting[i].failures = 0;
         CHECK_TRUE(pthread_create(&threads[i], NULL, testing_count, &counting[i]) == 0,

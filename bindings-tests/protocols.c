@@ -8,7 +8,9 @@
  * own messages are what runs spread over hosts take.
  *
  * - a migratory counter: every client adds one, ROUNDS times, in READWRITE
- *   scopes (from two threads each): no update is lost;
+ *   scopes (from two threads each): no update is lost (with multiple
+ *   writers, each client counts in its own 8 bytes of the chunk: writers of
+ *   the same bytes would overwrite each other's, by that protocol's rule);
  * - producer-consumer: client 0 writes round r's values in a WRITE scope,
  *   the others read them after a barrier (an update protocol's readers then
  *   hit), and answer in their own chunk, which client 0 reads;
@@ -27,7 +29,8 @@
 
 #define ROUNDS 30
 #define THREADS 2
-#define PROTOCOLS 4
+#define PROTOCOLS 5
+#define MULTIPLE_WRITERS 4
 /* Chunk ids per protocol p: base + 100 * p. */
 #define COUNTER 2000
 #define PRODUCED 2001
@@ -45,12 +48,18 @@ static const sat_consistency_t *protocol(int p) {
         return sat_home_only();
     case 2:
         return sat_home_based_mesi_exclusive();
-    default:
+    case 3:
         return sat_home_based_mesi_update();
+    default:
+        return sat_multiple_writers();
     }
 }
 
-static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update"};
+static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update", "hlrc"};
+
+/* The 8-byte word a client writes in a chunk every client writes: its own
+ * under multiple writers, else the first. */
+static size_t word_of(int p, uint32_t client) { return p == MULTIPLE_WRITERS ? client : 0; }
 
 static uint64_t load(const sat_chunk_t *c, size_t i) {
     uint64_t v;
@@ -63,7 +72,7 @@ static void store(sat_chunk_t *c, size_t i, uint64_t v) { memcpy(c->data + 8 * i
 /* ----------------------------------------------------- migratory counter */
 
 static void counter(int p, uint64_t base) {
-    sat_chunk_t *c = CHECK_CHUNK(sat_malloc(protocol(p), base + COUNTER, 8));
+    sat_chunk_t *c = CHECK_CHUNK(sat_malloc(protocol(p), base + COUNTER, 8 * 3));
     if (c == NULL) {
         return;
     }
@@ -71,6 +80,7 @@ static void counter(int p, uint64_t base) {
     struct testing_counting counting[THREADS];
     for (int i = 0; i < THREADS; i++) {
         counting[i].chunk = c;
+        counting[i].offset = 8 * word_of(p, me);
         counting[i].rounds = ROUNDS;
         counting[i].failures = 0;
         CHECK_TRUE(pthread_create(&threads[i], NULL, testing_count, &counting[i]) == 0,
@@ -82,7 +92,10 @@ static void counter(int p, uint64_t base) {
     }
     CHECK_OK(sat_barrier(BAR_BASE + 10 * p, nclients));
     CHECK_OK(sat_read(c));
-    uint64_t got = load(c, 0), want = (uint64_t)nclients * THREADS * ROUNDS;
+    uint64_t got = 0, want = (uint64_t)nclients * THREADS * ROUNDS;
+    for (uint32_t k = 0; k < nclients; k++) {
+        got += p == MULTIPLE_WRITERS || k == 0 ? load(c, k) : 0;
+    }
     CHECK_OK(sat_release(c));
     CHECK_TRUE(got == want, "%s: the counter holds %llu, expected %llu", NAMES[p],
                (unsigned long long)got, (unsigned long long)want);
@@ -181,14 +194,19 @@ static void owned(int p, uint64_t base) {
             continue;
         }
         CHECK_OK(sat_readwrite(theirs));
-        store(theirs, 2, load(theirs, 2) + 1);
+        size_t w = 2 + word_of(p, me);
+        store(theirs, w, load(theirs, w) + 1);
         CHECK_OK(sat_release(theirs));
     }
     CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 5, nclients));
     CHECK_OK(sat_read(mine));
-    CHECK_TRUE(load(mine, 0) == ROUNDS && load(mine, 2) == nclients,
+    uint64_t writers = 0;
+    for (uint32_t k = 0; k < nclients; k++) {
+        writers += p == MULTIPLE_WRITERS || k == 0 ? load(mine, 2 + k) : 0;
+    }
+    CHECK_TRUE(load(mine, 0) == ROUNDS && writers == nclients,
                "%s: my counter reads %llu, %llu writers", NAMES[p],
-               (unsigned long long)load(mine, 0), (unsigned long long)load(mine, 2));
+               (unsigned long long)load(mine, 0), (unsigned long long)writers);
     CHECK_OK(sat_release(mine));
 }
 

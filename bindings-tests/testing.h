@@ -105,10 +105,11 @@ static inline long testing_rss_anon_kib(void) {
 
 /* Prints the verdict; the exit status of the test. */
 /* A thread's work for the counter tests: `rounds` READWRITE scopes on
- * `chunk`, each adding one to the uint64_t at its start. A failed call is
- * printed and counted in `failures`, and ends the thread's rounds. */
+ * `chunk`, each adding one to the uint64_t at byte `offset`. A failed call
+ * is printed and counted in `failures`, and ends the thread's rounds. */
 struct testing_counting {
     sat_chunk_t *chunk;
+    size_t offset;
     int rounds;
     int failures;
 };
@@ -122,9 +123,9 @@ static inline void *testing_count(void *arg) {
             c->failures++;
             return NULL;
         }
-        memcpy(&v, c->chunk->data, sizeof v);
+        memcpy(&v, c->chunk->data + c->offset, sizeof v);
         v++;
-        memcpy(c->chunk->data, &v, sizeof v);
+        memcpy(c->chunk->data + c->offset, &v, sizeof v);
         if (sat_release(c->chunk) != SAT_OK) {
             fprintf(stderr, "FAIL: RELEASE from a thread: %s\n", sat_last_error());
             c->failures++;

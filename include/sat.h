@@ -322,6 +322,19 @@ const struct sat_consistency_t *sat_home_based_mesi_exclusive(void);
 const struct sat_consistency_t *sat_home_based_mesi_update(void);
 
 /**
+ * Home-based lazy release consistency with multiple writers: several
+ * processes may be inside write scopes of one chunk at once, each
+ * publishing only the bytes it changed (a diff against the bytes its scope
+ * opened on), merged at the home in the order the releases arrive; where
+ * two writers change the same byte, the later release's value stays. For
+ * chunks whose parts different processes write (rows of a matrix). Every
+ * scope asks the home (2 messages), and a release waits for the home to
+ * apply its diff (2). Not for protected chains.
+ * The pointer is static: never free it.
+ */
+const struct sat_consistency_t *sat_multiple_writers(void);
+
+/**
  * MALLOC: `size` bytes from chunk `baseid` on, as a chain of chunks of the
  * default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
  * NULL `consistency` means home-based MESI. Allocating the same chain

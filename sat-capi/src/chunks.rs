@@ -43,6 +43,9 @@ static MESI_EXCLUSIVE: sat_consistency_t = sat_consistency_t {
 static MESI_UPDATE: sat_consistency_t = sat_consistency_t {
     protocol: ProtocolId::UpdateMesi,
 };
+static MULTIPLE_WRITERS: sat_consistency_t = sat_consistency_t {
+    protocol: ProtocolId::MultipleWriters,
+};
 
 /// The home-based MESI protocol (the default; the report's `newHomeBaseMESI`).
 /// The pointer is static: never free it.
@@ -75,6 +78,20 @@ pub extern "C" fn sat_home_based_mesi_exclusive() -> *const sat_consistency_t {
 #[no_mangle]
 pub extern "C" fn sat_home_based_mesi_update() -> *const sat_consistency_t {
     &MESI_UPDATE
+}
+
+/// Home-based lazy release consistency with multiple writers: several
+/// processes may be inside write scopes of one chunk at once, each
+/// publishing only the bytes it changed (a diff against the bytes its scope
+/// opened on), merged at the home in the order the releases arrive; where
+/// two writers change the same byte, the later release's value stays. For
+/// chunks whose parts different processes write (rows of a matrix). Every
+/// scope asks the home (2 messages), and a release waits for the home to
+/// apply its diff (2). Not for protected chains.
+/// The pointer is static: never free it.
+#[no_mangle]
+pub extern "C" fn sat_multiple_writers() -> *const sat_consistency_t {
+    &MULTIPLE_WRITERS
 }
 
 /// A list of unsigned longs (the report's `UnsignedLongList_t`).
@@ -466,17 +483,24 @@ pub(crate) fn protocol_of(
     if consistency.is_null() {
         return Ok(ProtocolId::default());
     }
-    [&HOME_BASED_MESI, &HOME_ONLY, &MESI_EXCLUSIVE, &MESI_UPDATE]
-        .into_iter()
-        .find(|&known| std::ptr::eq(known, consistency))
-        .map(|known| known.protocol)
-        .ok_or_else(|| {
-            bad_argument(&format!(
-                "{name}: the consistency argument is not one this library hands out; give \
+    [
+        &HOME_BASED_MESI,
+        &HOME_ONLY,
+        &MESI_EXCLUSIVE,
+        &MESI_UPDATE,
+        &MULTIPLE_WRITERS,
+    ]
+    .into_iter()
+    .find(|&known| std::ptr::eq(known, consistency))
+    .map(|known| known.protocol)
+    .ok_or_else(|| {
+        bad_argument(&format!(
+            "{name}: the consistency argument is not one this library hands out; give \
                  sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only(), \
-                 sat_home_based_mesi_exclusive(), sat_home_based_mesi_update() or NULL"
-            ))
-        })
+                 sat_home_based_mesi_exclusive(), sat_home_based_mesi_update(), \
+                 sat_multiple_writers() or NULL"
+        ))
+    })
 }
 
 /// What a second allocation of a chain this process has (handle `h`) gets:

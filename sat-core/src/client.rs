@@ -766,6 +766,13 @@ impl Client {
             return Err(ChunkError::TooLarge { size }.into());
         }
         crate::chunk::check_chain_size(layout.total_size() as u64)?;
+        if label != NO_LABEL && protocol.diffs() {
+            return Err(SatError::Usage(format!(
+                "a protected chain with the {} protocol: its writers publish diffs, and a diff \
+                 of ciphertexts merges nothing; protect it with another protocol",
+                protocol.name()
+            )));
+        }
         if memory.is_none() {
             let existing = self.lock().store.existing(&layout);
             if let Some(chain) = existing {
@@ -956,6 +963,21 @@ impl Client {
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
+        // A diffing protocol's writers take a host slot's lock in turn and
+        // publish whole versions there: a WRITE reads the current version
+        // first, or it would publish stale copies of others' bytes.
+        let access = match access {
+            Access::Write
+                if self
+                    .lock()
+                    .store
+                    .get(chunk)
+                    .is_some_and(|c| c.host.is_some() && c.protocol.diffs()) =>
+            {
+                Access::ReadWrite
+            }
+            other => other,
+        };
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
         let me = this_thread();
@@ -978,11 +1000,19 @@ impl Client {
             // A reader joins other threads' read scopes only while the
             // protocol allows it (no writer waiting for them).
             let beside = !c.holders.is_empty() && !c.holders.contains(&me);
-            if beside && must_wait(c.side.as_ref(), access) {
+            // A release waiting for the home's acknowledgement (a diff:
+            // `protocol::hlrc`) holds the chunk as its scope did.
+            let acking = |c: &crate::store::LocalChunk| c.holders.is_empty() && c.side.waiting();
+            if (beside && must_wait(c.side.as_ref(), access)) || acking(c) {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
-                    (!must_wait(c.side.as_ref(), access) || c.holders.is_empty()).then_some(())
+                    let free = if c.holders.is_empty() {
+                        !acking(c)
+                    } else {
+                        !must_wait(c.side.as_ref(), access)
+                    };
+                    free.then_some(())
                 })?;
                 continue;
             }
@@ -1000,8 +1030,11 @@ impl Client {
             // place that joined after the version arrived is filled from
             // one that holds it (or the version is forgotten and fetched).
             // A WRITE keeps the place's bytes: they are what it publishes
-            // (MAP'd memory filled before a PUT).
-            if access != Access::Write {
+            // (MAP'd memory filled before a PUT). Under a diffing protocol
+            // it reads them too: its twin must be the current version.
+            let reads =
+                access != Access::Write || st.store.get(chunk).is_some_and(|c| c.protocol.diffs());
+            if reads {
                 // A host slot that holds a newer version than this process
                 // will replace the local bytes: checking them first would
                 // hash a whole version for nothing.
@@ -1035,6 +1068,7 @@ impl Client {
                         c.scope_stat = Some((started, access, true));
                     }
                     st.store.set_scope_place(chunk, place);
+                    take_twin(st, chunk);
                     return Ok(());
                 }
                 Acquire::Request(req) => req,
@@ -1079,7 +1113,7 @@ impl Client {
             if c.host.is_some() && c.grants >= granted {
                 // This thread has held the lock since it checked the local
                 // bytes above, or since the grant filled them.
-                if access != Access::Write {
+                if reads {
                     st.store.make_valid_with(chunk, place, Exposed::Trusted);
                 }
                 drop(guard);
@@ -1150,10 +1184,10 @@ impl Client {
     fn end_scope(&self, chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let me = this_thread();
         let to = (self.rank, self.server);
-        {
+        let acked = {
             let mut st = self.lock();
             match st.loans.in_the_way_of_ending(chunk, me) {
-                loans::Conflict::None => return st.end_scope(to, chunk, ending),
+                loans::Conflict::None => st.end_scope_acked(to, chunk, ending)?,
                 loans::Conflict::Mine => {
                     return Err(SatError::Usage(format!(
                         "{} of chunk {chunk} inside a closure that has its bytes (with_data, \
@@ -1164,14 +1198,24 @@ impl Client {
                         }
                     )))
                 }
-                loans::Conflict::Others => {}
+                loans::Conflict::Others => {
+                    drop(st);
+                    let ended = self.wait(None, |st| {
+                        (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None)
+                            .then(|| st.end_scope_acked(to, chunk, ending))
+                    })?;
+                    ended.expect("a wait without a deadline ends with its value")?
+                }
             }
+        };
+        // A release the home acknowledges returns once it has (a diff:
+        // `protocol::hlrc`).
+        if let Some(ack) = acked {
+            self.wait_inner(None, false, None, |st| {
+                (st.store.get(chunk)?.grants >= ack).then_some(())
+            })?;
         }
-        let ended = self.wait(None, |st| {
-            (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None)
-                .then(|| st.end_scope(to, chunk, ending))
-        })?;
-        ended.expect("a wait without a deadline ends with its value")
+        Ok(())
     }
 
     /// A scope opened on a host slot takes it without a message: under the
@@ -1814,6 +1858,25 @@ impl ClientState {
     /// stop being a version. When the message cannot be sent the scope
     /// stays open, unchanged, and the error is returned: the home never
     /// heard of its end.
+    /// [`ClientState::end_scope`], then the grant count the home's
+    /// acknowledgement of the release makes, when the release waits for one.
+    fn end_scope_acked(
+        &mut self,
+        to: (Rank, Rank),
+        chunk: ChunkId,
+        ending: Ending,
+    ) -> SatResult<Option<u64>> {
+        // Only the release of a diffing write scope is acknowledged; the
+        // side may wait for other things meanwhile (another thread's
+        // request).
+        let acked = self.store.get(chunk).and_then(|c| {
+            let diff = c.side.diffs() && c.side.writing() && c.host.is_none();
+            (diff && ending == Ending::Release).then_some(c.grants + 1)
+        });
+        self.end_scope(to, chunk, ending)?;
+        Ok(acked)
+    }
+
     fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
         let was_writing = c.side.writing();
@@ -1840,12 +1903,18 @@ impl ClientState {
         if let (Some(op), Some(slot)) = (sent, host) {
             return self.end_host_scope(to, chunk, &slot, op, place);
         }
+        let twin = self.store.get_mut(chunk).and_then(|c| c.twin.take());
         if let Some(op) = sent {
             let publishes = was_writing && op.publishes();
-            let data = if publishes {
-                self.store.bytes(chunk, place)
-            } else {
-                None
+            let diff;
+            let data = match (publishes, op) {
+                (true, ToHome::ReleaseDiff) => {
+                    let now = self.store.bytes(chunk, place).unwrap_or(&[]);
+                    diff = crate::protocol::hlrc::diff_or_whole(twin.as_deref(), now);
+                    Some(&diff[..])
+                }
+                (true, _) => self.store.bytes(chunk, place),
+                _ => None,
             };
             let delivered = send_to_home(
                 self.transport.as_mut(),
@@ -1856,9 +1925,11 @@ impl ClientState {
                 data,
             );
             if let Err(e) = delivered {
+                let c = self.store.get_mut(chunk).expect("known");
                 if let Some(before) = before {
-                    self.store.get_mut(chunk).expect("known").side = before;
+                    c.side = before;
                 }
+                c.twin = twin;
                 return Err(e);
             }
             if publishes {
@@ -2000,11 +2071,32 @@ fn scope_granted(st: &mut ClientState, chunk: ChunkId, granted: u64, access: Acc
     if st.store.get(chunk)?.grants < granted {
         return None;
     }
-    if access != Access::Write {
+    let c = st.store.get(chunk)?;
+    if access != Access::Write || c.side.diffs() {
         let place = st.store.scope_place(chunk)?;
         st.store.make_valid(chunk, place);
     }
+    take_twin(st, chunk);
     Some(())
+}
+
+/// A write scope of a diffing protocol ([`crate::protocol::hlrc`]) has
+/// just opened: keeps the bytes it opened on, which its release diffs
+/// against. (A chunk in a host slot takes whole releases under the slot's
+/// lock instead.)
+fn take_twin(st: &mut ClientState, chunk: ChunkId) {
+    let Some(c) = st.store.get(chunk) else {
+        return;
+    };
+    if !(c.side.diffs() && c.side.writing() && c.host.is_none()) {
+        return;
+    }
+    let twin = st
+        .store
+        .scope_place(chunk)
+        .and_then(|place| st.store.bytes(chunk, place))
+        .map(<[u8]>::to_vec);
+    st.store.get_mut(chunk).expect("known").twin = twin;
 }
 
 /// How a scope ends.

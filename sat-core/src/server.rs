@@ -145,6 +145,8 @@ fn request_name(op: CoherenceOp, forwarded: bool) -> String {
         CoherenceOp::ReleaseYield { .. } => "release_yield",
         CoherenceOp::AbortYield => "abort_yield",
         CoherenceOp::Share => "share",
+        CoherenceOp::ReleaseDiff => "release_diff",
+        CoherenceOp::DiffAck { .. } => "diff_ack",
     };
     let who = if forwarded { "server" } else { "client" };
     format!("{who}_req_{what}")
@@ -734,6 +736,11 @@ impl ServerState<'_> {
                 label,
                 ..
             } => {
+                if label != crate::chunk::NO_LABEL && protocol.diffs() {
+                    tracing::warn!("server {}: malloc of protected chunk {chunk} with {} refused: its writers would publish diffs of ciphertexts", self.rank, protocol.name());
+                    self.answer(out, chunk, (client, request), AllocOutcome::Refused);
+                    return;
+                }
                 if size == 0 || size > crate::chunk::MAX_CHUNK_SIZE as u64 {
                     tracing::warn!("server {}: malloc of chunk {chunk} with {size} bytes refused: out of range", self.rank);
                     // Answered, or the client would wait for nothing.

@@ -192,6 +192,9 @@ pub(crate) struct LocalChunk {
     /// The digest of the version's bytes, kept while the chunk has an
     /// exposed place: what an exposed place is checked against.
     digest: Option<u64>,
+    /// The bytes an open write scope of a diffing protocol opened on
+    /// ([`crate::protocol::hlrc`]): its release publishes what differs.
+    pub twin: Option<Vec<u8>>,
 }
 
 struct Region {
@@ -331,6 +334,7 @@ impl Store {
                 scope_stat: None,
                 grants: 0,
                 digest: None,
+                twin: None,
             });
             chunk.places.push(Place {
                 region,

@@ -267,6 +267,10 @@ pub enum CoherenceOp {
     },
     AbortYield,
     Share,
+    ReleaseDiff,
+    DiffAck {
+        version: u64,
+    },
 }
 
 /// What the home says about an allocation request.

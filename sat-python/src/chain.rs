@@ -41,8 +41,9 @@ pub(crate) fn parse_protocol(name: &str) -> PyResult<ProtocolId> {
         PyValueError::new_err(format!(
             "protocol {name:?}: give 'mesi' (home-based MESI, the default), 'home-only' (every \
              scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the \
-             only holder writes again with no message) or 'update' (MESI whose releases update \
-             the copies they invalidated)"
+             only holder writes again with no message), 'update' (MESI whose releases update \
+             the copies they invalidated) or 'hlrc' (multiple writers, each publishing the bytes \
+             it changed)"
         ))
     })
 }

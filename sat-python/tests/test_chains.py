@@ -60,8 +60,8 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
     assert out.lines(1) == [
         "ValueError | protocol \"MESI\": give 'mesi' (home-based MESI, the default), 'home-only' "
         "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
-        "holder writes again with no message) or 'update' (MESI whose releases update the copies they "
-        "invalidated)",
+        "holder writes again with no message), 'update' (MESI whose releases update the copies they "
+        "invalidated) or 'hlrc' (multiple writers, each publishing the bytes it changed)",
         "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes (protocol 'mesi'): "
         "this process already has that chain with 8 bytes (protocol 'home-only'); allocate it with the "
         "same sizes and protocol, or LOOKUP it",
@@ -153,6 +153,39 @@ def test_the_e_state_and_update_protocols_by_name(satrun, provider):
     assert out.lines(2) == ["owned 5"] + [f"pushed {i}" for i in range(1, 6)]
     misses = [l.split(":")[0] for l in out.log_lines(1) if " chunk 80" in l and ": miss" in l]
     assert misses == ["[Home-Based MESI with E] READWRITE chunk 80"], out.stderr
+
+
+def test_multiple_writers_each_publish_their_own_bytes(satrun, provider):
+    """'hlrc': two processes write their own halves of one chunk at the same time, ROUNDS times
+    each, and both halves keep every write (a READWRITE of the whole chunk by the other would
+    have overwritten them under MESI's rules only if it published stale bytes: here it
+    publishes only what it changed)."""
+    out = satrun(
+        """
+        import sat
+
+        ROUNDS = 20
+
+        def writer(client):
+            chain = client.malloc(90, 16, protocol="hlrc")
+            assert chain.protocol == "hlrc"
+            half = (client.rank - 1) * 8        # ranks 1 and 2
+            client.barrier(1, 2)
+            for i in range(ROUNDS):
+                with chain.readwrite() as view:
+                    n = int.from_bytes(view[half:half + 8], "little")
+                    view[half:half + 8] = (n + 1).to_bytes(8, "little")
+            client.barrier(2, 2)
+            with chain.read() as view:
+                print("halves", int.from_bytes(view[:8], "little"), int.from_bytes(view[8:], "little"))
+
+        sat.run({1: writer, 2: writer})
+        """,
+        provider=provider,
+        env={"SAT_HOST_SEGMENTS": "off"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["halves 20 20"] and out.lines(2) == ["halves 20 20"], out.stdout
 
 
 def test_malloc_lst_and_lookup_lst_lay_chunks_out_in_the_order_of_ids(satrun, provider):
@@ -430,8 +463,8 @@ def test_map_holds_the_buffer_and_refuses_what_it_cannot_map(satrun):
         "ChunkError | a chunk of 0 bytes cannot be allocated: give a size of at least 1",
         "ValueError | protocol \"msi\": give 'mesi' (home-based MESI, the default), 'home-only' "
         "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
-        "holder writes again with no message) or 'update' (MESI whose releases update the copies they "
-        "invalidated)",
+        "holder writes again with no message), 'update' (MESI whose releases update the copies they "
+        "invalidated) or 'hlrc' (multiple writers, each publishing the bytes it changed)",
         "UsageError | invalid use of the SAT API: MAP of chunk 41: this memory is already the local memory "
         "of the chain at chunk 10; two chains in one memory would overwrite each other's data: give each "
         "chain its own buffer",

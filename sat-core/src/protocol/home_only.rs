@@ -132,7 +132,9 @@ impl HomeSide for Home {
             }
             ToHome::InvalAck => return Err(ProtocolViolation::Foreign("inval_ack")),
             ToHome::ReleaseYield { .. } => return Err(ProtocolViolation::Foreign("release_yield")),
-            ToHome::AbortYield => return Err(ProtocolViolation::Foreign("abort_yield")),
+            ToHome::AbortYield | ToHome::ReleaseDiff => {
+                return Err(ProtocolViolation::Foreign(msg.name()))
+            }
         }
         self.serve_pending(out);
         Ok(())
@@ -232,7 +234,9 @@ impl ClientSide for Client {
                 return Err(ProtocolViolation::Foreign("exclusive_grant"))
             }
             ToClient::Update { .. } => return Err(ProtocolViolation::Foreign("update")),
-            ToClient::Share => return Err(ProtocolViolation::Foreign("share")),
+            ToClient::Share | ToClient::DiffAck { .. } => {
+                return Err(ProtocolViolation::Foreign(msg.name()))
+            }
         };
         let Some(access) = self.waiting.filter(|a| a.exclusive() == exclusive) else {
             return Err(ProtocolViolation::StrayGrant);

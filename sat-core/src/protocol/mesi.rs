@@ -131,12 +131,33 @@ pub enum ToHome {
     ReleaseYield { version: Version },
     /// [`ToHome::Abort`] of such a scope, then that acknowledgement.
     AbortYield,
+    /// The end of a write scope of [`super::hlrc`]: the diff against its
+    /// twin travels with it, and the home makes the next version of it.
+    ReleaseDiff,
 }
 
 impl ToHome {
-    /// Whether the chunk's new bytes travel with it.
+    /// Whether the chunk's new bytes (or their diff) travel with it.
     pub fn publishes(self) -> bool {
-        matches!(self, ToHome::Release { .. } | ToHome::ReleaseYield { .. })
+        matches!(
+            self,
+            ToHome::Release { .. } | ToHome::ReleaseYield { .. } | ToHome::ReleaseDiff
+        )
+    }
+
+    /// Its name in refusals and the debug stream.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToHome::ReadReq { .. } => "read_req",
+            ToHome::WriteReq { .. } => "write_req",
+            ToHome::Release { .. } => "release",
+            ToHome::InvalAck => "inval_ack",
+            ToHome::ReadRelease => "read_release",
+            ToHome::Abort => "abort",
+            ToHome::ReleaseYield { .. } => "release_yield",
+            ToHome::AbortYield => "abort_yield",
+            ToHome::ReleaseDiff => "release_diff",
+        }
     }
 }
 
@@ -161,6 +182,12 @@ pub enum ToClient {
     /// and answers ([`ToHome::InvalAck`]) once a write scope it opened with
     /// no grant has ended (with [`ToHome::ReleaseYield`] if it published).
     Share,
+    /// [`super::hlrc`]: the diff of a release is applied, as `version`;
+    /// the release returns only then, so that any scope another process
+    /// opens after it sees the diff.
+    DiffAck {
+        version: Version,
+    },
     /// The version a release made, pushed to a copy its write invalidated
     /// (the bytes travel with it). Not a grant: the client takes it only if
     /// it has not asked for the chunk meanwhile.
@@ -170,6 +197,19 @@ pub enum ToClient {
 }
 
 impl ToClient {
+    /// Its name in refusals and the debug stream.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToClient::ReadGrant { .. } => "read_grant",
+            ToClient::WriteGrant { .. } => "write_grant",
+            ToClient::Inval => "inval",
+            ToClient::Share => "share",
+            ToClient::ExclusiveGrant { .. } => "exclusive_grant",
+            ToClient::Update { .. } => "update",
+            ToClient::DiffAck { .. } => "diff_ack",
+        }
+    }
+
     /// Whether this answers a request (what a waiting acquire counts).
     pub fn is_grant(self) -> bool {
         matches!(
@@ -177,6 +217,7 @@ impl ToClient {
             ToClient::ReadGrant { .. }
                 | ToClient::WriteGrant { .. }
                 | ToClient::ExclusiveGrant { .. }
+                | ToClient::DiffAck { .. }
         )
     }
 }
@@ -211,6 +252,8 @@ pub enum ProtocolViolation {
     StrayReadRelease { from: Rank },
     #[error("abort from client {from}, which is not inside a write scope")]
     AbortWithoutOwnership { from: Rank },
+    #[error("{0}")]
+    BadDiff(super::hlrc::BadDiff),
 }
 
 /// Misuse of the client API.
@@ -241,6 +284,7 @@ impl From<ToHome> for CoherenceOp {
             ToHome::Abort => CoherenceOp::Abort,
             ToHome::ReleaseYield { version } => CoherenceOp::ReleaseYield { version },
             ToHome::AbortYield => CoherenceOp::AbortYield,
+            ToHome::ReleaseDiff => CoherenceOp::ReleaseDiff,
         }
     }
 }
@@ -260,6 +304,7 @@ impl From<ToClient> for CoherenceOp {
                 CoherenceOp::ExclusiveGrant { version, with_data }
             }
             ToClient::Update { version } => CoherenceOp::Update { version },
+            ToClient::DiffAck { version } => CoherenceOp::DiffAck { version },
         }
     }
 }
@@ -275,6 +320,7 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::Abort => ToHome::Abort,
         CoherenceOp::ReleaseYield { version } => ToHome::ReleaseYield { version },
         CoherenceOp::AbortYield => ToHome::AbortYield,
+        CoherenceOp::ReleaseDiff => ToHome::ReleaseDiff,
         _ => return None,
     })
 }
@@ -292,6 +338,7 @@ pub fn to_client(op: CoherenceOp) -> Option<ToClient> {
             ToClient::ExclusiveGrant { version, with_data }
         }
         CoherenceOp::Update { version } => ToClient::Update { version },
+        CoherenceOp::DiffAck { version } => ToClient::DiffAck { version },
         _ => return None,
     })
 }
@@ -444,7 +491,9 @@ impl HomeSide for Home {
                 self.pending.push_back((from, msg));
             }
             ToHome::InvalAck => self.acknowledged(from, out)?,
-            ToHome::ReadRelease => return Err(ProtocolViolation::Foreign("read_release")),
+            ToHome::ReadRelease | ToHome::ReleaseDiff => {
+                return Err(ProtocolViolation::Foreign(msg.name()))
+            }
             ToHome::Release { version } | ToHome::ReleaseYield { version } => {
                 if !self.may_write(from) {
                     return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
@@ -829,6 +878,7 @@ impl ClientSide for Cache {
                     take_data,
                 })
             }
+            ToClient::DiffAck { .. } => Err(ProtocolViolation::Foreign(msg.name())),
             ToClient::Update { version } => {
                 if !self.flavor.update {
                     return Err(ProtocolViolation::Foreign("update"));

@@ -15,10 +15,14 @@
 //!   E state kept across releases (a repeated writer needs no grant) and
 //!   update-based MESI (a release pushes the new version to the copies it
 //!   invalidated).
+//! - [`hlrc`]: home-based lazy release consistency with multiple writers:
+//!   concurrent write scopes publish diffs against their twins, merged at
+//!   the home.
 //! - [`home_only`]: the home serializes every scope and clients keep no valid
 //!   copy between scopes. Simpler and cheaper for data written by many and
 //!   read once (no invalidations), dearer for data read often.
 
+pub mod hlrc;
 pub mod home_only;
 pub mod mesi;
 
@@ -62,6 +66,8 @@ pub enum ProtocolId {
     /// Home-based MESI whose releases update the copies they invalidated:
     /// [`mesi`], [`mesi::UPDATE`].
     UpdateMesi,
+    /// Multiple writers publishing diffs: [`hlrc`].
+    MultipleWriters,
 }
 
 impl ProtocolId {
@@ -72,6 +78,7 @@ impl ProtocolId {
             ProtocolId::HomeOnly => "Home-Only",
             ProtocolId::MesiExclusive => "Home-Based MESI with E",
             ProtocolId::UpdateMesi => "Update-Based MESI",
+            ProtocolId::MultipleWriters => "Home-Based LRC, Multiple Writers",
         }
     }
 
@@ -83,16 +90,24 @@ impl ProtocolId {
             ProtocolId::HomeOnly => "home-only",
             ProtocolId::MesiExclusive => "mesi-e",
             ProtocolId::UpdateMesi => "update",
+            ProtocolId::MultipleWriters => "hlrc",
         }
     }
 
     /// Every built-in protocol.
-    pub const ALL: [ProtocolId; 4] = [
+    pub const ALL: [ProtocolId; 5] = [
         ProtocolId::HomeMesi,
         ProtocolId::HomeOnly,
         ProtocolId::MesiExclusive,
         ProtocolId::UpdateMesi,
+        ProtocolId::MultipleWriters,
     ];
+
+    /// Whether write scopes publish diffs against a twin ([`hlrc`]): such
+    /// chunks cannot be protected (a diff of ciphertexts merges nothing).
+    pub fn diffs(self) -> bool {
+        self == ProtocolId::MultipleWriters
+    }
 
     /// The protocol of a short name.
     pub fn from_short_name(name: &str) -> Option<ProtocolId> {
@@ -106,6 +121,7 @@ impl ProtocolId {
             ProtocolId::HomeOnly => &home_only::HomeOnly,
             ProtocolId::MesiExclusive => &mesi::EXCLUSIVE,
             ProtocolId::UpdateMesi => &mesi::UPDATE,
+            ProtocolId::MultipleWriters => &hlrc::MultipleWriters,
         }
     }
 }
@@ -201,6 +217,12 @@ pub trait ClientSide: Send + Debug {
     fn writing(&self) -> bool;
     /// Whether an acquire waits for the home.
     fn waiting(&self) -> bool;
+    /// Whether a write scope publishes a diff against a twin of the bytes
+    /// it opened on ([`hlrc`]): the client runtime then keeps the twin, and
+    /// sends the diff with [`ToHome::ReleaseDiff`].
+    fn diffs(&self) -> bool {
+        false
+    }
 }
 
 /// How a new reader meets the read scopes other threads hold (see

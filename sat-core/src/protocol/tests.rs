@@ -128,6 +128,11 @@ struct Chunk {
     increments: u64,
     /// The home's version when last looked at (it may only grow).
     home_version: Version,
+    /// A diffing protocol ([`super::hlrc`]): writers share the chunk, each
+    /// writing its own 8-byte lane (client `c` at byte `8c`) with the
+    /// number of its write scopes; `released[c]` counts those sent home.
+    lanes: bool,
+    released: Vec<u64>,
     /// Messages sent about this chunk, both ways.
     sent: u64,
     /// The requests the home has received and not granted yet, in arrival
@@ -146,6 +151,14 @@ struct Client {
     open: Vec<Option<Access>>,
     /// The acquire it is blocked on, if any.
     waiting: Option<(usize, Access)>,
+    /// The chunk whose release waits for the home's acknowledgement (a
+    /// diff), blocking the client as an acquire does.
+    acking: Option<usize>,
+    /// Per chunk: the twin of an open write scope of a diffing protocol.
+    twins: Vec<Option<Vec<u8>>>,
+    /// Per chunk: each lane as the home held it when this client last
+    /// asked, which the scope's grant must not be older than.
+    floors: Vec<Vec<u64>>,
 }
 
 struct Sim {
@@ -178,6 +191,8 @@ impl Sim {
                         writes: 0,
                         increments: 0,
                         home_version: 0,
+                        lanes: protocol.diffs(),
+                        released: vec![0; clients],
                         sent: 0,
                         arrived: VecDeque::new(),
                     }
@@ -196,6 +211,9 @@ impl Sim {
                         .collect(),
                     open: vec![None; chunks.len()],
                     waiting: None,
+                    acking: None,
+                    twins: vec![None; chunks.len()],
+                    floors: vec![vec![0; clients]; chunks.len()],
                 })
                 .collect(),
             up: (0..clients)
@@ -227,7 +245,11 @@ impl Sim {
     /// Client `c` opens a scope on `chunk`, or sends its request and blocks.
     /// Returns whether it was a hit.
     fn acquire(&mut self, c: usize, chunk: usize, access: Access) -> bool {
-        assert!(self.clients[c].waiting.is_none() && self.clients[c].open[chunk].is_none());
+        assert!(
+            self.clients[c].waiting.is_none()
+                && self.clients[c].acking.is_none()
+                && self.clients[c].open[chunk].is_none()
+        );
         let step = self.clients[c].sides[chunk]
             .acquire(access)
             .unwrap_or_else(|e| panic!("client {c}: a legal {access:?} of chunk {chunk}: {e}"));
@@ -241,10 +263,13 @@ impl Sim {
         match step {
             Acquire::Hit => {
                 self.clients[c].open[chunk] = Some(access);
-                self.opened(c, chunk, access);
+                self.scope_opened(c, chunk, access);
             }
             Acquire::Request(req) => {
                 self.clients[c].waiting = Some((chunk, access));
+                if self.chunks[chunk].lanes {
+                    self.clients[c].floors[chunk] = self.home_lanes(chunk);
+                }
                 self.send_up(c, chunk, req, None);
             }
         }
@@ -261,6 +286,9 @@ impl Sim {
         let access = self.clients[c].open[chunk]
             .take()
             .expect("releases an open scope");
+        if self.chunks[chunk].lanes {
+            return self.release_lane(c, chunk, access);
+        }
         let ch = &self.chunks[chunk];
         let next = ch.newest + 1;
         if access.exclusive() {
@@ -364,8 +392,9 @@ impl Sim {
             "chunk {chunk}: the home's version went from {} back to {v}",
             ch.home_version
         );
+        let releases = if ch.lanes { ch.writes } else { ch.newest };
         assert!(
-            v <= ch.newest,
+            v <= releases,
             "chunk {chunk}: the home holds version {v}, newer than any release"
         );
         ch.home_version = v;
@@ -383,7 +412,10 @@ impl Sim {
             let grant = match o.msg {
                 ToClient::ReadGrant { .. } | ToClient::ExclusiveGrant { .. } => Some(false),
                 ToClient::WriteGrant { .. } => Some(true),
-                ToClient::Inval | ToClient::Share | ToClient::Update { .. } => None,
+                ToClient::Inval
+                | ToClient::Share
+                | ToClient::Update { .. }
+                | ToClient::DiffAck { .. } => None,
             };
             if let Some(exclusive) = grant {
                 let first = self.chunks[chunk].arrived.pop_front();
@@ -422,11 +454,14 @@ impl Sim {
                 .unwrap_or_else(|| panic!("client {c}: take the bytes of {msg:?}, which has none"));
             client.bytes[chunk].copy_from_slice(bytes);
         }
+        if client.acking == Some(chunk) && !client.sides[chunk].waiting() {
+            client.acking = None;
+        }
         if let Some((k, access)) = client.waiting {
             if k == chunk && !client.sides[chunk].waiting() {
                 client.waiting = None;
                 client.open[chunk] = Some(access);
-                self.opened(c, chunk, access);
+                self.scope_opened(c, chunk, access);
             }
         }
         if let Some(reply) = reply {
@@ -437,6 +472,76 @@ impl Sim {
     /// A scope just opened (a hit or a grant): a READ or READWRITE sees
     /// exactly the newest released bytes; every scope holds the newest
     /// version, since a write scope's release builds on it.
+    fn scope_opened(&mut self, c: usize, chunk: usize, access: Access) {
+        if !self.chunks[chunk].lanes {
+            return self.opened(c, chunk, access);
+        }
+        if access.exclusive() {
+            self.clients[c].twins[chunk] = Some(self.clients[c].bytes[chunk].clone());
+        }
+        if access == Access::Write {
+            return; // WRITE reads nothing: its bytes may be any older ones.
+        }
+        // Every lane holds a count its writer sent, no older than the home
+        // held when this client asked: the grant brought what the home had.
+        let bytes = &self.clients[c].bytes[chunk];
+        let ch = &self.chunks[chunk];
+        for (k, &floor) in self.clients[c].floors[chunk].iter().enumerate() {
+            let seen = value(&bytes[8 * k..]);
+            assert!(
+                seen >= floor && seen <= ch.released[k],
+                "client {c} opens {access:?} on multi-writer chunk {chunk}: lane {k} holds \
+                 {seen}; the home held {floor} when it asked, and {} were released",
+                ch.released[k]
+            );
+        }
+    }
+
+    /// The lanes of a multi-writer chunk's home.
+    fn home_lanes(&self, chunk: usize) -> Vec<u64> {
+        let data = self.chunks[chunk].home.data();
+        (0..self.clients.len())
+            .map(|k| value(&data[8 * k..]))
+            .collect()
+    }
+
+    /// A write scope on a multi-writer chunk writes its own lane, and its
+    /// release sends the diff against the twin.
+    fn release_lane(&mut self, c: usize, chunk: usize, access: Access) {
+        if access.exclusive() {
+            let count = self.chunks[chunk].released[c] + 1;
+            self.clients[c].bytes[chunk][8 * c..8 * c + 8].copy_from_slice(&count.to_le_bytes());
+        }
+        let sent = self.clients[c].sides[chunk]
+            .release()
+            .unwrap_or_else(|e| panic!("client {c}: a legal release of chunk {chunk}: {e}"));
+        self.trace.push(Event::Release {
+            client: c,
+            chunk,
+            sent,
+        });
+        match sent {
+            Some(ToHome::ReleaseDiff) => {
+                assert!(access.exclusive(), "client {c}: a read scope sent a diff");
+                let twin = self.clients[c].twins[chunk]
+                    .take()
+                    .expect("a write scope has a twin");
+                let diff = super::hlrc::diff(&twin, &self.clients[c].bytes[chunk]);
+                let ch = &mut self.chunks[chunk];
+                ch.released[c] += 1;
+                ch.writes += 1;
+                self.send_up(c, chunk, ToHome::ReleaseDiff, Some(diff.as_slice().into()));
+                // The release returns when the home has applied it.
+                self.clients[c].acking = Some(chunk);
+            }
+            None => assert!(
+                !access.exclusive(),
+                "client {c}: a write scope sent nothing"
+            ),
+            Some(other) => panic!("client {c}: a multi-writer scope ended with {other:?}"),
+        }
+    }
+
     fn opened(&self, c: usize, chunk: usize, access: Access) {
         let ch = &self.chunks[chunk];
         let side = &self.clients[c].sides[chunk];
@@ -476,7 +581,7 @@ impl Sim {
                 );
                 assert_eq!(
                     side.waiting(),
-                    client.waiting.map(|w| w.0) == Some(k),
+                    client.waiting.map(|w| w.0) == Some(k) || client.acking == Some(k),
                     "client {c}, chunk {k}"
                 );
                 assert_eq!(
@@ -494,6 +599,7 @@ impl Sim {
                         );
                         readers += 1;
                     }
+                    Some(_) if ch.lanes => {} // writers share the chunk
                     Some(_) => {
                         assert!(
                             writer.is_none(),
@@ -552,7 +658,9 @@ impl Sim {
         let actors: Vec<usize> = (0..n)
             .filter(|&c| {
                 let client = &self.clients[c];
-                client.waiting.is_none() && (new_ops || client.open.iter().any(Option::is_some))
+                client.waiting.is_none()
+                    && client.acking.is_none()
+                    && (new_ops || client.open.iter().any(Option::is_some))
             })
             .collect();
         if queues.is_empty() && actors.is_empty() {
@@ -615,6 +723,10 @@ impl Sim {
                 );
             }
             assert!(client.open.iter().all(Option::is_none));
+            assert_eq!(
+                client.acking, None,
+                "client {c} waits for an acknowledgement"
+            );
         }
     }
 
@@ -654,6 +766,12 @@ impl Sim {
                 "chunk {k}: requests never granted: {:?}",
                 ch.arrived
             );
+            if ch.lanes {
+                // Every writer's releases merged: no lane lost a write.
+                assert_eq!(home.version(), ch.writes, "chunk {k}: version");
+                assert_eq!(self.home_lanes(k), ch.released, "chunk {k}: lanes");
+                continue;
+            }
             assert_eq!(home.version(), ch.writes, "chunk {k}: version");
             assert_eq!(value(home.data()), ch.increments, "chunk {k}: lost update");
             assert_eq!(&home.data()[..], &ch.newest_bytes[..], "chunk {k}: data");
@@ -678,13 +796,19 @@ const STEPS: usize = 250;
 fn run_seed(seed: u64, trace_all: bool) {
     let mut rng = Rng(seed);
     let homes = 2 + rng.below(2);
+    let clients = 2 + rng.below(5);
     let chunks: Vec<(ProtocolId, usize)> = (0..3 + rng.below(3))
         .map(|_| {
             let protocol = rng.pick(&ProtocolId::ALL);
-            (protocol, 8 * (1 + rng.below(3)))
+            // A multi-writer chunk has a lane per client.
+            let size = if protocol.diffs() {
+                8 * clients
+            } else {
+                8 * (1 + rng.below(3))
+            };
+            (protocol, size)
         })
         .collect();
-    let clients = 2 + rng.below(5);
     let mut sim = Sim::new(homes, clients, &chunks);
     let run = catch_unwind(AssertUnwindSafe(|| {
         for _ in 0..STEPS {
@@ -985,6 +1109,49 @@ fn message_counts_with_updates() {
     sim.settle();
     sim.release(1, 0);
     sim.settle();
+    sim.check_final();
+}
+
+/// Multiple writers: every scope asks the home, every write's release
+/// sends a diff, which the home acknowledges; writers never wait for each
+/// other, and disjoint writes all survive.
+#[test]
+fn message_counts_with_multiple_writers() {
+    use Access::*;
+    let mut sim = Sim::new(1, 3, &[(ProtocolId::MultipleWriters, 24)]);
+    assert_eq!(scope_cost(&mut sim, 0, 0, Read), (2, 0));
+    assert_eq!(
+        scope_cost(&mut sim, 0, 0, Read),
+        (2, 0),
+        "no cached copy is trusted"
+    );
+    // The release: the diff and the home's acknowledgement.
+    assert_eq!(scope_cost(&mut sim, 1, 0, Write), (2, 2));
+    assert_eq!(scope_cost(&mut sim, 2, 0, ReadWrite), (2, 2));
+    // Three writers at once: nobody waits, nobody is invalidated.
+    sim.acquire(0, 0, Write);
+    sim.acquire(1, 0, ReadWrite);
+    sim.acquire(2, 0, ReadWrite);
+    sim.settle();
+    for c in 0..3 {
+        assert!(
+            sim.clients[c].open[0].is_some(),
+            "writer {c} is in its scope"
+        );
+    }
+    let before = sim.messages;
+    for c in [2, 0, 1] {
+        sim.release(c, 0);
+    }
+    sim.settle();
+    assert_eq!(
+        sim.messages - before,
+        6,
+        "a diff and its acknowledgement each"
+    );
+    // Each writer's lane holds its count: the diffs merged.
+    assert_eq!(sim.home_lanes(0), vec![1, 2, 2]);
+    assert_eq!(sim.chunks[0].home.version(), 5);
     sim.check_final();
 }
 

@@ -811,3 +811,64 @@ fn an_update_release_pushes_the_version_to_the_readers_it_invalidated() {
         }
     }
 }
+
+#[test]
+fn multiple_writers_ask_for_the_version_and_release_a_diff() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 16's home is server 0: writer 2 is its client, writer 6 is
+    // server 1's (one hop more each way). Each writes its own 8 bytes.
+    let (chunk, home) = (16, 0);
+    for c in [2, 6] {
+        let hops = if topology.server_of(c) == home { 0 } else { 2 };
+        let want = b().up(c, home).down(home, c);
+        let alloc = malloc(ProtocolId::MultipleWriters, chunk);
+        s.expect("MALLOC", c, alloc, want, 2 + hops);
+    }
+    let lane = |at: usize, v: u64| {
+        move |c: &Client| {
+            c.with_data_mut(chunk, |d| d[at..at + 8].copy_from_slice(&v.to_le_bytes()))?;
+            c.release(chunk)
+        }
+    };
+    let lanes = |want: [u64; 2]| {
+        move |c: &Client| {
+            c.acquire(chunk, Access::Read)?;
+            let got = c.with_data(chunk, |d| {
+                [0, 8].map(|at| u64::from_le_bytes(d[at..at + 8].try_into().unwrap()))
+            })?;
+            assert_eq!(got, want, "client {} reads the merged lanes", c.rank());
+            c.release(chunk)
+        }
+    };
+    for round in 1..4 {
+        // A WRITE asks for the current version, which its twin is made
+        // of; its release sends the diff.
+        let want = b().up(2, home).down(home, 2);
+        s.expect("WRITE", 2, write(chunk), want, 2);
+        // The release: the diff, and the home's acknowledgement, which it
+        // waits for.
+        let want = b().up(2, home).down(home, 2);
+        s.expect("RELEASE, a diff", 2, lane(0, round), want, 2);
+        // A READWRITE asks the home for the current version first.
+        let want = b().up(6, home).down(home, 6);
+        s.expect(
+            "READWRITE",
+            6,
+            move |c: &Client| c.acquire(chunk, Access::ReadWrite),
+            want,
+            4,
+        );
+        s.expect(
+            "RELEASE, a diff",
+            6,
+            lane(8, 10 * round),
+            b().up(6, home).down(home, 6),
+            4,
+        );
+        // A READ asks every time, and sees both writers' bytes.
+        let want = b().up(2, home).down(home, 2);
+        s.expect("READ", 2, lanes([round, 10 * round]), want, 2);
+    }
+}

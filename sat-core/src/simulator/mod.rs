@@ -123,7 +123,14 @@ impl fmt::Display for Failure {
 
 /// The protocols the workload allocates chunks with: a new protocol joins
 /// the simulation by being listed here.
-pub const PROTOCOLS: [ProtocolId; 4] = ProtocolId::ALL;
+/// (Multi-writer chunks are allocated besides them, with their own
+/// content: `content::write_lane`.)
+pub const PROTOCOLS: [ProtocolId; 4] = [
+    ProtocolId::HomeMesi,
+    ProtocolId::HomeOnly,
+    ProtocolId::MesiExclusive,
+    ProtocolId::UpdateMesi,
+];
 
 /// SplitMix64: the run's generator (written out, so a seed's run never
 /// changes with a dependency's version).
@@ -181,6 +188,47 @@ pub mod content {
         for (i, b) in bytes.iter_mut().enumerate().skip(24) {
             *b = fill(token, i);
         }
+    }
+
+    /// Multi-writer chunks ([`crate::protocol::hlrc`]): client `k` writes
+    /// only its lane, bytes `LANE * k ..`: the number of its write scope
+    /// (1, 2, ...) and a check word.
+    pub const LANE: usize = 16;
+    /// Lanes per multi-writer chunk: the most clients a run has.
+    pub const LANES: usize = 4;
+    pub const LANE_CHUNK: usize = LANE * LANES;
+
+    fn lane_check(chunk: u64, lane: usize, n: u64) -> u64 {
+        n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk.rotate_left(17) ^ lane as u64
+    }
+
+    /// Writes write scope `n` of the client of lane `lane` into its lane.
+    pub fn write_lane(bytes: &mut [u8], chunk: u64, lane: usize, n: u64) {
+        let at = LANE * lane;
+        bytes[at..at + 8].copy_from_slice(&n.to_le_bytes());
+        bytes[at + 8..at + 16].copy_from_slice(&lane_check(chunk, lane, n).to_le_bytes());
+    }
+
+    /// The write scope number each lane holds (0: never written), or an
+    /// error for a lane no write scope left as it is.
+    pub fn read_lanes(bytes: &[u8], chunk: u64) -> Result<Vec<u64>, String> {
+        (0..LANES)
+            .map(|lane| {
+                let at = LANE * lane;
+                let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8"));
+                let (n, check) = (word(at), word(at + 8));
+                if n == 0 && check == 0 {
+                    Ok(0)
+                } else if check == lane_check(chunk, lane, n) {
+                    Ok(n)
+                } else {
+                    Err(format!(
+                        "chunk {chunk} lane {lane}: bytes no write scope left (number {n}, check \
+                         {check:#x})"
+                    ))
+                }
+            })
+            .collect()
     }
 
     /// The (token, prev) the bytes of `chunk` carry: (0, BLIND) for the

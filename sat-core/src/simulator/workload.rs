@@ -17,6 +17,15 @@ use crate::wire::{self, Message};
 
 /// Chunks shared by every client start here; below are each thread's own.
 const SHARED_BASE: ChunkId = 16;
+/// Multi-writer chunks start here: above every other chunk, so a thread
+/// holding scopes acquires them last (ascending order).
+const LANE_BASE: ChunkId = 1000;
+
+/// Whether `chunk` is a multi-writer chunk, whose bytes are lanes
+/// ([`content::write_lane`]).
+pub(crate) fn is_lane_chunk(chunk: ChunkId) -> bool {
+    (LANE_BASE..LANE_BASE + 100).contains(&chunk)
+}
 /// LOOKUPs wait this long (simulated) for the chunk's MALLOC.
 const LOOKUP_WAIT: Duration = Duration::from_secs(2);
 /// A detach or the end of a role waits this long for its server.
@@ -26,6 +35,9 @@ const FINISH_WAIT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub(crate) struct Chunks {
     pub shared: Vec<(ChunkId, usize, ProtocolId)>,
+    /// Multi-writer chunks ([`ProtocolId::MultipleWriters`]), each client
+    /// writing its own lane.
+    pub lanes: Vec<ChunkId>,
 }
 
 impl Chunks {
@@ -75,6 +87,7 @@ pub(crate) fn plan(
                 (SHARED_BASE + i, size, protocol)
             })
             .collect(),
+        lanes: (0..rng.below(3)).map(|i| LANE_BASE + i).collect(),
     });
     (0..clients)
         .map(|ci| {
@@ -231,6 +244,13 @@ impl Thread {
                 Err(e) => self.shared.fail("MALLOC works", format!("chunk {id}: {e}")),
             }
         }
+        for &id in &chunks.lanes {
+            set_op(self, Some(format!("MALLOC {id}")));
+            let protocol = ProtocolId::MultipleWriters;
+            if let Err(e) = self.client.malloc_with(protocol, id, content::LANE_CHUNK) {
+                self.shared.fail("MALLOC works", format!("chunk {id}: {e}"));
+            }
+        }
         set_op(self, Some(format!("MALLOC {}", st.private)));
         if let Err(e) =
             self.client
@@ -312,6 +332,9 @@ impl Thread {
         let r = self.program.rng.below(100);
         match r {
             0..=11 => self.new_chain(st),
+            12..=56 if !self.program.chunks.lanes.is_empty() && self.program.rng.chance(25) => {
+                self.lane_scope()
+            }
             12..=56 => self.open_scope(st),
             57..=79 => {
                 if !st.held.is_empty() {
@@ -331,6 +354,126 @@ impl Thread {
             89..=91 => self.failing_write(st),
             92..=96 => self.subscription(st),
             _ => self.signal(),
+        }
+    }
+
+    /// A scope on a multi-writer chunk, opened and ended here: a READ or
+    /// READWRITE sees in every lane a released write scope of its client,
+    /// no older than the last one whose release returned before it asked;
+    /// a write scope writes its own lane, lets others run, and releases or
+    /// aborts.
+    fn lane_scope(&mut self) {
+        let lanes = &self.program.chunks.lanes;
+        let id = lanes[self.program.rng.below(lanes.len() as u64) as usize];
+        let access = match self.program.rng.below(10) {
+            0..=3 => Access::Read,
+            4..=6 => Access::Write,
+            _ => Access::ReadWrite,
+        };
+        let me = self.client_index;
+        let floors: Vec<u64> = {
+            let o = Shared::lock(&self.shared.oracle);
+            (0..content::LANES)
+                .map(|k| o.lanes.get(&(id, k)).map_or(0, |l| l.committed))
+                .collect()
+        };
+        set_op(self, Some(format!("{access:?} multi-writer {id}")));
+        if let Err(e) = self.client.acquire(id, access) {
+            // A send the run made fail, or a client that died, may end it;
+            // misuse may not (this program uses the API rightly).
+            if matches!(e, crate::error::SatError::Usage(_)) {
+                self.shared
+                    .fail("legal calls succeed", format!("{access:?} of {id}: {e}"));
+            }
+            self.note(|| format!("{access:?} multi-writer {id} failed: {e}"));
+            return;
+        }
+        if access != Access::Write {
+            let seen = self
+                .client
+                .with_data(id, |b| b.to_vec())
+                .expect("a chunk in scope is readable");
+            let mut o = Shared::lock(&self.shared.oracle);
+            o.read_checks += 1;
+            let checked = content::read_lanes(&seen, id).and_then(|lanes| {
+                for (k, &n) in lanes.iter().enumerate() {
+                    o.lane_may_hold(id, k, n)?;
+                    if n < floors[k] {
+                        return Err(format!(
+                            "chunk {id} lane {k} holds write scope {n}; {} was released \
+                             before this scope asked",
+                            floors[k]
+                        ));
+                    }
+                }
+                Ok(lanes)
+            });
+            drop(o);
+            match checked {
+                Ok(lanes) => self.note(|| format!("{access:?} multi-writer {id} sees {lanes:?}")),
+                Err(e) => {
+                    self.shared.fail(
+                        "a scope sees every release made before it",
+                        format!("c{me}t{} {access:?}: {e}", self.thread_index),
+                    );
+                    return;
+                }
+            }
+        }
+        let n = access.exclusive().then(|| {
+            let mut o = Shared::lock(&self.shared.oracle);
+            let log = o.lanes.entry((id, me)).or_default();
+            log.opened += 1;
+            log.opened
+        });
+        if let Some(n) = n {
+            let wrote = self
+                .client
+                .with_data_mut(id, |b| content::write_lane(b, id, me, n));
+            if let Err(e) = wrote {
+                self.shared
+                    .fail("a write scope is writable", format!("{id}: {e}"));
+                return;
+            }
+        }
+        // Others run while this scope is open: writers of other lanes too.
+        set_op(self, None);
+        self.shared.sched.pause();
+        set_op(self, Some(format!("end {access:?} multi-writer {id}")));
+        let abort = n.is_some() && self.program.rng.chance(10);
+        if let Some(n) = n {
+            let mut o = Shared::lock(&self.shared.oracle);
+            let log = o.lanes.entry((id, me)).or_default();
+            if abort {
+                log.aborted.insert(n);
+            } else {
+                log.sent = log.sent.max(n);
+            }
+        }
+        let ended = if abort {
+            self.client.abort(id)
+        } else {
+            self.client.release(id)
+        };
+        match (ended, n) {
+            (Ok(()), Some(n)) if !abort => {
+                let mut o = Shared::lock(&self.shared.oracle);
+                let log = o.lanes.entry((id, me)).or_default();
+                log.committed = log.committed.max(n);
+                log.releases += 1;
+                drop(o);
+                self.note(|| format!("release multi-writer {id} lane {me}: {n}"));
+            }
+            (Ok(()), _) => self.note(|| format!("end {access:?} multi-writer {id}")),
+            (Err(e), _) => {
+                if matches!(e, crate::error::SatError::Usage(_)) {
+                    self.shared.fail(
+                        "legal calls succeed",
+                        format!("end of a scope on {id}: {e}"),
+                    );
+                }
+                self.note(|| format!("end of multi-writer {id} failed: {e}"))
+            }
         }
     }
 

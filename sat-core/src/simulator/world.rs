@@ -68,6 +68,23 @@ pub(crate) struct Hearing {
     pub live: bool,
 }
 
+/// The write scopes of one client on its lane of one multi-writer chunk
+/// (numbered from 1, in the order they open).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct LaneLog {
+    /// The number the next write scope takes.
+    pub opened: u64,
+    /// The highest number whose release began (its bytes may be published).
+    pub sent: u64,
+    /// The highest number whose release returned: every scope opened after
+    /// that must see it, or a later one.
+    pub committed: u64,
+    /// Released and returned: how many (the chunk's version counts them).
+    pub releases: u64,
+    /// Numbers whose scope ended without publishing.
+    pub aborted: BTreeSet<u64>,
+}
+
 /// What the simulated threads did, as the invariants need it.
 #[derive(Debug, Default)]
 pub(crate) struct Oracle {
@@ -82,6 +99,34 @@ pub(crate) struct Oracle {
     pub hearings: Vec<Hearing>,
     /// Clients whose role failed: they run no handlers at the end.
     pub failed_roles: BTreeSet<usize>,
+    /// Multi-writer chunks: (chunk, lane) -> its writer's scopes.
+    pub lanes: BTreeMap<(u64, usize), LaneLog>,
+    /// Multi-writer chunks: the number each home lane held at the last step.
+    pub home_lanes: BTreeMap<(u64, usize), u64>,
+}
+
+impl Oracle {
+    /// What lane `lane` of `chunk` may hold now: an error for a number no
+    /// released scope wrote.
+    pub fn lane_may_hold(&self, chunk: u64, lane: usize, n: u64) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        let log = self.lanes.get(&(chunk, lane)).cloned().unwrap_or_default();
+        if log.aborted.contains(&n) {
+            return Err(format!(
+                "chunk {chunk} lane {lane} holds write scope {n}, which ended without a release"
+            ));
+        }
+        if n > log.sent {
+            return Err(format!(
+                "chunk {chunk} lane {lane} holds write scope {n}, which has not been released \
+                 (released up to {})",
+                log.sent
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Oracle {
@@ -674,6 +719,10 @@ fn check_homes(
     let mut oracle = Shared::lock(&shared.oracle);
     let bad = |what: &str, detail: String| Err((what.to_string(), detail));
     for (&chunk, (version, data)) in homes.iter() {
+        if workload::is_lane_chunk(chunk) {
+            check_home_lanes(&mut oracle, chunk, data)?;
+            continue;
+        }
         let (token, prev) = match content::read(data, chunk) {
             Ok(t) => t,
             Err(e) => return bad("no invented bytes", format!("version {version}: {e}")),
@@ -781,6 +830,29 @@ fn check_homes(
     Ok(())
 }
 
+/// A multi-writer chunk's home: every lane holds a released write scope of
+/// its client, and no lane goes back.
+fn check_home_lanes(oracle: &mut Oracle, chunk: u64, data: &[u8]) -> Result<(), (String, String)> {
+    let bad = |what: &str, detail: String| Err((what.to_string(), detail));
+    let lanes = match content::read_lanes(data, chunk) {
+        Ok(l) => l,
+        Err(e) => return bad("no invented bytes", e),
+    };
+    for (lane, &n) in lanes.iter().enumerate() {
+        if let Err(e) = oracle.lane_may_hold(chunk, lane, n) {
+            return bad("only released bytes are published", e);
+        }
+        let before = oracle.home_lanes.insert((chunk, lane), n).unwrap_or(0);
+        if n < before {
+            return bad(
+                "a writer's releases are applied in order",
+                format!("chunk {chunk} lane {lane} went from write scope {before} back to {n}"),
+            );
+        }
+    }
+    Ok(())
+}
+
 /// No home version moves while a scope on it is open.
 fn check_scopes(shared: &Shared) {
     let homes = Shared::lock(&shared.homes);
@@ -810,7 +882,35 @@ fn final_checks(shared: &Shared, service: bool) {
         *per_chunk.entry(chunk).or_default() += 1;
     }
     let mut problems = Vec::new();
-    for (&chunk, (version, _)) in homes.iter() {
+    for (&chunk, (version, data)) in homes.iter() {
+        if workload::is_lane_chunk(chunk) {
+            // Every writer's last release is in its lane, and each release
+            // made one version: the diffs merged, none lost.
+            let lanes = content::read_lanes(data, chunk).unwrap_or_default();
+            let mut releases = 0;
+            for (lane, &n) in lanes.iter().enumerate() {
+                let log = oracle
+                    .lanes
+                    .get(&(chunk, lane))
+                    .cloned()
+                    .unwrap_or_default();
+                releases += log.releases;
+                if n != log.committed {
+                    problems.push(format!(
+                        "chunk {chunk} lane {lane}: write scope {} was the last released, the \
+                         home holds {n}",
+                        log.committed
+                    ));
+                }
+            }
+            if releases != *version {
+                problems.push(format!(
+                    "multi-writer chunk {chunk}: {releases} releases returned, the home is at \
+                     version {version}"
+                ));
+            }
+            continue;
+        }
         let released = per_chunk.get(&chunk).copied().unwrap_or(0);
         if released != *version {
             problems.push(format!(
