@@ -35,7 +35,9 @@ mod bench_common;
 use std::path::Path;
 use std::time::Instant;
 
-use bench_common::{human, median, micros, raw_ping_pong, take_u64, warmup, Coord, Msgs, SatRun};
+use bench_common::{
+    human, median, micros, phase_barrier, raw_ping_pong, tag, warmup, Coord, Counted, Msgs, SatRun,
+};
 use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::Client;
 use sat_core::protocol::Access;
@@ -150,77 +152,12 @@ fn alloc_one(c: &Client, id: u64, size: usize) -> SatResult<()> {
         .map(|_| ())
 }
 
-/// Steps of a phase, in the low bits of a relay's tag (the phase is above).
+/// Steps of a phase, in the low bits of a relay's tag (`bench_common::tag`;
+/// the phase barrier's own steps follow these).
 const READY: u32 = 1;
 const DONE: u32 = 2;
 const WROTE: u32 = 3;
 const READ: u32 = 4;
-const ARRIVE: u32 = 5;
-const GO: u32 = 6;
-const REPORT: u32 = 7;
-
-fn tag(phase: u32, step: u32) -> u32 {
-    phase << 4 | step
-}
-
-/// What a client counted in a phase: the S-DSM's messages in its windows,
-/// or, for a client that took no part, since the end of the previous phase.
-enum Counted {
-    Windows(Msgs),
-    Idle,
-}
-
-/// Ends a phase, in two rounds of relayed messages: every client tells the
-/// leader it has arrived and waits for its go, then hands it its count; the
-/// leader returns the sum. Once every client has arrived, no operation of
-/// the phase is under way and the server has sent all they caused (each
-/// arrival follows, on its client's path, everything that client sent
-/// before), so a client's reading after its go holds all the phase sent to
-/// it: an idle client counts up to there, from `mark`, its reading after
-/// the previous go, and `mark` becomes this reading.
-fn phase_barrier(
-    co: &mut Coord<'_>,
-    clients: &[Rank],
-    phase: u32,
-    counted: Counted,
-    mark: &mut Msgs,
-) -> SatResult<Msgs> {
-    let leader = clients[0];
-    let me = co.c.rank();
-    if me != leader {
-        co.send(leader, tag(phase, ARRIVE), &[])?;
-        co.expect(leader, tag(phase, GO))?;
-    } else {
-        for &r in &clients[1..] {
-            co.expect(r, tag(phase, ARRIVE))?;
-        }
-        for &r in &clients[1..] {
-            co.send(r, tag(phase, GO), &[])?;
-        }
-    }
-    let now = co.msgs();
-    let mine = match counted {
-        Counted::Windows(m) => m,
-        Counted::Idle => now.since(*mark),
-    };
-    *mark = now;
-    if me != leader {
-        let mut d = mine.client.to_le_bytes().to_vec();
-        d.extend_from_slice(&mine.server.to_le_bytes());
-        co.send(leader, tag(phase, REPORT), &d)?;
-        return Ok(Msgs::default());
-    }
-    let mut sum = mine;
-    for &r in &clients[1..] {
-        let d = co.expect(r, tag(phase, REPORT))?;
-        let mut at = 0;
-        sum += Msgs {
-            client: take_u64(&d, &mut at)?,
-            server: take_u64(&d, &mut at)?,
-        };
-    }
-    Ok(sum)
-}
 
 fn bad(what: &str) -> SatError {
     SatError::Usage(format!("protocol bench: {what}"))

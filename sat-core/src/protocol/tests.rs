@@ -990,6 +990,17 @@ fn message_counts_with_the_e_state() {
     for access in [ReadWrite, Write, ReadWrite] {
         assert_eq!(scope_cost(&mut sim, 0, 0, access), (0, 1), "{access:?}");
     }
+    // A burst is bounded: after EXCLUSIVE_BURST silent writes the holder
+    // asks once (granted at once), then goes on silently.
+    for _ in 3..super::mesi::EXCLUSIVE_BURST {
+        assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (0, 1));
+    }
+    assert_eq!(
+        scope_cost(&mut sim, 0, 0, ReadWrite),
+        (2, 1),
+        "the grant after a burst"
+    );
+    assert_eq!(scope_cost(&mut sim, 0, 0, ReadWrite), (0, 1));
     // A reader elsewhere: request, the holder asked to share (it may be
     // writing) and its answer, grant; both copies are Shared then, and
     // both read with no message.

@@ -179,6 +179,8 @@ fn wait_reply(
 pub struct SatRun {
     satrun: PathBuf,
     me: PathBuf,
+    /// Set in the environment of every run.
+    env: Vec<(String, String)>,
 }
 
 impl SatRun {
@@ -191,7 +193,17 @@ impl SatRun {
                 satrun.display()
             ));
         }
-        Ok(SatRun { satrun, me })
+        Ok(SatRun {
+            satrun,
+            me,
+            env: Vec::new(),
+        })
+    }
+
+    /// Runs from now on with `name=value` in their environment.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.retain(|(n, _)| n != name);
+        self.env.push((name.into(), value.into()));
     }
 
     /// Runs `satrun -n ranks [--topology topology] --provider provider --
@@ -228,6 +240,7 @@ impl SatRun {
             cmd.arg("--topology").arg(t);
         }
         let out = cmd
+            .envs(self.env.iter().map(|(n, v)| (n, v)))
             .args(["--provider", provider, "--"])
             .arg(&self.me)
             .args(worker)
@@ -352,6 +365,78 @@ impl<'a> Coord<'a> {
             server: t.sdsm_received(),
         }
     }
+}
+
+// ------------------------------------------------------ phases of a run
+
+/// The steps of [`phase_barrier`], in the low bits of a relay's tag (the
+/// phase is above): a benchmark's own steps take 1 to 7.
+const ARRIVE: u32 = 8;
+const GO: u32 = 9;
+const REPORT: u32 = 10;
+
+/// The tag of step `step` (below 16) of phase `phase`.
+pub fn tag(phase: u32, step: u32) -> u32 {
+    phase << 4 | step
+}
+
+/// What a client counted in a phase: the S-DSM's messages in its windows,
+/// or, for a client that took no part, since the end of the previous phase.
+pub enum Counted {
+    Windows(Msgs),
+    Idle,
+}
+
+/// Ends a phase, in two rounds of relayed messages: every client tells the
+/// leader it has arrived and waits for its go, then hands it its count; the
+/// leader returns the sum. Once every client has arrived, no operation of
+/// the phase is under way and the server has sent all they caused (each
+/// arrival follows, on its client's path, everything that client sent
+/// before), so a client's reading after its go holds all the phase sent to
+/// it: an idle client counts up to there, from `mark`, its reading after
+/// the previous go, and `mark` becomes this reading.
+pub fn phase_barrier(
+    co: &mut Coord<'_>,
+    clients: &[sat_core::Rank],
+    phase: u32,
+    counted: Counted,
+    mark: &mut Msgs,
+) -> sat_core::SatResult<Msgs> {
+    let leader = clients[0];
+    let me = co.c.rank();
+    if me != leader {
+        co.send(leader, tag(phase, ARRIVE), &[])?;
+        co.expect(leader, tag(phase, GO))?;
+    } else {
+        for &r in &clients[1..] {
+            co.expect(r, tag(phase, ARRIVE))?;
+        }
+        for &r in &clients[1..] {
+            co.send(r, tag(phase, GO), &[])?;
+        }
+    }
+    let now = co.msgs();
+    let mine = match counted {
+        Counted::Windows(m) => m,
+        Counted::Idle => now.since(*mark),
+    };
+    *mark = now;
+    if me != leader {
+        let mut d = mine.client.to_le_bytes().to_vec();
+        d.extend_from_slice(&mine.server.to_le_bytes());
+        co.send(leader, tag(phase, REPORT), &d)?;
+        return Ok(Msgs::default());
+    }
+    let mut sum = mine;
+    for &r in &clients[1..] {
+        let d = co.expect(r, tag(phase, REPORT))?;
+        let mut at = 0;
+        sum += Msgs {
+            client: take_u64(&d, &mut at)?,
+            server: take_u64(&d, &mut at)?,
+        };
+    }
+    Ok(sum)
 }
 
 // ------------------------------------------------------ figures between clients
