@@ -15,7 +15,11 @@
  *   the others read them after a barrier (an update protocol's readers then
  *   hit), and answer in their own chunk, which client 0 reads;
  * - a private counter per client, written again and again by its owner
- *   (MESI with E: no message to open those scopes), then read by all.
+ *   (MESI with E: no message to open those scopes), then read by all;
+ * - with MESI's E state, bursts: every client writes 20 chunks of its own
+ *   round and round, a thousand write scopes that open with no message and
+ *   whose write-backs need no answer (such bursts from several processes
+ *   once stalled a run over shm; SAT now asks the home after 16).
  *
  * Every client plays role 1; client i (0 to 2) is rank i + 2. */
 #include <pthread.h>
@@ -210,6 +214,42 @@ static void owned(int p, uint64_t base) {
     CHECK_OK(sat_release(mine));
 }
 
+#define BURST_CHUNKS 20
+#define BURST_ROUNDS 50
+#define BURST_BASE 5000 /* + 100 * client + k: above every protocol's ids */
+
+static void bursts(void) {
+    sat_chunk_t *mine[BURST_CHUNKS];
+    for (int k = 0; k < BURST_CHUNKS; k++) {
+        mine[k] = CHECK_CHUNK(
+            sat_malloc(sat_home_based_mesi_exclusive(), BURST_BASE + 100u * me + (uint64_t)k, 64));
+        if (mine[k] == NULL) {
+            return;
+        }
+    }
+    for (uint64_t r = 1; r <= BURST_ROUNDS; r++) {
+        for (int k = 0; k < BURST_CHUNKS; k++) {
+            CHECK_OK(sat_readwrite(mine[k]));
+            store(mine[k], 0, load(mine[k], 0) + 1);
+            CHECK_OK(sat_release(mine[k]));
+        }
+    }
+    CHECK_OK(sat_barrier(BAR_BASE + 99, nclients));
+    /* Another client's chunks hold every write. */
+    uint32_t other = (me + 1) % nclients;
+    for (int k = 0; k < BURST_CHUNKS; k++) {
+        sat_chunk_t *c = CHECK_CHUNK(sat_lookup(sat_home_based_mesi_exclusive(),
+                                                BURST_BASE + 100u * other + (uint64_t)k, 1));
+        if (c == NULL) {
+            continue;
+        }
+        CHECK_OK(sat_read(c));
+        CHECK_TRUE(load(c, 0) == BURST_ROUNDS, "client %u's chunk %d holds %llu", other, k,
+                   (unsigned long long)load(c, 0));
+        CHECK_OK(sat_release(c));
+    }
+}
+
 static void role(sat_bootstrap_t *b) {
     me = b->rank - 2;
     nclients = (uint32_t)sat_client_count();
@@ -219,6 +259,7 @@ static void role(sat_bootstrap_t *b) {
         producer_consumer(p, base);
         owned(p, base);
     }
+    bursts();
     char name[64];
     snprintf(name, sizeof name, "protocols (rank %u)", b->rank);
     if (testing_done(name) != 0) {

@@ -1054,6 +1054,19 @@ impl Client {
             // Put back if the request cannot be sent (a host slot needs no message).
             let before = c.host.is_none().then(|| c.side.snapshot());
             let ask = beside && access == Access::Read && c.side.join() == Join::Ask;
+            // Past a burst of writes that sent nothing but their
+            // write-backs, the next asks the home: its grant follows every
+            // message before it (`protocol::mesi::EXCLUSIVE_BURST`).
+            if access.exclusive()
+                && st.store.silent_writes >= crate::protocol::mesi::EXCLUSIVE_BURST
+            {
+                st.store
+                    .get_mut(chunk)
+                    .expect("placed")
+                    .side
+                    .ask_next_write();
+            }
+            let c = st.store.get_mut(chunk).expect("placed");
             let step = if ask {
                 c.side.acquire_beside()
             } else {
@@ -1067,7 +1080,11 @@ impl Client {
                     if stats::on() && c.scope_stat.is_none() {
                         c.scope_stat = Some((started, access, true));
                     }
+                    let silent = access.exclusive() && c.host.is_none();
                     st.store.set_scope_place(chunk, place);
+                    if silent {
+                        st.store.silent_writes += 1;
+                    }
                     take_twin(st, chunk);
                     return Ok(());
                 }
@@ -2145,7 +2162,8 @@ fn coherence(
     };
     let data = (!payload.is_empty()).then_some(payload);
     let reaction = c.side.on_message(msg, data);
-    if reaction.is_ok() && msg.is_grant() {
+    let granted = reaction.is_ok() && msg.is_grant();
+    if granted {
         c.grants += 1;
     }
     if let Ok(r) = &reaction {
@@ -2154,6 +2172,9 @@ fn coherence(
             c.protocol.name(),
             c.side.state()
         );
+        if granted {
+            store.silent_writes = 0;
+        }
         if r.take_data {
             store.take_data(chunk, payload);
         }

@@ -236,6 +236,9 @@ pub(crate) enum Exposed {
 }
 
 pub(crate) struct Store {
+    /// Write scopes opened with no message since the last grant came
+    /// ([`crate::protocol::mesi::EXCLUSIVE_BURST`]).
+    pub silent_writes: u32,
     chunks: HashMap<ChunkId, LocalChunk>,
     regions: HashMap<RegionId, Region>,
     /// The region of each chain allocated here, so allocating the same
@@ -256,6 +259,7 @@ pub(crate) struct Store {
 impl Store {
     pub fn new(capacity: MemoryCapacity) -> Store {
         Store {
+            silent_writes: 0,
             chunks: HashMap::default(),
             regions: HashMap::default(),
             by_layout: HashMap::default(),

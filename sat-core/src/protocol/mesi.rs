@@ -19,7 +19,7 @@
 //! - **MESI with its E state** ([`ProtocolId::MesiExclusive`]): a client that
 //!   holds the only copy (after its own write, or a read nobody else shares)
 //!   keeps it Exclusive, and opens its next write scopes with no message
-//!   (up to [`EXCLUSIVE_BURST`] in a row, then one grant). Its
+//!   (up to [`EXCLUSIVE_BURST`] in a row per process, then one grant). Its
 //!   release still writes back, so the home always holds the last released
 //!   version (subscribers, readers and a client's death lose nothing). Since
 //!   the home cannot see such a scope open, any other client's request
@@ -49,14 +49,15 @@ use std::sync::Arc;
 use super::{Access, ClientSide, Consistency, HomeSide, Join, LastRelease, ProtocolId, Reaction};
 use crate::transport::Rank;
 
-/// Write scopes an Exclusive holder opens with no message before it asks
-/// the home again (granted at once while it still holds the only copy).
-/// Each of those scopes' write-backs leaves with no answer due, and a run
-/// over shm stalled when two processes each sent a few hundred such
-/// packets to one server with no reply in between (the receiver found a
-/// packet missing from a sender's sequence: see the closing notes of
-/// docs/PROTOCOLS.md). The grant comes after the home has taken every
-/// earlier write-back, so at most this many are ever in flight per chunk.
+/// Write scopes a process opens with no message (as Exclusive holder)
+/// before its next write asks the home again (granted at once while it
+/// still holds the only copy). Each of those scopes' write-backs leaves
+/// with no answer due, and a run over shm stalled when two processes each
+/// sent a few hundred such packets to one server with no reply in between
+/// (docs/PROTOCOLS.md, "Bursts of write-backs"). A grant comes after the
+/// server has taken every earlier message of the process, so the client
+/// runtime counts silent writes across its chunks and calls
+/// [`ClientSide::ask_next_write`] past this many.
 pub const EXCLUSIVE_BURST: u32 = 16;
 
 /// What sets the members of the MESI family apart (module docs).
@@ -710,9 +711,9 @@ pub struct Cache {
     /// E: a reader elsewhere asked this holder to share, during a write
     /// scope opened with no grant; answered when it ends.
     share_owed: bool,
-    /// E: write scopes opened with no message since the last grant
+    /// E: the next write scope asks the home even on the only copy
     /// ([`EXCLUSIVE_BURST`]).
-    silent_writes: u32,
+    ask: bool,
     /// Updates: a writer invalidated this copy, and its release will be
     /// pushed here (cleared when the copy is evicted or asked for again).
     update_due: bool,
@@ -734,7 +735,7 @@ impl Cache {
             waiting: None,
             inval_owed: false,
             share_owed: false,
-            silent_writes: 0,
+            ask: false,
             update_due: false,
         }
     }
@@ -801,10 +802,9 @@ impl ClientSide for Cache {
             if self.read_scopes > 0 {
                 return Err(ScopeError::UpgradeInScope);
             }
-            if self.state == State::Exclusive && self.silent_writes < EXCLUSIVE_BURST {
+            if self.state == State::Exclusive && !self.ask {
                 // The only copy: the home lets us write without asking, and
                 // asks us first if anyone else wants the chunk.
-                self.silent_writes += 1;
                 self.state = State::Modified;
                 self.writing = true;
                 return Ok(Acquire::Hit);
@@ -938,7 +938,7 @@ impl ClientSide for Cache {
                 self.waiting = None;
                 self.state = State::Modified;
                 self.writing = true;
-                self.silent_writes = 0;
+                self.ask = false;
                 Ok(Reaction {
                     reply: None,
                     take_data,
@@ -1015,6 +1015,10 @@ impl ClientSide for Cache {
 
     fn snapshot(&self) -> Box<dyn ClientSide> {
         Box::new(self.clone())
+    }
+
+    fn ask_next_write(&mut self) {
+        self.ask = true;
     }
 
     fn evict(&mut self) -> bool {

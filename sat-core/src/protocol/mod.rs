@@ -217,6 +217,9 @@ pub trait ClientSide: Send + Debug {
     fn writing(&self) -> bool;
     /// Whether an acquire waits for the home.
     fn waiting(&self) -> bool;
+    /// The next write scope asks the home even if it could open with no
+    /// message ([`mesi::EXCLUSIVE_BURST`]).
+    fn ask_next_write(&mut self) {}
     /// Whether a write scope publishes a diff against a twin of the bytes
     /// it opened on ([`hlrc`]): the client runtime then keeps the twin, and
     /// sends the diff with [`ToHome::ReleaseDiff`].
