@@ -348,6 +348,19 @@ impl Sim {
         }
     }
 
+    /// Client `c` ends its scope on `chunk` without publishing; returns
+    /// what it sent home.
+    fn abort(&mut self, c: usize, chunk: usize) -> Option<ToHome> {
+        let sent = self.clients[c].sides[chunk]
+            .abort()
+            .unwrap_or_else(|e| panic!("client {c}: a legal abort of chunk {chunk}: {e}"));
+        self.clients[c].open[chunk] = None;
+        if let Some(msg) = sent {
+            self.send_up(c, chunk, msg, None);
+        }
+        sent
+    }
+
     /// Client `c` tries to drop its copy of `chunk` to make room. A protocol
     /// may refuse; inside a scope or an acquire it must.
     fn evict(&mut self, c: usize, chunk: usize) {
@@ -1052,10 +1065,7 @@ fn message_counts_with_the_e_state() {
     assert!(sim.acquire(0, 0, ReadWrite), "a hit");
     sim.acquire(2, 0, ReadWrite);
     sim.settle();
-    let sent = sim.clients[0].sides[0].abort().unwrap();
-    assert_eq!(sent, Some(ToHome::AbortYield));
-    sim.clients[0].open[0] = None;
-    sim.send_up(0, 0, ToHome::AbortYield, None);
+    assert_eq!(sim.abort(0, 0), Some(ToHome::AbortYield));
     sim.settle();
     assert_eq!(sim.clients[2].open[0], Some(ReadWrite));
     sim.release(2, 0);
@@ -1106,12 +1116,7 @@ fn message_counts_with_updates() {
     // An aborted write pushes nothing: the copies it invalidated ask again.
     sim.acquire(0, 0, Write);
     sim.settle();
-    assert_eq!(
-        sim.clients[0].sides[0].abort().unwrap(),
-        Some(ToHome::Abort)
-    );
-    sim.clients[0].open[0] = None;
-    sim.send_up(0, 0, ToHome::Abort, None);
+    assert_eq!(sim.abort(0, 0), Some(ToHome::Abort));
     let before = sim.messages;
     sim.settle();
     assert_eq!(sim.messages, before, "no push after an abort");
