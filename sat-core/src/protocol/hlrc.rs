@@ -32,6 +32,12 @@
 //!   version, not a version: its next READ fetches the merged one.
 //! - Readers and writers never wait for each other: a read scope sees the
 //!   version of its grant, and its bytes do not change while it is open.
+//!   Threads of one process share its copy, so a READ by a thread while
+//!   another thread of the process has a read scope open on the chunk (or
+//!   its READ under way) shares that grant and sees its version, which a
+//!   release elsewhere may have passed since. A READ with no other read of
+//!   the chunk open in its process asks the home and sees every release
+//!   that returned before it.
 //!
 //! Message counts (home on the client's server): READ 2; WRITE and
 //! READWRITE 2, and their release 2 (the diff and its acknowledgement); no

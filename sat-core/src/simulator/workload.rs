@@ -371,11 +371,35 @@ impl Thread {
             _ => Access::ReadWrite,
         };
         let me = self.client_index;
+        let reading = access == Access::Read;
         let floors: Vec<u64> = {
-            let o = Shared::lock(&self.shared.oracle);
+            let mut o = Shared::lock(&self.shared.oracle);
+            // A READ beside another thread's of this process shares its
+            // grant and sees its version, which a release elsewhere may
+            // have passed since (writers do not wait for readers here):
+            // only a READ of its own must see every release made before.
+            let beside = reading && o.lane_reads.get(&(me, id)).is_some_and(|&n| n > 0);
+            if reading {
+                *o.lane_reads.entry((me, id)).or_default() += 1;
+            }
             (0..content::LANES)
-                .map(|k| o.lanes.get(&(id, k)).map_or(0, |l| l.committed))
+                .map(|k| {
+                    let committed = o.lanes.get(&(id, k)).map_or(0, |l| l.committed);
+                    if beside {
+                        0
+                    } else {
+                        committed
+                    }
+                })
                 .collect()
+        };
+        let done_reading = |shared: &Shared| {
+            if reading {
+                let mut o = Shared::lock(&shared.oracle);
+                if let Some(n) = o.lane_reads.get_mut(&(me, id)) {
+                    *n -= 1;
+                }
+            }
         };
         set_op(self, Some(format!("{access:?} multi-writer {id}")));
         if let Err(e) = self.client.acquire(id, access) {
@@ -386,6 +410,7 @@ impl Thread {
                     .fail("legal calls succeed", format!("{access:?} of {id}: {e}"));
             }
             self.note(|| format!("{access:?} multi-writer {id} failed: {e}"));
+            done_reading(&self.shared);
             return;
         }
         if access != Access::Write {
@@ -455,6 +480,7 @@ impl Thread {
         } else {
             self.client.release(id)
         };
+        done_reading(&self.shared);
         match (ended, n) {
             (Ok(()), Some(n)) if !abort => {
                 let mut o = Shared::lock(&self.shared.oracle);

@@ -103,6 +103,10 @@ pub(crate) struct Oracle {
     pub lanes: BTreeMap<(u64, usize), LaneLog>,
     /// Multi-writer chunks: the number each home lane held at the last step.
     pub home_lanes: BTreeMap<(u64, usize), u64>,
+    /// Multi-writer chunks: per (client, chunk), the READs of its threads
+    /// open or under way. A READ beside them shares their grant (threads
+    /// of a process share its copy), so it sees their version.
+    pub lane_reads: BTreeMap<(usize, u64), u32>,
 }
 
 impl Oracle {
