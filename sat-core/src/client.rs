@@ -963,21 +963,7 @@ impl Client {
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
-        // A diffing protocol's writers take a host slot's lock in turn and
-        // publish whole versions there: a WRITE reads the current version
-        // first, or it would publish stale copies of others' bytes.
-        let access = match access {
-            Access::Write
-                if self
-                    .lock()
-                    .store
-                    .get(chunk)
-                    .is_some_and(|c| c.host.is_some() && c.protocol.diffs()) =>
-            {
-                Access::ReadWrite
-            }
-            other => other,
-        };
+        let mut access = access;
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
         let me = this_thread();
@@ -995,6 +981,13 @@ impl Client {
                     )),
                 })?;
             let c = st.store.get_mut(chunk).expect("placed");
+            // A diffing protocol's writers take a host slot's lock in turn
+            // and publish whole versions there: a WRITE reads the current
+            // version first, or it would publish stale copies of others'
+            // bytes.
+            if access == Access::Write && c.host.is_some() && c.protocol.diffs() {
+                access = Access::ReadWrite;
+            }
             // Another thread's scope (or request) on this chunk: wait for it
             // to end, as a lock would. This thread's own is misuse, reported.
             // A reader joins other threads' read scopes only while the

@@ -127,27 +127,7 @@ impl HomeEntry {
 /// The name of a coherence message in the debug stream, as Figure 14 has
 /// it: `client_req_*` from a client, `server_req_*` forwarded by a server.
 fn request_name(op: CoherenceOp, forwarded: bool) -> String {
-    let what = match op {
-        CoherenceOp::ReadReq { .. } => "read",
-        CoherenceOp::WriteReq {
-            need_data: true, ..
-        } => "readwrite",
-        CoherenceOp::WriteReq { .. } => "write",
-        CoherenceOp::Release { .. } => "release",
-        CoherenceOp::ReadRelease => "read_release",
-        CoherenceOp::InvalAck => "inval_ack",
-        CoherenceOp::ReadGrant { .. } => "read_grant",
-        CoherenceOp::WriteGrant { .. } => "write_grant",
-        CoherenceOp::Inval => "inval",
-        CoherenceOp::Abort => "abort",
-        CoherenceOp::ExclusiveGrant { .. } => "exclusive_grant",
-        CoherenceOp::Update { .. } => "update",
-        CoherenceOp::ReleaseYield { .. } => "release_yield",
-        CoherenceOp::AbortYield => "abort_yield",
-        CoherenceOp::Share => "share",
-        CoherenceOp::ReleaseDiff => "release_diff",
-        CoherenceOp::DiffAck { .. } => "diff_ack",
-    };
+    let what = op.name();
     let who = if forwarded { "server" } else { "client" };
     format!("{who}_req_{what}")
 }

@@ -273,6 +273,34 @@ pub enum CoherenceOp {
     },
 }
 
+impl CoherenceOp {
+    /// Its name in the debug stream (Figure 14's `client_req_*`) and in
+    /// refusals.
+    pub fn name(self) -> &'static str {
+        match self {
+            CoherenceOp::ReadReq { .. } => "read",
+            CoherenceOp::WriteReq {
+                need_data: true, ..
+            } => "readwrite",
+            CoherenceOp::WriteReq { .. } => "write",
+            CoherenceOp::Release { .. } => "release",
+            CoherenceOp::ReadRelease => "read_release",
+            CoherenceOp::InvalAck => "inval_ack",
+            CoherenceOp::ReadGrant { .. } => "read_grant",
+            CoherenceOp::WriteGrant { .. } => "write_grant",
+            CoherenceOp::Inval => "inval",
+            CoherenceOp::Abort => "abort",
+            CoherenceOp::ExclusiveGrant { .. } => "exclusive_grant",
+            CoherenceOp::Update { .. } => "update",
+            CoherenceOp::ReleaseYield { .. } => "release_yield",
+            CoherenceOp::AbortYield => "abort_yield",
+            CoherenceOp::Share => "share",
+            CoherenceOp::ReleaseDiff => "release_diff",
+            CoherenceOp::DiffAck { .. } => "diff_ack",
+        }
+    }
+}
+
 /// What the home says about an allocation request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum AllocOutcome {

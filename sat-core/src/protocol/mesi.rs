@@ -157,19 +157,9 @@ impl ToHome {
         )
     }
 
-    /// Its name in refusals and the debug stream.
+    /// Its name in refusals and the debug stream ([`CoherenceOp::name`]).
     pub fn name(self) -> &'static str {
-        match self {
-            ToHome::ReadReq { .. } => "read_req",
-            ToHome::WriteReq { .. } => "write_req",
-            ToHome::Release { .. } => "release",
-            ToHome::InvalAck => "inval_ack",
-            ToHome::ReadRelease => "read_release",
-            ToHome::Abort => "abort",
-            ToHome::ReleaseYield { .. } => "release_yield",
-            ToHome::AbortYield => "abort_yield",
-            ToHome::ReleaseDiff => "release_diff",
-        }
+        CoherenceOp::from(self).name()
     }
 }
 
@@ -209,17 +199,9 @@ pub enum ToClient {
 }
 
 impl ToClient {
-    /// Its name in refusals and the debug stream.
+    /// Its name in refusals and the debug stream ([`CoherenceOp::name`]).
     pub fn name(self) -> &'static str {
-        match self {
-            ToClient::ReadGrant { .. } => "read_grant",
-            ToClient::WriteGrant { .. } => "write_grant",
-            ToClient::Inval => "inval",
-            ToClient::Share => "share",
-            ToClient::ExclusiveGrant { .. } => "exclusive_grant",
-            ToClient::Update { .. } => "update",
-            ToClient::DiffAck { .. } => "diff_ack",
-        }
+        CoherenceOp::from(self).name()
     }
 
     /// Whether this answers a request (what a waiting acquire counts).
