@@ -13,7 +13,9 @@
  *   the same bytes would overwrite each other's, by that protocol's rule);
  * - producer-consumer: client 0 writes round r's values in a WRITE scope,
  *   the others read them after a barrier (an update protocol's readers then
- *   hit), and answer in their own chunk, which client 0 reads;
+ *   hit; with learned communication sets, the chunk is fetched as that
+ *   barrier ends from the second round on), and answer in their own chunk,
+ *   which client 0 reads;
  * - a private counter per client, written again and again by its owner
  *   (MESI with E: no message to open those scopes), then read by all;
  * - with MESI's E state, bursts: every client writes 20 chunks of its own
@@ -33,7 +35,7 @@
 
 #define ROUNDS 30
 #define THREADS 2
-#define PROTOCOLS 5
+#define PROTOCOLS 6
 #define MULTIPLE_WRITERS 4
 /* Chunk ids per protocol p: base + 100 * p. */
 #define COUNTER 2000
@@ -54,12 +56,15 @@ static const sat_consistency_t *protocol(int p) {
         return sat_home_based_mesi_exclusive();
     case 3:
         return sat_home_based_mesi_update();
-    default:
+    case MULTIPLE_WRITERS:
         return sat_multiple_writers();
+    default:
+        return sat_home_based_mesi_learned();
     }
 }
 
-static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update", "hlrc"};
+static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update", "hlrc",
+                                                "learned"};
 
 /* The 8-byte word a client writes in a chunk every client writes: its own
  * under multiple writers, else the first. */

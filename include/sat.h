@@ -335,6 +335,19 @@ const struct sat_consistency_t *sat_home_based_mesi_update(void);
 const struct sat_consistency_t *sat_multiple_writers(void);
 
 /**
+ * Home-based MESI with learned communication sets: as a barrier's round
+ * (`sat_barrier`) ends, the homes push each process, one message per
+ * chunk, the chunks of this protocol that it READ after the same barrier
+ * the last time and holds no valid copy of; its READs that follow are then
+ * hits. Coherence is MESI's (a pushed copy is invalidated by the next
+ * writer like any other), and nothing waits for a push. For iterative
+ * programs that read the same chunks after each barrier (a stencil's
+ * neighbours).
+ * The pointer is static: never free it.
+ */
+const struct sat_consistency_t *sat_home_based_mesi_learned(void);
+
+/**
  * MALLOC: `size` bytes from chunk `baseid` on, as a chain of chunks of the
  * default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
  * NULL `consistency` means home-based MESI. Allocating the same chain

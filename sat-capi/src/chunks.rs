@@ -46,6 +46,9 @@ static MESI_UPDATE: sat_consistency_t = sat_consistency_t {
 static MULTIPLE_WRITERS: sat_consistency_t = sat_consistency_t {
     protocol: ProtocolId::MultipleWriters,
 };
+static MESI_LEARNED: sat_consistency_t = sat_consistency_t {
+    protocol: ProtocolId::LearnedMesi,
+};
 
 /// The home-based MESI protocol (the default; the report's `newHomeBaseMESI`).
 /// The pointer is static: never free it.
@@ -92,6 +95,20 @@ pub extern "C" fn sat_home_based_mesi_update() -> *const sat_consistency_t {
 #[no_mangle]
 pub extern "C" fn sat_multiple_writers() -> *const sat_consistency_t {
     &MULTIPLE_WRITERS
+}
+
+/// Home-based MESI with learned communication sets: as a barrier's round
+/// (`sat_barrier`) ends, the homes push each process, one message per
+/// chunk, the chunks of this protocol that it READ after the same barrier
+/// the last time and holds no valid copy of; its READs that follow are then
+/// hits. Coherence is MESI's (a pushed copy is invalidated by the next
+/// writer like any other), and nothing waits for a push. For iterative
+/// programs that read the same chunks after each barrier (a stencil's
+/// neighbours).
+/// The pointer is static: never free it.
+#[no_mangle]
+pub extern "C" fn sat_home_based_mesi_learned() -> *const sat_consistency_t {
+    &MESI_LEARNED
 }
 
 /// A list of unsigned longs (the report's `UnsignedLongList_t`).
@@ -489,6 +506,7 @@ pub(crate) fn protocol_of(
         &MESI_EXCLUSIVE,
         &MESI_UPDATE,
         &MULTIPLE_WRITERS,
+        &MESI_LEARNED,
     ]
     .into_iter()
     .find(|&known| std::ptr::eq(known, consistency))
@@ -498,7 +516,7 @@ pub(crate) fn protocol_of(
             "{name}: the consistency argument is not one this library hands out; give \
                  sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only(), \
                  sat_home_based_mesi_exclusive(), sat_home_based_mesi_update(), \
-                 sat_multiple_writers() or NULL"
+                 sat_multiple_writers(), sat_home_based_mesi_learned() or NULL"
         ))
     })
 }

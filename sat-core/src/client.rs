@@ -19,10 +19,12 @@ use crate::stats::{self, Activity, ChunkEvent};
 pub use crate::store::{Chain, LocalMemory};
 use crate::store::{Exposed, Store};
 pub use events::{Event, HandlerResult};
+pub(crate) use learned::learned_set;
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
 mod events;
 mod host;
+mod learned;
 mod loans;
 mod symbols;
 mod sync;
@@ -243,6 +245,8 @@ struct ClientState {
     host: host::HostPath,
     /// The subscribers a release tells itself (kept to reuse its memory).
     direct_ranks: Vec<Rank>,
+    /// The chunks read after each barrier ([`learned`]).
+    learned: learned::Learned,
 }
 
 impl Client {
@@ -289,6 +293,7 @@ impl Client {
                 loans: loans::Loans::default(),
                 host: host::HostPath::default(),
                 direct_ranks: Vec::new(),
+                learned: learned::Learned::default(),
             }),
         }
     }
@@ -1067,6 +1072,10 @@ impl Client {
             }
             .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
             let protocol = c.protocol;
+            if protocol.learns() && access == Access::Read {
+                st.learned.read(chunk);
+            }
+            let c = st.store.get_mut(chunk).expect("placed");
             let req = match step {
                 Acquire::Hit => {
                     c.holders.push(me);
@@ -1324,6 +1333,13 @@ impl Client {
 
     /// How much chunk data this process holds in memory (the regions SAT
     /// allocated; MAP'd memory is the caller's and not counted).
+    /// How many chunks were pushed to this process as barriers ended, before
+    /// its program asked for them (learned communication sets:
+    /// [`crate::protocol::ProtocolId::learns`]).
+    pub fn learned_fetches(&self) -> u64 {
+        self.lock().store.fetched
+    }
+
     pub fn footprint(&self) -> Footprint {
         let (chunks, bytes, evictions) = self.lock().store.footprint();
         Footprint {
@@ -2159,6 +2175,7 @@ fn coherence(
     if granted {
         c.grants += 1;
     }
+    let pushed = c.protocol.learns() && matches!(msg, mesi::ToClient::Update { .. });
     if let Ok(r) = &reaction {
         tracing::debug!(
             "[{}] chunk {chunk}: {op:?} from the home, local state {:?}",
@@ -2170,6 +2187,10 @@ fn coherence(
         }
         if r.take_data {
             store.take_data(chunk, payload);
+            // A push that learned sets asked for (`learned`).
+            if pushed {
+                store.fetched += 1;
+            }
         }
     }
     match reaction.map(|r| r.reply) {

@@ -531,6 +531,9 @@ impl ServerState<'_> {
             Message::Coherence { chunk, client, op } => {
                 self.coherence(out, m, src_is_server, chunk, client, op)
             }
+            Message::Fetch { client, chunks } if src_is_server => {
+                self.fetch(out, m.src, client, chunks)
+            }
             Message::Published {
                 chunk,
                 client,
@@ -593,7 +596,9 @@ impl ServerState<'_> {
             Message::ServerDone if self.rank == SEED && src_is_server => {
                 self.mark_server_done(m.src)
             }
-            Message::Sync { client, op } => self.sync(out, m.src, src_is_server, client, op),
+            Message::Sync { client, op } => {
+                self.sync(out, (m.src, src_is_server), client, op, m.payload)
+            }
             Message::Subscribe { chunk, client, .. } | Message::Unsubscribe { chunk, client } => {
                 self.subscription(out, m.src, src_is_server, chunk, client, &msg)
             }
@@ -880,6 +885,21 @@ impl ServerState<'_> {
             }
             return;
         }
+        self.at_home(out, (m.src, src_is_server), chunk, client, op, m.payload);
+    }
+
+    /// A coherence request for `chunk`, homed here, from `client` (sent by
+    /// `src`, a server when the bool says so): the home's protocol handles
+    /// it and its answers go out.
+    fn at_home(
+        &mut self,
+        out: &mut dyn Sender,
+        (src, src_is_server): (Rank, bool),
+        chunk: u64,
+        client: Rank,
+        op: CoherenceOp,
+        payload: &[u8],
+    ) {
         let Some(entry) = self.homes.get_mut(&chunk) else {
             tracing::warn!(
                 "server {}: coherence request for chunk {chunk}, which nobody allocated",
@@ -887,13 +907,19 @@ impl ServerState<'_> {
             );
             return;
         };
-        let to_home = mesi::to_home(op).expect("checked for_home");
-        let mut data = (!m.payload.is_empty() || to_home.publishes()).then_some(m.payload);
+        let Some(to_home) = mesi::to_home(op) else {
+            tracing::warn!(
+                "server {}: chunk {chunk}: {op:?} is not a request; dropped",
+                self.rank
+            );
+            return;
+        };
+        let mut data = (!payload.is_empty() || to_home.publishes()).then_some(payload);
         // A protected chunk's release outside its line of key epochs
         // publishes the current bytes again (`server/epochs.rs`).
         let kept;
         if let (true, Some(line)) = (to_home.publishes(), entry.epochs.as_mut()) {
-            if let Err(why) = line.admit(m.payload) {
+            if let Err(why) = line.admit(payload) {
                 tracing::warn!(
                     "server {}: release of protected chunk {chunk} by client {client} refused: \
                      {why}; its current version is published again",
@@ -911,7 +937,7 @@ impl ServerState<'_> {
                  version {} owner {:?}",
                 entry.protocol.name(),
                 request_name(op, src_is_server),
-                m.src,
+                src,
                 entry.side.version(),
                 entry.side.owner()
             ),
@@ -924,6 +950,79 @@ impl ServerState<'_> {
             self.accounts.count_applied();
             self.notify_subscribers(out, chunk);
         }
+    }
+
+    /// Learned communication sets, as a barrier's round ends here (this
+    /// server coordinates it): asks the homes of `chunks` to push `client`
+    /// a copy of each ([`crate::protocol::mesi::ToHome::Want`]). Those homed
+    /// here are handled now, before the round's answers leave, so the data
+    /// reaches the client ahead of its barrier's return; the others go to
+    /// their homes in one [`Message::Fetch`] per home.
+    pub(crate) fn push_learned(&mut self, out: &mut dyn Sender, client: Rank, chunks: Vec<u64>) {
+        let mut elsewhere: BTreeMap<Rank, Vec<u64>> = BTreeMap::new();
+        for chunk in chunks {
+            let home = self.home_of(chunk);
+            if home == self.rank {
+                self.want(out, client, chunk);
+            } else {
+                elsewhere.entry(home).or_default().push(chunk);
+            }
+        }
+        for (home, chunks) in elsewhere {
+            for part in chunks.chunks(wire::MAX_FETCH) {
+                let msg = Message::Fetch {
+                    client,
+                    chunks: part.to_vec(),
+                };
+                self.send(out, home, &msg, Payload::None);
+            }
+        }
+    }
+
+    /// A barrier's coordinator (server `src`) asks for pushes to `client`
+    /// of chunks homed here ([`Server::push_learned`]).
+    fn fetch(&mut self, out: &mut dyn Sender, src: Rank, client: Rank, chunks: Vec<u64>) {
+        if !self.on_behalf_of(src, true, client) || chunks.len() > wire::MAX_FETCH {
+            tracing::warn!(
+                "server {}: dropped a fetch of {} chunks from {src} for client {client}",
+                self.rank,
+                chunks.len()
+            );
+            return;
+        }
+        for chunk in chunks {
+            if self.home_of(chunk) != self.rank {
+                tracing::warn!(
+                    "server {}: chunk {chunk} fetch sent here, but its home is {}",
+                    self.rank,
+                    self.home_of(chunk)
+                );
+                continue;
+            }
+            self.want(out, client, chunk);
+        }
+    }
+
+    /// One push asked for by a barrier's round: only chunks whose protocol
+    /// learns take it (the list came from a client).
+    fn want(&mut self, out: &mut dyn Sender, client: Rank, chunk: u64) {
+        let learns = self.homes.get(&chunk).is_some_and(|e| e.protocol.learns());
+        if !learns {
+            tracing::warn!(
+                "server {}: push of chunk {chunk} to client {client} asked for, but the chunk \
+                 is unknown here or its protocol does not learn: dropped",
+                self.rank
+            );
+            return;
+        }
+        self.at_home(
+            out,
+            (self.rank, true),
+            chunk,
+            client,
+            CoherenceOp::Want,
+            &[],
+        );
     }
 
     /// Tells every server that `client` (ours) has left, and forgets it

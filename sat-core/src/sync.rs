@@ -42,6 +42,9 @@ struct Barrier {
     count: u32,
     /// The round's arrivals: the client and its ticket.
     arrived: Vec<(Rank, u64)>,
+    /// The chunks each arrival asked to be pushed as the round ends
+    /// (learned communication sets, `client/learned.rs`).
+    fetches: Vec<(Rank, Vec<u64>)>,
 }
 
 /// The synchronization objects one server coordinates.
@@ -50,15 +53,21 @@ pub struct Coordinator {
     rendezvous: HashMap<u32, Rendezvous>,
     barriers: HashMap<u32, Barrier>,
     signals: HashMap<u32, BTreeSet<Rank>>,
+    /// The pushes rounds that have just ended ask for, until the server
+    /// takes them ([`Coordinator::take_fetches`]).
+    fetches: Vec<(Rank, Vec<u64>)>,
 }
 
 impl Coordinator {
     /// Handles `op` from `client`; appends the answers to `out`. Returns an
     /// error for an operation a client may not send (an answer kind).
+    /// `fetch` is what a barrier arrival asks to be pushed as its round ends
+    /// (ignored otherwise, and dropped with a refused arrival).
     pub fn on_request(
         &mut self,
         client: Rank,
         op: SyncOp,
+        fetch: Vec<u64>,
         out: &mut Vec<(Rank, SyncOp)>,
     ) -> Result<(), &'static str> {
         match op {
@@ -112,10 +121,14 @@ impl Coordinator {
                     return Ok(());
                 }
                 b.arrived.push((client, ticket));
+                if !fetch.is_empty() {
+                    b.fetches.push((client, fetch));
+                }
                 if b.arrived.len() as u32 == b.count {
                     for (c, ticket) in b.arrived.drain(..) {
                         out.push((c, SyncOp::BarrierDone { id, ticket }));
                     }
+                    self.fetches.append(&mut b.fetches);
                 }
             }
             SyncOp::SignalSubscribe { id } => {
@@ -153,7 +166,16 @@ impl Coordinator {
         // answer could reach only a later process in the same slot.
         for b in self.barriers.values_mut() {
             b.arrived.retain(|&(c, _)| c != client);
+            b.fetches.retain(|(c, _)| *c != client);
         }
+    }
+
+    /// The pushes asked for by the arrivals of rounds that have ended since
+    /// the last call: (client, chunks). The server sends them to the homes
+    /// before the rounds' answers, so that on one server the data is there
+    /// when the barrier returns.
+    pub fn take_fetches(&mut self) -> Vec<(Rank, Vec<u64>)> {
+        std::mem::take(&mut self.fetches)
     }
 
     /// The object a request is about, which picks its coordinator; None
@@ -178,7 +200,7 @@ mod tests {
 
     fn run(c: &mut Coordinator, client: Rank, op: SyncOp) -> Vec<(Rank, SyncOp)> {
         let mut out = Vec::new();
-        c.on_request(client, op, &mut out).unwrap();
+        c.on_request(client, op, Vec::new(), &mut out).unwrap();
         out
     }
 
@@ -345,6 +367,33 @@ mod tests {
         c.client_left(3);
         assert!(run(&mut c, 4, SyncOp::Raise { id: 9 }).is_empty());
         let mut out = Vec::new();
-        assert!(c.on_request(2, SyncOp::Signal { id: 9 }, &mut out).is_err());
+        assert!(c
+            .on_request(2, SyncOp::Signal { id: 9 }, Vec::new(), &mut out)
+            .is_err());
+    }
+
+    #[test]
+    fn a_rounds_pushes_leave_when_it_ends_and_not_for_a_refused_or_departed_arrival() {
+        let mut c = Coordinator::default();
+        let mut out = Vec::new();
+        let arrive = |c: &mut Coordinator, client, count, fetch: Vec<u64>, out: &mut Vec<_>| {
+            let op = SyncOp::Barrier {
+                id: 3,
+                count,
+                ticket: 1,
+            };
+            c.on_request(client, op, fetch, out).unwrap();
+        };
+        arrive(&mut c, 2, 3, vec![10, 11], &mut out);
+        arrive(&mut c, 5, 3, vec![12], &mut out);
+        // A refused arrival (another count) asks for nothing.
+        arrive(&mut c, 6, 4, vec![13], &mut out);
+        assert!(c.take_fetches().is_empty(), "nothing before the round ends");
+        // A client that left withdraws its arrival and its pushes.
+        c.client_left(5);
+        arrive(&mut c, 4, 3, vec![], &mut out);
+        arrive(&mut c, 7, 3, vec![14], &mut out);
+        assert_eq!(c.take_fetches(), vec![(2, vec![10, 11]), (7, vec![14])]);
+        assert!(c.take_fetches().is_empty(), "taken once");
     }
 }

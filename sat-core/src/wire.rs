@@ -17,7 +17,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits); the bootstrap and a
 /// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 9;
+pub const WIRE_VERSION: u32 = 10;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -156,7 +156,19 @@ pub enum Message {
         version: u64,
         with_data: bool,
     },
+    /// A barrier's coordinator -> the home of `chunks` (server to server),
+    /// as the round ends: push `client` a copy of each, if that can be done
+    /// at once ([`CoherenceOp::Want`]). Learned communication sets: the
+    /// chunks are those `client` read after the same barrier last time,
+    /// listed in the payload of its arrival (`client/learned.rs`); at most
+    /// [`MAX_FETCH`] in one message.
+    Fetch { client: Rank, chunks: Vec<u64> },
 }
+
+/// The chunks one [`Message::Fetch`] may list: its header must fit in
+/// [`MAX_HEADER`] bytes whatever the ids (at most 10 bytes each); a longer
+/// list goes in several messages.
+pub const MAX_FETCH: usize = 96;
 
 /// Synchronization operations: requests from a client, answers from the
 /// coordinator. Ids of rendezvous, barriers and signals are separate spaces.
@@ -271,6 +283,8 @@ pub enum CoherenceOp {
     DiffAck {
         version: u64,
     },
+    /// Learned sets ([`crate::protocol::mesi::ToHome::Want`]).
+    Want,
 }
 
 impl CoherenceOp {
@@ -297,6 +311,7 @@ impl CoherenceOp {
             CoherenceOp::Share => "share",
             CoherenceOp::ReleaseDiff => "release_diff",
             CoherenceOp::DiffAck { .. } => "diff_ack",
+            CoherenceOp::Want => "want",
         }
     }
 }
@@ -388,6 +403,7 @@ impl Message {
             Message::SlotFree { .. } => "slot_free",
             Message::Published { .. } => "published",
             Message::PublishedAck { .. } => "published_ack",
+            Message::Fetch { .. } => "fetch",
         }
     }
 }
@@ -602,5 +618,32 @@ mod tests {
                 assert!(decode(&buf[..cut]).is_err(), "{msg:?} cut to {cut} bytes");
             }
         }
+    }
+
+    #[test]
+    fn the_longest_fetch_fits_and_a_longer_claim_is_refused() {
+        let mut buf = [0u8; MAX_HEADER];
+        let longest = Message::Fetch {
+            client: u32::MAX,
+            chunks: vec![u64::MAX; MAX_FETCH],
+        };
+        let n = encode(&longest, &mut buf).expect("MAX_FETCH chunks fit a header");
+        assert_eq!(decode(&buf[..n]).unwrap(), longest);
+        for cut in 0..n {
+            assert!(decode(&buf[..cut]).is_err(), "fetch cut to {cut} bytes");
+        }
+        // A list that claims more entries than a header can hold is an
+        // error before anything is allocated for it.
+        let head = encode(
+            &Message::Fetch {
+                client: 1,
+                chunks: Vec::new(),
+            },
+            &mut buf,
+        )
+        .unwrap();
+        let mut hostile = buf[..head - 1].to_vec();
+        hostile.extend_from_slice(&[0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+        assert!(decode(&hostile).is_err());
     }
 }

@@ -73,6 +73,11 @@ impl Answers {
 
 impl Client {
     fn sync_send(&self, op: SyncOp) -> SatResult<()> {
+        self.sync_send_with(op, &[])
+    }
+
+    /// [`Client::sync_send`] with a payload (a barrier arrival's pushes).
+    fn sync_send_with(&self, op: SyncOp, payload: &[u8]) -> SatResult<()> {
         let mut st = self.lock();
         let st = &mut *st;
         if matches!(op, SyncOp::Raise { .. }) {
@@ -83,8 +88,12 @@ impl Client {
             op,
         };
         let n = wire::encode(&msg, &mut st.header).expect("fits");
-        st.transport
-            .send(self.server, &st.header[..n], Payload::None)?;
+        let payload = if payload.is_empty() {
+            Payload::None
+        } else {
+            Payload::Copy(payload)
+        };
+        st.transport.send(self.server, &st.header[..n], payload)?;
         Ok(())
     }
 
@@ -138,7 +147,18 @@ impl Client {
     /// round to end, then arrives in the next one. Every process is thus in
     /// each round once, and a later round never opens early on the answer
     /// of an earlier one.
+    ///
+    /// Chunks whose protocol learns ([`crate::protocol::ProtocolId::learns`])
+    /// and that this process read after the same barrier last time are
+    /// pushed to it as the round ends ([`super::learned`]).
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
+        let fetch = self.learned_arrival(id);
+        self.barrier_round(id, count, &fetch)?;
+        self.lock().learned.passed(id);
+        Ok(())
+    }
+
+    fn barrier_round(&self, id: u32, count: u32, fetch: &[u8]) -> SatResult<()> {
         if count == 0 {
             return Err(SatError::Usage(format!(
                 "barrier {id} with a count of 0: give the number of processes to wait for"
@@ -163,7 +183,7 @@ impl Client {
             st.mail.sync.next_ticket += 1;
             t
         };
-        self.sync_send(SyncOp::Barrier { id, count, ticket })?;
+        self.sync_send_with(SyncOp::Barrier { id, count, ticket }, fetch)?;
         let waited = self.wait_running_handlers(None, |st| st.mail.sync.barriers.remove(&ticket));
         let answer = match waited {
             Ok(answer) => answer,

@@ -33,6 +33,15 @@
 //!   their next READ is a hit. Invalidating first keeps a READ seeing the
 //!   last release: a copy is never readable while a newer version exists.
 //!
+//! - **learned communication sets** ([`ProtocolId::LearnedMesi`], FDSM):
+//!   MESI, plus a push the client did not ask for. As a barrier ends, its
+//!   coordinator sends [`ToHome::Want`] on behalf of each process for the
+//!   chunks it read after that barrier the last time; a home that can
+//!   (nothing holds the chunk) makes the process a sharer and pushes it the
+//!   last release ([`ToClient::Update`]), taken if the copy is still
+//!   invalid and not asked for. Its READ then hits. Any later writer
+//!   invalidates that copy first, as any other.
+//!
 //! Message counts (home on the client's server): read hit 0; read miss 2;
 //! write with s other sharers 2 + 2s; release of a write scope 1; release of
 //! a read scope 0 (plus the deferred acknowledgement, if one is owed). With
@@ -67,6 +76,10 @@ pub struct Flavor {
     pub exclusive: bool,
     /// A release pushes the new version to the copies its write invalidated.
     pub update: bool,
+    /// Learned communication sets: a barrier's coordinator asks for a copy
+    /// pushed to each process that read the chunk after that barrier last
+    /// time ([`ToHome::Want`]).
+    pub learned: bool,
 }
 
 /// One member of the MESI family: its protocol id and its flavor.
@@ -81,6 +94,7 @@ pub static HOME_BASED: Mesi = Mesi {
     flavor: Flavor {
         exclusive: false,
         update: false,
+        learned: false,
     },
 };
 
@@ -90,6 +104,7 @@ pub static EXCLUSIVE: Mesi = Mesi {
     flavor: Flavor {
         exclusive: true,
         update: false,
+        learned: false,
     },
 };
 
@@ -99,6 +114,19 @@ pub static UPDATE: Mesi = Mesi {
     flavor: Flavor {
         exclusive: false,
         update: true,
+        learned: false,
+    },
+};
+
+/// MESI with learned communication sets (FDSM): as a barrier ends, its
+/// coordinator asks the homes to push each arriving process the chunks it
+/// read after that barrier the last time (`client/learned.rs`).
+pub static LEARNED: Mesi = Mesi {
+    id: ProtocolId::LearnedMesi,
+    flavor: Flavor {
+        exclusive: false,
+        update: false,
+        learned: true,
     },
 };
 
@@ -146,6 +174,11 @@ pub enum ToHome {
     /// The end of a write scope of [`super::hlrc`]: the diff against its
     /// twin travels with it, and the home makes the next version of it.
     ReleaseDiff,
+    /// Learned sets: push the client a copy, if that can be done at once
+    /// (no writer at work, no request waiting, no copy there already);
+    /// else nothing happens and the client's next READ asks. Sent by a
+    /// barrier's coordinator, on the client's behalf, as the round ends.
+    Want,
 }
 
 impl ToHome {
@@ -279,6 +312,7 @@ impl From<ToHome> for CoherenceOp {
             ToHome::ReleaseYield { version } => CoherenceOp::ReleaseYield { version },
             ToHome::AbortYield => CoherenceOp::AbortYield,
             ToHome::ReleaseDiff => CoherenceOp::ReleaseDiff,
+            ToHome::Want => CoherenceOp::Want,
         }
     }
 }
@@ -315,6 +349,7 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::ReleaseYield { version } => ToHome::ReleaseYield { version },
         CoherenceOp::AbortYield => ToHome::AbortYield,
         CoherenceOp::ReleaseDiff => ToHome::ReleaseDiff,
+        CoherenceOp::Want => ToHome::Want,
         _ => return None,
     })
 }
@@ -488,6 +523,10 @@ impl HomeSide for Home {
             ToHome::ReadRelease | ToHome::ReleaseDiff => {
                 return Err(ProtocolViolation::Foreign(msg.name()))
             }
+            ToHome::Want if !self.flavor.learned => {
+                return Err(ProtocolViolation::Foreign(msg.name()))
+            }
+            ToHome::Want => self.push_wanted(from, out),
             ToHome::Release { version } | ToHome::ReleaseYield { version } => {
                 if !self.may_write(from) {
                     return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
@@ -634,6 +673,29 @@ impl Home {
             }
             _ => unreachable!("only requests wait"),
         }
+    }
+
+    /// Learned sets: `client` gets the last release as a Shared copy, when
+    /// nothing holds the chunk. Any writer after this invalidates that copy
+    /// first (the client is a sharer from now on); a writer at work, or a
+    /// request queued, would make the push stale or overtake it, so then
+    /// nothing is sent, and the client's READ asks as in MESI.
+    fn push_wanted(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
+        if self.busy()
+            || !self.pending.is_empty()
+            || self.exclusive.is_some()
+            || self.copyset.contains(&client)
+        {
+            return;
+        }
+        self.copyset.insert(client);
+        out.push(Out {
+            to: client,
+            msg: ToClient::Update {
+                version: self.last.version,
+            },
+            data: Some(self.last.data.clone()),
+        });
     }
 
     /// Updates: the release just applied goes to the copies its write
@@ -878,7 +940,7 @@ impl ClientSide for Cache {
             }
             ToClient::DiffAck { .. } => Err(ProtocolViolation::Foreign(msg.name())),
             ToClient::Update { version } => {
-                if !self.flavor.update {
+                if !self.flavor.update && !self.flavor.learned {
                     return Err(ProtocolViolation::Foreign("update"));
                 }
                 let bytes = data.ok_or(ProtocolViolation::MissingData)?;
@@ -891,7 +953,10 @@ impl ClientSide for Cache {
                 // Taken only by the copy its write invalidated, still
                 // invalid and not asked for since (a request gets its own
                 // answer, with the bytes if they moved).
-                let take = self.update_due
+                // Learned sets: pushed as a barrier ended, to a copy that
+                // held a version (not one evicted: its bytes are gone).
+                let wanted = self.flavor.learned && self.version.is_some();
+                let take = (self.update_due || wanted)
                     && self.state == State::Invalid
                     && self.waiting.is_none()
                     && !self.in_scope();

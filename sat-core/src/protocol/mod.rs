@@ -15,6 +15,9 @@
 //!   E state kept across releases (a repeated writer needs no grant) and
 //!   update-based MESI (a release pushes the new version to the copies it
 //!   invalidated).
+//!   A third, MESI with learned communication sets (FDSM), keeps MESI's
+//!   handlers: its client runtime (`client/learned.rs`) asks, as a barrier
+//!   ends, for the chunks the process read after that barrier last time.
 //! - [`hlrc`]: home-based lazy release consistency with multiple writers:
 //!   concurrent write scopes publish diffs against their twins, merged at
 //!   the home.
@@ -68,6 +71,9 @@ pub enum ProtocolId {
     UpdateMesi,
     /// Multiple writers publishing diffs: [`hlrc`].
     MultipleWriters,
+    /// Home-based MESI whose readers learn, per barrier, the chunks they
+    /// read after it and fetch them together as it ends: [`mesi::LEARNED`].
+    LearnedMesi,
 }
 
 impl ProtocolId {
@@ -79,6 +85,7 @@ impl ProtocolId {
             ProtocolId::MesiExclusive => "Home-Based MESI with E",
             ProtocolId::UpdateMesi => "Update-Based MESI",
             ProtocolId::MultipleWriters => "Home-Based LRC, Multiple Writers",
+            ProtocolId::LearnedMesi => "Home-Based MESI, Learned Sets",
         }
     }
 
@@ -91,22 +98,30 @@ impl ProtocolId {
             ProtocolId::MesiExclusive => "mesi-e",
             ProtocolId::UpdateMesi => "update",
             ProtocolId::MultipleWriters => "hlrc",
+            ProtocolId::LearnedMesi => "learned",
         }
     }
 
     /// Every built-in protocol.
-    pub const ALL: [ProtocolId; 5] = [
+    pub const ALL: [ProtocolId; 6] = [
         ProtocolId::HomeMesi,
         ProtocolId::HomeOnly,
         ProtocolId::MesiExclusive,
         ProtocolId::UpdateMesi,
         ProtocolId::MultipleWriters,
+        ProtocolId::LearnedMesi,
     ];
 
     /// Whether write scopes publish diffs against a twin ([`hlrc`]): such
     /// chunks cannot be protected (a diff of ciphertexts merges nothing).
     pub fn diffs(self) -> bool {
         self == ProtocolId::MultipleWriters
+    }
+
+    /// Whether the client runtime learns, per barrier, the chunks read after
+    /// it and fetches them when the barrier next ends (`client/learned.rs`).
+    pub fn learns(self) -> bool {
+        self == ProtocolId::LearnedMesi
     }
 
     /// The protocol of a short name.
@@ -122,6 +137,7 @@ impl ProtocolId {
             ProtocolId::MesiExclusive => &mesi::EXCLUSIVE,
             ProtocolId::UpdateMesi => &mesi::UPDATE,
             ProtocolId::MultipleWriters => &hlrc::MultipleWriters,
+            ProtocolId::LearnedMesi => &mesi::LEARNED,
         }
     }
 }

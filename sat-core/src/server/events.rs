@@ -48,13 +48,15 @@ impl ServerState<'_> {
 
     /// A synchronization request goes to its coordinator; an answer goes
     /// back to its client.
+    /// A barrier arrival's payload lists the chunks its client asks to be
+    /// pushed as the round ends (`client/learned.rs`).
     pub(super) fn sync(
         &mut self,
         out: &mut dyn Sender,
-        src: Rank,
-        src_is_server: bool,
+        (src, src_is_server): (Rank, bool),
         client: Rank,
         op: SyncOp,
+        payload: &[u8],
     ) {
         let request = Coordinator::request_id(&op);
         let legit =
@@ -82,7 +84,13 @@ impl ServerState<'_> {
                     self.rank
                 );
             } else {
-                self.send(out, coordinator, &msg, Payload::None);
+                let fetch = matches!(op, SyncOp::Barrier { .. }) && !payload.is_empty();
+                let payload = if fetch {
+                    Payload::Copy(payload)
+                } else {
+                    Payload::None
+                };
+                self.send(out, coordinator, &msg, payload);
             }
             return;
         }
@@ -96,9 +104,23 @@ impl ServerState<'_> {
         if matches!(op, SyncOp::Raise { .. }) {
             self.accounts.count_applied();
         }
+        let fetch = match op {
+            SyncOp::Barrier { id, .. } => crate::client::learned_set(payload).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "server {}: barrier {id} arrival of client {client}: {e}; its pushes are \
+                     dropped",
+                    self.rank
+                );
+                Vec::new()
+            }),
+            _ => Vec::new(),
+        };
         let mut answers = Vec::new();
-        if let Err(e) = self.coordinator.on_request(client, op, &mut answers) {
+        if let Err(e) = self.coordinator.on_request(client, op, fetch, &mut answers) {
             tracing::warn!("server {}: {e}; dropped", self.rank);
+        }
+        for (client, chunks) in self.coordinator.take_fetches() {
+            self.push_learned(out, client, chunks);
         }
         for (to, op) in answers {
             if matches!(op, SyncOp::Signal { .. }) {

@@ -872,3 +872,82 @@ fn multiple_writers_ask_for_the_version_and_release_a_diff() {
         s.expect("READ", 2, lanes([round, 10 * round]), want, 2);
     }
 }
+
+#[test]
+fn a_barrier_pushes_what_was_read_after_it_last_time_with_one_message_per_chunk() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunks 14 and 16 are homed on server 0, chunk 15 on server 1, and
+    // barrier 4's coordinator is server 0. The writer (2) is server 0's
+    // client, like one reader (3); the other reader (6) is server 1's.
+    let chunks = [14, 15, 16];
+    let (writer, readers, coordinator) = (2, [3, 6], 0);
+    let home = |chunk: u64| (chunk % 2) as Rank;
+    for c in [writer, 3, 6] {
+        for chunk in chunks {
+            let hops = 2 * u64::from(topology.server_of(c) != home(chunk));
+            let want = b().up(c, home(chunk)).down(home(chunk), c);
+            s.expect(
+                "MALLOC",
+                c,
+                malloc(ProtocolId::LearnedMesi, chunk),
+                want,
+                2 + hops,
+            );
+        }
+    }
+    // A barrier reached for the first time pushes nothing: what it costs
+    // alone (the coordinator's messages) is measured here.
+    let barrier = |c: &Client| c.barrier(4, 1);
+    let alone: Vec<Counts> = readers.iter().map(|&r| s.run(r, barrier)).collect();
+    // After it, each reader misses on the three chunks, learning them.
+    for &r in &readers {
+        for chunk in chunks {
+            let hops = 2 * u64::from(topology.server_of(r) != home(chunk));
+            let want = b().up(r, home(chunk)).down(home(chunk), r);
+            s.expect("READ miss", r, read_sees(chunk, 0), want, 2 + hops);
+        }
+    }
+    for v in 1..4 {
+        // The writer invalidates both readers' copies of each chunk.
+        for chunk in chunks {
+            s.run(writer, write(chunk));
+            s.run(writer, write_back(chunk, v));
+        }
+        for (&r, alone) in readers.iter().zip(&alone) {
+            // The barrier as before, its arrival listing the three chunks;
+            // as the round ends the coordinator asks the other home for its
+            // chunk (one message), and each home pushes each chunk (one
+            // message, a hop more from a home on another server than the
+            // reader's): 1 + 3 + 1 or 2, against 6 + 2 or 4 for three READ
+            // misses.
+            let mut want = Budget {
+                topology: &topology,
+                hops: alone.clone(),
+            };
+            want.hop(coordinator, 1);
+            for chunk in chunks {
+                want = want.down(home(chunk), r);
+            }
+            let server = topology.server_of(r);
+            let cross = chunks.iter().filter(|&&c| home(c) != server).count() as u64;
+            s.expect(
+                "a barrier whose round pushes 3 chunks of 2 homes",
+                r,
+                barrier,
+                want,
+                alone.total() + 1 + 3 + cross,
+            );
+            // The program's READs are hits, and see the writer's release.
+            for chunk in chunks {
+                s.expect("READ of a pushed chunk", r, read_sees(chunk, v), b(), 0);
+            }
+        }
+    }
+    assert_eq!(
+        s.clients[6 - 2].learned_fetches(),
+        9,
+        "reader 6 took 3 pushes in each of 3 rounds"
+    );
+}

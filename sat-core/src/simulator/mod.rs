@@ -15,9 +15,11 @@
 //! overlap, with SAT's memory or their own (as the C and Python faces do),
 //! open READ, WRITE and READWRITE scopes (nested in ascending order), end
 //! them by release, abort or a panic, PUT and GET, subscribe (handlers that
-//! read, unsubscribe, subscribe from a handler), raise signals, and probe
-//! misuse (a WRITE chain that fails part way). Clients may end their role in
-//! failure with scopes open; in a service, clients may die at any step. The
+//! read, unsubscribe, subscribe from a handler), raise signals, pass a
+//! barrier every thread reaches (outside services: the chunks of protocols
+//! that learn are then pushed as it ends), and probe misuse (a WRITE chain
+//! that fails part way). Clients may end their role in failure with scopes
+//! open; in a service, clients may die at any step. The
 //! run ends by its termination protocol (section 3), including the
 //! quiescence detection that stops clients waiting on subscriptions.
 //!
@@ -86,6 +88,8 @@ pub struct Outcome {
     pub aborted: u64,
     pub read_checks: u64,
     pub notifications: u64,
+    /// Chunks pushed as a barrier ended (learned communication sets).
+    pub fetched: u64,
 }
 
 /// A broken invariant, with what replays it.
@@ -125,11 +129,12 @@ impl fmt::Display for Failure {
 /// the simulation by being listed here.
 /// (Multi-writer chunks are allocated besides them, with their own
 /// content: `content::write_lane`.)
-pub const PROTOCOLS: [ProtocolId; 4] = [
+pub const PROTOCOLS: [ProtocolId; 5] = [
     ProtocolId::HomeMesi,
     ProtocolId::HomeOnly,
     ProtocolId::MesiExclusive,
     ProtocolId::UpdateMesi,
+    ProtocolId::LearnedMesi,
 ];
 
 /// SplitMix64: the run's generator (written out, so a seed's run never

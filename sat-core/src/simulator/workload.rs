@@ -65,6 +65,28 @@ pub(crate) struct Program {
     role_fails: bool,
     /// Sends of this client may fail (one at a time, chosen by the program).
     send_faults: bool,
+    /// The run's barrier, which every API thread passes the same number of
+    /// times, if the run has one.
+    barrier: Option<Barrier>,
+}
+
+/// A barrier every API thread of a run passes `rounds` times, spread over
+/// its operations, holding no scope: the chunks of protocols that learn,
+/// read after it, are pushed as it ends (`client/learned.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Barrier {
+    id: u32,
+    /// Every API thread of the run.
+    count: u32,
+    rounds: u32,
+}
+
+impl Barrier {
+    /// Whether a thread running `ops` operations arrives before its
+    /// `op`-th.
+    fn due(&self, op: u32, ops: u32) -> bool {
+        (1..=self.rounds).any(|k| op == k * ops / (self.rounds + 1))
+    }
 }
 
 pub(crate) struct ClientPlan {
@@ -76,6 +98,7 @@ pub(crate) fn plan(
     rng: &mut Rng,
     _topology: &Topology,
     clients: u32,
+    service: bool,
     config: &Config,
 ) -> Vec<ClientPlan> {
     let n = 3 + rng.below(5);
@@ -89,9 +112,17 @@ pub(crate) fn plan(
             .collect(),
         lanes: (0..rng.below(3)).map(|i| LANE_BASE + i).collect(),
     });
+    let threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
+    // Not in a service: its clients may die, and a barrier would wait for
+    // them forever.
+    let barrier = (!service && rng.chance(60)).then(|| Barrier {
+        id: 7,
+        count: threads.iter().sum::<usize>() as u32,
+        rounds: 1 + rng.below(6) as u32,
+    });
     (0..clients)
         .map(|ci| {
-            let threads = 1 + rng.below(3) as usize;
+            let threads = threads[ci as usize];
             let role_fails = rng.chance(15);
             let send_faults = rng.chance(30);
             ClientPlan {
@@ -102,6 +133,7 @@ pub(crate) fn plan(
                         chunks: chunks.clone(),
                         role_fails: ti == 0 && role_fails,
                         send_faults,
+                        barrier,
                     })
                     .collect(),
             }
@@ -259,11 +291,14 @@ impl Thread {
             self.shared
                 .fail("MALLOC works", format!("chunk {}: {e}", st.private));
         }
-        for _ in 0..self.program.ops {
+        for op in 0..self.program.ops {
             set_op(self, None);
             self.shared.sched.pause();
             if self.shared.failed() {
                 return;
+            }
+            if let Some(b) = self.program.barrier.filter(|b| b.due(op, self.program.ops)) {
+                self.barrier(st, b);
             }
             self.one_op(st);
         }
@@ -592,6 +627,13 @@ impl Thread {
             5..=6 => Access::Write,
             _ => Access::ReadWrite,
         };
+        self.open_scope_on(st, i, access);
+    }
+
+    /// Opens a scope of `access` on known chain `i`, above every chunk held.
+    fn open_scope_on(&mut self, st: &mut State, i: usize, access: Access) {
+        let held = self.held_ids(st);
+        let ids = st.chains[i].ids.clone();
         if self.program.send_faults && self.program.rng.chance(15) {
             self.fault.fail_next_coherence();
         }
@@ -1162,6 +1204,36 @@ impl Thread {
 
     /// Raise a signal, or subscribe to one with a handler that subscribes
     /// to a chunk and unsubscribes from the signal.
+    /// Passes the run's barrier, holding no scope (a scope held across it
+    /// could be one another arrival waits for).
+    fn barrier(&mut self, st: &mut State, b: Barrier) {
+        while !st.held.is_empty() {
+            self.end_scope(st, st.held.len() - 1, End::Release);
+        }
+        set_op(self, Some(format!("barrier {} of {}", b.id, b.count)));
+        if let Err(e) = self.client.barrier(b.id, b.count) {
+            self.shared
+                .fail("a barrier every thread reaches ends", e.to_string());
+        }
+        self.note(|| format!("passed barrier {}", b.id));
+        // As an iterative program does after a barrier: read the chunks of
+        // protocols that learn (pushed to it from the second round on).
+        let learned: Vec<usize> = (0..st.chains.len())
+            .filter(|&i| {
+                let ids = &st.chains[i].ids;
+                ids.len() == 1 && self.program.chunks.protocol(ids[0]).learns()
+            })
+            .collect();
+        for i in learned {
+            if self.program.rng.chance(70) {
+                self.open_scope_on(st, i, Access::Read);
+                if !st.held.is_empty() {
+                    self.end_scope(st, st.held.len() - 1, End::Release);
+                }
+            }
+        }
+    }
+
     fn signal(&mut self) {
         let id = 1 + self.program.rng.below(2) as u32;
         if self.program.rng.chance(50) {

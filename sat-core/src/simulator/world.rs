@@ -429,7 +429,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     }
 
     // The clients and their threads.
-    let plans = workload::plan(&mut rng, &topology, shape.clients, config);
+    let plans = workload::plan(&mut rng, &topology, shape.clients, shape.service, config);
     let mut clients: Vec<Arc<Client>> = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
     let mut threads = Vec::new();
@@ -680,6 +680,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         aborted: oracle.aborted,
         read_checks: oracle.read_checks,
         notifications: oracle.notifications,
+        fetched: clients.iter().map(|c| c.learned_fetches()).sum(),
     })
 }
 
