@@ -116,6 +116,141 @@
 #define SAT_ABI_VERSION 0
 
 /**
+ * A client asks for a READ scope (`have`: the version it holds, if
+ * `SAT_PROTOCOL_HAS_VERSION`).
+ */
+#define SAT_PROTOCOL_READ_REQ 1
+
+/**
+ * A client asks for a WRITE or READWRITE scope (`SAT_PROTOCOL_WITH_DATA`:
+ * it needs the data, READWRITE).
+ */
+#define SAT_PROTOCOL_WRITE_REQ 2
+
+/**
+ * A write scope ends and publishes `version`; the bytes travel with it.
+ */
+#define SAT_PROTOCOL_RELEASE 3
+
+/**
+ * An invalidation has been applied.
+ */
+#define SAT_PROTOCOL_INVAL_ACK 4
+
+/**
+ * A read scope ends.
+ */
+#define SAT_PROTOCOL_READ_RELEASE 5
+
+/**
+ * A write scope ends without publishing.
+ */
+#define SAT_PROTOCOL_ABORT 6
+
+/**
+ * The home grants a READ scope at `version` (filled in by the library).
+ */
+#define SAT_PROTOCOL_READ_GRANT 16
+
+/**
+ * The home grants a write scope at `version` (filled in by the library).
+ */
+#define SAT_PROTOCOL_WRITE_GRANT 17
+
+/**
+ * The home asks a client to drop its copy.
+ */
+#define SAT_PROTOCOL_INVAL 18
+
+/**
+ * `sat_protocol_msg.flags`: `version` is set (a request's "have").
+ */
+#define SAT_PROTOCOL_HAS_VERSION 1
+
+/**
+ * `sat_protocol_msg.flags`: the chunk's data goes with a grant, or a write
+ * request needs it.
+ */
+#define SAT_PROTOCOL_WITH_DATA 2
+
+/**
+ * `client_acquire` returns it: the scope opens with no message.
+ */
+#define SAT_PROTOCOL_HIT 0
+
+/**
+ * `client_acquire` returns it: send `*request` and wait for a grant.
+ */
+#define SAT_PROTOCOL_ASK 1
+
+/**
+ * `client_on_message` and `client_release` return it (a bit): send
+ * `*reply`.
+ */
+#define SAT_PROTOCOL_REPLY 1
+
+/**
+ * `client_on_message` returns it (a bit): the bytes that came with the
+ * message are the chunk's new content.
+ */
+#define SAT_PROTOCOL_TAKE_DATA 2
+
+/**
+ * The access a client routine is asked for.
+ */
+#define SAT_ACCESS_READ 0
+
+/**
+ * WRITE: exclusive, the data may be stale.
+ */
+#define SAT_ACCESS_WRITE 1
+
+/**
+ * READWRITE: exclusive, with the current data.
+ */
+#define SAT_ACCESS_READWRITE 2
+
+/**
+ * `sat_protocol_status.state`: no valid copy.
+ */
+#define SAT_PROTOCOL_INVALID 0
+
+/**
+ * A valid copy that others may share.
+ */
+#define SAT_PROTOCOL_SHARED 1
+
+/**
+ * The only copy, unchanged.
+ */
+#define SAT_PROTOCOL_EXCLUSIVE 2
+
+/**
+ * The only copy, written.
+ */
+#define SAT_PROTOCOL_MODIFIED 3
+
+/**
+ * `sat_protocol_status.flags`: a scope is open.
+ */
+#define SAT_PROTOCOL_IN_SCOPE 1
+
+/**
+ * A write scope is open.
+ */
+#define SAT_PROTOCOL_WRITING 2
+
+/**
+ * An acquire waits for the home.
+ */
+#define SAT_PROTOCOL_WAITING 4
+
+/**
+ * `version` is the version of the bytes held.
+ */
+#define SAT_PROTOCOL_VERSIONED 8
+
+/**
  * What a call returns: 0 on success, a negative code grouped by what broke.
  */
 typedef enum sat_status {
@@ -202,6 +337,11 @@ typedef struct sat_chunk_internal sat_chunk_internal;
 typedef struct sat_consistency_t sat_consistency_t;
 
 /**
+ * Where a home routine's messages go (`sat_protocol_send`).
+ */
+typedef struct sat_protocol_out sat_protocol_out;
+
+/**
  * A chunk chain as C sees it (the report's `Chunk_t`). C reads every
  * field and reads and writes the bytes at `data`; it never writes the
  * fields themselves. The handle stays valid until `sat_chunk_free` gives
@@ -252,6 +392,103 @@ typedef struct sat_ulong_list_t {
  * sat_set_log_handler but no other SAT call.
  */
 typedef void (*sat_log_handler)(enum sat_log_level level, const char *line, void *user);
+
+/**
+ * One coherence message, as a protocol's routines see it.
+ */
+typedef struct sat_protocol_msg {
+    /**
+     * One of `SAT_PROTOCOL_READ_REQ` ... `SAT_PROTOCOL_INVAL`.
+     */
+    uint32_t kind;
+    /**
+     * `SAT_PROTOCOL_HAS_VERSION`, `SAT_PROTOCOL_WITH_DATA`.
+     */
+    uint32_t flags;
+    uint64_t version;
+} sat_protocol_msg;
+
+/**
+ * What a client side says of itself.
+ */
+typedef struct sat_protocol_status {
+    /**
+     * `SAT_PROTOCOL_INVALID` ... `SAT_PROTOCOL_MODIFIED`.
+     */
+    uint32_t state;
+    /**
+     * `SAT_PROTOCOL_IN_SCOPE`, `SAT_PROTOCOL_WRITING`,
+     * `SAT_PROTOCOL_WAITING`, `SAT_PROTOCOL_VERSIONED`.
+     */
+    uint32_t flags;
+    /**
+     * The version of the bytes held (with `SAT_PROTOCOL_VERSIONED`).
+     */
+    uint64_t version;
+} sat_protocol_status;
+
+/**
+ * A protocol as a table of routines. Every routine must be set. Home
+ * routines run in the chunk's home server, client routines in the process
+ * that holds the chunk, each side's calls one at a time.
+ */
+typedef struct sat_protocol_ops {
+    /**
+     * Its name: 1 to 64 letters, digits, '-' or '_', not a built-in's.
+     */
+    const char *name;
+    /**
+     * Bytes of state per chunk at its home, and in each client.
+     */
+    size_t home_state_size;
+    size_t client_state_size;
+    /**
+     * Sets up a new chunk's home state (zeroed before).
+     */
+    void (*home_init)(void *state, size_t chunk_size);
+    /**
+     * A message from client `from`: 0 when handled (send answers with
+     * `sat_protocol_send`), negative to refuse it.
+     */
+    int32_t (*home_on_message)(void *state,
+                               uint32_t from,
+                               const struct sat_protocol_msg *msg,
+                               struct sat_protocol_out *out);
+    /**
+     * Client `client` has left the run: forget it, stop waiting for it.
+     */
+    void (*home_client_left)(void *state, uint32_t client, struct sat_protocol_out *out);
+    /**
+     * Sets up a process's state for a chunk it has no copy of (zeroed before).
+     */
+    void (*client_init)(void *state, size_t chunk_size);
+    /**
+     * Opens a scope of `access` (`SAT_ACCESS_*`): `SAT_PROTOCOL_HIT`,
+     * `SAT_PROTOCOL_ASK` with `*request` filled, or negative (misuse).
+     */
+    int32_t (*client_acquire)(void *state, uint32_t access, struct sat_protocol_msg *request);
+    /**
+     * A message from the home: `SAT_PROTOCOL_REPLY` and
+     * `SAT_PROTOCOL_TAKE_DATA` bits, or negative to refuse it.
+     */
+    int32_t (*client_on_message)(void *state,
+                                 const struct sat_protocol_msg *msg,
+                                 struct sat_protocol_msg *reply);
+    /**
+     * Ends a scope (`abort` non-zero: publishing nothing):
+     * `SAT_PROTOCOL_REPLY` with `*msg` to send, 0, or negative (no scope).
+     */
+    int32_t (*client_release)(void *state, int32_t abort, struct sat_protocol_msg *msg);
+    /**
+     * Fills `*status`.
+     */
+    void (*client_status)(const void *state, struct sat_protocol_status *status);
+    /**
+     * Drops the copy to make room, if allowed (outside scopes and
+     * requests): non-zero when dropped.
+     */
+    int32_t (*client_evict)(void *state);
+} sat_protocol_ops;
 
 /**
  * What a role function receives (the report's `_SAT_Bootstrap_t`).
@@ -535,6 +772,58 @@ int sat_has_encryption(void);
  * Returns: SAT_OK.
  */
 enum sat_status sat_set_log_handler(sat_log_handler handler, void *user);
+
+/**
+ * Sends `msg` to client `to` from a home routine: `SAT_PROTOCOL_READ_GRANT`
+ * or `SAT_PROTOCOL_WRITE_GRANT` (the library sets its version to the last
+ * release, which it carries with `SAT_PROTOCOL_WITH_DATA`) or
+ * `SAT_PROTOCOL_INVAL`. `out` is the one the routine was given, valid
+ * during its call only.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (a NULL argument, or a kind a home
+ * does not send).
+ *
+ * # Safety
+ * `out` is the one a home routine was given, during that routine's call;
+ * `msg` points to a message.
+ */
+enum sat_status sat_protocol_send(struct sat_protocol_out *out,
+                                  uint32_t to,
+                                  const struct sat_protocol_msg *msg);
+
+/**
+ * The version a home's chunk holds (its last release; 0: never written),
+ * for a home routine deciding whether a grant needs the data.
+ *
+ * Returns: the version; 0 for a NULL `out`.
+ *
+ * # Safety
+ * `out` is NULL or the one a home routine was given, during its call.
+ */
+uint64_t sat_protocol_version(const struct sat_protocol_out *out);
+
+/**
+ * Registers the protocol `ops` describes (the table is copied) and writes
+ * the `sat_consistency_t` to allocate chunks with it to `*consistency`
+ * (static: never free it). Every process of the run must register the
+ * same protocols in the same order, before `sat_bootstrap` (server
+ * processes build the homes from them); a process that meets a chunk of
+ * a protocol it has not registered refuses it, and a service's servers
+ * (which run `satrun`) know only the built-in protocols. When every
+ * process of a run shares one host, the homes keep versions in host slots,
+ * which every protocol reaches the same way: the routines then run across
+ * hosts, or with `SAT_HOST_SEGMENTS=off`.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (a NULL argument or routine),
+ * SAT_ERR_USAGE (a name that is empty, too long, a built-in's or already
+ * registered; past 64 protocols).
+ *
+ * # Safety
+ * `ops` points to a table whose `name` is a NUL-terminated string and whose
+ * routines follow the contract above; `consistency` is writable.
+ */
+enum sat_status sat_protocol_register(const struct sat_protocol_ops *ops,
+                                      const struct sat_consistency_t **consistency);
 
 /**
  * Joins the run and plays this process's role (Figure 10): `roles[r]` is

@@ -31,6 +31,17 @@ pub struct sat_consistency_t {
     protocol: ProtocolId,
 }
 
+impl sat_consistency_t {
+    /// The consistency of a registered protocol (`protocols.rs`).
+    pub(crate) fn of(protocol: ProtocolId) -> sat_consistency_t {
+        sat_consistency_t { protocol }
+    }
+
+    pub(crate) fn protocol(&self) -> ProtocolId {
+        self.protocol
+    }
+}
+
 static HOME_BASED_MESI: sat_consistency_t = sat_consistency_t {
     protocol: ProtocolId::HomeMesi,
 };
@@ -511,12 +522,14 @@ pub(crate) fn protocol_of(
     .into_iter()
     .find(|&known| std::ptr::eq(known, consistency))
     .map(|known| known.protocol)
+    .or_else(|| crate::protocols::registered_protocol(consistency))
     .ok_or_else(|| {
         bad_argument(&format!(
             "{name}: the consistency argument is not one this library hands out; give \
                  sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only(), \
                  sat_home_based_mesi_exclusive(), sat_home_based_mesi_update(), \
-                 sat_multiple_writers(), sat_home_based_mesi_learned() or NULL"
+                 sat_multiple_writers(), sat_home_based_mesi_learned(), one that \
+                 sat_protocol_register() gave, or NULL"
         ))
     })
 }

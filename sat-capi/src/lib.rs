@@ -13,7 +13,8 @@
 //! Modules: [`status`] (codes, last error, the boundary), [`library`]
 //! (version, ABI, built-in features, log lines), [`run`] (the
 //! bootstrap and the process's client), [`chunks`] (`sat_chunk_t`,
-//! allocation and scopes), [`sync`] (rendezvous, barriers, symbols,
+//! allocation and scopes), [`protocols`] (consistency protocols defined in
+//! C and registered at run time), [`sync`] (rendezvous, barriers, symbols,
 //! publish-subscribe, topology queries); with feature `abe`, [`abe`] (the
 //! encryption layer: protected chains and symbols, the tenant key).
 
@@ -21,6 +22,7 @@
 
 pub mod chunks;
 pub mod library;
+pub mod protocols;
 pub mod run;
 mod settings;
 pub mod status;

@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 11] = [
+const BINDINGS: [&str; 12] = [
     "api",
     "capacity",
     "chain_subscribe",
@@ -53,6 +53,7 @@ const BINDINGS: [&str; 11] = [
     "outside",
     "protocols",
     "service",
+    "user_protocol",
 ];
 
 /// The bindings tests of `variant`, built once: their directory.
@@ -275,7 +276,14 @@ fn chain_subscribe(variant: Variant) {
 /// owners), over each provider, through host slots and with
 /// `SAT_HOST_SEGMENTS=off` (the protocols' own messages, as across hosts).
 fn protocols(variant: Variant, host_segments: &[&str]) {
-    let exe = bindings(variant).join("protocols");
+    three_clients_pass("protocols", variant, host_segments);
+}
+
+/// Runs bindings test `program` as three clients and two servers of
+/// bindings-tests/topology.xml, over each provider and each
+/// `SAT_HOST_SEGMENTS` setting, and checks that every client passes.
+fn three_clients_pass(program: &str, variant: Variant, host_segments: &[&str]) {
+    let exe = bindings(variant).join(program);
     for provider in PROVIDERS {
         for &segments in host_segments {
             let run = satrun(
@@ -294,11 +302,11 @@ fn protocols(variant: Variant, host_segments: &[&str]) {
                 &[("SAT_HOST_SEGMENTS", segments)],
                 variant.sanitized(),
             );
-            run.succeeded().has(&[
-                "[2] PASS protocols (rank 2): ",
-                "[3] PASS protocols (rank 3): ",
-                "[4] PASS protocols (rank 4): ",
-            ]);
+            let passed: Vec<String> = (2..5)
+                .map(|r| format!("[{r}] PASS {program} (rank {r}): "))
+                .collect();
+            let passed: Vec<&str> = passed.iter().map(String::as_str).collect();
+            run.succeeded().has(&passed);
         }
     }
 }
@@ -311,6 +319,25 @@ fn protocols_shared_library() {
 #[test]
 fn protocols_static_library_sanitized() {
     protocols(StaticAsan, &["off"]);
+}
+
+/// A protocol defined in C and registered at run time (user_protocol.c:
+/// its routines serialize every scope at the home; a counter from two
+/// threads of three processes, a producer and its consumers), over each
+/// provider; with host slots off its routines carry every scope, with them
+/// on every protocol reaches the slots the same way.
+fn user_protocol(variant: Variant, host_segments: &[&str]) {
+    three_clients_pass("user_protocol", variant, host_segments);
+}
+
+#[test]
+fn a_protocol_defined_in_c_runs_several_processes() {
+    user_protocol(Shared, &["off", "on"]);
+}
+
+#[test]
+fn a_protocol_defined_in_c_runs_sanitized() {
+    user_protocol(StaticAsan, &["off"]);
 }
 
 /// Lifetimes (lifetimes.c): a handle after the run, after FREE and one that

@@ -628,6 +628,9 @@ impl Client {
                     protocol,
                     label,
                 } => {
+                    if !protocol.known() {
+                        return Err(protocol.unknown_error(&format!("LOOKUP of chunk {chunk}")));
+                    }
                     sizes.push(size as usize);
                     protocols.push(protocol);
                     labels.push(label);
@@ -754,6 +757,11 @@ impl Client {
         label: Label,
     ) -> SatResult<Chain> {
         let _sat = stats::doing(Activity::Sdsm);
+        if !protocol.known() {
+            return Err(
+                protocol.unknown_error(&format!("MALLOC of chunk {}", layout.chunks()[0].0))
+            );
+        }
         if !reserved_ok {
             if let Some(&(id, _)) = layout
                 .chunks()

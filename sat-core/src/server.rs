@@ -732,6 +732,17 @@ impl ServerState<'_> {
                     self.answer(out, chunk, (client, request), AllocOutcome::Refused);
                     return;
                 }
+                if self.alloc.size_of(chunk).is_none() && !protocol.known() {
+                    tracing::warn!(
+                        "server {}: malloc of chunk {chunk} refused: its protocol {protocol:?} is \
+                         not registered in this server's process (register the same protocols, in \
+                         the same order, in every process; a service's servers know only the \
+                         built-in ones)",
+                        self.rank
+                    );
+                    self.answer(out, chunk, (client, request), AllocOutcome::Refused);
+                    return;
+                }
                 if self.alloc.size_of(chunk).is_none() {
                     // A protected chunk stays on the message path even on one
                     // host: clients write a host slot themselves, so only a

@@ -1252,3 +1252,27 @@ fn on_one_host_a_barrier_holds_every_round_and_sends_no_message() {
     });
     outcome.unwrap();
 }
+
+/// A protocol id no process registered: the client refuses its MALLOC
+/// before sending anything, and a home that gets one anyway (from a
+/// process that registered protocols this one did not) refuses it.
+#[test]
+fn a_protocol_nobody_registered_is_refused_by_client_and_home() {
+    let run = Run::new(1, Schedule::Immediate);
+    let stranger = ProtocolId::User(crate::protocol::registry::MAX_USER_PROTOCOLS as u16);
+    let refused = run.clients[0].malloc_with(stranger, 5, 8);
+    let e = refused.expect_err("an unregistered protocol").to_string();
+    assert!(e.contains("has not registered"), "{e}");
+    let answers = run.serve(|clients| {
+        let raw = Message::Malloc {
+            chunk: 5,
+            size: 8,
+            client: clients[0].rank(),
+            request: 0,
+            protocol: stranger,
+            label: NO_LABEL,
+        };
+        clients[0].allocation(&[raw], Some(WAIT))
+    });
+    assert_eq!(answers.unwrap(), vec![AllocOutcome::Refused]);
+}

@@ -281,6 +281,13 @@ pub enum ProtocolViolation {
     AbortWithoutOwnership { from: Rank },
     #[error("{0}")]
     BadDiff(super::hlrc::BadDiff),
+    /// A registered protocol's routine refused the message
+    /// ([`super::registry`]).
+    #[error("protocol {protocol} refused {message}")]
+    Refused {
+        protocol: &'static str,
+        message: &'static str,
+    },
 }
 
 /// Misuse of the client API.
@@ -294,6 +301,9 @@ pub enum ScopeError {
     UpgradeInScope,
     #[error("an acquire of this chunk is already waiting for the home")]
     Waiting,
+    /// A registered protocol's routine refused the call ([`super::registry`]).
+    #[error("protocol {0} refused this {1} here")]
+    Refused(&'static str, &'static str),
 }
 
 // ------------------------------------------------------ wire conversions

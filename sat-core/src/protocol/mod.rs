@@ -28,6 +28,7 @@
 pub mod hlrc;
 pub mod home_only;
 pub mod mesi;
+pub mod registry;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -74,6 +75,8 @@ pub enum ProtocolId {
     /// Home-based MESI whose readers learn, per barrier, the chunks they
     /// read after it and fetch them together as it ends: [`mesi::LEARNED`].
     LearnedMesi,
+    /// The `n`-th protocol this process registered ([`registry`]).
+    User(u16),
 }
 
 impl ProtocolId {
@@ -86,6 +89,7 @@ impl ProtocolId {
             ProtocolId::UpdateMesi => "Update-Based MESI",
             ProtocolId::MultipleWriters => "Home-Based LRC, Multiple Writers",
             ProtocolId::LearnedMesi => "Home-Based MESI, Learned Sets",
+            ProtocolId::User(n) => registry::name(n).unwrap_or("an unregistered protocol"),
         }
     }
 
@@ -99,10 +103,11 @@ impl ProtocolId {
             ProtocolId::UpdateMesi => "update",
             ProtocolId::MultipleWriters => "hlrc",
             ProtocolId::LearnedMesi => "learned",
+            ProtocolId::User(n) => registry::name(n).unwrap_or("unregistered"),
         }
     }
 
-    /// Every built-in protocol.
+    /// Every built-in protocol (the registered ones are [`registry`]'s).
     pub const ALL: [ProtocolId; 6] = [
         ProtocolId::HomeMesi,
         ProtocolId::HomeOnly,
@@ -124,12 +129,44 @@ impl ProtocolId {
         self == ProtocolId::LearnedMesi
     }
 
-    /// The protocol of a short name.
+    /// The protocol of a short name, built in or registered.
     pub fn from_short_name(name: &str) -> Option<ProtocolId> {
-        ProtocolId::ALL.into_iter().find(|p| p.short_name() == name)
+        ProtocolId::ALL
+            .into_iter()
+            .find(|p| p.short_name() == name)
+            .or_else(|| registry::find(name))
     }
 
-    /// The protocol's handlers.
+    /// Whether this process has the protocol's handlers: always for a
+    /// built-in one, once registered for a user one.
+    pub fn known(self) -> bool {
+        self.handlers().is_some()
+    }
+
+    /// The protocol's handlers, None for a user protocol this process has
+    /// not registered (an id from another process).
+    pub fn handlers(self) -> Option<&'static dyn Consistency> {
+        match self {
+            ProtocolId::User(n) => registry::handlers(n),
+            builtin => Some(builtin.consistency()),
+        }
+    }
+
+    /// A clear error for a protocol this process does not know.
+    pub fn unknown_error(self, what: &str) -> crate::error::SatError {
+        crate::error::SatError::Usage(format!(
+            "{what}: the chunk's protocol is user protocol number {}, which this process has not \
+             registered: register the same protocols, in the same order, in every process before \
+             allocating",
+            match self {
+                ProtocolId::User(n) => n,
+                _ => 0,
+            }
+        ))
+    }
+
+    /// The protocol's handlers. A user protocol must be [`known`](Self::known)
+    /// here: every path that meets an id from another process checks first.
     pub fn consistency(self) -> &'static dyn Consistency {
         match self {
             ProtocolId::HomeMesi => &mesi::HOME_BASED,
@@ -138,6 +175,7 @@ impl ProtocolId {
             ProtocolId::UpdateMesi => &mesi::UPDATE,
             ProtocolId::MultipleWriters => &hlrc::MultipleWriters,
             ProtocolId::LearnedMesi => &mesi::LEARNED,
+            ProtocolId::User(n) => registry::handlers(n).expect("checked known before use"),
         }
     }
 }
@@ -262,7 +300,7 @@ pub enum Join {
 /// The last released version a home keeps, and the checks every write-back
 /// must pass before it replaces it.
 #[derive(Debug)]
-pub(crate) struct LastRelease {
+pub struct LastRelease {
     pub version: Version,
     pub data: Arc<[u8]>,
 }

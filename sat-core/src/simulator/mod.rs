@@ -137,6 +137,34 @@ pub const PROTOCOLS: [ProtocolId; 5] = [
     ProtocolId::LearnedMesi,
 ];
 
+/// The protocols a run draws from: [`PROTOCOLS`], and one registered at
+/// run time ([`crate::protocol::registry`]) whose handlers are home-only's,
+/// so that ids of registered protocols travel in MALLOC and allocation
+/// answers and are resolved in every client and server.
+pub(crate) fn protocols() -> Vec<ProtocolId> {
+    static REGISTERED: std::sync::OnceLock<ProtocolId> = std::sync::OnceLock::new();
+    let user = *REGISTERED.get_or_init(|| {
+        crate::protocol::registry::register("simulated-user", |id| Box::new(Registered(id)))
+            .expect("registered once")
+    });
+    PROTOCOLS.iter().copied().chain([user]).collect()
+}
+
+/// A registered protocol: home-only's handlers under a registered id.
+struct Registered(ProtocolId);
+
+impl crate::protocol::Consistency for Registered {
+    fn id(&self) -> ProtocolId {
+        self.0
+    }
+    fn new_home(&self, size: usize) -> Box<dyn crate::protocol::HomeSide> {
+        crate::protocol::home_only::HomeOnly.new_home(size)
+    }
+    fn new_client(&self, size: usize) -> Box<dyn crate::protocol::ClientSide> {
+        crate::protocol::home_only::HomeOnly.new_client(size)
+    }
+}
+
 /// SplitMix64: the run's generator (written out, so a seed's run never
 /// changes with a dependency's version).
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use super::world::{Hearing, OpenScope, Shared};
-use super::{content, Config, Rng, PROTOCOLS};
+use super::{content, Config, Rng};
 use crate::chunk::ChunkId;
 use crate::client::{Chain, Client, Event, LocalMemory};
 use crate::protocol::{Access, ProtocolId};
@@ -102,11 +102,12 @@ pub(crate) fn plan(
     config: &Config,
 ) -> Vec<ClientPlan> {
     let n = 3 + rng.below(5);
+    let protocols = super::protocols();
     let chunks = Arc::new(Chunks {
         shared: (0..n)
             .map(|i| {
                 let size = content::MIN_CHUNK + rng.below(33) as usize;
-                let protocol = PROTOCOLS[rng.below(PROTOCOLS.len() as u64) as usize];
+                let protocol = protocols[rng.below(protocols.len() as u64) as usize];
                 (SHARED_BASE + i, size, protocol)
             })
             .collect(),
