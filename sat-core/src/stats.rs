@@ -347,6 +347,22 @@ pub fn access(chunk: ChunkId, access: Access, hit: bool, start_ns: u64) {
     }
 }
 
+/// This process has passed barrier `id` (a call of it returned): the
+/// adviser (`tools/sat-stats --advise`) tells reads that follow barriers.
+pub fn barrier(id: u32) {
+    if !on() {
+        return;
+    }
+    if let Some(r) = recorder().as_mut() {
+        let t_ns = r.now_ns();
+        if r.barriers.len() < r.max_events {
+            r.barriers.push(BarrierRecord { t_ns, id });
+        } else {
+            r.truncated = true;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The recorder and its file
 // ---------------------------------------------------------------------------
@@ -375,6 +391,12 @@ struct ChunkRecord {
 }
 
 #[derive(Debug, Serialize)]
+struct BarrierRecord {
+    t_ns: u64,
+    id: u32,
+}
+
+#[derive(Debug, Serialize)]
 struct AccessRecord {
     start_ns: u64,
     end_ns: u64,
@@ -394,6 +416,7 @@ struct Recorder {
     counters: Counters,
     chunk_events: Vec<ChunkRecord>,
     accesses: Vec<AccessRecord>,
+    barriers: Vec<BarrierRecord>,
     max_events: usize,
     truncated: bool,
 }
@@ -428,6 +451,7 @@ struct File<'a> {
     truncated: bool,
     chunk_events: &'a [ChunkRecord],
     accesses: &'a [AccessRecord],
+    barriers: &'a [BarrierRecord],
 }
 
 impl Recorder {
@@ -445,6 +469,7 @@ impl Recorder {
             counters: Counters::default(),
             chunk_events: Vec::new(),
             accesses: Vec::new(),
+            barriers: Vec::new(),
             max_events: max_events(),
             truncated: false,
         }
@@ -504,6 +529,7 @@ impl Recorder {
             truncated: self.truncated,
             chunk_events: &self.chunk_events,
             accesses: &self.accesses,
+            barriers: &self.barriers,
         };
         // A process that attached twice to the same slot writes two files.
         let mut path = self

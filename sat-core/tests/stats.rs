@@ -207,6 +207,21 @@ fn check_run(provider: &str) {
         "each chunk's first read asks its home"
     );
     assert_eq!(r["accesses"].as_array().unwrap().len() as u64, reads);
+    // Both passed barrier START, then WRITTEN (examples/stats_workload.rs),
+    // in that order and after the writer's scopes ended.
+    for (who, f) in [("writer", w), ("reader", r)] {
+        let ids: Vec<u64> = f["barriers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, [1, 2], "the {who}'s barrier passes (START, WRITTEN)");
+    }
+    let written = w["barriers"][1]["t_ns"].as_u64().unwrap();
+    assert!(w_accesses
+        .iter()
+        .all(|a| a["end_ns"].as_u64().unwrap() <= written));
     // It waited in a barrier while the writer computed: SAT's time, not its own.
     let [_, sdsm, mp, sleep] = times(r);
     assert!(

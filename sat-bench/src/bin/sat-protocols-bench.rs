@@ -3,7 +3,12 @@
 //!
 //! ```text
 //! sat-protocols-bench [--providers shm] [--iters 400] [--workloads a,b] [--protocols a,b] [--json]
+//!                     [--stats DIR]
 //! ```
+//! `--stats DIR`: the MESI run of each workload writes its statistics files
+//! to `DIR/<provider>-<workload>` (`SAT_STATS`), which `tools/sat-stats
+//! --advise` reads to recommend a protocol (docs/PROTOCOLS.md, "The
+//! adviser").
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider, workload and protocol it starts `satrun -n 5 --topology
 //! sat-core/topologies/bench-4-clients.xml` on itself (one server, home of
@@ -65,6 +70,8 @@ struct Options {
     workloads: Vec<String>,
     protocols: Vec<ProtocolId>,
     json: bool,
+    /// Where the MESI runs write their statistics files.
+    stats: Option<std::path::PathBuf>,
     /// In a worker: its workload and protocol.
     worker: Option<(String, ProtocolId)>,
 }
@@ -86,6 +93,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         workloads: WORKLOADS.iter().map(|w| w.to_string()).collect(),
         protocols: ProtocolId::ALL.to_vec(),
         json: false,
+        stats: None,
         worker: None,
     };
     let mut worker = None;
@@ -95,6 +103,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--providers" => o.providers = bench_common::providers(&val()?),
             "--iters" => o.iters = bench_common::positive(a, &val()?)?,
             "--json" => o.json = true,
+            "--stats" => o.stats = Some(val()?.into()),
             "--workloads" => {
                 o.workloads = val()?.split(',').map(str::to_string).collect();
                 if let Some(w) = o
@@ -453,6 +462,17 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     for provider in &o.providers {
         for workload in &o.workloads {
             for &protocol in &o.protocols {
+                let stats = o
+                    .stats
+                    .as_ref()
+                    .filter(|_| protocol == ProtocolId::HomeMesi)
+                    .map(|d| d.join(format!("{provider}-{workload}")));
+                if let Some(dir) = &stats {
+                    // A folder of one run: files of an earlier one would mix in.
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                let dir = stats.as_ref().map(|d| d.to_string_lossy().into_owned());
+                satrun.set_env("SAT_STATS", dir.as_deref().unwrap_or(""));
                 let results = satrun.results(
                     5,
                     Some(&topology),

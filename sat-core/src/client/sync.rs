@@ -155,6 +155,7 @@ impl Client {
         let fetch = self.learned_arrival(id);
         self.barrier_round(id, count, &fetch)?;
         self.lock().learned.passed(id);
+        crate::stats::barrier(id);
         Ok(())
     }
 
