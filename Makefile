@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate fuzz abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-python clean header install uninstall
+.PHONY: setup demo test simulate fuzz abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-python bench-videostream clean header install uninstall
 
 setup:
 	@scripts/setup.sh
@@ -109,22 +109,27 @@ bench:
 	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-handoff-bench --bin sat-transport-bench \
 		--bin sat-sync-bench
+	$(MAKE) --no-print-directory bench-videostream
+	$(MAKE) --no-print-directory -C bench/pipeline BUILD=$(BENCH_BUILD)
+	$(MAKE) --no-print-directory -C bench/mpi OUT=$(BENCH_BUILD)/mpi_bench
+	python3 bench/run.py --target-dir $(TARGET_DIR) --build $(BENCH_BUILD)
+
+# examples-c/videostream against the workspace's release libsat (a sat.pc of its own), for the benchmarks.
+bench-videostream:
 	@mkdir -p $(BENCH_BUILD)
 	@printf 'Name: sat\nDescription: SAT (this workspace)\nVersion: $(VERSION)\nCflags: -I%s\nLibs: -L%s -Wl,-rpath,%s -lsat\n' \
 		'$(CURDIR)/include' '$(abspath $(TARGET_DIR))/release' '$(abspath $(TARGET_DIR))/release' \
 		> $(BENCH_BUILD)/sat.pc
 	PKG_CONFIG_PATH=$(BENCH_BUILD) $(MAKE) --no-print-directory -C examples-c BUILD=$(BENCH_BUILD) \
 		$(BENCH_BUILD)/videostream
-	$(MAKE) --no-print-directory -C bench/pipeline BUILD=$(BENCH_BUILD)
-	$(MAKE) --no-print-directory -C bench/mpi OUT=$(BENCH_BUILD)/mpi_bench
-	python3 bench/run.py --target-dir $(TARGET_DIR) --build $(BENCH_BUILD)
 
 # Every consistency protocol on the same workloads, one table (docs/PROTOCOLS.md): time and messages per
 # operation over the protocols' own messages (SAT_HOST_SEGMENTS=off). About 2 minutes.
 bench-protocols: setup
-	$(CARGO) build --release -j $(JOBS) -p sat-core --bin satrun
+	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-protocols-bench
-	$(TARGET_DIR)/release/sat-protocols-bench --providers shm
+	$(MAKE) --no-print-directory bench-videostream
+	$(TARGET_DIR)/release/sat-protocols-bench --providers shm --videostream $(BENCH_BUILD)/videostream
 
 # The transport, coherence and synchronization benchmarks of docs/PERFORMANCE.md's later sections.
 bench-detail: setup

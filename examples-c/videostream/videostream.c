@@ -23,6 +23,10 @@
  *                     same frames and processes them one after the other
  *                     with the same code, writing the same files (the
  *                     sequential reference the pipeline's output must equal)
+ *   --protocol NAME   the consistency protocol of every channel object:
+ *                     home-only (the default, see below), mesi, mesi-e,
+ *                     update, hlrc or learned (docs/PROTOCOLS.md;
+ *                     `make bench-protocols` runs the pipeline under each)
  *
  * The output role prints a line for each frame it receives ("output: got
  * frame N from task P"), a summary, and last the rate of the pipeline,
@@ -107,6 +111,53 @@ struct channel {
 
 static struct video_options opt;
 static struct video_format fmt;
+/* The protocol of the channel objects (--protocol). */
+static const sat_consistency_t *channel_protocol;
+
+/* The protocol a --protocol NAME names; NULL for an unknown name. */
+static const sat_consistency_t *protocol_named(const char *name) {
+    static const struct {
+        const char *name;
+        const sat_consistency_t *(*make)(void);
+    } known[] = {
+        {"home-only", sat_home_only},
+        {"mesi", sat_home_based_mesi},
+        {"mesi-e", sat_home_based_mesi_exclusive},
+        {"update", sat_home_based_mesi_update},
+        {"hlrc", sat_multiple_writers},
+        {"learned", sat_home_based_mesi_learned},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        if (strcmp(name, known[i].name) == 0) {
+            return known[i].make();
+        }
+    }
+    return NULL;
+}
+
+/* Takes --protocol NAME out of the command line (the options the MPI and
+ * ZeroMQ versions share do not know it); 0, or -1 after saying what is
+ * wrong. */
+static int take_protocol(int *argc, char **argv) {
+    channel_protocol = sat_home_only();
+    int kept = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], "--protocol") == 0) {
+            if (i + 1 >= *argc || (channel_protocol = protocol_named(argv[i + 1])) == NULL) {
+                fprintf(stderr,
+                        "videostream: --protocol takes home-only, mesi, mesi-e, update, hlrc or "
+                        "learned\n");
+                return -1;
+            }
+            i++;
+            continue;
+        }
+        argv[kept++] = argv[i];
+    }
+    *argc = kept;
+    argv[kept] = NULL;
+    return 0;
+}
 
 /* ---------------------------------------------------------------- buffers */
 
@@ -115,13 +166,14 @@ static struct video_format fmt;
 static struct channel channel(uint64_t base, uint32_t p, size_t header) {
     uint64_t id = base + (uint64_t)p * STRIDE;
     struct channel ch;
-    ch.ctl = CHECK_PTR(MALLOC(sat_home_only(), id, header));
+    ch.ctl = CHECK_PTR(MALLOC(channel_protocol, id, header));
     /* The pixels are one chunk of a frame's size (MALLOC_LST sets sizes),
      * not a chain of default-sized chunks: a chain's chunks are acquired
      * one after the other, one round trip to the home each. */
     unsigned long pixels_id = (unsigned long)(id + 1);
     unsigned long pixels_size = (unsigned long)video_frame_bytes(&fmt);
-    ch.pixels = CHECK_PTR(MALLOC_LST(sat_home_only(), SAT_LIST(pixels_id), SAT_LIST(pixels_size)));
+    ch.pixels =
+        CHECK_PTR(MALLOC_LST(channel_protocol, SAT_LIST(pixels_id), SAT_LIST(pixels_size)));
     return ch;
 }
 
@@ -402,6 +454,9 @@ static int reference(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (take_protocol(&argc, argv) != 0) {
+        return 1;
+    }
     if (video_options(argc, argv, "videostream", &opt) != 0) {
         return 1;
     }

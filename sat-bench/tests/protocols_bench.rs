@@ -84,3 +84,14 @@ fn every_protocol_runs_every_workload_and_keeps_its_rules() {
         "stencil: MESI {mesi} messages an iteration, learned sets {learned}\n{json}"
     );
 }
+
+/// The video pipeline runs examples-c/videostream: asking for it without
+/// the program's path is an error that says how to get it, not a skip.
+#[test]
+fn the_video_pipeline_without_its_program_is_refused() {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_sat-protocols-bench"))
+        .args(["--workloads", "video-pipeline"]));
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--videostream PATH"), "{err}");
+}

@@ -876,6 +876,65 @@ fn write_pgm(path: &Path, width: u32, height: u32, gray: &[u8]) {
 /// right, and the drawn line found; over shm with result frames written as
 /// BMP, over tcp as separate programs (MPMD, as in Figure 12), and from a
 /// PGM sequence on disk.
+/// The video pipeline under every built-in protocol (`--protocol`, which
+/// `make bench-protocols` uses), over shm with `SAT_HOST_SEGMENTS=off` (the
+/// protocols' own messages): every frame comes out once and right.
+#[test]
+fn videostream_under_every_protocol() {
+    let exe = example("videostream");
+    for protocol in ["home-only", "mesi", "mesi-e", "update", "hlrc", "learned"] {
+        let run = satrun(
+            7,
+            "examples-c",
+            &[
+                "-n",
+                "7",
+                "--topology",
+                "videostream/topology.xml",
+                "--provider",
+                "shm",
+                "--",
+                &exe,
+                "--frames",
+                "8",
+                "--width",
+                "160",
+                "--height",
+                "120",
+                "--protocol",
+                protocol,
+            ],
+            &[("SAT_HOST_SEGMENTS", "off")],
+            false,
+        );
+        run.succeeded().has(&[
+            "[2] input: 8 frames given and consumed",
+            "[6] output: 8 frames, each exactly once, 8 right; the drawn line found in 8 of 8",
+        ]);
+    }
+    let refused = satrun(
+        7,
+        "examples-c",
+        &[
+            "-n",
+            "7",
+            "--topology",
+            "videostream/topology.xml",
+            "--",
+            &exe,
+            "--protocol",
+            "msi",
+        ],
+        &[],
+        false,
+    );
+    assert!(
+        !refused.out.status.success() && refused.stderr.contains("--protocol takes home-only"),
+        "{}",
+        refused.context()
+    );
+}
+
 #[test]
 fn videostream_section_3_2() {
     let exe = example("videostream");

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! sat-protocols-bench [--providers shm] [--iters 400] [--workloads a,b] [--protocols a,b] [--json]
-//!                     [--stats DIR]
+//!                     [--stats DIR] [--videostream PATH]
 //! ```
 //! `--stats DIR`: the MESI run of each workload writes its statistics files
 //! to `DIR/<provider>-<workload>` (`SAT_STATS`), which `tools/sat-stats
@@ -30,6 +30,15 @@
 //! - `stencil`: each client owns a 1 KiB block; an iteration writes it from
 //!   its neighbours' edges, then a barrier, then reads both neighbours'
 //!   blocks, then a barrier. Per operation: one iteration of one client.
+//! - `video-pipeline` (with `--videostream PATH`, the program
+//!   examples-c/videostream, which `make bench-protocols` builds): the
+//!   report's video pipeline (section 3.2) as bench/pipeline.py runs it (one
+//!   server, an input, two processing tasks and an output;
+//!   bench/pipeline/sat-1server.xml), `--iters` frames of 640x480, every
+//!   channel object under the protocol (`--protocol`). Per operation: one
+//!   frame, the time the pipeline's rate gives (1 / frames per second),
+//!   and the messages every process sent (its statistics files, SAT_STATS)
+//!   over the frames.
 //!
 //! The messages are the S-DSM's, the clients' sends and their server's
 //! (counted where they arrive, as in sat-protocol-bench: with one server,
@@ -48,12 +57,16 @@ use sat_core::protocol::{Access, ProtocolId};
 use sat_core::{Rank, SatResult};
 
 /// The workloads, by the names `--workloads` takes.
-const WORKLOADS: [&str; 4] = [
+const WORKLOADS: [&str; 5] = [
     "producer-consumer",
     "migratory-counter",
     "false-sharing",
     "stencil",
+    "video-pipeline",
 ];
+
+/// The workload that runs examples-c/videostream (`--videostream`).
+const PIPELINE: &str = "video-pipeline";
 
 const PRODUCED: usize = 1024;
 const ROW: usize = 256;
@@ -72,6 +85,8 @@ struct Options {
     json: bool,
     /// Where the MESI runs write their statistics files.
     stats: Option<std::path::PathBuf>,
+    /// examples-c/videostream, for the video pipeline.
+    videostream: Option<std::path::PathBuf>,
     /// In a worker: its workload and protocol.
     worker: Option<(String, ProtocolId)>,
 }
@@ -90,10 +105,11 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         providers: vec!["shm".into()],
         iters: 400,
-        workloads: WORKLOADS.iter().map(|w| w.to_string()).collect(),
+        workloads: Vec::new(),
         protocols: ProtocolId::ALL.to_vec(),
         json: false,
         stats: None,
+        videostream: None,
         worker: None,
     };
     let mut worker = None;
@@ -104,6 +120,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--iters" => o.iters = bench_common::positive(a, &val()?)?,
             "--json" => o.json = true,
             "--stats" => o.stats = Some(val()?.into()),
+            "--videostream" => o.videostream = Some(val()?.into()),
             "--workloads" => {
                 o.workloads = val()?.split(',').map(str::to_string).collect();
                 if let Some(w) = o
@@ -134,6 +151,20 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     })?;
     if let Some(w) = worker {
         o.worker = Some((w, protocol.ok_or("a worker needs --protocol")?));
+    }
+    // Every workload by default; the video pipeline when its program is given.
+    if o.workloads.is_empty() {
+        o.workloads = WORKLOADS
+            .iter()
+            .filter(|&&w| w != PIPELINE || o.videostream.is_some())
+            .map(|w| w.to_string())
+            .collect();
+    }
+    if o.workloads.iter().any(|w| w == PIPELINE) && o.videostream.is_none() {
+        return Err(format!(
+            "the {PIPELINE} workload runs examples-c/videostream: give its path with \
+             --videostream PATH (make bench-protocols builds it)"
+        ));
     }
     Ok(o)
 }
@@ -471,6 +502,11 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                     // A folder of one run: files of an earlier one would mix in.
                     let _ = std::fs::remove_dir_all(dir);
                 }
+                if workload == PIPELINE {
+                    let program = o.videostream.as_deref().expect("checked with the options");
+                    cells.push(pipeline(&mut satrun, program, provider, protocol, o.iters)?);
+                    continue;
+                }
                 let dir = stats.as_ref().map(|d| d.to_string_lossy().into_owned());
                 satrun.set_env("SAT_STATS", dir.as_deref().unwrap_or(""));
                 let results = satrun.results(
@@ -511,6 +547,96 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
+/// The video pipeline under `protocol`: one frame per operation, the time
+/// of its rate, and the messages every process sent per frame (counted in
+/// the run's statistics files).
+fn pipeline(
+    satrun: &mut SatRun,
+    program: &Path,
+    provider: &str,
+    protocol: ProtocolId,
+    frames: usize,
+) -> Result<Cell, String> {
+    let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pipeline/sat-1server.xml");
+    let stats = std::env::temp_dir().join(format!(
+        "sat-protocols-bench-{}-{}",
+        std::process::id(),
+        protocol.short_name()
+    ));
+    let _ = std::fs::remove_dir_all(&stats);
+    satrun.set_env("SAT_STATS", &stats.to_string_lossy());
+    let frames_arg = frames.to_string();
+    let lines = satrun.marked_program(
+        program,
+        5,
+        Some(&topology),
+        provider,
+        &[
+            "--frames",
+            &frames_arg,
+            "--width",
+            "640",
+            "--height",
+            "480",
+            "--no-check",
+            "--protocol",
+            protocol.short_name(),
+        ],
+        &["output:"],
+    );
+    satrun.set_env("SAT_STATS", "");
+    let messages = sent_messages(&stats);
+    let _ = std::fs::remove_dir_all(&stats);
+    let lines = lines?;
+    // "output: N frames in S s: F frames/s"; "output: N frames, each exactly once".
+    let rate = lines.iter().find_map(|(_, w)| {
+        (w.get(1).map(String::as_str) == Some("frames")
+            && w.get(2).map(String::as_str) == Some("in"))
+        .then(|| w.get(5)?.parse::<f64>().ok())
+        .flatten()
+    });
+    let once = lines.iter().any(|(_, w)| {
+        w.join(" ")
+            .starts_with(&format!("{frames} frames, each exactly once"))
+    });
+    let rate = rate.ok_or_else(|| format!("{PIPELINE} {}: no rate line", protocol.short_name()))?;
+    Ok(Cell {
+        provider: provider.to_string(),
+        workload: PIPELINE.to_string(),
+        protocol,
+        us: 1e6 / rate,
+        msgs: messages? as f64 / frames as f64,
+        check: if once {
+            "ok".into()
+        } else {
+            "frames lost or repeated".into()
+        },
+    })
+}
+
+/// The messages the processes of a run sent: the `"messages"` counts of the
+/// `sent` lists of its statistics files (docs/STATISTICS.md).
+fn sent_messages(dir: &Path) -> Result<u64, String> {
+    let mut total = 0;
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for part in text.split("\"messages\":").skip(1) {
+            let digits: String = part
+                .trim_start()
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            total += digits
+                .parse::<u64>()
+                .map_err(|_| format!("{}: a malformed count", path.display()))?;
+        }
+    }
+    Ok(total)
+}
+
 fn print_table(cells: &[Cell], iters: usize) {
     println!(
         "Every protocol on the same workloads: one server and four clients, SAT_HOST_SEGMENTS=off \
@@ -543,9 +669,9 @@ fn print_table(cells: &[Cell], iters: usize) {
     println!(
         "median us: producer-consumer, a consumer's READ after the producer's release; \
          migratory-counter and false-sharing, one\n  READWRITE-RELEASE; stencil, one iteration \
-         (write, barrier, two reads, barrier). msgs per op: the S-DSM's messages,\n  clients' \
-         and server's, barriers in, per round, increment, row write or client-iteration. vs \
-         mesi: median / MESI's."
+         (write, barrier, two reads, barrier); video-pipeline, one frame (1 / frames per \
+         second).\n  msgs per op: the S-DSM's messages, clients' and server's, barriers in, per \
+         round, increment, row write, client-iteration or frame.\n  vs mesi: median / MESI's."
     );
 }
 

@@ -234,6 +234,19 @@ impl SatRun {
         worker: &[&str],
         markers: &[&str],
     ) -> Result<Vec<(String, Vec<String>)>, String> {
+        self.marked_program(&self.me, ranks, topology, provider, worker, markers)
+    }
+
+    /// As [`SatRun::marked`], running `program` instead of this one.
+    pub fn marked_program(
+        &self,
+        program: &Path,
+        ranks: u32,
+        topology: Option<&Path>,
+        provider: &str,
+        worker: &[&str],
+        markers: &[&str],
+    ) -> Result<Vec<(String, Vec<String>)>, String> {
         let mut cmd = Command::new(&self.satrun);
         cmd.args(["-n", &ranks.to_string()]);
         if let Some(t) = topology {
@@ -242,7 +255,7 @@ impl SatRun {
         let out = cmd
             .envs(self.env.iter().map(|(n, v)| (n, v)))
             .args(["--provider", provider, "--"])
-            .arg(&self.me)
+            .arg(program)
             .args(worker)
             .stdin(Stdio::null())
             .output()
