@@ -1337,6 +1337,17 @@ mod tests {
                 sent: 0,
                 received: 0,
             },
+            // A barrier coordinator's request for pushes, sent by a client,
+            // and a push asked for a chunk nobody allocated.
+            Message::Fetch {
+                client: 2,
+                chunks: vec![0, 2],
+            },
+            Message::Coherence {
+                chunk: 0,
+                client: 2,
+                op: CoherenceOp::Want,
+            },
         ] {
             let n = wire::encode(&msg, &mut hdr).unwrap();
             client2.send(0, &hdr[..n], Payload::None).unwrap();
@@ -1345,11 +1356,11 @@ mod tests {
         let n = server0
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
             .unwrap();
-        assert_eq!(n, 18);
+        assert_eq!(n, 20);
         assert_eq!(st.servers_left, 2, "a client cannot declare a server done");
         assert_eq!(
             _net.messages_sent(),
-            18,
+            20,
             "nothing was forwarded or answered"
         );
         assert!(st.homes.is_empty());

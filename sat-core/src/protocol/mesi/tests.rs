@@ -459,3 +459,73 @@ fn a_departing_requester_leaves_no_stale_read_scopes() {
         "{out:?}"
     );
 }
+
+/// Learned sets: a home pushes a wanted copy only when nothing holds the
+/// chunk and the client is no sharer; the client takes it only while its
+/// copy is invalid, held a version and is not asked for; a protocol
+/// without the flavor refuses the message.
+#[test]
+fn a_wanted_push_is_made_and_taken_only_when_nothing_holds_the_chunk() {
+    let learned = Flavor {
+        learned: true,
+        ..Flavor::default()
+    };
+    let mut out = Vec::new();
+    assert!(Home::new(8)
+        .on_message(1, ToHome::Want, None, &mut out)
+        .is_err());
+    let mut home = Home::with_flavor(8, learned);
+    let mut reader = Cache::with_flavor(8, learned);
+    // Client 1 reads (version 0), client 2 writes: 1's copy is invalidated.
+    let Ok(Acquire::Request(req)) = reader.acquire(Access::Read) else {
+        panic!("a miss")
+    };
+    home.on_message(1, req, None, &mut out).unwrap();
+    let grant = out.pop().unwrap();
+    reader.on_message(grant.msg, grant.data.as_deref()).unwrap();
+    reader.release().unwrap();
+    let write = ToHome::WriteReq {
+        have: None,
+        need_data: false,
+    };
+    home.on_message(2, write, None, &mut out).unwrap();
+    let inval = out.pop().unwrap();
+    assert_eq!((inval.to, inval.msg), (1, ToClient::Inval));
+    let ack = reader.on_message(inval.msg, None).unwrap().reply.unwrap();
+    // While 2 writes, a wanted push would be stale: none is made.
+    home.on_message(1, ack, None, &mut out).unwrap();
+    out.clear();
+    home.on_message(1, ToHome::Want, None, &mut out).unwrap();
+    assert!(
+        out.is_empty(),
+        "no push while a writer holds the chunk: {out:?}"
+    );
+    home.on_message(2, ToHome::Release { version: 1 }, Some(&[7u8; 8]), &mut out)
+        .unwrap();
+    // Nothing holds it now: pushed once, and taken by the invalid copy.
+    home.on_message(1, ToHome::Want, None, &mut out).unwrap();
+    let push = out.pop().expect("a push");
+    assert_eq!(push.msg, ToClient::Update { version: 1 });
+    home.on_message(1, ToHome::Want, None, &mut out).unwrap();
+    assert!(out.is_empty(), "1 is a sharer now: no second push");
+    let taken = reader.on_message(push.msg, push.data.as_deref()).unwrap();
+    assert!(taken.take_data && reader.state() == State::Shared);
+    assert_eq!(reader.version(), Some(1));
+    // 2 writes again, invalidating 1; 1 asks for the chunk, and a push
+    // made before its request reaches the home is not taken: the request
+    // gets its own answer.
+    home.on_message(2, write, None, &mut out).unwrap();
+    let inval = out.pop().unwrap();
+    let ack = reader.on_message(inval.msg, None).unwrap().reply.unwrap();
+    home.on_message(1, ack, None, &mut out).unwrap();
+    out.clear();
+    home.on_message(2, ToHome::Release { version: 2 }, Some(&[8u8; 8]), &mut out)
+        .unwrap();
+    let Ok(Acquire::Request(_)) = reader.acquire(Access::Read) else {
+        panic!("a miss")
+    };
+    home.on_message(1, ToHome::Want, None, &mut out).unwrap();
+    let push = out.pop().expect("a push");
+    let ignored = reader.on_message(push.msg, push.data.as_deref()).unwrap();
+    assert!(!ignored.take_data && reader.waiting());
+}
