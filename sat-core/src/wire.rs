@@ -285,6 +285,8 @@ pub enum CoherenceOp {
     },
     /// Learned sets ([`crate::protocol::mesi::ToHome::Want`]).
     Want,
+    /// Learned sets ([`crate::protocol::mesi::ToHome::Drop`]).
+    Drop,
 }
 
 impl CoherenceOp {
@@ -312,6 +314,7 @@ impl CoherenceOp {
             CoherenceOp::ReleaseDiff => "release_diff",
             CoherenceOp::DiffAck { .. } => "diff_ack",
             CoherenceOp::Want => "want",
+            CoherenceOp::Drop => "drop",
         }
     }
 }

@@ -504,7 +504,14 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                 }
                 if workload == PIPELINE {
                     let program = o.videostream.as_deref().expect("checked with the options");
-                    cells.push(pipeline(&mut satrun, program, provider, protocol, o.iters)?);
+                    let cell = pipeline(
+                        &mut satrun,
+                        program,
+                        (provider, protocol),
+                        o.iters,
+                        stats.as_deref(),
+                    )?;
+                    cells.push(cell);
                     continue;
                 }
                 let dir = stats.as_ref().map(|d| d.to_string_lossy().into_owned());
@@ -549,20 +556,23 @@ fn orchestrate(o: &Options) -> Result<(), String> {
 
 /// The video pipeline under `protocol`: one frame per operation, the time
 /// of its rate, and the messages every process sent per frame (counted in
-/// the run's statistics files).
+/// the run's statistics files, kept in `keep` when given, else in a
+/// temporary folder removed after).
 fn pipeline(
     satrun: &mut SatRun,
     program: &Path,
-    provider: &str,
-    protocol: ProtocolId,
+    (provider, protocol): (&str, ProtocolId),
     frames: usize,
+    keep: Option<&Path>,
 ) -> Result<Cell, String> {
     let topology = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pipeline/sat-1server.xml");
-    let stats = std::env::temp_dir().join(format!(
-        "sat-protocols-bench-{}-{}",
-        std::process::id(),
-        protocol.short_name()
-    ));
+    let stats = keep.map(Path::to_path_buf).unwrap_or_else(|| {
+        std::env::temp_dir().join(format!(
+            "sat-protocols-bench-{}-{}",
+            std::process::id(),
+            protocol.short_name()
+        ))
+    });
     let _ = std::fs::remove_dir_all(&stats);
     satrun.set_env("SAT_STATS", &stats.to_string_lossy());
     let frames_arg = frames.to_string();
@@ -586,7 +596,9 @@ fn pipeline(
     );
     satrun.set_env("SAT_STATS", "");
     let messages = sent_messages(&stats);
-    let _ = std::fs::remove_dir_all(&stats);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&stats);
+    }
     let lines = lines?;
     // "output: N frames in S s: F frames/s"; "output: N frames, each exactly once".
     let rate = lines.iter().find_map(|(_, w)| {

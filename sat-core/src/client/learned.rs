@@ -10,8 +10,10 @@
 //! valid copy of (in the message's payload). As the round ends, the
 //! barrier's coordinator asks their homes to push the process a copy of
 //! each ([`crate::protocol::mesi::ToHome::Want`]), before the answers that
-//! end the round; the program's READs after the barrier are then hits. A
-//! chunk costs one message instead of two, and no round trip is waited for.
+//! end the round; the program's READs after the barrier are then hits, with
+//! no round trip waited for. A pushed copy serves that one read and is
+//! dropped at its release (`protocol/mesi.rs`), so the next writer of the
+//! chunk has no copy to invalidate.
 //!
 //! Why it stays correct whatever the timing:
 //! - The round ends once every process has arrived, so every write scope

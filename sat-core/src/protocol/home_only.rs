@@ -132,7 +132,7 @@ impl HomeSide for Home {
             }
             ToHome::InvalAck => return Err(ProtocolViolation::Foreign("inval_ack")),
             ToHome::ReleaseYield { .. } => return Err(ProtocolViolation::Foreign("release_yield")),
-            ToHome::AbortYield | ToHome::ReleaseDiff | ToHome::Want => {
+            ToHome::AbortYield | ToHome::ReleaseDiff | ToHome::Want | ToHome::Drop => {
                 return Err(ProtocolViolation::Foreign(msg.name()))
             }
         }

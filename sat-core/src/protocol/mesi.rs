@@ -39,8 +39,10 @@
 //!   chunks it read after that barrier the last time; a home that can
 //!   (nothing holds the chunk) makes the process a sharer and pushes it the
 //!   last release ([`ToClient::Update`]), taken if the copy is still
-//!   invalid and not asked for. Its READ then hits. Any later writer
-//!   invalidates that copy first, as any other.
+//!   invalid and not asked for. Its READ then hits. A pushed copy serves
+//!   that one read: at its release the client drops it and tells the home
+//!   ([`ToHome::Drop`]), so the next writer has no copy to invalidate; a
+//!   writer that comes first invalidates it as any other.
 //!
 //! Message counts (home on the client's server): read hit 0; read miss 2;
 //! write with s other sharers 2 + 2s; release of a write scope 1; release of
@@ -179,6 +181,10 @@ pub enum ToHome {
     /// else nothing happens and the client's next READ asks. Sent by a
     /// barrier's coordinator, on the client's behalf, as the round ends.
     Want,
+    /// Learned sets: the client has read a pushed copy once and dropped it
+    /// (the home stops counting it as a sharer; an invalidation already on
+    /// its way needs no other answer).
+    Drop,
 }
 
 impl ToHome {
@@ -323,6 +329,7 @@ impl From<ToHome> for CoherenceOp {
             ToHome::AbortYield => CoherenceOp::AbortYield,
             ToHome::ReleaseDiff => CoherenceOp::ReleaseDiff,
             ToHome::Want => CoherenceOp::Want,
+            ToHome::Drop => CoherenceOp::Drop,
         }
     }
 }
@@ -360,6 +367,7 @@ pub fn to_home(op: CoherenceOp) -> Option<ToHome> {
         CoherenceOp::AbortYield => ToHome::AbortYield,
         CoherenceOp::ReleaseDiff => ToHome::ReleaseDiff,
         CoherenceOp::Want => ToHome::Want,
+        CoherenceOp::Drop => ToHome::Drop,
         _ => return None,
     })
 }
@@ -533,10 +541,27 @@ impl HomeSide for Home {
             ToHome::ReadRelease | ToHome::ReleaseDiff => {
                 return Err(ProtocolViolation::Foreign(msg.name()))
             }
-            ToHome::Want if !self.flavor.learned => {
+            ToHome::Want | ToHome::Drop if !self.flavor.learned => {
                 return Err(ProtocolViolation::Foreign(msg.name()))
             }
             ToHome::Want => self.push_wanted(from, out),
+            ToHome::Drop => {
+                if self.owner == Some(from) {
+                    return Err(ProtocolViolation::Foreign(msg.name()));
+                }
+                // The copy is gone: it answers an invalidation sent to it
+                // (the client ignores that one when it comes), or else the
+                // client is no sharer any more.
+                let owed = self
+                    .granting
+                    .as_ref()
+                    .is_some_and(|g| g.owed.contains(&from));
+                if owed {
+                    self.acknowledged(from, out)?;
+                } else {
+                    self.copyset.remove(&from);
+                }
+            }
             ToHome::Release { version } | ToHome::ReleaseYield { version } => {
                 if !self.may_write(from) {
                     return Err(ProtocolViolation::ReleaseWithoutOwnership { from });
@@ -771,6 +796,13 @@ pub struct Cache {
     /// Updates: a writer invalidated this copy, and its release will be
     /// pushed here (cleared when the copy is evicted or asked for again).
     update_due: bool,
+    /// Learned sets: the valid copy was pushed and serves one read scope;
+    /// at its end the copy is dropped and the home told ([`ToHome::Drop`]).
+    pushed: bool,
+    /// Learned sets: a pushed copy was dropped and no copy has come since:
+    /// an invalidation that crossed the drop is not answered (the drop
+    /// answered it).
+    dropped: bool,
 }
 
 impl Cache {
@@ -788,6 +820,8 @@ impl Cache {
             writing: false,
             waiting: None,
             inval_owed: false,
+            pushed: false,
+            dropped: false,
             share_owed: false,
             ask: false,
             update_due: false,
@@ -892,6 +926,12 @@ impl ClientSide for Cache {
     ) -> Result<Reaction, ProtocolViolation> {
         match msg {
             ToClient::Inval => {
+                // Learned sets: the invalidation of a copy dropped since;
+                // the drop answered it.
+                if self.dropped && self.state == State::Invalid && !self.in_scope() {
+                    self.dropped = false;
+                    return Ok(Reaction::default());
+                }
                 // Inside a scope (a read, or a write opened in E) the answer
                 // waits for its end.
                 if self.read_scopes > 0 || self.writing {
@@ -937,6 +977,8 @@ impl ClientSide for Cache {
                     check_grant_data(self.size, self.version, version, with_data, data)?;
                 self.version = Some(version);
                 self.waiting = None;
+                self.pushed = false;
+                self.dropped = false;
                 self.state = if exclusive {
                     State::Exclusive
                 } else {
@@ -971,9 +1013,13 @@ impl ClientSide for Cache {
                     && self.waiting.is_none()
                     && !self.in_scope();
                 self.update_due = false;
+                // The home counts us as a sharer from this push on, taken
+                // or not: its next invalidation is for it.
+                self.dropped = false;
                 if take {
                     self.version = Some(version);
                     self.state = State::Shared;
+                    self.pushed = self.flavor.learned;
                 }
                 Ok(Reaction {
                     reply: None,
@@ -993,6 +1039,8 @@ impl ClientSide for Cache {
                 };
                 self.version = Some(version);
                 self.waiting = None;
+                self.pushed = false;
+                self.dropped = false;
                 self.state = State::Modified;
                 self.writing = true;
                 self.ask = false;
@@ -1034,9 +1082,19 @@ impl ClientSide for Cache {
         self.read_scopes -= 1;
         if self.read_scopes == 0 && self.inval_owed {
             self.inval_owed = false;
+            self.pushed = false;
             self.state = State::Invalid;
             self.update_due = self.flavor.update;
             return Ok(Some(ToHome::InvalAck));
+        }
+        if self.read_scopes == 0 && self.pushed {
+            // Learned sets: a pushed copy serves the read it was pushed
+            // for. Kept, it would cost the next writer an invalidation and
+            // its answer, on the writer's path; dropped, one message here.
+            self.pushed = false;
+            self.dropped = true;
+            self.state = State::Invalid;
+            return Ok(Some(ToHome::Drop));
         }
         Ok(None)
     }
@@ -1089,6 +1147,7 @@ impl ClientSide for Cache {
         self.state = State::Invalid;
         self.version = None;
         self.update_due = false;
+        self.pushed = false;
         true
     }
 }

@@ -657,6 +657,25 @@ impl Sim {
             self.check();
             return true;
         }
+        if new_ops && rng.below(12) == 0 {
+            // A barrier's coordinator asks for a push to a client (learned
+            // sets): it travels another path than the client's messages,
+            // so it may reach the home before or after any of them.
+            let (c, k) = (rng.below(n), rng.below(self.chunks.len()));
+            if self.chunks[k].protocol.learns() {
+                let h = self.home_of(k);
+                let at = rng.below(self.up[c][h].len() + 1);
+                self.up[c][h].insert(
+                    at,
+                    Msg {
+                        chunk: k,
+                        msg: ToHome::Want,
+                        data: None,
+                    },
+                );
+                return true;
+            }
+        }
         let mut queues = Vec::new();
         for c in 0..n {
             for h in 0..self.homes {
