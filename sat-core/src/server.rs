@@ -971,14 +971,16 @@ impl ServerState<'_> {
     /// their homes in one [`Message::Fetch`] per home.
     pub(crate) fn push_learned(&mut self, out: &mut dyn Sender, client: Rank, chunks: Vec<u64>) {
         let mut elsewhere: BTreeMap<Rank, Vec<u64>> = BTreeMap::new();
+        let mut refused = Vec::new();
         for chunk in chunks {
             let home = self.home_of(chunk);
-            if home == self.rank {
-                self.want(out, client, chunk);
-            } else {
+            if home != self.rank {
                 elsewhere.entry(home).or_default().push(chunk);
+            } else if !self.want(out, client, chunk) {
+                refused.push(chunk);
             }
         }
+        self.refused_pushes(client, &refused);
         for (home, chunks) in elsewhere {
             for part in chunks.chunks(wire::MAX_FETCH) {
                 let msg = Message::Fetch {
@@ -1001,30 +1003,36 @@ impl ServerState<'_> {
             );
             return;
         }
-        for chunk in chunks {
-            if self.home_of(chunk) != self.rank {
-                tracing::warn!(
-                    "server {}: chunk {chunk} fetch sent here, but its home is {}",
-                    self.rank,
-                    self.home_of(chunk)
-                );
-                continue;
-            }
-            self.want(out, client, chunk);
+        let refused: Vec<u64> = chunks
+            .into_iter()
+            .filter(|&chunk| !self.want(out, client, chunk))
+            .collect();
+        self.refused_pushes(client, &refused);
+    }
+
+    /// One line for the pushes of a list that were refused (chunks not
+    /// homed here, unknown, or of a protocol that does not learn): a list
+    /// comes from a client, which must not flood the log.
+    fn refused_pushes(&self, client: Rank, refused: &[u64]) {
+        if let Some(first) = refused.first() {
+            tracing::warn!(
+                "server {}: {} pushes to client {client} asked for (chunk {first} first) \
+                 dropped: the chunks are not homed here, unknown, or of a protocol that does \
+                 not learn",
+                self.rank,
+                refused.len()
+            );
         }
     }
 
-    /// One push asked for by a barrier's round: only chunks whose protocol
-    /// learns take it (the list came from a client).
-    fn want(&mut self, out: &mut dyn Sender, client: Rank, chunk: u64) {
-        let learns = self.homes.get(&chunk).is_some_and(|e| e.protocol.learns());
+    /// One push asked for by a barrier's round: only chunks homed here whose
+    /// protocol learns take it (the list came from a client). Returns
+    /// whether it went to the chunk's home.
+    fn want(&mut self, out: &mut dyn Sender, client: Rank, chunk: u64) -> bool {
+        let learns = self.home_of(chunk) == self.rank
+            && self.homes.get(&chunk).is_some_and(|e| e.protocol.learns());
         if !learns {
-            tracing::warn!(
-                "server {}: push of chunk {chunk} to client {client} asked for, but the chunk \
-                 is unknown here or its protocol does not learn: dropped",
-                self.rank
-            );
-            return;
+            return false;
         }
         self.at_home(
             out,
@@ -1034,6 +1042,7 @@ impl ServerState<'_> {
             CoherenceOp::Want,
             &[],
         );
+        true
     }
 
     /// Tells every server that `client` (ours) has left, and forgets it
