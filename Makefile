@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate fuzz abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-python bench-videostream clean header install uninstall
+.PHONY: setup demo test simulate fuzz abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-advised bench-python bench-videostream clean header install uninstall
 
 setup:
 	@scripts/setup.sh
@@ -130,6 +130,23 @@ bench-protocols: setup
 	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-protocols-bench
 	$(MAKE) --no-print-directory bench-videostream
 	$(TARGET_DIR)/release/sat-protocols-bench --providers shm --videostream $(BENCH_BUILD)/videostream
+
+# The adviser's protocols against each protocol (docs/PROTOCOLS.md, "The adviser"): each workload's MESI
+# run writes its statistics, tools/sat-stats --advise turns them into a protocol per chunk, and the table adds a
+# row per workload where the same MESI program runs with SAT_ADVICE set to that advice.
+ADVICE := $(BENCH_BUILD)/advice
+bench-advised: setup
+	$(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
+	$(CARGO) build --release -j $(JOBS) -p sat-bench --bin sat-protocols-bench
+	$(MAKE) --no-print-directory bench-videostream
+	@scripts/setup.sh --python
+	rm -rf $(ADVICE)
+	$(TARGET_DIR)/release/sat-protocols-bench --providers shm --videostream $(BENCH_BUILD)/videostream \
+		--protocols mesi --stats $(ADVICE) > /dev/null
+	for d in $(ADVICE)/*/; do \
+		$(VENV)/bin/python tools/sat-stats "$$d" --advise --json > "$${d%/}.json" || exit 1; done
+	$(TARGET_DIR)/release/sat-protocols-bench --providers shm --videostream $(BENCH_BUILD)/videostream \
+		--advice $(ADVICE)
 
 # The transport, coherence and synchronization benchmarks of docs/PERFORMANCE.md's later sections.
 bench-detail: setup

@@ -799,10 +799,21 @@ impl Client {
                 return Ok(chain);
             }
         }
+        // `SAT_ADVICE`: the adviser's protocol for a MESI chunk it names
+        // (a protected chunk keeps what it asked for).
+        let protocols: Vec<ProtocolId> = layout
+            .chunks()
+            .iter()
+            .map(|&(chunk, _)| match label {
+                NO_LABEL => crate::protocol::advice::protocol_for(chunk, protocol),
+                _ => protocol,
+            })
+            .collect();
         let requests = layout
             .chunks()
             .iter()
-            .map(|&(chunk, size)| Message::Malloc {
+            .zip(&protocols)
+            .map(|(&(chunk, size), &protocol)| Message::Malloc {
                 chunk,
                 size: size as u64,
                 client: self.rank,
@@ -812,7 +823,9 @@ impl Client {
             })
             .collect::<Vec<_>>();
         let outcomes = self.allocation(&requests, Some(MALLOC_TIMEOUT))?;
-        for (&(chunk, size), outcome) in layout.chunks().iter().zip(outcomes) {
+        for ((&(chunk, size), outcome), &protocol) in
+            layout.chunks().iter().zip(outcomes).zip(&protocols)
+        {
             // The home allocates only what was asked; an answer saying it
             // holds something else is a mismatch: taking it would give a
             // chain of the wrong size, whose grants the store then refuses.
@@ -859,7 +872,6 @@ impl Client {
                 }
             }
         }
-        let protocols = vec![protocol; layout.len()];
         let labels = vec![label; layout.len()];
         self.add_chain(ChunkEvent::Alloc, layout, &protocols, &labels, memory)
     }

@@ -54,6 +54,47 @@ def test_the_adviser_names_each_workloads_winner_from_its_mesi_runs_statistics(t
     for block in stencil:
         assert len(block["writers"]) == 1 and len(block["readers"]) == 2, block
 
+    # SAT_ADVICE: the same MESI programs run with the advice take the advised protocols. Their
+    # messages per operation are those of the advised protocol's own run (the counts the protocols'
+    # rules fix; false sharing's depend on timing under the E state, and are left out).
+    for workload in WINNERS:
+        advice = subprocess.run([sys.executable, str(TOOL), str(stats / f"shm-{workload}"), "--advise",
+                                 "--json"], capture_output=True, text=True, timeout=120)
+        (stats / f"shm-{workload}.json").write_text(advice.stdout)
+    advised = subprocess.run(
+        [str(bench), "--providers", "shm", "--iters", "20", "--workloads",
+         "producer-consumer,migratory-counter,stencil", "--protocols", "mesi,update,home-only,learned",
+         "--advice", str(stats), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert advised.returncode == 0, advised.stdout + advised.stderr
+    cells = {(c["workload"], c["protocol"]): c for c in json.loads(advised.stdout)}
+    for workload in ("producer-consumer", "migratory-counter", "stencil"):
+        mine = cells[(workload, "mesi+advice")]
+        theirs = cells[(workload, WINNERS[workload])]
+        mesi = cells[(workload, "mesi")]
+        assert mine["check"] == "ok", mine
+        assert abs(mine["messages_per_op"] - theirs["messages_per_op"]) < 0.1, (mine, theirs)
+        assert mine["messages_per_op"] < mesi["messages_per_op"] - 0.5, (mine, mesi)
+
+
+def test_a_malformed_advice_file_stops_the_run_and_says_why(tmp_path):
+    satrun = TARGET / "debug" / "satrun"
+    example = TARGET / "debug" / "examples" / "stats_workload"
+    for path in (satrun, example):
+        if not path.exists():
+            pytest.fail(f"{path} is missing: `make test` builds it")
+    bad = tmp_path / "advice.json"
+    bad.write_text('{"chunks": [{"chunk": 3, "protocol": "msi"}]}')
+    run = subprocess.run(
+        [str(satrun), "-n", "4", "--provider", "shm", "--topology",
+         str(REPO / "sat-core" / "topologies" / "stats.xml"), "--", str(example)],
+        env=dict(os.environ, SAT_ADVICE=str(bad)), capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode != 0
+    assert "SAT_ADVICE=" in run.stderr + run.stdout and "no built-in protocol is called \"msi\"" in (
+        run.stderr + run.stdout), run.stdout + run.stderr
+
 
 # ----------------------------------------------------------- synthetic files
 

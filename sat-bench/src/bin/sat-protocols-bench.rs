@@ -3,8 +3,12 @@
 //!
 //! ```text
 //! sat-protocols-bench [--providers shm] [--iters 400] [--workloads a,b] [--protocols a,b] [--json]
-//!                     [--stats DIR] [--videostream PATH]
+//!                     [--stats DIR] [--videostream PATH] [--advice DIR]
 //! ```
+//! `--advice DIR` adds a row per workload, `mesi+advice`: its MESI program
+//! run with `SAT_ADVICE=DIR/<provider>-<workload>.json`, the adviser's
+//! protocol per chunk (`tools/sat-stats --advise --json` on that workload's
+//! `--stats` files; `make bench-advised` does the three steps).
 //! `--stats DIR`: the MESI run of each workload writes its statistics files
 //! to `DIR/<provider>-<workload>` (`SAT_STATS`), which `tools/sat-stats
 //! --advise` reads to recommend a protocol (docs/PROTOCOLS.md, "The
@@ -87,6 +91,8 @@ struct Options {
     stats: Option<std::path::PathBuf>,
     /// examples-c/videostream, for the video pipeline.
     videostream: Option<std::path::PathBuf>,
+    /// Where the adviser's files are, for the `mesi+advice` rows.
+    advice: Option<std::path::PathBuf>,
     /// In a worker: its workload and protocol.
     worker: Option<(String, ProtocolId)>,
 }
@@ -110,6 +116,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         json: false,
         stats: None,
         videostream: None,
+        advice: None,
         worker: None,
     };
     let mut worker = None;
@@ -121,6 +128,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--json" => o.json = true,
             "--stats" => o.stats = Some(val()?.into()),
             "--videostream" => o.videostream = Some(val()?.into()),
+            "--advice" => o.advice = Some(val()?.into()),
             "--workloads" => {
                 o.workloads = val()?.split(',').map(str::to_string).collect();
                 if let Some(w) = o
@@ -477,9 +485,22 @@ struct Cell {
     provider: String,
     workload: String,
     protocol: ProtocolId,
+    /// A MESI program run with the adviser's protocols (`SAT_ADVICE`).
+    advised: bool,
     us: f64,
     msgs: f64,
     check: String,
+}
+
+impl Cell {
+    /// The protocol column: `mesi+advice` for a run with the adviser's.
+    fn name(&self) -> String {
+        if self.advised {
+            "mesi+advice".into()
+        } else {
+            self.protocol.short_name().into()
+        }
+    }
 }
 
 fn orchestrate(o: &Options) -> Result<(), String> {
@@ -492,11 +513,24 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     let mut cells = Vec::new();
     for provider in &o.providers {
         for workload in &o.workloads {
-            for &protocol in &o.protocols {
+            // Each protocol, then MESI with the adviser's protocols.
+            let advice = o
+                .advice
+                .as_ref()
+                .map(|d| d.join(format!("{provider}-{workload}.json")));
+            let runs = o
+                .protocols
+                .iter()
+                .map(|&p| (p, None))
+                .chain(advice.map(|a| (ProtocolId::HomeMesi, Some(a))));
+            for (protocol, advice) in runs {
+                let advised = advice.is_some();
+                let advice = advice.map(|a| a.to_string_lossy().into_owned());
+                satrun.set_env("SAT_ADVICE", advice.as_deref().unwrap_or(""));
                 let stats = o
                     .stats
                     .as_ref()
-                    .filter(|_| protocol == ProtocolId::HomeMesi)
+                    .filter(|_| protocol == ProtocolId::HomeMesi && !advised)
                     .map(|d| d.join(format!("{provider}-{workload}")));
                 if let Some(dir) = &stats {
                     // A folder of one run: files of an earlier one would mix in.
@@ -511,7 +545,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                         o.iters,
                         stats.as_deref(),
                     )?;
-                    cells.push(cell);
+                    cells.push(Cell { advised, ..cell });
                     continue;
                 }
                 let dir = stats.as_ref().map(|d| d.to_string_lossy().into_owned());
@@ -539,6 +573,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                     provider: provider.clone(),
                     workload: workload.clone(),
                     protocol,
+                    advised,
                     us: num(2),
                     msgs: num(3),
                     check: r.get(4).cloned().unwrap_or_default().replace('_', " "),
@@ -616,6 +651,7 @@ fn pipeline(
         provider: provider.to_string(),
         workload: PIPELINE.to_string(),
         protocol,
+        advised: false,
         us: 1e6 / rate,
         msgs: messages? as f64 / frames as f64,
         check: if once {
@@ -665,13 +701,14 @@ fn print_table(cells: &[Cell], iters: usize) {
                 m.provider == c.provider
                     && m.workload == c.workload
                     && m.protocol == ProtocolId::HomeMesi
+                    && !m.advised
             })
             .map_or(f64::NAN, |m| m.us);
         println!(
             "{:<9} {:<18} {:<10} {:>12.2} {:>12.2} {:>8.2}  {}",
             c.provider,
             c.workload,
-            c.protocol.short_name(),
+            c.name(),
             c.us,
             c.msgs,
             c.us / mesi,
@@ -696,7 +733,7 @@ fn print_json(cells: &[Cell]) {
                  \"median_us\": {:.3}, \"messages_per_op\": {:.3}, \"check\": \"{}\"}}",
                 c.provider,
                 c.workload,
-                c.protocol.short_name(),
+                c.name(),
                 c.us,
                 c.msgs,
                 c.check

@@ -186,7 +186,7 @@ fn join_with(
 
     let mut link = seed::SeedLink::connect(&env, bootstrap_timeout())?;
     // A malformed setting stops the whole run here, saying which.
-    if let Err(e) = crate::settings::check() {
+    if let Err(e) = crate::settings::check().and_then(|()| crate::protocol::advice::check()) {
         link.fail(&format!("rank {}: {e}", env.rank));
         return Err(e);
     }

@@ -25,6 +25,7 @@
 //!   copy between scopes. Simpler and cheaper for data written by many and
 //!   read once (no invalidations), dearer for data read often.
 
+pub mod advice;
 pub mod hlrc;
 pub mod home_only;
 pub mod mesi;

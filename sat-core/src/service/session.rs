@@ -50,6 +50,7 @@ pub struct Session {
 pub fn connect(address: &str) -> SatResult<Session> {
     observe::init();
     crate::settings::check()?;
+    crate::protocol::advice::check()?;
     let parsed = ServiceAddress::parse(address)?;
     // From here on, `address` names the service without its secret.
     let address = parsed.host_port.as_str();

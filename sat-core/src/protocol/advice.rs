@@ -1,0 +1,134 @@
+//! `SAT_ADVICE=FILE`: the adviser's protocol per chunk
+//! (`tools/sat-stats DIR --advise --json > FILE`, from an earlier run's
+//! statistics) applied to the chunks a program allocates with MESI, the
+//! default, without changing the program (a legacy C program, a notebook).
+//!
+//! Profile-guided: the choice is made when a chunk is allocated. A chunk's
+//! protocol does not change while a run goes on (switching a live chunk is
+//! not built: docs/PROTOCOLS.md, "The adviser").
+//!
+//! Every process of a run must see the same file (satrun passes the
+//! environment on): a MALLOC of the same chunk with two protocols is a
+//! mismatch error. The file is read once, at the first allocation; the
+//! bootstrap and a service connect check it first, so a malformed file
+//! stops the process with a message saying what is wrong. Protected chains
+//! keep the protocol they are allocated with, and so do chunks the advice
+//! does not name.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use super::ProtocolId;
+use crate::error::{SatError, SatResult};
+
+/// The advice file's chunks: chunk id -> protocol.
+pub type Advice = HashMap<u64, ProtocolId>;
+
+/// Parses the adviser's JSON (`{"run": ..., "chunks": [{"chunk": N,
+/// "protocol": "name", ...}, ...]}`); only built-in protocols are taken.
+pub fn parse(text: &str) -> Result<Advice, String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON ({e})"))?;
+    let chunks = doc
+        .get("chunks")
+        .and_then(|c| c.as_array())
+        .ok_or("no \"chunks\" list (write the file with sat-stats DIR --advise --json)")?;
+    let mut advice = Advice::new();
+    for (i, c) in chunks.iter().enumerate() {
+        let chunk = c
+            .get("chunk")
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| format!("chunks[{i}]: \"chunk\" is not a chunk id"))?;
+        let name = c
+            .get("protocol")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| format!("chunks[{i}]: \"protocol\" is not a name"))?;
+        let protocol = ProtocolId::ALL
+            .into_iter()
+            .find(|p| p.short_name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = ProtocolId::ALL.iter().map(|p| p.short_name()).collect();
+                format!(
+                    "chunks[{i}]: no built-in protocol is called {name:?} (give one of {})",
+                    names.join(", ")
+                )
+            })?;
+        if advice.insert(chunk, protocol).is_some() {
+            return Err(format!("chunks[{i}]: chunk {chunk} is advised twice"));
+        }
+    }
+    Ok(advice)
+}
+
+fn loaded() -> &'static Result<Option<Advice>, String> {
+    static LOADED: OnceLock<Result<Option<Advice>, String>> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let Some(path) = std::env::var_os("SAT_ADVICE").filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let shown = std::path::Path::new(&path).display().to_string();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("SAT_ADVICE={shown}: cannot be read: {e}"))?;
+        parse(&text)
+            .map(Some)
+            .map_err(|e| format!("SAT_ADVICE={shown}: {e}; unset it or give a file that sat-stats --advise --json wrote"))
+    })
+}
+
+/// An error when `SAT_ADVICE` names a file that cannot be read or is not
+/// the adviser's: what a process checks before it joins anything.
+pub fn check() -> SatResult<()> {
+    match loaded() {
+        Ok(_) => Ok(()),
+        Err(e) => Err(SatError::Usage(e.clone())),
+    }
+}
+
+/// The protocol a chunk allocated with `asked` gets: the advice's for a
+/// MESI chunk it names, else `asked`.
+pub fn protocol_for(chunk: u64, asked: ProtocolId) -> ProtocolId {
+    if asked != ProtocolId::HomeMesi {
+        return asked;
+    }
+    match loaded() {
+        Ok(Some(advice)) => advice.get(&chunk).copied().unwrap_or(asked),
+        _ => asked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advisers_json_is_read_and_bad_files_are_explained() {
+        let a = parse(
+            r#"{"run": "update", "chunks": [
+                {"chunk": 10, "scopes": 4, "protocol": "update", "home": 0, "why": "..."},
+                {"chunk": 18446744073709551615, "protocol": "home-only"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(a[&10], ProtocolId::UpdateMesi);
+        assert_eq!(a[&u64::MAX], ProtocolId::HomeOnly);
+        for (bad, says) in [
+            ("", "not JSON"),
+            ("{}", "no \"chunks\""),
+            (
+                r#"{"chunks": [{"chunk": -1, "protocol": "mesi"}]}"#,
+                "not a chunk id",
+            ),
+            (r#"{"chunks": [{"chunk": 1}]}"#, "not a name"),
+            (
+                r#"{"chunks": [{"chunk": 1, "protocol": "msi"}]}"#,
+                "no built-in protocol",
+            ),
+            (
+                r#"{"chunks": [{"chunk": 1, "protocol": "mesi"}, {"chunk": 1, "protocol": "update"}]}"#,
+                "advised twice",
+            ),
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}
