@@ -430,7 +430,9 @@ typedef struct sat_protocol_status {
 /**
  * A protocol as a table of routines. Every routine must be set. Home
  * routines run in the chunk's home server, client routines in the process
- * that holds the chunk, each side's calls one at a time.
+ * that holds the chunk, each side's calls one at a time, inside SAT: a
+ * routine must return without waiting, and call no SAT function but
+ * `sat_protocol_send` and `sat_protocol_version`.
  */
 typedef struct sat_protocol_ops {
     /**
