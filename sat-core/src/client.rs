@@ -247,6 +247,9 @@ struct ClientState {
     direct_ranks: Vec<Rank>,
     /// The chunks read after each barrier ([`learned`]).
     learned: learned::Learned,
+    /// The adviser's protocol per chunk, for chunks allocated with MESI
+    /// (`SAT_ADVICE`: [`crate::protocol::advice`]).
+    advice: Option<Arc<crate::protocol::advice::Advice>>,
 }
 
 impl Client {
@@ -294,8 +297,16 @@ impl Client {
                 host: host::HostPath::default(),
                 direct_ranks: Vec::new(),
                 learned: learned::Learned::default(),
+                advice: crate::protocol::advice::from_env(),
             }),
         }
+    }
+
+    /// Allocates with `advice` instead of `SAT_ADVICE`'s (the whole-stack
+    /// simulator's clients, before their threads start).
+    #[cfg(feature = "simulator")]
+    pub(crate) fn set_advice(&self, advice: Option<Arc<crate::protocol::advice::Advice>>) {
+        self.lock().advice = advice;
     }
 
     /// The run's coordinators keep barriers in host segments: barriers are
@@ -801,11 +812,14 @@ impl Client {
         }
         // `SAT_ADVICE`: the adviser's protocol for a MESI chunk it names
         // (a protected chunk keeps what it asked for).
+        let advice = self.lock().advice.clone();
         let protocols: Vec<ProtocolId> = layout
             .chunks()
             .iter()
             .map(|&(chunk, _)| match label {
-                NO_LABEL => crate::protocol::advice::protocol_for(chunk, protocol),
+                NO_LABEL => {
+                    crate::protocol::advice::protocol_for(advice.as_deref(), chunk, protocol)
+                }
                 _ => protocol,
             })
             .collect();

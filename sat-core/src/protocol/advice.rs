@@ -16,7 +16,7 @@
 //! does not name.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::ProtocolId;
 use crate::error::{SatError, SatResult};
@@ -60,8 +60,8 @@ pub fn parse(text: &str) -> Result<Advice, String> {
     Ok(advice)
 }
 
-fn loaded() -> &'static Result<Option<Advice>, String> {
-    static LOADED: OnceLock<Result<Option<Advice>, String>> = OnceLock::new();
+fn loaded() -> &'static Result<Option<Arc<Advice>>, String> {
+    static LOADED: OnceLock<Result<Option<Arc<Advice>>, String>> = OnceLock::new();
     LOADED.get_or_init(|| {
         let Some(path) = std::env::var_os("SAT_ADVICE").filter(|v| !v.is_empty()) else {
             return Ok(None);
@@ -70,7 +70,7 @@ fn loaded() -> &'static Result<Option<Advice>, String> {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("SAT_ADVICE={shown}: cannot be read: {e}"))?;
         parse(&text)
-            .map(Some)
+            .map(|a| Some(Arc::new(a)))
             .map_err(|e| format!("SAT_ADVICE={shown}: {e}; unset it or give a file that sat-stats --advise --json wrote"))
     })
 }
@@ -84,16 +84,19 @@ pub fn check() -> SatResult<()> {
     }
 }
 
+/// The advice `SAT_ADVICE` names, if any (what a client starts with; the
+/// whole-stack simulator gives its clients advice of its own).
+pub fn from_env() -> Option<Arc<Advice>> {
+    loaded().as_ref().ok().cloned().flatten()
+}
+
 /// The protocol a chunk allocated with `asked` gets: the advice's for a
 /// MESI chunk it names, else `asked`.
-pub fn protocol_for(chunk: u64, asked: ProtocolId) -> ProtocolId {
+pub fn protocol_for(advice: Option<&Advice>, chunk: u64, asked: ProtocolId) -> ProtocolId {
     if asked != ProtocolId::HomeMesi {
         return asked;
     }
-    match loaded() {
-        Ok(Some(advice)) => advice.get(&chunk).copied().unwrap_or(asked),
-        _ => asked,
-    }
+    advice.and_then(|a| a.get(&chunk).copied()).unwrap_or(asked)
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@
 //! read, unsubscribe, subscribe from a handler), raise signals, pass a
 //! barrier every thread reaches (outside services: the chunks of protocols
 //! that learn are then pushed as it ends), and probe misuse (a WRITE chain
-//! that fails part way). Clients may end their role in failure with scopes
+//! that fails part way). Some runs allocate under advice (`SAT_ADVICE`):
+//! some of their MESI chunks take another protocol at MALLOC. Clients may end their role in failure with scopes
 //! open; in a service, clients may die at any step. The
 //! run ends by its termination protocol (section 3), including the
 //! quiescence detection that stops clients waiting on subscriptions.

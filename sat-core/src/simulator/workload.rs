@@ -38,6 +38,10 @@ pub(crate) struct Chunks {
     /// Multi-writer chunks ([`ProtocolId::MultipleWriters`]), each client
     /// writing its own lane.
     pub lanes: Vec<ChunkId>,
+    /// The adviser's protocols (`SAT_ADVICE`) every client of the run
+    /// allocates with: MESI chunks of `shared` it names take another
+    /// protocol at their MALLOC.
+    pub advice: Option<Arc<crate::protocol::advice::Advice>>,
 }
 
 impl Chunks {
@@ -48,11 +52,14 @@ impl Chunks {
             .map_or(content::MIN_CHUNK, |c| c.1)
     }
 
+    /// The protocol chunk `id` has: as allocated, or as the advice made it.
     fn protocol(&self, id: ChunkId) -> ProtocolId {
-        self.shared
+        let asked = self
+            .shared
             .iter()
             .find(|c| c.0 == id)
-            .map_or(ProtocolId::HomeMesi, |c| c.2)
+            .map_or(ProtocolId::HomeMesi, |c| c.2);
+        crate::protocol::advice::protocol_for(self.advice.as_deref(), id, asked)
     }
 }
 
@@ -93,6 +100,13 @@ pub(crate) struct ClientPlan {
     pub threads: Vec<Program>,
 }
 
+impl ClientPlan {
+    /// The advice the client allocates with (the run's, for every client).
+    pub(crate) fn advice(&self) -> Option<Arc<crate::protocol::advice::Advice>> {
+        self.threads.first().and_then(|t| t.chunks.advice.clone())
+    }
+}
+
 /// The programs of every client of a run.
 pub(crate) fn plan(
     rng: &mut Rng,
@@ -103,15 +117,29 @@ pub(crate) fn plan(
 ) -> Vec<ClientPlan> {
     let n = 3 + rng.below(5);
     let protocols = super::protocols();
+    let shared: Vec<(ChunkId, usize, ProtocolId)> = (0..n)
+        .map(|i| {
+            let size = content::MIN_CHUNK + rng.below(33) as usize;
+            let protocol = protocols[rng.below(protocols.len() as u64) as usize];
+            (SHARED_BASE + i, size, protocol)
+        })
+        .collect();
+    let lanes = (0..rng.below(3)).map(|i| LANE_BASE + i).collect();
+    // Some runs allocate under advice: half their MESI chunks take another
+    // protocol, the same in every client (as `SAT_ADVICE` does).
+    let advice = rng.chance(30).then(|| {
+        let mut advised = crate::protocol::advice::Advice::new();
+        for c in shared.iter().filter(|c| c.2 == ProtocolId::HomeMesi) {
+            if rng.chance(50) {
+                advised.insert(c.0, super::PROTOCOLS[1 + rng.below(4) as usize]);
+            }
+        }
+        Arc::new(advised)
+    });
     let chunks = Arc::new(Chunks {
-        shared: (0..n)
-            .map(|i| {
-                let size = content::MIN_CHUNK + rng.below(33) as usize;
-                let protocol = protocols[rng.below(protocols.len() as u64) as usize];
-                (SHARED_BASE + i, size, protocol)
-            })
-            .collect(),
-        lanes: (0..rng.below(3)).map(|i| LANE_BASE + i).collect(),
+        shared,
+        lanes,
+        advice,
     });
     let threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
     // Not in a service: its clients may die, and a barrier would wait for

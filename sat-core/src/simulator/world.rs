@@ -447,6 +447,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         if shape.host_slots && !shape.service {
             client.use_host_sync();
         }
+        client.set_advice(plan.advice());
         if shape.service {
             if let Some(reader) =
                 crate::server::host::service_reader(&topology, shape.servers + ci as u32)
