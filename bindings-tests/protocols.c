@@ -70,14 +70,6 @@ static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "upd
  * under multiple writers, else the first. */
 static size_t word_of(int p, uint32_t client) { return p == MULTIPLE_WRITERS ? client : 0; }
 
-static uint64_t load(const sat_chunk_t *c, size_t i) {
-    uint64_t v;
-    memcpy(&v, c->data + 8 * i, sizeof v);
-    return v;
-}
-
-static void store(sat_chunk_t *c, size_t i, uint64_t v) { memcpy(c->data + 8 * i, &v, sizeof v); }
-
 /* ----------------------------------------------------- migratory counter */
 
 static void counter(int p, uint64_t base) {
@@ -103,7 +95,7 @@ static void counter(int p, uint64_t base) {
     CHECK_OK(sat_read(c));
     uint64_t got = 0, want = (uint64_t)nclients * THREADS * ROUNDS;
     for (uint32_t k = 0; k < nclients; k++) {
-        got += p == MULTIPLE_WRITERS || k == 0 ? load(c, k) : 0;
+        got += p == MULTIPLE_WRITERS || k == 0 ? testing_load(c, k) : 0;
     }
     CHECK_OK(sat_release(c));
     CHECK_TRUE(got == want, "%s: the counter holds %llu, expected %llu", NAMES[p],
@@ -111,8 +103,6 @@ static void counter(int p, uint64_t base) {
 }
 
 /* ----------------------------------------------------- producer-consumer */
-
-static uint64_t value(uint64_t round, size_t i) { return round * 1000003u + i * 7u + 1; }
 
 #define VALUES 16
 
@@ -131,7 +121,7 @@ static void producer_consumer(int p, uint64_t base) {
         if (me == 0) {
             CHECK_OK(sat_write(produced));
             for (size_t i = 0; i < VALUES; i++) {
-                store(produced, i, value(r, i));
+                testing_store(produced, i, testing_value(r, i));
             }
             CHECK_OK(sat_release(produced));
         }
@@ -143,26 +133,26 @@ static void producer_consumer(int p, uint64_t base) {
             CHECK_OK(sat_read(produced));
             sum = 0;
             for (size_t i = 0; i < VALUES; i++) {
-                wrong += load(produced, i) != value(r, i);
-                sum += load(produced, i);
+                wrong += testing_load(produced, i) != testing_value(r, i);
+                sum += testing_load(produced, i);
             }
             CHECK_OK(sat_release(produced));
         }
         CHECK_OK(sat_write(answer));
-        store(answer, 0, sum);
+        testing_store(answer, 0, sum);
         CHECK_OK(sat_release(answer));
         CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 2, nclients));
         if (me == 0) {
             uint64_t want = 0;
             for (size_t i = 0; i < VALUES; i++) {
-                want += value(r, i);
+                want += testing_value(r, i);
             }
             for (uint32_t c = 0; c < nclients && c < 3; c++) {
                 if (answers[c] == NULL) {
                     continue;
                 }
                 CHECK_OK(sat_read(answers[c]));
-                wrong += load(answers[c], 0) != want;
+                wrong += testing_load(answers[c], 0) != want;
                 CHECK_OK(sat_release(answers[c]));
             }
         }
@@ -179,8 +169,8 @@ static void owned(int p, uint64_t base) {
     }
     for (uint64_t r = 1; r <= ROUNDS; r++) {
         CHECK_OK(r % 2 ? sat_readwrite(mine) : sat_write(mine));
-        store(mine, 0, r);
-        store(mine, 1, me);
+        testing_store(mine, 0, r);
+        testing_store(mine, 1, me);
         CHECK_OK(sat_release(mine));
     }
     CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 3, nclients));
@@ -190,9 +180,9 @@ static void owned(int p, uint64_t base) {
             continue;
         }
         CHECK_OK(sat_read(theirs));
-        CHECK_TRUE(load(theirs, 0) == ROUNDS && load(theirs, 1) == c,
+        CHECK_TRUE(testing_load(theirs, 0) == ROUNDS && testing_load(theirs, 1) == c,
                    "%s: client %u's counter reads %llu (owner %llu)", NAMES[p], c,
-                   (unsigned long long)load(theirs, 0), (unsigned long long)load(theirs, 1));
+                   (unsigned long long)testing_load(theirs, 0), (unsigned long long)testing_load(theirs, 1));
         CHECK_OK(sat_release(theirs));
     }
     /* Then everybody writes everybody's: the owners' copies are taken back. */
@@ -204,18 +194,18 @@ static void owned(int p, uint64_t base) {
         }
         CHECK_OK(sat_readwrite(theirs));
         size_t w = 2 + word_of(p, me);
-        store(theirs, w, load(theirs, w) + 1);
+        testing_store(theirs, w, testing_load(theirs, w) + 1);
         CHECK_OK(sat_release(theirs));
     }
     CHECK_OK(sat_barrier(BAR_BASE + 10 * p + 5, nclients));
     CHECK_OK(sat_read(mine));
     uint64_t writers = 0;
     for (uint32_t k = 0; k < nclients; k++) {
-        writers += p == MULTIPLE_WRITERS || k == 0 ? load(mine, 2 + k) : 0;
+        writers += p == MULTIPLE_WRITERS || k == 0 ? testing_load(mine, 2 + k) : 0;
     }
-    CHECK_TRUE(load(mine, 0) == ROUNDS && writers == nclients,
+    CHECK_TRUE(testing_load(mine, 0) == ROUNDS && writers == nclients,
                "%s: my counter reads %llu, %llu writers", NAMES[p],
-               (unsigned long long)load(mine, 0), (unsigned long long)writers);
+               (unsigned long long)testing_load(mine, 0), (unsigned long long)writers);
     CHECK_OK(sat_release(mine));
 }
 
@@ -235,7 +225,7 @@ static void bursts(void) {
     for (uint64_t r = 1; r <= BURST_ROUNDS; r++) {
         for (int k = 0; k < BURST_CHUNKS; k++) {
             CHECK_OK(sat_readwrite(mine[k]));
-            store(mine[k], 0, load(mine[k], 0) + 1);
+            testing_store(mine[k], 0, testing_load(mine[k], 0) + 1);
             CHECK_OK(sat_release(mine[k]));
         }
     }
@@ -249,8 +239,8 @@ static void bursts(void) {
             continue;
         }
         CHECK_OK(sat_read(c));
-        CHECK_TRUE(load(c, 0) == BURST_ROUNDS, "client %u's chunk %d holds %llu", other, k,
-                   (unsigned long long)load(c, 0));
+        CHECK_TRUE(testing_load(c, 0) == BURST_ROUNDS, "client %u's chunk %d holds %llu", other, k,
+                   (unsigned long long)testing_load(c, 0));
         CHECK_OK(sat_release(c));
     }
 }

@@ -103,7 +103,20 @@ static inline long testing_rss_anon_kib(void) {
     return kib;
 }
 
-/* Prints the verdict; the exit status of the test. */
+/* The `i`-th 8-byte word of a chunk's data (memcpy: no alignment assumed). */
+static inline uint64_t testing_load(const sat_chunk_t *c, size_t i) {
+    uint64_t v;
+    memcpy(&v, c->data + 8 * i, sizeof v);
+    return v;
+}
+
+static inline void testing_store(sat_chunk_t *c, size_t i, uint64_t v) {
+    memcpy(c->data + 8 * i, &v, sizeof v);
+}
+
+/* The value a producer writes in word `i` of round `round`. */
+static inline uint64_t testing_value(uint64_t round, size_t i) { return round * 1000003u + i * 7u + 1; }
+
 /* A thread's work for the counter tests: `rounds` READWRITE scopes on
  * `chunk`, each adding one to the uint64_t at byte `offset`. A failed call
  * is printed and counted in `failures`, and ends the thread's rounds. */
@@ -135,6 +148,7 @@ static inline void *testing_count(void *arg) {
     return NULL;
 }
 
+/* Prints the verdict; the exit status of the test. */
 static inline int testing_done(const char *name) {
     if (testing_failures > 0) {
         printf("FAIL %s: %d of %d checks failed\n", name, testing_failures, testing_checks);

@@ -267,16 +267,6 @@ static uint32_t me, nclients;
 
 /* ------------------------------------------------------------ workloads */
 
-static uint64_t load(const sat_chunk_t *c, size_t i) {
-    uint64_t v;
-    memcpy(&v, c->data + 8 * i, sizeof v);
-    return v;
-}
-
-static void store(sat_chunk_t *c, size_t i, uint64_t v) { memcpy(c->data + 8 * i, &v, sizeof v); }
-
-static uint64_t value(uint64_t round, size_t i) { return round * 1000003u + i * 7u + 1; }
-
 static void counter(void) {
     sat_chunk_t *c = CHECK_CHUNK(sat_malloc(serial, COUNTER, 8));
     if (c == NULL) {
@@ -296,8 +286,8 @@ static void counter(void) {
     CHECK_OK(sat_barrier(BAR, nclients));
     CHECK_OK(sat_read(c));
     uint64_t want = (uint64_t)nclients * THREADS * ROUNDS;
-    CHECK_TRUE(load(c, 0) == want, "the counter holds %llu, expected %llu",
-               (unsigned long long)load(c, 0), (unsigned long long)want);
+    CHECK_TRUE(testing_load(c, 0) == want, "the counter holds %llu, expected %llu",
+               (unsigned long long)testing_load(c, 0), (unsigned long long)want);
     CHECK_OK(sat_release(c));
 }
 
@@ -311,7 +301,7 @@ static void producer_consumer(void) {
         if (me == 0) {
             CHECK_OK(sat_write(produced));
             for (size_t i = 0; i < VALUES; i++) {
-                store(produced, i, value(r, i));
+                testing_store(produced, i, testing_value(r, i));
             }
             CHECK_OK(sat_release(produced));
         }
@@ -319,7 +309,7 @@ static void producer_consumer(void) {
         for (int twice = 0; twice < 2; twice++) {
             CHECK_OK(sat_read(produced));
             for (size_t i = 0; i < VALUES; i++) {
-                wrong += load(produced, i) != value(r, i);
+                wrong += testing_load(produced, i) != testing_value(r, i);
             }
             CHECK_OK(sat_release(produced));
         }
