@@ -1370,8 +1370,8 @@ impl Client {
     /// How many chunks were pushed to this process as barriers ended, before
     /// its program asked for them (learned communication sets:
     /// [`crate::protocol::ProtocolId::learns`]).
-    pub fn learned_fetches(&self) -> u64 {
-        self.lock().store.fetched
+    pub fn learned_pushes(&self) -> u64 {
+        self.lock().store.pushed
     }
 
     pub fn footprint(&self) -> Footprint {
@@ -2223,7 +2223,7 @@ fn coherence(
             store.take_data(chunk, payload);
             // A push that learned sets asked for (`learned`).
             if pushed {
-                store.fetched += 1;
+                store.pushed += 1;
             }
         }
     }

@@ -240,7 +240,7 @@ pub(crate) struct Store {
     /// ([`crate::protocol::mesi::EXCLUSIVE_BURST`]).
     pub silent_writes: u32,
     /// Chunks pushed as a barrier ended, taken in (`client/learned.rs`).
-    pub fetched: u64,
+    pub pushed: u64,
     chunks: HashMap<ChunkId, LocalChunk>,
     regions: HashMap<RegionId, Region>,
     /// The region of each chain allocated here, so allocating the same
@@ -262,7 +262,7 @@ impl Store {
     pub fn new(capacity: MemoryCapacity) -> Store {
         Store {
             silent_writes: 0,
-            fetched: 0,
+            pushed: 0,
             chunks: HashMap::default(),
             regions: HashMap::default(),
             by_layout: HashMap::default(),

@@ -92,7 +92,7 @@ fn main() -> ExitCode {
                         t.3 += out.aborted;
                         t.4 += out.read_checks;
                         t.5 += u64::from(out.host_slots);
-                        t.6 += out.fetched;
+                        t.6 += out.pushed;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -106,11 +106,11 @@ fn main() -> ExitCode {
         }
     });
     let failures = failures.into_inner().unwrap();
-    let (passed, steps, committed, aborted, reads, host, fetched) = totals.into_inner().unwrap();
+    let (passed, steps, committed, aborted, reads, host, pushed) = totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
          {committed} releases published, {aborted} scopes aborted, {reads} reads checked, \
-         {fetched} chunks pushed as barriers ended; {host} passing runs kept their versions \
+         {pushed} chunks pushed as barriers ended; {host} passing runs kept their versions \
          in host slots",
         o.seeds,
         o.from,

@@ -74,7 +74,7 @@ pub enum ProtocolId {
     /// Multiple writers publishing diffs: [`hlrc`].
     MultipleWriters,
     /// Home-based MESI whose readers learn, per barrier, the chunks they
-    /// read after it and fetch them together as it ends: [`mesi::LEARNED`].
+    /// read after it, which the homes push them as it ends: [`mesi::LEARNED`].
     LearnedMesi,
     /// The `n`-th protocol this process registered ([`registry`]).
     User(u16),

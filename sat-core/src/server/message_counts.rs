@@ -970,7 +970,7 @@ fn a_barrier_pushes_what_was_read_after_it_last_time_with_one_message_per_chunk(
         }
     }
     assert_eq!(
-        s.clients[6 - 2].learned_fetches(),
+        s.clients[6 - 2].learned_pushes(),
         9,
         "reader 6 took 3 pushes in each of 3 rounds"
     );

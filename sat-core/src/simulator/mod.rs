@@ -90,7 +90,7 @@ pub struct Outcome {
     pub read_checks: u64,
     pub notifications: u64,
     /// Chunks pushed as a barrier ended (learned communication sets).
-    pub fetched: u64,
+    pub pushed: u64,
 }
 
 /// A broken invariant, with what replays it.

@@ -681,7 +681,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         aborted: oracle.aborted,
         read_checks: oracle.read_checks,
         notifications: oracle.notifications,
-        fetched: clients.iter().map(|c| c.learned_fetches()).sum(),
+        pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
     })
 }
 
