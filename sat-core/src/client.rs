@@ -1109,7 +1109,6 @@ impl Client {
             if protocol.learns() && access == Access::Read {
                 st.learned.read(chunk);
             }
-            let c = st.store.get_mut(chunk).expect("placed");
             let req = match step {
                 Acquire::Hit => {
                     c.holders.push(me);
