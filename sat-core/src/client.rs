@@ -26,6 +26,7 @@ mod events;
 mod host;
 mod learned;
 mod loans;
+mod switch;
 mod symbols;
 mod sync;
 use crate::topology::Topology;
@@ -1035,11 +1036,19 @@ impl Client {
             // A release waiting for the home's acknowledgement (a diff:
             // `protocol::hlrc`) holds the chunk as its scope did.
             let acking = |c: &crate::store::LocalChunk| c.holders.is_empty() && c.side.waiting();
-            if (beside && must_wait(c.side.as_ref(), access)) || acking(c) {
+            // An adaptive chunk's switch waits for the scopes open here: a
+            // thread outside them waits for it, and for the request it asks
+            // again (`client/switch.rs`).
+            let switching = |c: &crate::store::LocalChunk| {
+                (c.switch_to.is_some() && !c.holders.contains(&me)) || c.reask.is_some()
+            };
+            if (beside && must_wait(c.side.as_ref(), access)) || acking(c) || switching(c) {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
-                    let free = if c.holders.is_empty() {
+                    let free = if switching(c) {
+                        false
+                    } else if c.holders.is_empty() {
                         !acking(c)
                     } else {
                         !must_wait(c.side.as_ref(), access)
@@ -1109,6 +1118,13 @@ impl Client {
             if protocol.learns() && access == Access::Read {
                 st.learned.read(chunk);
             }
+            // The first READ since the last barrier this process passed
+            // (an adaptive chunk's home weighs it: `protocol/adaptive.rs`).
+            let passes = st.learned.passes();
+            let after_barrier = access == Access::Read && passes > 0 && c.read_pass != passes;
+            if access == Access::Read {
+                c.read_pass = passes;
+            }
             let req = match step {
                 Acquire::Hit => {
                     c.holders.push(me);
@@ -1137,10 +1153,13 @@ impl Client {
                 st.host
                     .request(&mut st.store, &mut st.mail.events, self.rank, chunk, req);
             } else {
+                c.asking = Some(access);
                 let msg = Message::Coherence {
                     chunk,
                     client: self.rank,
                     op: req.into(),
+                    epoch: c.epoch,
+                    after_barrier,
                 };
                 let n = wire::encode(&msg, &mut st.header).expect("fits");
                 if let Err(e) = st
@@ -1371,6 +1390,20 @@ impl Client {
     /// [`crate::protocol::ProtocolId::learns`]).
     pub fn learned_pushes(&self) -> u64 {
         self.lock().store.pushed
+    }
+
+    /// How many protocol switches of adaptive chunks this process applied
+    /// ([`crate::protocol::ProtocolId::Adaptive`]).
+    pub fn protocol_switches(&self) -> u64 {
+        self.lock().store.switches
+    }
+
+    /// The protocol `chunk` runs here now: the one it was allocated with,
+    /// or, for an adaptive chunk, the one its home moved it to as far as
+    /// this process has been told (it learns of a switch at its next
+    /// request). None for a chunk unknown here.
+    pub fn running_protocol(&self, chunk: ChunkId) -> Option<ProtocolId> {
+        self.lock().store.get(chunk).map(|c| c.protocol)
     }
 
     pub fn footprint(&self) -> Footprint {
@@ -1869,15 +1902,23 @@ impl ClientState {
         let n = self
             .transport
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
-                if let Ok(Message::Coherence { chunk, client, op }) = wire::decode(m.header) {
+                if let Ok(Message::Coherence {
+                    chunk,
+                    client,
+                    op,
+                    epoch,
+                    ..
+                }) = wire::decode(m.header)
+                {
                     if m.src == server && client == me {
-                        coherence(me, server, store, out, chunk, op, m.payload);
+                        coherence((me, server), store, out, chunk, (op, epoch), m.payload);
                         return;
                     }
                 }
                 handle(me, server, mail, out, m)
             })?;
         self.received += n as u64;
+        switch::retry((me, server), &mut self.store, self.transport.as_mut());
         for (chunk, place) in self.mail.named.drain(..) {
             self.host.named(chunk, place);
         }
@@ -1975,11 +2016,12 @@ impl ClientState {
                 (true, _) => self.store.bytes(chunk, place),
                 _ => None,
             };
+            let epoch = self.store.get(chunk).map_or(0, |c| c.epoch);
             let delivered = send_to_home(
                 self.transport.as_mut(),
                 &mut self.header,
                 to,
-                chunk,
+                (chunk, epoch),
                 op,
                 data,
             );
@@ -2000,6 +2042,8 @@ impl ClientState {
             }
         }
         self.scope_ended(chunk);
+        // A switch that came during the scope goes ahead once none is open.
+        switch::apply_pending(to, &mut self.store, self.transport.as_mut(), chunk);
         Ok(())
     }
 
@@ -2173,7 +2217,7 @@ fn send_to_home(
     transport: &mut dyn Transport,
     header: &mut [u8; MAX_HEADER],
     to: (Rank, Rank),
-    chunk: u64,
+    (chunk, epoch): (u64, u32),
     op: mesi::ToHome,
     data: Option<&[u8]>,
 ) -> SatResult<()> {
@@ -2181,6 +2225,8 @@ fn send_to_home(
         chunk,
         client: to.0,
         op: op.into(),
+        epoch,
+        after_barrier: false,
     };
     let n = wire::encode(&msg, header).expect("coherence headers fit");
     let payload = data.map_or(Payload::None, Payload::Copy);
@@ -2188,20 +2234,33 @@ fn send_to_home(
     Ok(())
 }
 
-/// A coherence message from the home about one of our chunks.
+/// A coherence message from the home about one of our chunks, in the
+/// chunk's protocol epoch `epoch`.
 fn coherence(
-    me: Rank,
-    server: Rank,
+    (me, server): (Rank, Rank),
     store: &mut Store,
     out: &mut dyn Sender,
     chunk: u64,
-    op: CoherenceOp,
+    (op, epoch): (CoherenceOp, u32),
     payload: &[u8],
 ) {
+    if let CoherenceOp::Switch { protocol } = op {
+        switch::on_switch((me, server), store, out, chunk, epoch, protocol);
+        return;
+    }
     let (Some(c), Some(msg)) = (store.get_mut(chunk), mesi::to_client(op)) else {
         tracing::warn!("dropped a coherence message for chunk {chunk}, unknown here");
         return;
     };
+    if epoch != c.epoch {
+        // Of a protocol this process has left, or not yet switched to.
+        tracing::debug!(
+            "chunk {chunk}: {} of epoch {epoch} dropped: this process is in epoch {}",
+            op.name(),
+            c.epoch
+        );
+        return;
+    }
     let data = (!payload.is_empty()).then_some(payload);
     let reaction = c.side.on_message(msg, data);
     let granted = reaction.is_ok() && msg.is_grant();
@@ -2233,6 +2292,8 @@ fn coherence(
                 chunk,
                 client: me,
                 op: reply.into(),
+                epoch,
+                after_barrier: false,
             };
             let n = wire::encode(&answer, &mut header).expect("fits");
             if let Err(e) = out.send(server, &header[..n], Payload::None) {

@@ -67,16 +67,20 @@ struct ServerState<'t> {
     /// Messages the transport refused, by destination: handled after the
     /// poll as that peer's loss ([`ServerState::survive`]).
     send_failures: Vec<(Rank, TransportError)>,
+    /// How adaptive chunks homed here choose their next protocol.
+    switch_policy: SwitchPolicy,
 }
 
 pub(crate) mod epochs;
 mod events;
 pub(crate) mod host;
 mod membership;
+mod switch;
 #[cfg(test)]
 mod message_counts;
 
 pub(crate) use membership::ServiceSide;
+pub(crate) use switch::SwitchPolicy;
 
 /// A chunk this server is the home of: its protocol, that protocol's
 /// directory entry and data, and its subscribers (with or without data).
@@ -96,9 +100,24 @@ struct HomeEntry {
     /// A protected chunk's (labelled: the encryption layer's) key epochs in
     /// order (`server/epochs.rs`); None for a plain chunk.
     epochs: Option<epochs::EpochLine>,
+    /// An adaptive chunk's epoch and switch (`server/switch.rs`); None for
+    /// every other chunk, and for one in a host slot (whose scopes the
+    /// slot serves, whatever the protocol).
+    adapt: Option<switch::Adapt>,
 }
 
 impl HomeEntry {
+    /// The protocol the chunk runs now: its allocation's, or the one an
+    /// adaptive chunk switched to.
+    fn running(&self) -> ProtocolId {
+        self.adapt.as_ref().map_or(self.protocol, |a| a.running)
+    }
+
+    /// The epoch the home's messages about the chunk are sent in.
+    fn epoch(&self) -> u32 {
+        self.adapt.as_ref().map_or(0, |a| a.epoch)
+    }
+
     /// Tells releasers through the slot whether anyone subscribes, and
     /// whether some subscriber wants data.
     fn subscribers_changed(&self) {
@@ -308,6 +327,13 @@ impl<'t> Server<'t> {
         })
     }
 
+    /// How adaptive chunks homed here choose their next protocol (the
+    /// simulator switches them at random).
+    #[cfg(feature = "simulator")]
+    pub(crate) fn set_switch_policy(&mut self, policy: SwitchPolicy) {
+        self.st.switch_policy = policy;
+    }
+
     /// A service's slot `client` has a client attached (the simulator
     /// attaches its clients without the admission desk).
     #[cfg(feature = "simulator")]
@@ -366,6 +392,7 @@ impl<'t> ServerState<'t> {
             barrier_slots: Default::default(),
             service,
             send_failures: Vec::new(),
+            switch_policy: SwitchPolicy::Rules,
         }
     }
 }
@@ -528,8 +555,20 @@ impl ServerState<'_> {
             Message::Malloc { chunk, client, .. } | Message::Lookup { chunk, client, .. } => {
                 self.allocation(out, m.src, src_is_server, chunk, client, &msg)
             }
-            Message::Coherence { chunk, client, op } => {
-                self.coherence(out, m, src_is_server, chunk, client, op)
+            Message::Coherence {
+                chunk,
+                client,
+                op,
+                epoch,
+                after_barrier,
+            } => {
+                let said = switch::Said {
+                    client,
+                    op,
+                    epoch,
+                    after_barrier,
+                };
+                self.coherence(out, m, src_is_server, chunk, said)
             }
             Message::Fetch { client, chunks } if src_is_server => {
                 self.fetch(out, m.src, client, chunks)
@@ -764,6 +803,7 @@ impl ServerState<'_> {
                         }
                     };
                     let side = protocol.consistency().new_home(size as usize);
+                    let adaptive = protocol == ProtocolId::Adaptive && slot.is_none();
                     self.homes.insert(
                         chunk,
                         HomeEntry {
@@ -773,6 +813,7 @@ impl ServerState<'_> {
                             slot,
                             published: 0,
                             epochs: protected.then(epochs::EpochLine::default),
+                            adapt: adaptive.then(switch::Adapt::new),
                         },
                     );
                 }
@@ -841,11 +882,22 @@ impl ServerState<'_> {
         m: Received<'_>,
         src_is_server: bool,
         chunk: u64,
-        client: Rank,
-        op: CoherenceOp,
+        said: switch::Said,
     ) {
-        let msg = Message::Coherence { chunk, client, op };
-        let for_home = mesi::to_home(op).is_some();
+        let switch::Said {
+            client,
+            op,
+            epoch,
+            after_barrier,
+        } = said;
+        let msg = Message::Coherence {
+            chunk,
+            client,
+            op,
+            epoch,
+            after_barrier,
+        };
+        let for_home = op.from_client();
         if !src_is_server && self.is_my_client(m.src) && self.client_done[m.src as usize] {
             // An acknowledgement sent while the client was leaving: the homes
             // have already stopped waiting for it (ClientLeft).
@@ -896,7 +948,19 @@ impl ServerState<'_> {
             }
             return;
         }
-        self.at_home(out, (m.src, src_is_server), chunk, client, op, m.payload);
+        let src = (m.src, src_is_server);
+        match self.homes.get(&chunk) {
+            Some(entry) if entry.adapt.is_some() => {
+                self.at_adaptive_home(out, src, chunk, said, m.payload)
+            }
+            Some(_) if epoch != 0 || op == CoherenceOp::SwitchAck => tracing::warn!(
+                "server {}: chunk {chunk} is not adaptive: {} of epoch {epoch} from {client} \
+                 dropped",
+                self.rank,
+                op.name()
+            ),
+            _ => self.at_home(out, src, chunk, client, op, m.payload),
+        }
     }
 
     /// A coherence request for `chunk`, homed here, from `client` (sent by
@@ -1029,8 +1093,12 @@ impl ServerState<'_> {
     /// protocol learns take it (the list came from a client). Returns
     /// whether it went to the chunk's home.
     fn want(&mut self, out: &mut dyn Sender, client: Rank, chunk: u64) -> bool {
+        // An adaptive chunk pushes only to a client that has talked in its
+        // epoch (`server/switch.rs`).
         let learns = self.home_of(chunk) == self.rank
-            && self.homes.get(&chunk).is_some_and(|e| e.protocol.learns());
+            && self.homes.get(&chunk).is_some_and(|e| {
+                e.running().learns() && e.adapt.as_ref().is_none_or(|a| a.may_push(client))
+            });
         if !learns {
             return false;
         }
@@ -1088,6 +1156,7 @@ impl ServerState<'_> {
             entry.subscribers_changed();
             entry.side.client_left(client, &mut outs);
             self.send_home_answers(out, chunk, &mut outs);
+            self.switch_client_left(out, chunk, client);
         }
         self.home_out = outs;
     }
@@ -1099,11 +1168,20 @@ impl ServerState<'_> {
         chunk: u64,
         outs: &mut Vec<Out<ToClient>>,
     ) {
+        let entry = self.homes.get_mut(&chunk);
+        let epoch = entry.as_ref().map_or(0, |e| e.epoch());
+        if let Some(adapt) = entry.and_then(|e| e.adapt.as_mut()) {
+            for o in outs.iter() {
+                adapt.sent_to(o.to);
+            }
+        }
         for o in outs.drain(..) {
             let answer = Message::Coherence {
                 chunk,
                 client: o.to,
                 op: o.msg.into(),
+                epoch,
+                after_barrier: false,
             };
             let payload = match &o.data {
                 Some(d) => Payload::Shared(d),
@@ -1302,6 +1380,8 @@ mod tests {
                 chunk: 0,
                 client: 3,
                 op: CoherenceOp::ReadReq { have: None },
+                epoch: 0,
+                after_barrier: false,
             },
             Message::Coherence {
                 chunk: 0,
@@ -1310,11 +1390,15 @@ mod tests {
                     have: None,
                     need_data: true,
                 },
+                epoch: 0,
+                after_barrier: false,
             },
             Message::Coherence {
                 chunk: 0,
                 client: 2,
                 op: CoherenceOp::Inval,
+                epoch: 0,
+                after_barrier: false,
             },
             // Synchronization in another's name, a coordinator's answer and
             // a notification sent by a client, and the seed's own messages.
@@ -1356,6 +1440,8 @@ mod tests {
                 chunk: 0,
                 client: 2,
                 op: CoherenceOp::Want,
+                epoch: 0,
+                after_barrier: false,
             },
         ] {
             let n = wire::encode(&msg, &mut hdr).unwrap();
@@ -1479,11 +1565,15 @@ mod tests {
                     chunk: 0,
                     client: c,
                     op: CoherenceOp::ReadReq { have: None },
+                    epoch: 0,
+                    after_barrier: false,
                 },
                 Message::Coherence {
                     chunk: 0,
                     client: c,
                     op: CoherenceOp::Inval,
+                    epoch: 0,
+                    after_barrier: false,
                 },
                 Message::ClientLeft { client: c },
                 Message::Sync {
@@ -1639,6 +1729,8 @@ mod tests {
             chunk: 0,
             client: 2,
             op,
+            epoch: 0,
+            after_barrier: false,
         };
         let write = coherence(CoherenceOp::WriteReq {
             have: None,

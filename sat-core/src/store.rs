@@ -195,6 +195,20 @@ pub(crate) struct LocalChunk {
     /// The bytes an open write scope of a diffing protocol opened on
     /// ([`crate::protocol::hlrc`]): its release publishes what differs.
     pub twin: Option<Vec<u8>>,
+    /// The protocol epoch `side` speaks in (an adaptive chunk's: see
+    /// `client/switch.rs`; 0 for every other chunk).
+    pub epoch: u32,
+    /// A switch the home asked for while a scope of this process was open:
+    /// applied when the last one ends (epoch, protocol).
+    pub switch_to: Option<(u32, ProtocolId)>,
+    /// The access of the last request sent to the home: asked again under
+    /// the new protocol when a switch finds it unanswered.
+    pub asking: Option<crate::protocol::Access>,
+    /// A request to ask again after a switch, that could not leave yet.
+    pub reask: Option<crate::protocol::Access>,
+    /// The barrier pass (`client/learned.rs`) of the last READ of the chunk
+    /// here: a read request is the first after a barrier when it differs.
+    pub read_pass: u64,
 }
 
 struct Region {
@@ -241,6 +255,11 @@ pub(crate) struct Store {
     pub silent_writes: u32,
     /// Chunks pushed as a barrier ended, taken in (`client/learned.rs`).
     pub pushed: u64,
+    /// Protocol switches of adaptive chunks applied (`client/switch.rs`).
+    pub switches: u64,
+    /// Chunks whose switch (or the request asked again after it) waits
+    /// for a message that could not leave (`client/switch.rs`).
+    pub switching: std::collections::BTreeSet<ChunkId>,
     chunks: HashMap<ChunkId, LocalChunk>,
     regions: HashMap<RegionId, Region>,
     /// The region of each chain allocated here, so allocating the same
@@ -263,6 +282,8 @@ impl Store {
         Store {
             silent_writes: 0,
             pushed: 0,
+            switches: 0,
+            switching: Default::default(),
             chunks: HashMap::default(),
             regions: HashMap::default(),
             by_layout: HashMap::default(),
@@ -329,10 +350,10 @@ impl Store {
             let host = hosts.next().flatten();
             let chunk = self.chunks.entry(id).or_insert_with(|| LocalChunk {
                 size,
-                protocol: protocols[i],
+                protocol: protocols[i].starting(),
                 side: match host {
                     Some(_) => ProtocolId::HomeOnly.consistency().new_client(size),
-                    None => protocols[i].consistency().new_client(size),
+                    None => protocols[i].starting().consistency().new_client(size),
                 },
                 host,
                 places: Vec::new(),
@@ -342,6 +363,11 @@ impl Store {
                 grants: 0,
                 digest: None,
                 twin: None,
+                epoch: 0,
+                switch_to: None,
+                asking: None,
+                reask: None,
+                read_pass: 0,
             });
             chunk.places.push(Place {
                 region,

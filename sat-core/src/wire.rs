@@ -17,7 +17,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits); the bootstrap and a
 /// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 10;
+pub const WIRE_VERSION: u32 = 11;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -97,6 +97,14 @@ pub enum Message {
         chunk: u64,
         client: Rank,
         op: CoherenceOp,
+        /// The chunk's protocol epoch the sender speaks in: 0 until an
+        /// adaptive chunk first switches protocol, then one more at each
+        /// switch (`server/switch.rs`). Always 0 for other chunks.
+        epoch: u32,
+        /// A read request that is the client's first READ of the chunk
+        /// since it last passed a barrier (what an adaptive chunk's home
+        /// weighs, [`crate::protocol::adaptive`]).
+        after_barrier: bool,
     },
     /// Server -> every other server: `client`'s role has returned; homes
     /// forget its copies and stop waiting for its acknowledgements.
@@ -287,6 +295,13 @@ pub enum CoherenceOp {
     Want,
     /// Learned sets ([`crate::protocol::mesi::ToHome::Drop`]).
     Drop,
+    /// Home -> client: the adaptive chunk moves to `protocol`, in the
+    /// message's epoch. The client answers with [`CoherenceOp::SwitchAck`]
+    /// once no scope of its own is open on the chunk, and speaks the new
+    /// protocol from then on (`client/switch.rs`).
+    Switch { protocol: ProtocolId },
+    /// Client -> home: the switch of the message's epoch is applied here.
+    SwitchAck,
 }
 
 impl CoherenceOp {
@@ -315,7 +330,15 @@ impl CoherenceOp {
             CoherenceOp::DiffAck { .. } => "diff_ack",
             CoherenceOp::Want => "want",
             CoherenceOp::Drop => "drop",
+            CoherenceOp::Switch { .. } => "switch",
+            CoherenceOp::SwitchAck => "switch_ack",
         }
+    }
+
+    /// Whether a client sends it (to the chunk's home); the others go from
+    /// the home to a client.
+    pub fn from_client(self) -> bool {
+        crate::protocol::mesi::to_home(self).is_some() || self == CoherenceOp::SwitchAck
     }
 }
 

@@ -52,6 +52,9 @@ pub(super) struct Learned {
     reads: BTreeSet<ChunkId>,
     /// Per barrier: the chunks read after it the last time it was passed.
     sets: HashMap<u32, Vec<ChunkId>>,
+    /// Barriers passed so far (any id): whether a READ is a chunk's first
+    /// since the last one (`client/switch.rs`).
+    passes: u64,
 }
 
 impl Learned {
@@ -79,6 +82,12 @@ impl Learned {
     pub(super) fn passed(&mut self, barrier: u32) {
         self.since = Some(barrier);
         self.reads.clear();
+        self.passes += 1;
+    }
+
+    /// Barriers passed so far.
+    pub(super) fn passes(&self) -> u64 {
+        self.passes
     }
 }
 

@@ -142,6 +142,11 @@ impl Consistency for Mesi {
     fn new_client(&self, size: usize) -> Box<dyn ClientSide> {
         Box::new(Cache::with_flavor(size, self.flavor))
     }
+    fn resume_home(&self, last: LastRelease) -> Option<Box<dyn HomeSide>> {
+        let mut home = Home::with_flavor(0, self.flavor);
+        home.last = last;
+        Some(Box::new(home))
+    }
 }
 
 /// A release counter: version 0 is the chunk's initial (zeroed) data.
@@ -478,6 +483,10 @@ impl Home {
 }
 
 impl HomeSide for Home {
+    fn idle(&self) -> bool {
+        !self.busy() && self.exclusive.is_none() && self.pending.is_empty()
+    }
+
     fn version(&self) -> Version {
         self.last.version
     }

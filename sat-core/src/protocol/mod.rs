@@ -24,7 +24,12 @@
 //! - [`home_only`]: the home serializes every scope and clients keep no valid
 //!   copy between scopes. Simpler and cheaper for data written by many and
 //!   read once (no invalidations), dearer for data read often.
+//! - [`ProtocolId::Adaptive`]: a chunk that starts on MESI and whose home
+//!   moves it, once, to the protocol its access pattern calls for
+//!   ([`adaptive`] decides; `server/switch.rs` and `client/switch.rs` carry
+//!   the switch out).
 
+pub mod adaptive;
 pub mod advice;
 pub mod hlrc;
 pub mod home_only;
@@ -78,6 +83,10 @@ pub enum ProtocolId {
     LearnedMesi,
     /// The `n`-th protocol this process registered ([`registry`]).
     User(u16),
+    /// Starts as home-based MESI; its home watches the requests it serves
+    /// and switches the chunk, while the run goes on, to the protocol its
+    /// pattern calls for ([`adaptive`]).
+    Adaptive,
 }
 
 impl ProtocolId {
@@ -91,6 +100,7 @@ impl ProtocolId {
             ProtocolId::MultipleWriters => "Home-Based LRC, Multiple Writers",
             ProtocolId::LearnedMesi => "Home-Based MESI, Learned Sets",
             ProtocolId::User(n) => registry::name(n).unwrap_or("an unregistered protocol"),
+            ProtocolId::Adaptive => "Adaptive (from Home-Based MESI)",
         }
     }
 
@@ -105,18 +115,29 @@ impl ProtocolId {
             ProtocolId::MultipleWriters => "hlrc",
             ProtocolId::LearnedMesi => "learned",
             ProtocolId::User(n) => registry::name(n).unwrap_or("unregistered"),
+            ProtocolId::Adaptive => "adaptive",
         }
     }
 
     /// Every built-in protocol (the registered ones are [`registry`]'s).
-    pub const ALL: [ProtocolId; 6] = [
+    pub const ALL: [ProtocolId; 7] = [
         ProtocolId::HomeMesi,
         ProtocolId::HomeOnly,
         ProtocolId::MesiExclusive,
         ProtocolId::UpdateMesi,
         ProtocolId::MultipleWriters,
         ProtocolId::LearnedMesi,
+        ProtocolId::Adaptive,
     ];
+
+    /// The protocol a chunk allocated with this one runs first: MESI for
+    /// [`ProtocolId::Adaptive`], itself for every other.
+    pub fn starting(self) -> ProtocolId {
+        match self {
+            ProtocolId::Adaptive => ProtocolId::HomeMesi,
+            other => other,
+        }
+    }
 
     /// Whether write scopes publish diffs against a twin ([`hlrc`]): such
     /// chunks cannot be protected (a diff of ciphertexts merges nothing).
@@ -177,6 +198,7 @@ impl ProtocolId {
             ProtocolId::MultipleWriters => &hlrc::MultipleWriters,
             ProtocolId::LearnedMesi => &mesi::LEARNED,
             ProtocolId::User(n) => registry::handlers(n).expect("checked known before use"),
+            ProtocolId::Adaptive => &mesi::HOME_BASED,
         }
     }
 }
@@ -188,6 +210,14 @@ pub trait Consistency: Sync {
     fn new_home(&self, size: usize) -> Box<dyn HomeSide>;
     /// A client's view of a chunk it has no copy of yet.
     fn new_client(&self, size: usize) -> Box<dyn ClientSide>;
+    /// The home's directory entry for a chunk that another protocol ran
+    /// until now ([`ProtocolId::Adaptive`]): it holds `last`, and no client
+    /// holds a copy, a scope or a request. None: this protocol cannot take
+    /// over a chunk (a registered one).
+    fn resume_home(&self, last: LastRelease) -> Option<Box<dyn HomeSide>> {
+        let _ = last;
+        None
+    }
 }
 
 /// The home side of one chunk: directory entry and the released data.
@@ -214,6 +244,13 @@ pub trait HomeSide: Send + Debug {
     /// scope the home did not grant (MESI with its E state).
     fn exclusive(&self) -> Option<Rank> {
         None
+    }
+    /// Whether nothing is under way: no scope the home granted or could
+    /// not see open, no request waiting, no acknowledgement owed. Only then
+    /// may the chunk move to another protocol ([`ProtocolId::Adaptive`]).
+    /// False by default: a protocol that cannot tell never moves.
+    fn idle(&self) -> bool {
+        false
     }
 }
 

@@ -91,6 +91,8 @@ pub struct Outcome {
     pub notifications: u64,
     /// Chunks pushed as a barrier ended (learned communication sets).
     pub pushed: u64,
+    /// Protocol switches of adaptive chunks the clients applied.
+    pub switches: u64,
 }
 
 /// A broken invariant, with what replays it.
@@ -130,12 +132,13 @@ impl fmt::Display for Failure {
 /// the simulation by being listed here.
 /// (Multi-writer chunks are allocated besides them, with their own
 /// content: `content::write_lane`.)
-pub const PROTOCOLS: [ProtocolId; 5] = [
+pub const PROTOCOLS: [ProtocolId; 6] = [
     ProtocolId::HomeMesi,
     ProtocolId::HomeOnly,
     ProtocolId::MesiExclusive,
     ProtocolId::UpdateMesi,
     ProtocolId::LearnedMesi,
+    ProtocolId::Adaptive,
 ];
 
 /// The protocols a run draws from: [`PROTOCOLS`], and one registered at

@@ -107,20 +107,35 @@ impl ClientPlan {
     }
 }
 
+/// What the programs of a run depend on.
+pub(crate) struct RunKind {
+    pub clients: u32,
+    pub service: bool,
+    /// The homes switch adaptive chunks at random: half the chunks are
+    /// adaptive, so that switches meet every other path.
+    pub switches: bool,
+}
+
 /// The programs of every client of a run.
 pub(crate) fn plan(
     rng: &mut Rng,
     _topology: &Topology,
-    clients: u32,
-    service: bool,
+    kind: RunKind,
     config: &Config,
 ) -> Vec<ClientPlan> {
+    let RunKind {
+        clients, service, ..
+    } = kind;
     let n = 3 + rng.below(5);
     let protocols = super::protocols();
     let shared: Vec<(ChunkId, usize, ProtocolId)> = (0..n)
         .map(|i| {
             let size = content::MIN_CHUNK + rng.below(33) as usize;
-            let protocol = protocols[rng.below(protocols.len() as u64) as usize];
+            let protocol = if kind.switches && rng.chance(50) {
+                ProtocolId::Adaptive
+            } else {
+                protocols[rng.below(protocols.len() as u64) as usize]
+            };
             (SHARED_BASE + i, size, protocol)
         })
         .collect();
@@ -747,8 +762,9 @@ impl Thread {
             let mine = &seen[layout.range(k)];
             // A write scope opened in E (no grant) builds on the holder's
             // own last release, which may still be on its way home.
-            let exclusive_hit =
-                access.exclusive() && self.program.chunks.protocol(id) == ProtocolId::MesiExclusive;
+            // (An adaptive chunk may run MESI with E now.)
+            let exclusive_hit = access.exclusive()
+                && self.client.running_protocol(id) == Some(ProtocolId::MesiExclusive);
             let sees = if access == Access::Write {
                 let home = self.shared.home(id).map_or(0, |h| h.0);
                 match self.client.local_version(id) {
@@ -1250,7 +1266,8 @@ impl Thread {
         let learned: Vec<usize> = (0..st.chains.len())
             .filter(|&i| {
                 let ids = &st.chains[i].ids;
-                ids.len() == 1 && self.program.chunks.protocol(ids[0]).learns()
+                let protocol = self.program.chunks.protocol(ids[0]);
+                ids.len() == 1 && (protocol.learns() || protocol == ProtocolId::Adaptive)
             })
             .collect();
         for i in learned {

@@ -310,6 +310,9 @@ struct Shape {
     /// run shares a host (or every client of a service must: its slots
     /// then hold two buffers, and its clients read under their own bits).
     host_slots: bool,
+    /// Adaptive chunks switch protocol at random, again and again, from
+    /// this seed (`server/switch.rs`); None: by the rules, once.
+    switches: Option<u64>,
 }
 
 impl Shape {
@@ -332,6 +335,7 @@ impl Shape {
                 .collect(),
             max_delay: rng.below(5) as u32,
             host_slots: rng.chance(50),
+            switches: rng.chance(50).then(|| rng.next_u64() | 1),
         }
     }
 
@@ -398,7 +402,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     });
     shared.note(|| {
         format!(
-            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}",
+            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}{}",
             shape.servers,
             shape.clients,
             shape.capacities,
@@ -406,6 +410,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             shape.max_delay,
             if shape.host_slots {
                 ", versions in host slots"
+            } else {
+                ""
+            },
+            if shape.switches.is_some() {
+                ", adaptive chunks switching at random"
             } else {
                 ""
             }
@@ -420,6 +429,9 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             .host_slots
             .then_some(crate::server::host::Backing::Private);
         let mut server = Server::new(&topology, rank, side, clock.clone(), host);
+        if let Some(seed) = shape.switches {
+            server.set_switch_policy(crate::server::SwitchPolicy::Random(seed ^ u64::from(rank)));
+        }
         if shape.service {
             for &c in topology.clients_of(rank) {
                 server.attach(c);
@@ -429,7 +441,12 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     }
 
     // The clients and their threads.
-    let plans = workload::plan(&mut rng, &topology, shape.clients, shape.service, config);
+    let kind = workload::RunKind {
+        clients: shape.clients,
+        service: shape.service,
+        switches: shape.switches.is_some(),
+    };
+    let plans = workload::plan(&mut rng, &topology, kind, config);
     let mut clients: Vec<Arc<Client>> = Vec::new();
     let mut faults: Vec<Fault> = Vec::new();
     let mut threads = Vec::new();
@@ -682,6 +699,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         read_checks: oracle.read_checks,
         notifications: oracle.notifications,
         pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
+        switches: clients.iter().map(|c| c.protocol_switches()).sum(),
     })
 }
 

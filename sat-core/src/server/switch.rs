@@ -1,0 +1,317 @@
+//! Switching an adaptive chunk's protocol while the run goes on
+//! ([`ProtocolId::Adaptive`]), at the chunk's home.
+//!
+//! Every process that has talked about the chunk under its protocol may
+//! hold state of that protocol: a cached copy, a read scope the home never
+//! saw open, a request on its way. None of it may meet the new protocol's
+//! handlers. So a switch is a two-phase change of the chunk's *epoch*,
+//! which every coherence message carries:
+//! 1. The home waits until its protocol is idle ([`HomeSide::idle`]: no
+//!    write scope, no Exclusive holder, no request waiting, no
+//!    acknowledgement owed), then sends [`CoherenceOp::Switch`] in the next
+//!    epoch to each client it exchanged a message with in this epoch.
+//! 2. A client answers [`CoherenceOp::SwitchAck`] once no scope of its own
+//!    is open on the chunk, dropping its copy and its protocol state; a
+//!    request it had sent is asked again, under the new protocol, after
+//!    the acknowledgement (`client/switch.rs`).
+//! 3. Once every acknowledgement is in, the home hands the last released
+//!    version to the new protocol ([`crate::protocol::Consistency::resume_home`]),
+//!    and serves the requests it held meanwhile.
+//!
+//! Why nothing is lost or seen out of order, whatever the timing:
+//! - While the home switches, it grants nothing: every request is held
+//!   until the new protocol runs. Messages between a client and the home
+//!   keep their order, so a grant sent before the switch reaches the
+//!   client before the switch does.
+//! - A client's read scope open when the switch comes reads the version
+//!   it was granted, which is still the last one: nobody can write until
+//!   that client acknowledges.
+//! - A request in an older epoch (from a client that was not told, having
+//!   never talked in this epoch) is answered with the current epoch's
+//!   `Switch`, and asked again under it; a client ignores a `Switch` of an
+//!   epoch it has passed.
+//! - The home's messages of a new epoch go only to clients that have
+//!   talked in it (a pushed copy too: `Want` is refused for the others), so
+//!   no client meets a message of a protocol it has not switched to.
+
+use std::collections::BTreeSet;
+
+use super::{HomeEntry, ServerState};
+use crate::protocol::adaptive::{Observer, Seen};
+use crate::protocol::{LastRelease, ProtocolId};
+use crate::transport::{Payload, Rank, Sender};
+use crate::wire::{CoherenceOp, Message};
+
+/// A coherence message as the home reads it: what the client said, in
+/// which epoch, and (for a read request) whether it follows a barrier.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Said {
+    pub client: Rank,
+    pub op: CoherenceOp,
+    pub epoch: u32,
+    pub after_barrier: bool,
+}
+
+/// How homes choose an adaptive chunk's next protocol.
+#[derive(Debug, Clone)]
+pub(crate) enum SwitchPolicy {
+    /// Once, by the rules of [`crate::protocol::adaptive`].
+    Rules,
+    /// Again and again, at random (the whole-stack simulator's: every
+    /// transition, at every moment the home allows, over many seeds).
+    #[cfg(feature = "simulator")]
+    Random(u64),
+}
+
+impl SwitchPolicy {
+    /// After a request of the running epoch: the protocol to move to, if
+    /// one is chosen now.
+    fn next(&mut self, adapt: &mut Adapt, from: Rank, seen: Seen) -> Option<ProtocolId> {
+        match self {
+            SwitchPolicy::Rules => {
+                let choice = adapt.observer.as_mut()?.see(from, seen)?;
+                adapt.observer = None;
+                tracing::debug!(
+                    "[adaptive] {} chosen: {}",
+                    choice.protocol.short_name(),
+                    choice.why
+                );
+                Some(choice.protocol)
+            }
+            #[cfg(feature = "simulator")]
+            SwitchPolicy::Random(state) => {
+                *state ^= *state << 13;
+                *state ^= *state >> 7;
+                *state ^= *state << 17;
+                let targets = crate::protocol::adaptive::TARGETS;
+                (*state % 4 == 0).then(|| targets[(*state >> 8) as usize % targets.len()])
+            }
+        }
+    }
+}
+
+/// An adaptive chunk's state at its home, beside its protocol's.
+#[derive(Debug)]
+pub(super) struct Adapt {
+    /// The epoch the running protocol speaks in.
+    pub epoch: u32,
+    /// The protocol the chunk runs now.
+    pub running: ProtocolId,
+    /// The clients this home exchanged a message with in this epoch: those
+    /// that may hold state of the running protocol.
+    participants: BTreeSet<Rank>,
+    /// Watching the requests, until the rules choose.
+    observer: Option<Observer>,
+    /// The protocol chosen, waiting for the running one to be idle.
+    chosen: Option<ProtocolId>,
+    switching: Option<Switching>,
+}
+
+/// A switch under way: the acknowledgements still due, and the messages
+/// held until the new protocol runs.
+#[derive(Debug)]
+struct Switching {
+    to: ProtocolId,
+    owed: BTreeSet<Rank>,
+    held: Vec<(Said, Vec<u8>)>,
+}
+
+impl Adapt {
+    pub(super) fn new() -> Adapt {
+        Adapt {
+            epoch: 0,
+            running: ProtocolId::Adaptive.starting(),
+            participants: BTreeSet::new(),
+            observer: Some(Observer::default()),
+            chosen: None,
+            switching: None,
+        }
+    }
+
+    /// Whether the home's messages to `client` may go now: it has talked in
+    /// this epoch, and no switch is under way (a push is refused otherwise).
+    pub(super) fn may_push(&self, client: Rank) -> bool {
+        self.switching.is_none() && self.participants.contains(&client)
+    }
+
+    /// The home sent `client` a message of this epoch.
+    pub(super) fn sent_to(&mut self, client: Rank) {
+        self.participants.insert(client);
+    }
+}
+
+fn is_request(op: CoherenceOp) -> bool {
+    matches!(op, CoherenceOp::ReadReq { .. } | CoherenceOp::WriteReq { .. })
+}
+
+impl ServerState<'_> {
+    /// A coherence message for an adaptive chunk homed here.
+    pub(super) fn at_adaptive_home(
+        &mut self,
+        out: &mut dyn Sender,
+        src: (Rank, bool),
+        chunk: u64,
+        said: Said,
+        payload: &[u8],
+    ) {
+        let Said {
+            client, op, epoch, ..
+        } = said;
+        let entry = self.homes.get_mut(&chunk).expect("checked by the caller");
+        let idle = entry.side.idle();
+        let adapt = entry.adapt.as_mut().expect("adaptive");
+        let next = adapt.epoch + 1;
+        if let Some(sw) = adapt.switching.as_mut() {
+            if op == CoherenceOp::SwitchAck {
+                if epoch == next && sw.owed.remove(&client) {
+                    self.maybe_complete(out, chunk);
+                } else {
+                    tracing::debug!(
+                        "chunk {chunk}: stray switch_ack of epoch {epoch} from {client}: dropped"
+                    );
+                }
+            } else if is_request(op) || epoch == next {
+                // Served once the new protocol runs (or told to switch).
+                sw.held.push((said, payload.to_vec()));
+            } else if epoch == adapt.epoch {
+                // The end of something the old protocol started (a pushed
+                // copy's drop): it runs until the switch completes.
+                self.at_home(out, src, chunk, client, op, payload);
+            } else {
+                tracing::debug!(
+                    "chunk {chunk}: {} of epoch {epoch} from {client} during the switch to \
+                     epoch {next}: dropped",
+                    op.name()
+                );
+            }
+            return;
+        }
+        if epoch != adapt.epoch || op == CoherenceOp::SwitchAck {
+            if epoch < adapt.epoch && is_request(op) {
+                // A client that never talked in this epoch: it learns the
+                // protocol now, and asks again.
+                let (epoch, protocol) = (adapt.epoch, adapt.running);
+                self.send_switch(out, chunk, client, epoch, protocol);
+            } else {
+                tracing::debug!(
+                    "chunk {chunk}: {} of epoch {epoch} from {client} (the chunk is in epoch \
+                     {}): dropped",
+                    op.name(),
+                    adapt.epoch
+                );
+            }
+            return;
+        }
+        adapt.participants.insert(client);
+        let seen = match op {
+            CoherenceOp::ReadReq { .. } => Some(Seen::Read {
+                after_barrier: said.after_barrier,
+            }),
+            CoherenceOp::WriteReq { .. } => Some(Seen::Write { contended: !idle }),
+            _ => None,
+        };
+        if let (Some(seen), None) = (seen, adapt.chosen) {
+            if let Some(to) = self.switch_policy.next(adapt, client, seen) {
+                adapt.chosen = (to != adapt.running).then_some(to);
+            }
+        }
+        self.at_home(out, src, chunk, client, op, payload);
+        self.maybe_start_switch(out, chunk);
+    }
+
+    /// Starts the chosen switch of `chunk` if its protocol is idle.
+    pub(super) fn maybe_start_switch(&mut self, out: &mut dyn Sender, chunk: u64) {
+        let Some(entry) = self.homes.get_mut(&chunk) else {
+            return;
+        };
+        let idle = entry.side.idle();
+        let Some(adapt) = entry.adapt.as_mut() else {
+            return;
+        };
+        let Some(to) = adapt.chosen.filter(|_| idle && adapt.switching.is_none()) else {
+            return;
+        };
+        adapt.chosen = None;
+        let owed = std::mem::take(&mut adapt.participants);
+        let next = adapt.epoch + 1;
+        tracing::debug!(
+            "[adaptive] chunk {chunk}: switching from {} to {} (epoch {next}), {} clients to tell",
+            adapt.running.short_name(),
+            to.short_name(),
+            owed.len()
+        );
+        adapt.switching = Some(Switching {
+            to,
+            owed: owed.clone(),
+            held: Vec::new(),
+        });
+        for client in owed {
+            self.send_switch(out, chunk, client, next, to);
+        }
+        self.maybe_complete(out, chunk);
+    }
+
+    /// Ends `chunk`'s switch once every acknowledgement is in: the new
+    /// protocol takes the last released version, then the held messages.
+    fn maybe_complete(&mut self, out: &mut dyn Sender, chunk: u64) {
+        let entry: &mut HomeEntry = self.homes.get_mut(&chunk).expect("switching");
+        let adapt = entry.adapt.as_mut().expect("adaptive");
+        if !adapt.switching.as_ref().is_some_and(|s| s.owed.is_empty()) {
+            return;
+        }
+        let sw = adapt.switching.take().expect("checked");
+        let last = LastRelease {
+            version: entry.side.version(),
+            data: entry.side.data().clone(),
+        };
+        entry.side = sw
+            .to
+            .consistency()
+            .resume_home(last)
+            .expect("every switch target resumes a chunk");
+        adapt.epoch += 1;
+        adapt.running = sw.to;
+        tracing::debug!(
+            "[adaptive] chunk {chunk}: runs {} from epoch {}",
+            sw.to.short_name(),
+            adapt.epoch
+        );
+        for (said, payload) in sw.held {
+            self.at_adaptive_home(out, (self.rank, true), chunk, said, &payload);
+        }
+    }
+
+    /// Tells `client` that `chunk` runs `protocol` in `epoch`.
+    fn send_switch(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        client: Rank,
+        epoch: u32,
+        protocol: ProtocolId,
+    ) {
+        let msg = Message::Coherence {
+            chunk,
+            client,
+            op: CoherenceOp::Switch { protocol },
+            epoch,
+            after_barrier: false,
+        };
+        self.send_to_client_with(out, client, &msg, Payload::None);
+    }
+
+    /// `client` has left: a switch stops waiting for it.
+    pub(super) fn switch_client_left(&mut self, out: &mut dyn Sender, chunk: u64, client: Rank) {
+        let Some(adapt) = self.homes.get_mut(&chunk).and_then(|e| e.adapt.as_mut()) else {
+            return;
+        };
+        adapt.participants.remove(&client);
+        if let Some(sw) = adapt.switching.as_mut() {
+            sw.owed.remove(&client);
+            sw.held.retain(|(said, _)| said.client != client);
+            self.maybe_complete(out, chunk);
+        } else {
+            self.maybe_start_switch(out, chunk);
+        }
+    }
+}
