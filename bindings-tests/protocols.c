@@ -23,6 +23,12 @@
  *   whose write-backs need no answer (such bursts from several processes
  *   once stalled a run over shm; SAT now asks the home after 16).
  *
+ * Adaptive chunks (sat_adaptive) run the same workloads: each starts on MESI
+ * and its home moves it to another protocol part way through (the counter to
+ * home-only or MESI with E, the produced values to learned sets or update,
+ * the private counters to MESI with E), with scopes of other threads and
+ * processes open or on their way; every result is checked the same.
+ *
  * Every client plays role 1; client i (0 to 2) is rank i + 2. */
 #include <pthread.h>
 #include <stdint.h>
@@ -35,7 +41,7 @@
 
 #define ROUNDS 30
 #define THREADS 2
-#define PROTOCOLS 6
+#define PROTOCOLS 7
 #define MULTIPLE_WRITERS 4
 /* Chunk ids per protocol p: base + 100 * p. */
 #define COUNTER 2000
@@ -58,13 +64,15 @@ static const sat_consistency_t *protocol(int p) {
         return sat_home_based_mesi_update();
     case MULTIPLE_WRITERS:
         return sat_multiple_writers();
-    default:
+    case 5:
         return sat_home_based_mesi_learned();
+    default:
+        return sat_adaptive();
     }
 }
 
-static const char *const NAMES[PROTOCOLS] = {"mesi", "home-only", "mesi-e", "update", "hlrc",
-                                                "learned"};
+static const char *const NAMES[PROTOCOLS] = {"mesi",  "home-only", "mesi-e",  "update",
+                                                "hlrc", "learned",   "adaptive"};
 
 /* The 8-byte word a client writes in a chunk every client writes: its own
  * under multiple writers, else the first. */

@@ -587,6 +587,21 @@ const struct sat_consistency_t *sat_multiple_writers(void);
 const struct sat_consistency_t *sat_home_based_mesi_learned(void);
 
 /**
+ * An adaptive chunk: it starts on home-based MESI, and its home watches the
+ * requests it serves (read misses, whether they follow a barrier, write
+ * requests and whether they find another's under way). After 8 write
+ * requests, or 32 requests of any kind, it moves the chunk, once and
+ * while the run goes on, to the protocol that pattern calls for: learned
+ * sets, update-based MESI, MESI with E, home-only, or MESI kept
+ * (docs/PROTOCOLS.md, "Adaptive chunks"). Coherence is that of each
+ * protocol in turn; a process's scopes open during the switch end first,
+ * and its next request after it goes under the new protocol. Environment
+ * variable `SAT_ADAPTIVE=1` allocates every chunk asked for with MESI this
+ * way. The pointer is static: never free it.
+ */
+const struct sat_consistency_t *sat_adaptive(void);
+
+/**
  * MALLOC: `size` bytes from chunk `baseid` on, as a chain of chunks of the
  * default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
  * NULL `consistency` means home-based MESI. Allocating the same chain

@@ -84,6 +84,7 @@ typedef sat_bootstrap_t _SAT_Bootstrap_t;
 #define newHomeBaseMESIUpdate() sat_home_based_mesi_update()
 #define newHomeBaseMultipleWriters() sat_multiple_writers()
 #define newHomeBaseMESILearned() sat_home_based_mesi_learned()
+#define newAdaptive() sat_adaptive()
 
 /** MALLOC(consistency, baseid, size) or MALLOC(baseid, size). */
 #define MALLOC(...) SAT_COMPAT_PICK(SAT_COMPAT_MALLOC_, __VA_ARGS__)(__VA_ARGS__)

@@ -25,7 +25,7 @@
  *                     sequential reference the pipeline's output must equal)
  *   --protocol NAME   the consistency protocol of every channel object:
  *                     home-only (the default, see below), mesi, mesi-e,
- *                     update, hlrc or learned (docs/PROTOCOLS.md;
+ *                     update, hlrc, learned or adaptive (docs/PROTOCOLS.md;
  *                     `make bench-protocols` runs the pipeline under each)
  *
  * The output role prints a line for each frame it receives ("output: got
@@ -126,6 +126,7 @@ static const sat_consistency_t *protocol_named(const char *name) {
         {"update", sat_home_based_mesi_update},
         {"hlrc", sat_multiple_writers},
         {"learned", sat_home_based_mesi_learned},
+        {"adaptive", sat_adaptive},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         if (strcmp(name, known[i].name) == 0) {
@@ -145,8 +146,8 @@ static int take_protocol(int *argc, char **argv) {
         if (strcmp(argv[i], "--protocol") == 0) {
             if (i + 1 >= *argc || (channel_protocol = protocol_named(argv[i + 1])) == NULL) {
                 fprintf(stderr,
-                        "videostream: --protocol takes home-only, mesi, mesi-e, update, hlrc or "
-                        "learned\n");
+                        "videostream: --protocol takes home-only, mesi, mesi-e, update, hlrc, "
+                        "learned or adaptive\n");
                 return -1;
             }
             i++;

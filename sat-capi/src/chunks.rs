@@ -60,6 +60,9 @@ static MULTIPLE_WRITERS: sat_consistency_t = sat_consistency_t {
 static MESI_LEARNED: sat_consistency_t = sat_consistency_t {
     protocol: ProtocolId::LearnedMesi,
 };
+static ADAPTIVE: sat_consistency_t = sat_consistency_t {
+    protocol: ProtocolId::Adaptive,
+};
 
 /// The home-based MESI protocol (the default; the report's `newHomeBaseMESI`).
 /// The pointer is static: never free it.
@@ -120,6 +123,22 @@ pub extern "C" fn sat_multiple_writers() -> *const sat_consistency_t {
 #[no_mangle]
 pub extern "C" fn sat_home_based_mesi_learned() -> *const sat_consistency_t {
     &MESI_LEARNED
+}
+
+/// An adaptive chunk: it starts on home-based MESI, and its home watches the
+/// requests it serves (read misses, whether they follow a barrier, write
+/// requests and whether they find another's under way). After 8 write
+/// requests, or 32 requests of any kind, it moves the chunk, once and
+/// while the run goes on, to the protocol that pattern calls for: learned
+/// sets, update-based MESI, MESI with E, home-only, or MESI kept
+/// (docs/PROTOCOLS.md, "Adaptive chunks"). Coherence is that of each
+/// protocol in turn; a process's scopes open during the switch end first,
+/// and its next request after it goes under the new protocol. Environment
+/// variable `SAT_ADAPTIVE=1` allocates every chunk asked for with MESI this
+/// way. The pointer is static: never free it.
+#[no_mangle]
+pub extern "C" fn sat_adaptive() -> *const sat_consistency_t {
+    &ADAPTIVE
 }
 
 /// A list of unsigned longs (the report's `UnsignedLongList_t`).
@@ -518,6 +537,7 @@ pub(crate) fn protocol_of(
         &MESI_UPDATE,
         &MULTIPLE_WRITERS,
         &MESI_LEARNED,
+        &ADAPTIVE,
     ]
     .into_iter()
     .find(|&known| std::ptr::eq(known, consistency))
@@ -528,7 +548,7 @@ pub(crate) fn protocol_of(
             "{name}: the consistency argument is not one this library hands out; give \
                  sat_home_based_mesi() (newHomeBaseMESI()), sat_home_only(), \
                  sat_home_based_mesi_exclusive(), sat_home_based_mesi_update(), \
-                 sat_multiple_writers(), sat_home_based_mesi_learned(), one that \
+                 sat_multiple_writers(), sat_home_based_mesi_learned(), sat_adaptive(), one that \
                  sat_protocol_register() gave, or NULL"
         ))
     })

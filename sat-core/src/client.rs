@@ -251,6 +251,9 @@ struct ClientState {
     /// The adviser's protocol per chunk, for chunks allocated with MESI
     /// (`SAT_ADVICE`: [`crate::protocol::advice`]).
     advice: Option<Arc<crate::protocol::advice::Advice>>,
+    /// Chunks allocated with MESI are allocated adaptive instead
+    /// (`SAT_ADAPTIVE`: [`crate::protocol::advice::adaptive_by_default`]).
+    adaptive: bool,
 }
 
 impl Client {
@@ -299,6 +302,7 @@ impl Client {
                 direct_ranks: Vec::new(),
                 learned: learned::Learned::default(),
                 advice: crate::protocol::advice::from_env(),
+                adaptive: crate::protocol::advice::adaptive_by_default(),
             }),
         }
     }
@@ -308,6 +312,12 @@ impl Client {
     #[cfg(feature = "simulator")]
     pub(crate) fn set_advice(&self, advice: Option<Arc<crate::protocol::advice::Advice>>) {
         self.lock().advice = advice;
+    }
+
+    /// Allocates chunks asked for with MESI as adaptive ones, or not,
+    /// whatever `SAT_ADAPTIVE` says (the tests').
+    pub fn set_adaptive_by_default(&self, adaptive: bool) {
+        self.lock().adaptive = adaptive;
     }
 
     /// The run's coordinators keep barriers in host segments: barriers are
@@ -813,14 +823,20 @@ impl Client {
         }
         // `SAT_ADVICE`: the adviser's protocol for a MESI chunk it names
         // (a protected chunk keeps what it asked for).
-        let advice = self.lock().advice.clone();
+        let (advice, adaptive) = {
+            let st = self.lock();
+            (st.advice.clone(), st.adaptive)
+        };
         let protocols: Vec<ProtocolId> = layout
             .chunks()
             .iter()
             .map(|&(chunk, _)| match label {
-                NO_LABEL => {
-                    crate::protocol::advice::protocol_for(advice.as_deref(), chunk, protocol)
-                }
+                NO_LABEL => crate::protocol::advice::protocol_for(
+                    advice.as_deref(),
+                    adaptive,
+                    chunk,
+                    protocol,
+                ),
                 _ => protocol,
             })
             .collect();

@@ -75,9 +75,9 @@ pub(crate) mod epochs;
 mod events;
 pub(crate) mod host;
 mod membership;
-mod switch;
 #[cfg(test)]
 mod message_counts;
+mod switch;
 
 pub(crate) use membership::ServiceSide;
 pub(crate) use switch::SwitchPolicy;
@@ -1808,6 +1808,76 @@ mod tests {
         assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
         assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
         assert_eq!(net.messages_sent(), 6);
+    }
+
+    #[test]
+    fn switch_traffic_out_of_place_is_dropped_and_the_chunk_goes_on() {
+        let topology = Topology::parse(TWO_SERVERS, "two servers").unwrap();
+        let (_net, mut client2, mut server0) = client2_and_server0(&topology);
+        let mut st = server_state(&topology, 0, None);
+        // Chunk 0 adaptive, chunk 2 MESI, both homed on server 0.
+        for (request, (chunk, protocol)) in [(0, ProtocolId::Adaptive), (2, ProtocolId::HomeMesi)]
+            .into_iter()
+            .enumerate()
+        {
+            let msg = Message::Malloc {
+                chunk,
+                size: 8,
+                client: 2,
+                request: request as u64,
+                protocol,
+                label: crate::chunk::NO_LABEL,
+            };
+            let answer = exchange(&mut st, (&mut client2, &mut server0), &msg, &[]);
+            assert_eq!(answer.len(), 1);
+        }
+        let said = |chunk, op, epoch| Message::Coherence {
+            chunk,
+            client: 2,
+            op,
+            epoch,
+            after_barrier: false,
+        };
+        let read = CoherenceOp::ReadReq { have: None };
+        for hostile in [
+            // An acknowledgement of a switch nobody started, a request in an
+            // epoch the chunk has not reached, a home's switch sent by a
+            // client, and epochs on a chunk that is not adaptive.
+            said(0, CoherenceOp::SwitchAck, 1),
+            said(0, read, 3),
+            said(
+                0,
+                CoherenceOp::Switch {
+                    protocol: ProtocolId::HomeOnly,
+                },
+                1,
+            ),
+            said(2, read, 1),
+            said(2, CoherenceOp::SwitchAck, 0),
+        ] {
+            let got = exchange(&mut st, (&mut client2, &mut server0), &hostile, &[]);
+            assert!(got.is_empty(), "{hostile:?} was answered: {got:?}");
+        }
+        let entry = &st.homes[&0];
+        assert_eq!((entry.epoch(), entry.running()), (0, ProtocolId::HomeMesi));
+        // The chunk still serves its epoch's requests.
+        let got = exchange(
+            &mut st,
+            (&mut client2, &mut server0),
+            &said(0, read, 0),
+            &[],
+        );
+        assert!(
+            matches!(
+                got[..],
+                [Message::Coherence {
+                    op: CoherenceOp::ReadGrant { .. },
+                    epoch: 0,
+                    ..
+                }]
+            ),
+            "{got:?}"
+        );
     }
 
     /// A transport whose sends to one rank are refused, also the answers

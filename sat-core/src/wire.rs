@@ -299,7 +299,9 @@ pub enum CoherenceOp {
     /// message's epoch. The client answers with [`CoherenceOp::SwitchAck`]
     /// once no scope of its own is open on the chunk, and speaks the new
     /// protocol from then on (`client/switch.rs`).
-    Switch { protocol: ProtocolId },
+    Switch {
+        protocol: ProtocolId,
+    },
     /// Client -> home: the switch of the message's epoch is applied here.
     SwitchAck,
 }

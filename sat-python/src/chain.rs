@@ -43,8 +43,9 @@ pub(crate) fn parse_protocol(name: &str) -> PyResult<ProtocolId> {
              scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the \
              only holder writes again with no message), 'update' (MESI whose releases update \
              the copies they invalidated), 'hlrc' (multiple writers, each publishing the bytes \
-             it changed) or 'learned' (MESI whose readers are sent, as a barrier ends, what they \
-             read after it last time)"
+             it changed), 'learned' (MESI whose readers are sent, as a barrier ends, what they \
+             read after it last time) or 'adaptive' (starts as MESI; its home moves it to the \
+             protocol its pattern calls for)"
         ))
     })
 }

@@ -61,8 +61,9 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
         "ValueError | protocol \"MESI\": give 'mesi' (home-based MESI, the default), 'home-only' "
         "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
         "holder writes again with no message), 'update' (MESI whose releases update the copies they "
-        "invalidated), 'hlrc' (multiple writers, each publishing the bytes it changed) or 'learned' "
-        "(MESI whose readers are sent, as a barrier ends, what they read after it last time)",
+        "invalidated), 'hlrc' (multiple writers, each publishing the bytes it changed), 'learned' "
+        "(MESI whose readers are sent, as a barrier ends, what they read after it last time) or "
+        "'adaptive' (starts as MESI; its home moves it to the protocol its pattern calls for)",
         "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes (protocol 'mesi'): "
         "this process already has that chain with 8 bytes (protocol 'home-only'); allocate it with the "
         "same sizes and protocol, or LOOKUP it",
@@ -465,8 +466,9 @@ def test_map_holds_the_buffer_and_refuses_what_it_cannot_map(satrun):
         "ValueError | protocol \"msi\": give 'mesi' (home-based MESI, the default), 'home-only' "
         "(every scope served by the home, no cached copies), 'mesi-e' (MESI with its E state: the only "
         "holder writes again with no message), 'update' (MESI whose releases update the copies they "
-        "invalidated), 'hlrc' (multiple writers, each publishing the bytes it changed) or 'learned' "
-        "(MESI whose readers are sent, as a barrier ends, what they read after it last time)",
+        "invalidated), 'hlrc' (multiple writers, each publishing the bytes it changed), 'learned' "
+        "(MESI whose readers are sent, as a barrier ends, what they read after it last time) or "
+        "'adaptive' (starts as MESI; its home moves it to the protocol its pattern calls for)",
         "UsageError | invalid use of the SAT API: MAP of chunk 41: this memory is already the local memory "
         "of the chain at chunk 10; two chains in one memory would overwrite each other's data: give each "
         "chain its own buffer",

@@ -57,7 +57,7 @@ def producer(client: sat.Client) -> None:
     client.put(chain, memoryview(bytes(64)))
     client.acquire(chain, "readwrite")
     client.release(chain)
-    assert_type(chain.protocol, Optional[Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned"]])
+    assert_type(chain.protocol, Optional[Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]])
     same(chain.protocol, str)
 
     home_only = client.malloc(44, 8, protocol="home-only")

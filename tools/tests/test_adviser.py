@@ -154,6 +154,15 @@ def test_readers_that_miss_after_each_write_get_updates_or_learned_sets(tmp_path
     assert advice["chunks"][0]["writers"] == [1] and advice["chunks"][0]["readers"] == [2, 3]
 
 
+def test_a_single_reader_that_misses_after_each_write_gets_home_only(tmp_path):
+    # A pipeline's stage: each version read once, by the next stage only.
+    scopes, _ = one_writer_two_readers(barriers_between=False)
+    del scopes[3]
+    advice = advise(write_run(tmp_path / "stage", scopes))
+    assert advice["run"] == "home-only", advice
+    assert "one reader" in advice["chunks"][0]["why"]
+
+
 def test_writers_in_turn_get_home_only_and_contending_writers_the_e_state(tmp_path):
     turns = {r: [(1000 * (3 * i + r), 1000 * (3 * i + r) + 100, 9, "readwrite", False)
                  for i in range(10)] for r in (1, 2, 3)}

@@ -5,6 +5,10 @@
 //! sat-protocols-bench [--providers shm] [--iters 400] [--workloads a,b] [--protocols a,b] [--json]
 //!                     [--stats DIR] [--videostream PATH] [--advice DIR]
 //! ```
+//! The `adaptive` protocol's row is named `mesi+adaptive`: the workload's
+//! MESI program run with `SAT_ADAPTIVE=1`, the opt-in that allocates its
+//! MESI chunks adaptive (each starts on MESI and its home moves it, while
+//! the run goes on, to the protocol its requests call for).
 //! `--advice DIR` adds a row per workload, `mesi+advice`: its MESI program
 //! run with `SAT_ADVICE=DIR/<provider>-<workload>.json`, the adviser's
 //! protocol per chunk (`tools/sat-stats --advise --json` on that workload's
@@ -493,10 +497,13 @@ struct Cell {
 }
 
 impl Cell {
-    /// The protocol column: `mesi+advice` for a run with the adviser's.
+    /// The protocol column: `mesi+advice` for a run with the adviser's,
+    /// `mesi+adaptive` for one with `SAT_ADAPTIVE=1`.
     fn name(&self) -> String {
         if self.advised {
             "mesi+advice".into()
+        } else if self.protocol == ProtocolId::Adaptive {
+            "mesi+adaptive".into()
         } else {
             self.protocol.short_name().into()
         }
@@ -527,6 +534,10 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                 let advised = advice.is_some();
                 let advice = advice.map(|a| a.to_string_lossy().into_owned());
                 satrun.set_env("SAT_ADVICE", advice.as_deref().unwrap_or(""));
+                // Adaptive: the MESI program, with the opt-in.
+                let adaptive = protocol == ProtocolId::Adaptive;
+                satrun.set_env("SAT_ADAPTIVE", if adaptive { "1" } else { "" });
+                let program_protocol = protocol.starting();
                 let stats = o
                     .stats
                     .as_ref()
@@ -541,11 +552,15 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                     let cell = pipeline(
                         &mut satrun,
                         program,
-                        (provider, protocol),
+                        (provider, program_protocol),
                         o.iters,
                         stats.as_deref(),
                     )?;
-                    cells.push(Cell { advised, ..cell });
+                    cells.push(Cell {
+                        advised,
+                        protocol,
+                        ..cell
+                    });
                     continue;
                 }
                 let dir = stats.as_ref().map(|d| d.to_string_lossy().into_owned());
@@ -558,7 +573,7 @@ fn orchestrate(o: &Options) -> Result<(), String> {
                         "--worker",
                         workload,
                         "--protocol",
-                        protocol.short_name(),
+                        program_protocol.short_name(),
                         "--iters",
                         &iters,
                     ],
@@ -691,7 +706,7 @@ fn print_table(cells: &[Cell], iters: usize) {
          (the protocols' messages), {iters} operations per client"
     );
     println!(
-        "{:<9} {:<18} {:<10} {:>12} {:>12} {:>8}  check",
+        "{:<9} {:<18} {:<13} {:>12} {:>12} {:>8}  check",
         "provider", "workload", "protocol", "median us", "msgs per op", "vs mesi"
     );
     for c in cells {
@@ -705,7 +720,7 @@ fn print_table(cells: &[Cell], iters: usize) {
             })
             .map_or(f64::NAN, |m| m.us);
         println!(
-            "{:<9} {:<18} {:<10} {:>12.2} {:>12.2} {:>8.2}  {}",
+            "{:<9} {:<18} {:<13} {:>12.2} {:>12.2} {:>8.2}  {}",
             c.provider,
             c.workload,
             c.name(),

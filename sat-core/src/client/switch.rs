@@ -146,10 +146,11 @@ fn send(
     };
     let mut header = [0u8; MAX_HEADER];
     let n = wire::encode(&msg, &mut header).expect("coherence headers fit");
-    out.send(to.1, &header[..n], Payload::None).inspect_err(|e| {
-        tracing::warn!(
-            "chunk {chunk}: could not send {} to the home ({e}); tried again at the next poll",
-            op.name()
-        )
-    })
+    out.send(to.1, &header[..n], Payload::None)
+        .inspect_err(|e| {
+            tracing::warn!(
+                "chunk {chunk}: could not send {} to the home ({e}); tried again at the next poll",
+                op.name()
+            )
+        })
 }

@@ -13,6 +13,7 @@
 //! |---|---|
 //! | no write | stays on MESI |
 //! | one writer; others' read misses at least half its writes, at least half of those the first READ after a barrier | learned sets |
+//! | one writer; one other process reads, missing after at least half its writes | home-only |
 //! | one writer; others' read misses at least half its writes | update-based MESI |
 //! | one writer, nobody else reads | MESI with E |
 //! | one writer, others rarely miss | stays on MESI |
@@ -22,7 +23,11 @@
 //! A home cannot see read hits, so "readers mostly miss" becomes "readers
 //! miss after most writes": under MESI a reader misses at most once per
 //! write, so that is when pushing each version (update) or fetching it at
-//! the home would pay.
+//! the home would pay. With a single reader, a push saves that reader one
+//! round trip and costs the writer one (the copy it pushes to must first be
+//! invalidated, by a process that may be busy): home-only costs the same
+//! messages and never makes the writer wait for the reader (the video
+//! pipeline's frames, each read by the next stage only).
 //!
 //! The choice is made once: a chunk whose pattern changes later keeps it
 //! (a switch costs a round of messages to every process that used the
@@ -115,10 +120,18 @@ impl Observer {
         };
         let choice = |protocol, why| Choice { protocol, why };
         match self.writes.len() {
-            0 => choice(ProtocolId::HomeMesi, "no write: cached copies serve the reads"),
+            0 => choice(
+                ProtocolId::HomeMesi,
+                "no write: cached copies serve the reads",
+            ),
             1 => {
                 let misses = others(&self.misses);
                 let after = others(&self.after_barrier);
+                let readers = self
+                    .misses
+                    .keys()
+                    .filter(|r| !self.writes.contains_key(r))
+                    .count();
                 if misses == 0 {
                     choice(
                         ProtocolId::MesiExclusive,
@@ -128,6 +141,11 @@ impl Observer {
                     choice(
                         ProtocolId::LearnedMesi,
                         "one writer; readers miss after its writes, right after barriers: pushed as the barrier ends",
+                    )
+                } else if 2 * misses >= writes && readers == 1 {
+                    choice(
+                        ProtocolId::HomeOnly,
+                        "one writer and one reader, who misses after its writes: at the home, the writer never waits for the reader",
                     )
                 } else if 2 * misses >= writes {
                     choice(
@@ -203,6 +221,11 @@ mod tests {
             })
             .collect();
         assert_eq!(run(&seen).unwrap().protocol, ProtocolId::LearnedMesi);
+        // A stage of a pipeline: one writer, one reader of each version.
+        let seen: Vec<_> = (0..n)
+            .flat_map(|_| [(1, write(false)), (2, read(false))])
+            .collect();
+        assert_eq!(run(&seen).unwrap().protocol, ProtocolId::HomeOnly);
         // A lone writer.
         let seen: Vec<_> = (0..n).map(|_| (3, write(false))).collect();
         assert_eq!(run(&seen).unwrap().protocol, ProtocolId::MesiExclusive);

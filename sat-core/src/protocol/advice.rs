@@ -3,9 +3,12 @@
 //! statistics) applied to the chunks a program allocates with MESI, the
 //! default, without changing the program (a legacy C program, a notebook).
 //!
-//! Profile-guided: the choice is made when a chunk is allocated. A chunk's
-//! protocol does not change while a run goes on (switching a live chunk is
-//! not built: docs/PROTOCOLS.md, "The adviser").
+//! Profile-guided: the choice is made when a chunk is allocated.
+//!
+//! `SAT_ADAPTIVE=1` is the other opt-in, with no earlier run: each chunk
+//! allocated with MESI that the advice does not name is allocated adaptive
+//! ([`ProtocolId::Adaptive`]): it starts on MESI, and its home moves it to
+//! the protocol its pattern calls for while the run goes on.
 //!
 //! Every process of a run must see the same file (satrun passes the
 //! environment on): a MALLOC of the same chunk with two protocols is a
@@ -75,9 +78,34 @@ fn loaded() -> &'static Result<Option<Arc<Advice>>, String> {
     })
 }
 
+/// `SAT_ADAPTIVE`: unset, empty, `0` or `off`: no; `1` or `on`: yes.
+fn adaptive_setting() -> &'static Result<bool, String> {
+    static SETTING: OnceLock<Result<bool, String>> = OnceLock::new();
+    SETTING.get_or_init(|| {
+        let value = std::env::var("SAT_ADAPTIVE").unwrap_or_default();
+        match value.as_str() {
+            "" | "0" | "off" => Ok(false),
+            "1" | "on" => Ok(true),
+            other => Err(format!(
+                "SAT_ADAPTIVE={other:?}: give 1 or on (chunks allocated with MESI switch protocol \
+                 as their pattern shows), or 0, off or nothing"
+            )),
+        }
+    })
+}
+
+/// Whether `SAT_ADAPTIVE` asks for adaptive chunks instead of MESI ones.
+pub fn adaptive_by_default() -> bool {
+    matches!(adaptive_setting(), Ok(true))
+}
+
 /// An error when `SAT_ADVICE` names a file that cannot be read or is not
-/// the adviser's: what a process checks before it joins anything.
+/// the adviser's, or `SAT_ADAPTIVE` has a value it does not take: what a
+/// process checks before it joins anything.
 pub fn check() -> SatResult<()> {
+    if let Err(e) = adaptive_setting() {
+        return Err(SatError::Usage(e.clone()));
+    }
     match loaded() {
         Ok(_) => Ok(()),
         Err(e) => Err(SatError::Usage(e.clone())),
@@ -91,12 +119,22 @@ pub fn from_env() -> Option<Arc<Advice>> {
 }
 
 /// The protocol a chunk allocated with `asked` gets: the advice's for a
-/// MESI chunk it names, else `asked`.
-pub fn protocol_for(advice: Option<&Advice>, chunk: u64, asked: ProtocolId) -> ProtocolId {
+/// MESI chunk it names; else adaptive for a MESI chunk when `adaptive`
+/// (`SAT_ADAPTIVE`); else `asked`.
+pub fn protocol_for(
+    advice: Option<&Advice>,
+    adaptive: bool,
+    chunk: u64,
+    asked: ProtocolId,
+) -> ProtocolId {
     if asked != ProtocolId::HomeMesi {
         return asked;
     }
-    advice.and_then(|a| a.get(&chunk).copied()).unwrap_or(asked)
+    match advice.and_then(|a| a.get(&chunk).copied()) {
+        Some(advised) => advised,
+        None if adaptive => ProtocolId::Adaptive,
+        None => asked,
+    }
 }
 
 #[cfg(test)]
@@ -133,5 +171,28 @@ mod tests {
             let e = parse(bad).expect_err(bad);
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn advice_comes_first_then_the_adaptive_opt_in_and_only_for_mesi() {
+        let advice: Advice = [(1, ProtocolId::UpdateMesi)].into_iter().collect();
+        let mesi = ProtocolId::HomeMesi;
+        assert_eq!(
+            protocol_for(Some(&advice), true, 1, mesi),
+            ProtocolId::UpdateMesi
+        );
+        assert_eq!(
+            protocol_for(Some(&advice), true, 2, mesi),
+            ProtocolId::Adaptive
+        );
+        assert_eq!(protocol_for(Some(&advice), false, 2, mesi), mesi);
+        assert_eq!(
+            protocol_for(None, true, 2, ProtocolId::HomeOnly),
+            ProtocolId::HomeOnly
+        );
+        assert_eq!(
+            protocol_for(Some(&advice), true, 1, ProtocolId::HomeOnly),
+            ProtocolId::HomeOnly
+        );
     }
 }

@@ -975,3 +975,155 @@ fn a_barrier_pushes_what_was_read_after_it_last_time_with_one_message_per_chunk(
         "reader 6 took 3 pushes in each of 3 rounds"
     );
 }
+
+/// The protocol client `rank` runs `chunk` under now.
+fn running(s: &Stack<'_>, rank: Rank, chunk: u64) -> Option<ProtocolId> {
+    s.clients[rank as usize - 2].running_protocol(chunk)
+}
+
+#[test]
+fn an_adaptive_chunk_switches_while_a_reader_holds_a_scope_then_costs_what_update_costs() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 20's home is server 0. Producer 2 writes it; readers 3 to 7
+    // (6 and 7 are server 1's) read every version.
+    let (chunk, home, producer) = (20, 0, 2);
+    let readers = [3, 4, 5, 6, 7];
+    for c in [producer].iter().chain(&readers) {
+        s.run(*c, malloc(ProtocolId::Adaptive, chunk));
+        assert_eq!(running(&s, *c, chunk), Some(ProtocolId::HomeMesi));
+    }
+    // Five rounds of MESI: a write request and five read misses each (30
+    // requests, 5 of them writes: the home has not chosen yet).
+    for v in 1..=5 {
+        s.run(producer, write(chunk));
+        s.run(producer, write_back(chunk, v));
+        for &r in &readers {
+            s.run(r, read_sees(chunk, v));
+        }
+    }
+    s.run(producer, write(chunk));
+    s.run(producer, write_back(chunk, 6));
+    // The 32nd request, reader 3's miss, makes the home choose update (one
+    // writer, readers miss after its writes). The read is granted as in
+    // MESI; the switch then goes out to every client, and reader 3, inside
+    // its read scope, keeps it for the scope's end.
+    s.expect(
+        "READ miss, then the switch to the others",
+        3,
+        |c: &Client| {
+            c.acquire(chunk, Access::Read)?;
+            assert_eq!(value(c, chunk), 6);
+            Ok(())
+        },
+        {
+            let mut want = b().up(3, home).down(home, 3).down(home, 3);
+            for c in [producer, 4, 5, 6, 7] {
+                want = want.down(home, c).up(c, home);
+            }
+            want
+        },
+        2 + 1 + 5 * 2 + 2 * 2,
+    );
+    assert_eq!(running(&s, 3, chunk), Some(ProtocolId::HomeMesi));
+    assert_eq!(running(&s, 6, chunk), Some(ProtocolId::UpdateMesi));
+    // The read scope's end acknowledges the switch, which completes.
+    s.expect(
+        "RELEASE of the read scope, acknowledging",
+        3,
+        release(chunk),
+        b().up(3, home),
+        1,
+    );
+    for c in [producer].iter().chain(&readers) {
+        assert_eq!(running(&s, *c, chunk), Some(ProtocolId::UpdateMesi));
+    }
+    // Nobody holds a copy now: one round of misses, then update's costs.
+    s.run(producer, write(chunk));
+    s.run(producer, write_back(chunk, 7));
+    for &r in &readers {
+        s.run(r, read_sees(chunk, 7));
+    }
+    let hops: u64 = readers
+        .iter()
+        .map(|&c| u64::from(topology.server_of(c) != home))
+        .sum();
+    for v in 8..11 {
+        let mut want = b().up(producer, home);
+        for &c in &readers {
+            want = want.down(home, c).up(c, home);
+        }
+        let want = want.down(home, producer);
+        s.expect(
+            "WRITE, 5 sharers",
+            producer,
+            write(chunk),
+            want,
+            2 + 2 * 5 + 2 * hops,
+        );
+        let mut want = b().up(producer, home);
+        for &c in &readers {
+            want = want.down(home, c);
+        }
+        s.expect(
+            "RELEASE, pushed",
+            producer,
+            write_back(chunk, v),
+            want,
+            1 + 5 + hops,
+        );
+        for &c in &readers {
+            s.expect("READ after the push", c, read_sees(chunk, v), b(), 0);
+        }
+    }
+    let switches: u64 = s.clients.iter().map(Client::protocol_switches).sum();
+    assert_eq!(switches, 6, "each of the six clients switched once");
+}
+
+#[test]
+fn a_client_that_missed_the_switch_is_told_at_its_first_request() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 22's home is server 0: writer 2 writes it again and again and
+    // nobody reads it, so after 8 writes it moves to MESI with E. Client 7
+    // (server 1's) allocated it and says nothing until then.
+    let (chunk, home, writer, late) = (22, 0, 2, 7);
+    for c in [writer, late] {
+        s.run(c, malloc(ProtocolId::Adaptive, chunk));
+    }
+    for v in 1..=8 {
+        s.run(writer, write(chunk));
+        s.run(writer, write_back(chunk, v));
+    }
+    assert_eq!(running(&s, writer, chunk), Some(ProtocolId::MesiExclusive));
+    assert_eq!(running(&s, late, chunk), Some(ProtocolId::HomeMesi));
+    // Its first write under E asks (the switch left it no copy); from then
+    // on it holds the only copy, and its write scopes open with no message.
+    let want = b().up(writer, home).down(home, writer);
+    s.expect("WRITE after the switch", writer, write(chunk), want, 2);
+    s.run(writer, write_back(chunk, 9));
+    s.expect("WRITE in E", writer, write(chunk), b(), 0);
+    s.expect(
+        "RELEASE",
+        writer,
+        write_back(chunk, 10),
+        b().up(writer, home),
+        1,
+    );
+    // The late client's read, in epoch 0, is answered with the switch; it
+    // acknowledges, asks again under MESI with E, and the home asks the
+    // holder to share first. Each message of the late client's takes two
+    // hops (its server forwards it).
+    let want = b()
+        .up(late, home)
+        .down(home, late)
+        .up(late, home)
+        .up(late, home)
+        .down(home, writer)
+        .up(writer, home)
+        .down(home, late);
+    s.expect("READ in an old epoch", late, read_sees(chunk, 10), want, 12);
+    assert_eq!(running(&s, late, chunk), Some(ProtocolId::MesiExclusive));
+}

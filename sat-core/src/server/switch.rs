@@ -6,10 +6,14 @@
 //! saw open, a request on its way. None of it may meet the new protocol's
 //! handlers. So a switch is a two-phase change of the chunk's *epoch*,
 //! which every coherence message carries:
-//! 1. The home waits until its protocol is idle ([`HomeSide::idle`]: no
-//!    write scope, no Exclusive holder, no request waiting, no
-//!    acknowledgement owed), then sends [`CoherenceOp::Switch`] in the next
-//!    epoch to each client it exchanged a message with in this epoch.
+//! 1. Once the new protocol is chosen, the home holds every new request
+//!    (so that a busy chunk drains: writers queued one behind the other
+//!    would otherwise never leave it idle), lets its protocol finish what
+//!    it has under way, and waits until that protocol is idle
+//!    ([`HomeSide::idle`]: no write scope, no Exclusive holder, no request
+//!    waiting, no acknowledgement owed). It then sends
+//!    [`CoherenceOp::Switch`] in the next epoch to each client it exchanged
+//!    a message with in this epoch.
 //! 2. A client answers [`CoherenceOp::SwitchAck`] once no scope of its own
 //!    is open on the chunk, dropping its copy and its protocol state; a
 //!    request it had sent is asked again, under the new protocol, after
@@ -19,8 +23,13 @@
 //!    and serves the requests it held meanwhile.
 //!
 //! Why nothing is lost or seen out of order, whatever the timing:
-//! - While the home switches, it grants nothing: every request is held
-//!   until the new protocol runs. Messages between a client and the home
+//! - While the home drains and switches, it grants nothing new: every
+//!   request is held until the new protocol runs. A held request waits for
+//!   what was under way before it, as it would in the protocol's own queue,
+//!   so holding it adds no cycle of waits a program did not already have.
+//! - A chunk never leaves MESI with E: its holder keeps the only copy with
+//!   no scope open, and only another process's request, which a draining
+//!   home holds, would take it back. Messages between a client and the home
 //!   keep their order, so a grant sent before the switch reaches the
 //!   client before the switch does.
 //! - A client's read scope open when the switch comes reads the version
@@ -67,6 +76,11 @@ impl SwitchPolicy {
     /// After a request of the running epoch: the protocol to move to, if
     /// one is chosen now.
     fn next(&mut self, adapt: &mut Adapt, from: Rank, seen: Seen) -> Option<ProtocolId> {
+        if adapt.running == ProtocolId::MesiExclusive {
+            // Its holder would keep the chunk from ever being idle (module
+            // docs).
+            return None;
+        }
         match self {
             SwitchPolicy::Rules => {
                 let choice = adapt.observer.as_mut()?.see(from, seen)?;
@@ -102,18 +116,19 @@ pub(super) struct Adapt {
     participants: BTreeSet<Rank>,
     /// Watching the requests, until the rules choose.
     observer: Option<Observer>,
-    /// The protocol chosen, waiting for the running one to be idle.
+    /// The protocol chosen, waiting for the running one to drain.
     chosen: Option<ProtocolId>,
     switching: Option<Switching>,
+    /// The messages held while the chunk drains and switches, served once
+    /// the new protocol runs.
+    held: Vec<(Said, Vec<u8>)>,
 }
 
-/// A switch under way: the acknowledgements still due, and the messages
-/// held until the new protocol runs.
+/// A switch under way: the acknowledgements still due.
 #[derive(Debug)]
 struct Switching {
     to: ProtocolId,
     owed: BTreeSet<Rank>,
-    held: Vec<(Said, Vec<u8>)>,
 }
 
 impl Adapt {
@@ -125,13 +140,14 @@ impl Adapt {
             observer: Some(Observer::default()),
             chosen: None,
             switching: None,
+            held: Vec::new(),
         }
     }
 
     /// Whether the home's messages to `client` may go now: it has talked in
-    /// this epoch, and no switch is under way (a push is refused otherwise).
+    /// this epoch, and no switch is coming (a push is refused otherwise).
     pub(super) fn may_push(&self, client: Rank) -> bool {
-        self.switching.is_none() && self.participants.contains(&client)
+        self.chosen.is_none() && self.switching.is_none() && self.participants.contains(&client)
     }
 
     /// The home sent `client` a message of this epoch.
@@ -141,7 +157,10 @@ impl Adapt {
 }
 
 fn is_request(op: CoherenceOp) -> bool {
-    matches!(op, CoherenceOp::ReadReq { .. } | CoherenceOp::WriteReq { .. })
+    matches!(
+        op,
+        CoherenceOp::ReadReq { .. } | CoherenceOp::WriteReq { .. }
+    )
 }
 
 impl ServerState<'_> {
@@ -172,7 +191,7 @@ impl ServerState<'_> {
                 }
             } else if is_request(op) || epoch == next {
                 // Served once the new protocol runs (or told to switch).
-                sw.held.push((said, payload.to_vec()));
+                adapt.held.push((said, payload.to_vec()));
             } else if epoch == adapt.epoch {
                 // The end of something the old protocol started (a pushed
                 // copy's drop): it runs until the switch completes.
@@ -203,6 +222,11 @@ impl ServerState<'_> {
             return;
         }
         adapt.participants.insert(client);
+        if adapt.chosen.is_some() && is_request(op) {
+            // Draining: served once the new protocol runs.
+            adapt.held.push((said, payload.to_vec()));
+            return;
+        }
         let seen = match op {
             CoherenceOp::ReadReq { .. } => Some(Seen::Read {
                 after_barrier: said.after_barrier,
@@ -243,7 +267,6 @@ impl ServerState<'_> {
         adapt.switching = Some(Switching {
             to,
             owed: owed.clone(),
-            held: Vec::new(),
         });
         for client in owed {
             self.send_switch(out, chunk, client, next, to);
@@ -276,7 +299,7 @@ impl ServerState<'_> {
             sw.to.short_name(),
             adapt.epoch
         );
-        for (said, payload) in sw.held {
+        for (said, payload) in std::mem::take(&mut adapt.held) {
             self.at_adaptive_home(out, (self.rank, true), chunk, said, &payload);
         }
     }
@@ -306,9 +329,9 @@ impl ServerState<'_> {
             return;
         };
         adapt.participants.remove(&client);
+        adapt.held.retain(|(said, _)| said.client != client);
         if let Some(sw) = adapt.switching.as_mut() {
             sw.owed.remove(&client);
-            sw.held.retain(|(said, _)| said.client != client);
             self.maybe_complete(out, chunk);
         } else {
             self.maybe_start_switch(out, chunk);

@@ -59,7 +59,7 @@ impl Chunks {
             .iter()
             .find(|c| c.0 == id)
             .map_or(ProtocolId::HomeMesi, |c| c.2);
-        crate::protocol::advice::protocol_for(self.advice.as_deref(), id, asked)
+        crate::protocol::advice::protocol_for(self.advice.as_deref(), false, id, asked)
     }
 }
 

@@ -50,7 +50,7 @@ class AccessDenied(SatError): ...
 class IntegrityError(SatError): ...
 
 _BytesLike = Union[bytes, bytearray, memoryview]
-_Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned"]
+_Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]
 # What MAP takes: numpy's stubs declare ndarray.__buffer__ from Python 3.12 on only, so arrays are
 # named besides buffers (read-only and non-contiguous ones are refused at run time).
 _Mappable = Union[WriteableBuffer, numpy.typing.NDArray[Any]]
