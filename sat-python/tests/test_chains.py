@@ -157,6 +157,48 @@ def test_the_e_state_and_update_protocols_by_name(satrun, provider):
     assert misses == ["[Home-Based MESI with E] READWRITE chunk 80"], out.stderr
 
 
+def test_an_adaptive_chain_moves_to_the_e_state_and_keeps_every_write(satrun, provider):
+    """'adaptive': a chunk only its producer writes starts on MESI, and after 8 write requests its
+    home moves it to MESI with E; the reader sees the last write after it. The debug stream shows
+    the 8 misses under MESI, then the switch, then one request under E (the first write after
+    it), and every later write opens with no message. That one request is either a miss under E
+    (the switch reached the producer between two writes) or its 9th MESI request asked again
+    under E (the request crossed the switch, and the home held it)."""
+    out = satrun(
+        """
+        import sat
+
+        def producer(client):
+            chain = client.malloc(95, 8, protocol="adaptive")
+            assert chain.protocol == "adaptive"
+            for i in range(1, 21):
+                with chain.readwrite() as view:
+                    view[:] = i.to_bytes(8, "little")
+            client.barrier(1, 2)
+
+        def reader(client):
+            client.barrier(1, 2)
+            with client.lookup(95).read() as view:
+                print("read", int.from_bytes(view, "little"))
+
+        sat.run({1: producer, 2: reader})
+        """,
+        provider=provider,
+        env={"SAT_LOG": "sat_core::client=debug", "SAT_HOST_SEGMENTS": "off"},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(2) == ["read 20"]
+    log = out.log_lines(1)
+    misses = [l.split(":")[0] for l in log if " chunk 95" in l and ": miss" in l]
+    mesi, with_e = "[Home-Based MESI] READWRITE chunk 95", "[Home-Based MESI with E] READWRITE chunk 95"
+    switched = [l for l in log if "chunk 95: mesi -> mesi-e (epoch 1)" in l]
+    assert len(switched) == 1, out.stderr
+    if "asking again" in switched[0]:
+        assert misses == [mesi] * 9, out.stderr
+    else:
+        assert misses == [mesi] * 8 + [with_e], out.stderr
+
+
 def test_multiple_writers_each_publish_their_own_bytes(satrun, provider):
     """'hlrc': two processes write their own halves of one chunk at the same time, ROUNDS times
     each, and both halves keep every write (a READWRITE of the whole chunk by the other would

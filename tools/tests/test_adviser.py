@@ -94,6 +94,14 @@ def test_a_malformed_advice_file_stops_the_run_and_says_why(tmp_path):
     assert run.returncode != 0
     assert "SAT_ADVICE=" in run.stderr + run.stdout and "no built-in protocol is called \"msi\"" in (
         run.stderr + run.stdout), run.stdout + run.stderr
+    # SAT_ADAPTIVE takes 1, on, 0, off or nothing: another value stops the run the same way.
+    run = subprocess.run(
+        [str(satrun), "-n", "4", "--provider", "shm", "--topology",
+         str(REPO / "sat-core" / "topologies" / "stats.xml"), "--", str(example)],
+        env=dict(os.environ, SAT_ADAPTIVE="yes"), capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode != 0
+    assert 'SAT_ADAPTIVE="yes": give 1 or on' in run.stderr + run.stdout, run.stdout + run.stderr
 
 
 # ----------------------------------------------------------- synthetic files
