@@ -765,10 +765,6 @@ fn an_update_release_pushes_the_version_to_the_readers_it_invalidated() {
             2 + hops,
         );
     }
-    let hops: u64 = consumers
-        .iter()
-        .map(|&c| u64::from(topology.server_of(c) != home))
-        .sum();
     for &c in &consumers {
         let want = b().up(c, home).down(home, c);
         s.expect(
@@ -779,23 +775,40 @@ fn an_update_release_pushes_the_version_to_the_readers_it_invalidated() {
             2 + 2 * u64::from(topology.server_of(c) != home),
         );
     }
-    for v in 1..4 {
-        // The write invalidates both consumers' copies, as in MESI.
+    update_rounds(&mut s, (chunk, home, producer), &consumers, 1..4);
+}
+
+/// Rounds of update-based MESI once every reader holds a copy: each write
+/// invalidates the readers' copies, as in MESI; its release goes home, and
+/// the home pushes it to them; their reads of it then cost no message.
+fn update_rounds(
+    s: &mut Stack<'_>,
+    (chunk, home, producer): (u64, Rank, Rank),
+    readers: &[Rank],
+    versions: std::ops::Range<u64>,
+) {
+    let topology = s.topology;
+    let b = || Budget::new(topology);
+    let n = readers.len() as u64;
+    let hops: u64 = readers
+        .iter()
+        .map(|&c| u64::from(topology.server_of(c) != home))
+        .sum();
+    for v in versions {
         let mut want = b().up(producer, home);
-        for &c in &consumers {
+        for &c in readers {
             want = want.down(home, c).up(c, home);
         }
         let want = want.down(home, producer);
         s.expect(
-            "WRITE, 2 sharers",
+            "WRITE, every reader a sharer",
             producer,
             write(chunk),
             want,
-            2 + 2 * 2 + 2 * hops,
+            2 + 2 * n + 2 * hops,
         );
-        // Its release goes home, and the home pushes it to both.
         let mut want = b().up(producer, home);
-        for &c in &consumers {
+        for &c in readers {
             want = want.down(home, c);
         }
         s.expect(
@@ -803,10 +816,9 @@ fn an_update_release_pushes_the_version_to_the_readers_it_invalidated() {
             producer,
             write_back(chunk, v),
             want,
-            1 + 2 + hops,
+            1 + n + hops,
         );
-        // The consumers read the new version with no message.
-        for &c in &consumers {
+        for &c in readers {
             s.expect("READ after the push", c, read_sees(chunk, v), b(), 0);
         }
     }
@@ -1045,38 +1057,7 @@ fn an_adaptive_chunk_switches_while_a_reader_holds_a_scope_then_costs_what_updat
     for &r in &readers {
         s.run(r, read_sees(chunk, 7));
     }
-    let hops: u64 = readers
-        .iter()
-        .map(|&c| u64::from(topology.server_of(c) != home))
-        .sum();
-    for v in 8..11 {
-        let mut want = b().up(producer, home);
-        for &c in &readers {
-            want = want.down(home, c).up(c, home);
-        }
-        let want = want.down(home, producer);
-        s.expect(
-            "WRITE, 5 sharers",
-            producer,
-            write(chunk),
-            want,
-            2 + 2 * 5 + 2 * hops,
-        );
-        let mut want = b().up(producer, home);
-        for &c in &readers {
-            want = want.down(home, c);
-        }
-        s.expect(
-            "RELEASE, pushed",
-            producer,
-            write_back(chunk, v),
-            want,
-            1 + 5 + hops,
-        );
-        for &c in &readers {
-            s.expect("READ after the push", c, read_sees(chunk, v), b(), 0);
-        }
-    }
+    update_rounds(&mut s, (chunk, home, producer), &readers, 8..11);
     let switches: u64 = s.clients.iter().map(Client::protocol_switches).sum();
     assert_eq!(switches, 6, "each of the six clients switched once");
 }
