@@ -69,6 +69,9 @@ struct ServerState<'t> {
     send_failures: Vec<(Rank, TransportError)>,
     /// How adaptive chunks homed here choose their next protocol.
     switch_policy: SwitchPolicy,
+    /// Adaptive chunks this server was the first home of, moved to another
+    /// server (`server/switch.rs`): what comes here for them goes there.
+    moved: BTreeMap<u64, Rank>,
 }
 
 pub(crate) mod epochs;
@@ -327,6 +330,18 @@ impl<'t> Server<'t> {
         })
     }
 
+    /// How many adaptive chunks this server handed over to another.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn moved_away(&self) -> u64 {
+        self.st.moved.len() as u64
+    }
+
+    /// Where this server handed `chunk` over to, if it did.
+    #[cfg(test)]
+    pub(crate) fn moved_away_to(&self, chunk: u64) -> Option<Rank> {
+        self.st.moved.get(&chunk).copied()
+    }
+
     /// How adaptive chunks homed here choose their next protocol (the
     /// simulator switches them at random).
     #[cfg(feature = "simulator")]
@@ -393,6 +408,7 @@ impl<'t> ServerState<'t> {
             service,
             send_failures: Vec::new(),
             switch_policy: SwitchPolicy::Rules,
+            moved: BTreeMap::new(),
         }
     }
 }
@@ -573,6 +589,19 @@ impl ServerState<'_> {
             Message::Fetch { client, chunks } if src_is_server => {
                 self.fetch(out, m.src, client, chunks)
             }
+            Message::Handover {
+                chunk,
+                epoch,
+                running,
+                version,
+                size,
+                published,
+            } if src_is_server => self.take_over(
+                m.src,
+                (chunk, epoch, running, version),
+                (size, published),
+                m.payload,
+            ),
             Message::Published {
                 chunk,
                 client,
@@ -607,7 +636,7 @@ impl ServerState<'_> {
                 self.announce_departure(out, m.src);
             }
             Message::ClientLeft { client } if src_is_server && client < self.topology.len() => {
-                self.client_left(out, client);
+                self.client_left(out, client, m.src);
                 if self.service.is_some() {
                     self.send(
                         out,
@@ -674,9 +703,25 @@ impl ServerState<'_> {
         }
     }
 
-    /// The home server of `chunk` (section 2.3: a modulo on the server list).
+    /// The first home server of `chunk` (section 2.3: a modulo on the server
+    /// list). It serves MALLOC and LOOKUP, and knows where an adaptive
+    /// chunk's home moved ([`Self::current_home`]).
     fn home_of(&self, chunk: u64) -> Rank {
         self.servers[(chunk % self.servers.len() as u64) as usize]
+    }
+
+    /// Where `chunk`'s coherence messages go from here: this server when it
+    /// holds the chunk's entry; where it moved, when this server was its
+    /// first home; else the first home, which forwards them if the chunk
+    /// moved (so each process's messages take one path, in order).
+    fn current_home(&self, chunk: u64) -> Rank {
+        if self.homes.contains_key(&chunk) {
+            self.rank
+        } else if let Some(&moved) = self.moved.get(&chunk) {
+            moved
+        } else {
+            self.home_of(chunk)
+        }
     }
 
     /// Sends `msg` to client `client`: directly when it is ours, else through
@@ -932,9 +977,9 @@ impl ServerState<'_> {
             }
             return;
         }
-        let home = self.home_of(chunk);
+        let home = self.current_home(chunk);
         if home != self.rank {
-            if src_is_server {
+            if src_is_server && !self.moved.contains_key(&chunk) {
                 tracing::warn!(
                     "server {}: chunk {chunk} request forwarded here, but its home is {home}",
                     self.rank
@@ -1037,7 +1082,7 @@ impl ServerState<'_> {
         let mut elsewhere: BTreeMap<Rank, Vec<u64>> = BTreeMap::new();
         let mut refused = Vec::new();
         for chunk in chunks {
-            let home = self.home_of(chunk);
+            let home = self.current_home(chunk);
             if home != self.rank {
                 elsewhere.entry(home).or_default().push(chunk);
             } else if !self.want(out, client, chunk) {
@@ -1067,7 +1112,18 @@ impl ServerState<'_> {
             );
             return;
         }
-        let refused: Vec<u64> = chunks
+        // Chunks whose home moved away from here go on to it.
+        let (moved, here): (Vec<u64>, Vec<u64>) = chunks
+            .into_iter()
+            .partition(|chunk| self.moved.contains_key(chunk));
+        let mut onward: BTreeMap<Rank, Vec<u64>> = BTreeMap::new();
+        for chunk in moved {
+            onward.entry(self.moved[&chunk]).or_default().push(chunk);
+        }
+        for (home, chunks) in onward {
+            self.send(out, home, &Message::Fetch { client, chunks }, Payload::None);
+        }
+        let refused: Vec<u64> = here
             .into_iter()
             .filter(|&chunk| !self.want(out, client, chunk))
             .collect();
@@ -1095,10 +1151,9 @@ impl ServerState<'_> {
     fn want(&mut self, out: &mut dyn Sender, client: Rank, chunk: u64) -> bool {
         // An adaptive chunk pushes only to a client that has talked in its
         // epoch (`server/switch.rs`).
-        let learns = self.home_of(chunk) == self.rank
-            && self.homes.get(&chunk).is_some_and(|e| {
-                e.running().learns() && e.adapt.as_ref().is_none_or(|a| a.may_push(client))
-            });
+        let learns = self.homes.get(&chunk).is_some_and(|e| {
+            e.running().learns() && e.adapt.as_ref().is_none_or(|a| a.may_push(client))
+        });
         if !learns {
             return false;
         }
@@ -1122,7 +1177,7 @@ impl ServerState<'_> {
                 self.send(out, s, &left, Payload::None);
             }
         }
-        self.client_left(out, client);
+        self.client_left(out, client, self.rank);
         if self.service.is_some() {
             self.await_forgotten(out, client);
         }
@@ -1132,14 +1187,31 @@ impl ServerState<'_> {
     /// service, the locks it held on host slots are freed: it detached or
     /// died, so it cannot let them go itself (a write it had not finished
     /// publishing is not published: see `segment/slot.rs`).
-    fn client_left(&mut self, out: &mut dyn Sender, client: Rank) {
-        self.coordinator.client_left(client);
-        self.alloc.client_left(client);
+    ///
+    /// `src` is the server the news came from. A chunk's home applies it
+    /// only when it came the way the client's messages about that chunk
+    /// came, so that it follows them all ([`Self::path_of`]): a chunk whose
+    /// home moved hears from its first home, which passes the news on.
+    fn client_left(&mut self, out: &mut dyn Sender, client: Rank, src: Rank) {
+        let first_hand = src == self.topology.server_of(client);
+        if first_hand {
+            self.coordinator.client_left(client);
+            self.alloc.client_left(client);
+            if src != self.rank {
+                let onward: std::collections::BTreeSet<Rank> =
+                    self.moved.values().copied().filter(|&h| h != src).collect();
+                for home in onward {
+                    self.send(out, home, &Message::ClientLeft { client }, Payload::None);
+                }
+            }
+        }
         let reader = self
             .service
             .as_ref()
             .and_then(|_| host::service_reader(self.topology, client));
-        let chunks: Vec<u64> = self.homes.keys().copied().collect();
+        let chunks: Vec<u64> = (self.homes.keys().copied())
+            .filter(|&chunk| self.path_of(chunk, client) == src)
+            .collect();
         let mut outs = std::mem::take(&mut self.home_out);
         for chunk in chunks {
             let entry = self.homes.get_mut(&chunk).expect("listed");
@@ -1159,6 +1231,19 @@ impl ServerState<'_> {
             self.switch_client_left(out, chunk, client);
         }
         self.home_out = outs;
+    }
+
+    /// The server `client`'s messages about `chunk`, homed here, arrive
+    /// from (this one for its own clients): the client's server, or, for a
+    /// chunk whose home moved here, its first home, which forwards them.
+    fn path_of(&self, chunk: u64, client: Rank) -> Rank {
+        let server = self.topology.server_of(client);
+        let first = self.home_of(chunk);
+        if server == self.rank || first == self.rank {
+            server
+        } else {
+            first
+        }
     }
 
     /// Sends what a home produced for `chunk`, each to its client's server.
@@ -1808,6 +1893,90 @@ mod tests {
         assert_eq!(answers, vec![refused(0), refused(1), refused(2)]);
         assert!(st.homes.is_empty() && st.alloc.size_of(0).is_none());
         assert_eq!(net.messages_sent(), 6);
+    }
+
+    /// Servers 0, 1 and 2, with clients 3, 4 and 5 in that order.
+    const THREE_SERVERS: &str = r#"<?xml version="1.0"?>
+<SAT><topologies>
+  <topology id="0" role="0"><memory capacity="0"/><clients><intlist>3</intlist></clients></topology>
+  <topology id="1" role="0"><memory capacity="0"/><clients><intlist>4</intlist></clients></topology>
+  <topology id="2" role="0"><memory capacity="0"/><clients><intlist>5</intlist></clients></topology>
+  <topology id="3" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="4" role="1"><memory capacity="0"/><servers><intlist>1</intlist></servers></topology>
+  <topology id="5" role="1"><memory capacity="0"/><servers><intlist>2</intlist></servers></topology>
+</topologies></SAT>"#;
+
+    #[test]
+    fn a_moved_home_hears_of_a_departure_on_the_path_of_the_clients_messages() {
+        // Chunk 1's first home is server 1; it moved to server 2. Client 3
+        // (server 0's) talks to it through server 1, which forwards. Its
+        // server's news of its departure, sent to server 2 directly, can
+        // arrive before the client's last release (still on its way through
+        // server 1): the home must wait for the news server 1 passes on.
+        let topology = Topology::parse(THREE_SERVERS, "three servers").unwrap();
+        let (net, mut eps) = MemNetwork::new(topology.len(), Schedule::Immediate);
+        let mut st = server_state(&topology, 2, None);
+        let mut hdr = [0u8; MAX_HEADER];
+        let mut deliver = |st: &mut ServerState<'_>, from: Rank, msg: &Message, payload: &[u8]| {
+            let n = wire::encode(msg, &mut hdr).unwrap();
+            let payload = if payload.is_empty() {
+                Payload::None
+            } else {
+                Payload::Copy(payload)
+            };
+            eps[from as usize]
+                .send(st.rank, &hdr[..n], payload)
+                .unwrap();
+            let to = st.rank as usize;
+            eps[to]
+                .poll(&mut |out: &mut dyn Sender, m: Received<'_>| st.handle(out, m))
+                .unwrap();
+        };
+        let handover = Message::Handover {
+            chunk: 1,
+            epoch: 1,
+            running: ProtocolId::HomeMesi,
+            version: 0,
+            size: 8,
+            published: 0,
+        };
+        deliver(&mut st, 1, &handover, &[0; 8]);
+        let said = |op| Message::Coherence {
+            chunk: 1,
+            client: 3,
+            op,
+            epoch: 1,
+            after_barrier: false,
+        };
+        let write = said(CoherenceOp::WriteReq {
+            have: None,
+            need_data: false,
+        });
+        deliver(&mut st, 1, &write, &[]);
+        assert_eq!(st.homes[&1].side.owner(), Some(3));
+        // The news from the client's own server first: not applied to the
+        // moved chunk.
+        deliver(&mut st, 0, &Message::ClientLeft { client: 3 }, &[]);
+        assert_eq!(st.homes[&1].side.owner(), Some(3));
+        // The release through the first home, then the news it passes on.
+        let release = said(CoherenceOp::Release { version: 1 });
+        deliver(&mut st, 1, &release, &[7; 8]);
+        assert_eq!(st.homes[&1].side.version(), 1, "the release was applied");
+        deliver(&mut st, 1, &Message::ClientLeft { client: 3 }, &[]);
+        assert_eq!(st.homes[&1].side.owner(), None);
+        // The first home passes the news on to where its chunks moved.
+        let mut first = server_state(&topology, 1, None);
+        first.moved.insert(1, 2);
+        let before = net.messages_between(1, 2);
+        deliver(&mut first, 0, &Message::ClientLeft { client: 3 }, &[]);
+        assert_eq!(net.messages_between(1, 2), before + 1);
+        // A handover from a server that is not the chunk's first home, or
+        // of a chunk already here, is refused.
+        let mut other = server_state(&topology, 0, None);
+        deliver(&mut other, 2, &handover, &[0; 8]);
+        assert!(other.homes.is_empty());
+        deliver(&mut st, 1, &handover, &[9; 8]);
+        assert_eq!(st.homes[&1].side.data()[..], [7; 8]);
     }
 
     #[test]

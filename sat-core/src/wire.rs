@@ -171,6 +171,20 @@ pub enum Message {
     /// listed in the payload of its arrival (`client/learned.rs`); at most
     /// [`MAX_FETCH`] in one message.
     Fetch { client: Rank, chunks: Vec<u64> },
+    /// The home of adaptive `chunk` -> the server it moves to (server to
+    /// server, once every process has acknowledged the switch of `epoch`:
+    /// `server/switch.rs`): run it under `running` from `version`, whose
+    /// `size` bytes start the payload; the subscribers follow, 5 bytes each
+    /// (rank, little-endian, then 1 for data or 0). `published` as in the
+    /// home's entry.
+    Handover {
+        chunk: u64,
+        epoch: u32,
+        running: ProtocolId,
+        version: u64,
+        size: u64,
+        published: u64,
+    },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -432,6 +446,7 @@ impl Message {
             Message::Published { .. } => "published",
             Message::PublishedAck { .. } => "published_ack",
             Message::Fetch { .. } => "fetch",
+            Message::Handover { .. } => "handover",
         }
     }
 }

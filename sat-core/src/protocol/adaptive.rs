@@ -108,6 +108,18 @@ impl Observer {
             .then(|| self.choose())
     }
 
+    /// The process that made at least half of the write requests, if one
+    /// did: the chunk's home moves to its server (li_hudak's migratory
+    /// ownership, at the grain of a home: its requests then take no hop
+    /// between servers).
+    pub fn heaviest_writer(&self) -> Option<Rank> {
+        let writes: u32 = self.writes.values().sum();
+        self.writes
+            .iter()
+            .find(|&(_, &n)| 2 * n >= writes && n > 0)
+            .map(|(&r, _)| r)
+    }
+
     /// The rules of the module's table, on what has been seen.
     pub fn choose(&self) -> Choice {
         let writes: u32 = self.writes.values().sum();
@@ -242,6 +254,21 @@ mod tests {
         // Rows of one chunk written at once: most requests find another's.
         let seen: Vec<_> = (0..n).map(|i| (i % 4, write(i % 2 == 0))).collect();
         assert_eq!(run(&seen).unwrap().protocol, ProtocolId::MesiExclusive);
+        // Only reads: nobody to move the home to.
+        let mut o = Observer::default();
+        for i in 0..3 {
+            let _ = o.see(i, read(false));
+        }
+        assert_eq!(o.heaviest_writer(), None);
+        // A writer with half the writes, or none with so many.
+        for (r, w) in [(1, 4), (2, 3), (3, 1)] {
+            for _ in 0..w {
+                let _ = o.see(r, write(false));
+            }
+        }
+        assert_eq!(o.heaviest_writer(), Some(1));
+        let _ = o.see(2, write(false));
+        assert_eq!(o.heaviest_writer(), None, "4, 4 and 1 writes");
         // Only reads.
         let seen: Vec<_> = (0..DECIDE_AFTER_REQUESTS)
             .map(|i| (i % 4, read(false)))

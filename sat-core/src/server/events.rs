@@ -144,9 +144,10 @@ impl ServerState<'_> {
             tracing::warn!("server {}: dropped a {} from {src}", self.rank, msg.kind());
             return;
         }
-        let home = self.home_of(chunk);
+        // (An adaptive chunk's home may have moved: its first home forwards.)
+        let home = self.current_home(chunk);
         if home != self.rank {
-            if !src_is_server {
+            if !src_is_server || self.moved.contains_key(&chunk) {
                 self.send(out, home, msg, Payload::None);
             }
             return;

@@ -1108,3 +1108,56 @@ fn a_client_that_missed_the_switch_is_told_at_its_first_request() {
     s.expect("READ in an old epoch", late, read_sees(chunk, 10), want, 12);
     assert_eq!(running(&s, late, chunk), Some(ProtocolId::MesiExclusive));
 }
+
+#[test]
+fn an_adaptive_chunk_moves_its_home_to_the_server_of_the_process_that_writes_it() {
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 24's first home is server 0; only client 6 (server 1's) writes
+    // it: each of its messages takes a hop between the servers.
+    let (chunk, writer, reader) = (24, 6, 3);
+    for c in [writer, reader] {
+        s.run(c, malloc(ProtocolId::Adaptive, chunk));
+    }
+    let far = b().up(writer, 0).down(0, writer);
+    s.expect("WRITE at the first home", writer, write(chunk), far, 4);
+    s.run(writer, write_back(chunk, 1));
+    for v in 2..=8 {
+        s.run(writer, write(chunk));
+        s.run(writer, write_back(chunk, v));
+    }
+    // The 8th write chose MESI with E and the writer's server; at its
+    // release the chunk went there.
+    assert_eq!(running(&s, writer, chunk), Some(ProtocolId::MesiExclusive));
+    assert_eq!(s.servers[0].0.moved_away_to(chunk), Some(1));
+    let near = b().up(writer, 1).down(1, writer);
+    s.expect("WRITE at the new home", writer, write(chunk), near, 2);
+    s.expect(
+        "RELEASE",
+        writer,
+        write_back(chunk, 9),
+        b().up(writer, 1),
+        1,
+    );
+    s.expect("WRITE in E", writer, write(chunk), b(), 0);
+    s.run(writer, write_back(chunk, 10));
+    // The reader (server 0's) still sends to the first home, which
+    // forwards: told of the switch, it asks again; the home asks the
+    // holder to share first.
+    let want = b()
+        .up(reader, 1)
+        .down(1, reader)
+        .up(reader, 1)
+        .up(reader, 1)
+        .down(1, writer)
+        .up(writer, 1)
+        .down(1, reader);
+    s.expect(
+        "READ through the first home",
+        reader,
+        read_sees(chunk, 10),
+        want,
+        12,
+    );
+}

@@ -72,10 +72,38 @@ pub(crate) enum SwitchPolicy {
     Random(u64),
 }
 
+/// What a policy chose: the protocol, and the server the home moves to
+/// (itself when it stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    protocol: ProtocolId,
+    home: Rank,
+}
+
+/// Where a home may move a chunk: to the server of one of its clients, or
+/// nowhere (a chunk moves once, away from its home by the modulo, only in a
+/// run, not a service, and only a plain chunk: a protected one keeps its
+/// line of key epochs there).
+struct Moves<'a> {
+    here: Rank,
+    allowed: bool,
+    servers: &'a [Rank],
+    topology: &'a crate::topology::Topology,
+}
+
+impl Moves<'_> {
+    /// The server of `client`, if the home may move there.
+    fn to_server_of(&self, client: Option<Rank>) -> Rank {
+        client
+            .filter(|_| self.allowed)
+            .map_or(self.here, |c| self.topology.server_of(c))
+    }
+}
+
 impl SwitchPolicy {
-    /// After a request of the running epoch: the protocol to move to, if
-    /// one is chosen now.
-    fn next(&mut self, adapt: &mut Adapt, from: Rank, seen: Seen) -> Option<ProtocolId> {
+    /// After a request of the running epoch: what to switch to, if it is
+    /// chosen now.
+    fn next(&mut self, adapt: &mut Adapt, from: Rank, seen: Seen, moves: &Moves) -> Option<Plan> {
         if adapt.running == ProtocolId::MesiExclusive {
             // Its holder would keep the chunk from ever being idle (module
             // docs).
@@ -83,14 +111,19 @@ impl SwitchPolicy {
         }
         match self {
             SwitchPolicy::Rules => {
-                let choice = adapt.observer.as_mut()?.see(from, seen)?;
+                let observer = adapt.observer.as_mut()?;
+                let choice = observer.see(from, seen)?;
+                let home = moves.to_server_of(observer.heaviest_writer());
                 adapt.observer = None;
                 tracing::debug!(
-                    "[adaptive] {} chosen: {}",
+                    "[adaptive] {} chosen: {}; home: server {home}",
                     choice.protocol.short_name(),
                     choice.why
                 );
-                Some(choice.protocol)
+                Some(Plan {
+                    protocol: choice.protocol,
+                    home,
+                })
             }
             #[cfg(feature = "simulator")]
             SwitchPolicy::Random(state) => {
@@ -98,7 +131,13 @@ impl SwitchPolicy {
                 *state ^= *state >> 7;
                 *state ^= *state << 17;
                 let targets = crate::protocol::adaptive::TARGETS;
-                (*state % 4 == 0).then(|| targets[(*state >> 8) as usize % targets.len()])
+                let protocol = targets[(*state >> 8) as usize % targets.len()];
+                let home = if moves.allowed && (*state >> 20) % 2 == 0 {
+                    moves.servers[(*state >> 24) as usize % moves.servers.len()]
+                } else {
+                    moves.here
+                };
+                (*state % 4 == 0).then_some(Plan { protocol, home })
             }
         }
     }
@@ -116,8 +155,8 @@ pub(super) struct Adapt {
     participants: BTreeSet<Rank>,
     /// Watching the requests, until the rules choose.
     observer: Option<Observer>,
-    /// The protocol chosen, waiting for the running one to drain.
-    chosen: Option<ProtocolId>,
+    /// The protocol (and home) chosen, waiting for the running one to drain.
+    chosen: Option<Plan>,
     switching: Option<Switching>,
     /// The messages held while the chunk drains and switches, served once
     /// the new protocol runs.
@@ -127,7 +166,7 @@ pub(super) struct Adapt {
 /// A switch under way: the acknowledgements still due.
 #[derive(Debug)]
 struct Switching {
-    to: ProtocolId,
+    to: Plan,
     owed: BTreeSet<Rank>,
 }
 
@@ -154,6 +193,20 @@ impl Adapt {
     pub(super) fn sent_to(&mut self, client: Rank) {
         self.participants.insert(client);
     }
+
+    /// A chunk handed over from its first home: it runs `running` from
+    /// `epoch`, every process told, nothing under way.
+    fn arrived(epoch: u32, running: ProtocolId) -> Adapt {
+        Adapt {
+            epoch,
+            running,
+            participants: BTreeSet::new(),
+            observer: None,
+            chosen: None,
+            switching: None,
+            held: Vec::new(),
+        }
+    }
 }
 
 fn is_request(op: CoherenceOp) -> bool {
@@ -176,7 +229,19 @@ impl ServerState<'_> {
         let Said {
             client, op, epoch, ..
         } = said;
+        let static_home = self.servers[(chunk % self.servers.len() as u64) as usize];
         let entry = self.homes.get_mut(&chunk).expect("checked by the caller");
+        let moves = Moves {
+            here: self.rank,
+            // Not in a service: a slot's next client would meet the news of
+            // its predecessor's departure on two paths.
+            allowed: static_home == self.rank
+                && entry.epochs.is_none()
+                && self.servers.len() > 1
+                && self.service.is_none(),
+            servers: &self.servers,
+            topology: self.topology,
+        };
         let idle = entry.side.idle();
         let adapt = entry.adapt.as_mut().expect("adaptive");
         let next = adapt.epoch + 1;
@@ -235,8 +300,9 @@ impl ServerState<'_> {
             _ => None,
         };
         if let (Some(seen), None) = (seen, adapt.chosen) {
-            if let Some(to) = self.switch_policy.next(adapt, client, seen) {
-                adapt.chosen = (to != adapt.running).then_some(to);
+            if let Some(plan) = self.switch_policy.next(adapt, client, seen, &moves) {
+                let changes = plan.protocol != adapt.running || plan.home != self.rank;
+                adapt.chosen = changes.then_some(plan);
             }
         }
         self.at_home(out, src, chunk, client, op, payload);
@@ -259,9 +325,11 @@ impl ServerState<'_> {
         let owed = std::mem::take(&mut adapt.participants);
         let next = adapt.epoch + 1;
         tracing::debug!(
-            "[adaptive] chunk {chunk}: switching from {} to {} (epoch {next}), {} clients to tell",
+            "[adaptive] chunk {chunk}: switching from {} to {} (epoch {next}, home: server {}), \
+             {} clients to tell",
             adapt.running.short_name(),
-            to.short_name(),
+            to.protocol.short_name(),
+            to.home,
             owed.len()
         );
         adapt.switching = Some(Switching {
@@ -269,7 +337,7 @@ impl ServerState<'_> {
             owed: owed.clone(),
         });
         for client in owed {
-            self.send_switch(out, chunk, client, next, to);
+            self.send_switch(out, chunk, client, next, to.protocol);
         }
         self.maybe_complete(out, chunk);
     }
@@ -283,20 +351,25 @@ impl ServerState<'_> {
             return;
         }
         let sw = adapt.switching.take().expect("checked");
+        if sw.to.home != self.rank {
+            self.hand_over(out, chunk, sw.to);
+            return;
+        }
         let last = LastRelease {
             version: entry.side.version(),
             data: entry.side.data().clone(),
         };
         entry.side = sw
             .to
+            .protocol
             .consistency()
             .resume_home(last)
             .expect("every switch target resumes a chunk");
         adapt.epoch += 1;
-        adapt.running = sw.to;
+        adapt.running = sw.to.protocol;
         tracing::debug!(
             "[adaptive] chunk {chunk}: runs {} from epoch {}",
-            sw.to.short_name(),
+            sw.to.protocol.short_name(),
             adapt.epoch
         );
         for (said, payload) in std::mem::take(&mut adapt.held) {
@@ -336,5 +409,108 @@ impl ServerState<'_> {
         } else {
             self.maybe_start_switch(out, chunk);
         }
+    }
+
+    /// The switch of `chunk` ends with its home on another server: the
+    /// entry goes there ([`Message::Handover`]), then the requests held
+    /// here, in order behind it; this server forwards whatever comes for
+    /// the chunk from now on (`moved`).
+    fn hand_over(&mut self, out: &mut dyn Sender, chunk: u64, to: Plan) {
+        let entry = self.homes.remove(&chunk).expect("switching");
+        let adapt = entry.adapt.expect("adaptive");
+        let data = entry.side.data().clone();
+        let mut payload = Vec::with_capacity(data.len() + 5 * entry.subscribers.len());
+        payload.extend_from_slice(&data);
+        for (&rank, &with_data) in &entry.subscribers {
+            payload.extend_from_slice(&rank.to_le_bytes());
+            payload.push(u8::from(with_data));
+        }
+        let msg = Message::Handover {
+            chunk,
+            epoch: adapt.epoch + 1,
+            running: to.protocol,
+            version: entry.side.version(),
+            size: data.len() as u64,
+            published: entry.published,
+        };
+        tracing::debug!(
+            "[adaptive] chunk {chunk}: handed over to server {} (runs {} from epoch {})",
+            to.home,
+            to.protocol.short_name(),
+            adapt.epoch + 1
+        );
+        self.send(out, to.home, &msg, Payload::Copy(&payload));
+        self.moved.insert(chunk, to.home);
+        for (said, payload) in adapt.held {
+            let msg = Message::Coherence {
+                chunk,
+                client: said.client,
+                op: said.op,
+                epoch: said.epoch,
+                after_barrier: said.after_barrier,
+            };
+            self.send(out, to.home, &msg, Payload::Copy(&payload));
+        }
+    }
+
+    /// A chunk's first home hands it over to this server (`src`, checked:
+    /// only that server may, once).
+    pub(super) fn take_over(
+        &mut self,
+        src: Rank,
+        handover: (u64, u32, ProtocolId, u64),
+        (size, published): (u64, u64),
+        payload: &[u8],
+    ) {
+        let (chunk, epoch, running, version) = handover;
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let fits = size > 0
+            && size <= crate::chunk::MAX_CHUNK_SIZE
+            && payload.len() >= size
+            && (payload.len() - size).is_multiple_of(5);
+        let from_first_home = src == self.home_of(chunk) && src != self.rank;
+        let side = crate::protocol::adaptive::TARGETS
+            .contains(&running)
+            .then(|| {
+                running.consistency().resume_home(LastRelease {
+                    version,
+                    data: payload[..size.min(payload.len())].into(),
+                })
+            })
+            .flatten();
+        let (true, true, false, Some(side)) =
+            (fits, from_first_home, self.homes.contains_key(&chunk), side)
+        else {
+            tracing::warn!(
+                "server {}: dropped a handover of chunk {chunk} from {src}: not its first home, \
+                 a chunk already here, or a malformed one",
+                self.rank
+            );
+            return;
+        };
+        let subscribers = payload[size..]
+            .chunks_exact(5)
+            .map(|s| {
+                let rank = Rank::from_le_bytes(s[..4].try_into().expect("4 bytes"));
+                (rank, s[4] != 0)
+            })
+            .filter(|&(rank, _)| rank < self.topology.len() && !self.topology.is_server(rank))
+            .collect();
+        tracing::debug!(
+            "[adaptive] chunk {chunk}: taken over from server {src}, runs {} from epoch {epoch}",
+            running.short_name()
+        );
+        self.homes.insert(
+            chunk,
+            HomeEntry {
+                protocol: ProtocolId::Adaptive,
+                side,
+                subscribers,
+                slot: None,
+                published,
+                epochs: None,
+                adapt: Some(Adapt::arrived(epoch, running)),
+            },
+        );
     }
 }

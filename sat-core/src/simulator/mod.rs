@@ -93,6 +93,8 @@ pub struct Outcome {
     pub pushed: u64,
     /// Protocol switches of adaptive chunks the clients applied.
     pub switches: u64,
+    /// Adaptive chunks whose home moved to another server.
+    pub moved: u64,
 }
 
 /// A broken invariant, with what replays it.

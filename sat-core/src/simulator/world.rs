@@ -688,6 +688,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         });
     }
     let oracle = Shared::lock(&shared.oracle);
+    let moved = servers.iter().map(|(s, _, _)| s.moved_away()).sum();
     Ok(Outcome {
         steps: sched.steps(),
         servers: shape.servers,
@@ -700,6 +701,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         notifications: oracle.notifications,
         pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
+        moved,
     })
 }
 
