@@ -87,6 +87,8 @@ struct Plan {
 struct Moves<'a> {
     here: Rank,
     allowed: bool,
+    /// The servers a random move draws from (the simulator's policy).
+    #[cfg_attr(not(feature = "simulator"), allow(dead_code))]
     servers: &'a [Rank],
     topology: &'a crate::topology::Topology,
 }
