@@ -927,6 +927,12 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
                 r.rank, r.pid
             )),
         }
+        if let Err(e) = crate::server::spill::remove_leftovers(r.pid) {
+            notice(&format!(
+                "cannot remove the spill folder of rank {} (pid {}): {e}",
+                r.rank, r.pid
+            ));
+        }
     }
     open_streams.wait_all_closed(OUTPUT_DRAIN);
     sys::reap_orphans();

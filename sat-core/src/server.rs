@@ -72,6 +72,9 @@ struct ServerState<'t> {
     /// Adaptive chunks this server was the first home of, moved to another
     /// server (`server/switch.rs`): what comes here for them goes there.
     moved: BTreeMap<u64, Rank>,
+    /// The versions kept in memory, and those spilled to files, under the
+    /// server's memory capacity (`server/spill.rs`).
+    spill: spill::Spill,
 }
 
 pub(crate) mod epochs;
@@ -80,6 +83,7 @@ pub(crate) mod host;
 mod membership;
 #[cfg(test)]
 mod message_counts;
+pub(crate) mod spill;
 mod switch;
 
 pub(crate) use membership::ServiceSide;
@@ -324,8 +328,8 @@ impl<'t> Server<'t> {
     pub(crate) fn homes(
         &self,
     ) -> impl Iterator<Item = (u64, crate::protocol::Version, std::sync::Arc<[u8]>)> + '_ {
-        self.st.homes.iter().map(|(&c, h)| {
-            let (version, data) = h.current();
+        self.st.homes.keys().map(|&c| {
+            let (version, data) = self.st.current_of(c).expect("listed");
             (c, version, data)
         })
     }
@@ -334,6 +338,13 @@ impl<'t> Server<'t> {
     #[cfg(feature = "simulator")]
     pub(crate) fn moved_away(&self) -> u64 {
         self.st.moved.len() as u64
+    }
+
+    /// How many versions this server wrote out to its spill files, and read
+    /// back.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn spills(&self) -> (u64, u64) {
+        (self.st.spill.written, self.st.spill.read)
     }
 
     /// Where this server handed `chunk` over to, if it did.
@@ -376,6 +387,10 @@ impl<'t> ServerState<'t> {
     ) -> ServerState<'t> {
         let size = topology.len() as usize;
         let servers = topology.servers();
+        // A server with a memory capacity keeps its versions where it can
+        // spill them: on the message path, not in host slots.
+        let spill = spill::Spill::new(topology.entry(rank).memory);
+        let host = host.filter(|_| !spill.bounded());
         // In a service no slot has a client until one attaches.
         let in_service = service.is_some();
         ServerState {
@@ -409,6 +424,7 @@ impl<'t> ServerState<'t> {
             send_failures: Vec::new(),
             switch_policy: SwitchPolicy::Rules,
             moved: BTreeMap::new(),
+            spill,
         }
     }
 }
@@ -421,9 +437,10 @@ impl ServerState<'_> {
     /// written is reported and the run goes on.
     fn dump_homes(&self, dir: &std::path::Path) {
         let written = std::fs::create_dir_all(dir).and_then(|()| {
-            for (chunk, home) in &self.homes {
+            for &chunk in self.homes.keys() {
                 let path = dir.join(format!("home.{}.{chunk:016x}", self.rank));
-                std::fs::write(path, &home.current().1[..])?;
+                let (_, data) = self.current_of(chunk).expect("listed");
+                std::fs::write(path, &data[..])?;
             }
             Ok(())
         });
@@ -861,6 +878,10 @@ impl ServerState<'_> {
                             adapt: adaptive.then(switch::Adapt::new),
                         },
                     );
+                    if self.homes[&chunk].slot.is_none() {
+                        self.spill.used(chunk, size as usize);
+                        self.make_room(chunk);
+                    }
                 }
                 let (outcome, woken) = self.alloc.malloc(chunk, size, protocol, label);
                 tracing::debug!(
@@ -1020,6 +1041,9 @@ impl ServerState<'_> {
         op: CoherenceOp,
         payload: &[u8],
     ) {
+        if !self.bring_in(chunk) {
+            return;
+        }
         let Some(entry) = self.homes.get_mut(&chunk) else {
             tracing::warn!(
                 "server {}: coherence request for chunk {chunk}, which nobody allocated",
@@ -1070,6 +1094,7 @@ impl ServerState<'_> {
             self.accounts.count_applied();
             self.notify_subscribers(out, chunk);
         }
+        self.make_room(chunk);
     }
 
     /// Learned communication sets, as a barrier's round ends here (this

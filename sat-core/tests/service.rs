@@ -135,13 +135,18 @@ fn children_of(parent: u32) -> Vec<u32> {
 }
 
 fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A memory figure of process `pid` from /proc/PID/status, in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .expect("VmRSS")
+        .expect(field)
 }
 
 /// Runs `attach ARGS` to its end (bounded) and returns (success, stdout, stderr).
@@ -598,4 +603,83 @@ fn desk_exchange(port: &str, after: &[u8]) -> Vec<u8> {
         "the desk said more after refusing: {rest:02x?}"
     );
     answer
+}
+
+/// A server whose topology gives it 64 MiB of versions keeps no more in
+/// memory (`server/spill.rs`): a process writes 1 GiB of chunks, another
+/// reads every byte back, the server's peak memory stays far under 1 GiB,
+/// its spill files are its own (mode 0700 folder), and they go with it.
+#[test]
+fn a_service_of_64_mib_per_server_holds_and_returns_1_gib() {
+    struct Removed(PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("sat-spill-test-{}", std::process::id()));
+    let _removed = Removed(dir.clone());
+    let spill = dir.join("spill");
+    std::fs::create_dir_all(&spill).unwrap();
+    let topology = dir.join("topology.xml");
+    std::fs::write(
+        &topology,
+        r#"<?xml version="1.0"?>
+<SAT><topologies>
+  <topology id="0" role="0"><memory capacity="64MiB"/><clients><intlist>1 2</intlist></clients></topology>
+  <topology id="1" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+  <topology id="2" role="1"><memory capacity="0"/><servers><intlist>0</intlist></servers></topology>
+</topologies></SAT>"#,
+    )
+    .unwrap();
+    let mut service = Service::start_with_env(
+        "shm",
+        &["--topology", topology.to_str().unwrap()],
+        &[("SAT_SPILL_DIR", spill.to_str().unwrap())],
+    );
+    let a = service.address.clone();
+    let gib = (1u64 << 30).to_string();
+    let attach = |command: &str| {
+        let out = common::run(
+            Command::new(example("attach"))
+                .args([
+                    command, &a, "--chunk", "100", "--bytes", &gib, "--seed", "11",
+                ])
+                .env("SAT_CHUNK_SIZE", "1048576"),
+        );
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let (ok, _, err) = attach("write");
+    assert!(ok, "write failed: {err}\n{}", service.log());
+    let folders: Vec<PathBuf> = std::fs::read_dir(&spill)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(folders.len(), 1, "one spill folder: {folders:?}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&folders[0]).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+    let files = std::fs::read_dir(&folders[0]).unwrap().count();
+    assert!(files > 900, "{files} versions spilled of 1024");
+    let (ok, out, err) = attach("check");
+    assert!(
+        ok && out.contains(&format!("checked {gib} bytes")),
+        "check failed: {err}\n{}",
+        service.log()
+    );
+    let servers = service.servers();
+    assert_eq!(servers.len(), 1);
+    let peak = status_kib(servers[0], "VmHWM:");
+    assert!(
+        peak < 256 * 1024,
+        "the server's peak memory is {peak} KiB for 64 MiB of versions"
+    );
+    assert_eq!(service.stop(), 0);
+    assert_eq!(
+        std::fs::read_dir(&spill).unwrap().count(),
+        0,
+        "the spill folder outlived its server"
+    );
 }

@@ -185,6 +185,16 @@ impl HomeSide for Home {
         self.last.version
     }
 
+    /// The home keeps nothing but the last release: no scope of its is
+    /// under way here, and a client that leaves is forgotten with no data.
+    fn can_spill(&self) -> bool {
+        true
+    }
+
+    fn last_release_mut(&mut self) -> Option<&mut LastRelease> {
+        Some(&mut self.last)
+    }
+
     fn data(&self) -> &Arc<[u8]> {
         &self.last.data
     }

@@ -110,6 +110,16 @@ impl HomeSide for Home {
         self.writer.is_none() && self.readers.is_empty() && self.pending.is_empty()
     }
 
+    /// Nothing waits to be granted: open scopes may end (their clients
+    /// may leave) with no data sent.
+    fn can_spill(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    fn last_release_mut(&mut self) -> Option<&mut LastRelease> {
+        Some(&mut self.last)
+    }
+
     fn on_message(
         &mut self,
         from: Rank,

@@ -487,6 +487,17 @@ impl HomeSide for Home {
         !self.busy() && self.exclusive.is_none() && self.pending.is_empty()
     }
 
+    /// Nothing waits to be granted: a client that leaves (a writer or the
+    /// E holder too) is forgotten with no data sent. A write scope under
+    /// way does not keep the bytes in memory: its release brings them back.
+    fn can_spill(&self) -> bool {
+        self.pending.is_empty() && self.granting.is_none()
+    }
+
+    fn last_release_mut(&mut self) -> Option<&mut LastRelease> {
+        Some(&mut self.last)
+    }
+
     fn version(&self) -> Version {
         self.last.version
     }

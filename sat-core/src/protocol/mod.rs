@@ -252,6 +252,18 @@ pub trait HomeSide: Send + Debug {
     fn idle(&self) -> bool {
         false
     }
+    /// Whether the home may write the last release's bytes out of memory
+    /// now (`server/spill.rs`): it sends none unless a message comes first
+    /// (forgetting a client that left sends none). [`HomeSide::idle`] by
+    /// default.
+    fn can_spill(&self) -> bool {
+        self.idle()
+    }
+    /// The last release, for the home to spill its bytes and bring them
+    /// back; None: this protocol's versions stay in memory.
+    fn last_release_mut(&mut self) -> Option<&mut LastRelease> {
+        None
+    }
 }
 
 /// What a client does with a message from the home.

@@ -347,6 +347,14 @@ impl ServerState<'_> {
     /// Ends `chunk`'s switch once every acknowledgement is in: the new
     /// protocol takes the last released version, then the held messages.
     fn maybe_complete(&mut self, out: &mut dyn Sender, chunk: u64) {
+        let complete = self.homes[&chunk]
+            .adapt
+            .as_ref()
+            .is_some_and(|a| a.switching.as_ref().is_some_and(|s| s.owed.is_empty()));
+        // The new protocol (or home) takes the bytes: in memory first.
+        if complete && !self.bring_in(chunk) {
+            return;
+        }
         let entry: &mut HomeEntry = self.homes.get_mut(&chunk).expect("switching");
         let adapt = entry.adapt.as_mut().expect("adaptive");
         if !adapt.switching.as_ref().is_some_and(|s| s.owed.is_empty()) {
@@ -419,6 +427,7 @@ impl ServerState<'_> {
     /// the chunk from now on (`moved`).
     fn hand_over(&mut self, out: &mut dyn Sender, chunk: u64, to: Plan) {
         let entry = self.homes.remove(&chunk).expect("switching");
+        self.spill.forget(chunk);
         let adapt = entry.adapt.expect("adaptive");
         let data = entry.side.data().clone();
         let mut payload = Vec::with_capacity(data.len() + 5 * entry.subscribers.len());
@@ -514,5 +523,7 @@ impl ServerState<'_> {
                 adapt: Some(Adapt::arrived(epoch, running)),
             },
         );
+        self.spill.used(chunk, size);
+        self.make_room(chunk);
     }
 }

@@ -95,6 +95,8 @@ pub struct Outcome {
     pub switches: u64,
     /// Adaptive chunks whose home moved to another server.
     pub moved: u64,
+    /// Versions the servers read back from their spill files.
+    pub spilled: u64,
 }
 
 /// A broken invariant, with what replays it.

@@ -313,12 +313,16 @@ struct Shape {
     /// Adaptive chunks switch protocol at random, again and again, from
     /// this seed (`server/switch.rs`); None: by the rules, once.
     switches: Option<u64>,
+    /// The servers keep this many chunks' versions in memory and spill the
+    /// others to files (`server/spill.rs`); 0: all in memory.
+    server_capacity: u32,
 }
 
 impl Shape {
     fn pick(rng: &mut Rng) -> Shape {
         let servers = 1 + rng.below(3) as u32;
         let clients = 2 + rng.below(3) as u32;
+        let host_slots = rng.chance(50);
         Shape {
             servers,
             clients,
@@ -334,8 +338,14 @@ impl Shape {
                 })
                 .collect(),
             max_delay: rng.below(5) as u32,
-            host_slots: rng.chance(50),
+            host_slots,
             switches: rng.chance(50).then(|| rng.next_u64() | 1),
+            // (A server with a capacity keeps no host slots.)
+            server_capacity: if !host_slots && rng.chance(40) {
+                1 + rng.below(3) as u32
+            } else {
+                0
+            },
         }
     }
 
@@ -348,8 +358,9 @@ impl Shape {
                 .map(|i| client_rank(i).to_string())
                 .collect();
             xml += &format!(
-                "<topology id=\"{s}\" role=\"0\"><memory capacity=\"0\"/>\
+                "<topology id=\"{s}\" role=\"0\"><memory capacity=\"{}\"/>\
                  <clients><intlist>{}</intlist></clients></topology>\n",
+                self.server_capacity,
                 mine.join(" ")
             );
         }
@@ -402,7 +413,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     });
     shared.note(|| {
         format!(
-            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}{}",
+            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}{}{}",
             shape.servers,
             shape.clients,
             shape.capacities,
@@ -417,6 +428,14 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                 ", adaptive chunks switching at random"
             } else {
                 ""
+            },
+            if shape.server_capacity > 0 {
+                format!(
+                    ", servers keeping {} versions in memory",
+                    shape.server_capacity
+                )
+            } else {
+                String::new()
             }
         )
     });
@@ -689,6 +708,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     }
     let oracle = Shared::lock(&shared.oracle);
     let moved = servers.iter().map(|(s, _, _)| s.moved_away()).sum();
+    let spilled = servers.iter().map(|(s, _, _)| s.spills().1).sum();
     Ok(Outcome {
         steps: sched.steps(),
         servers: shape.servers,
@@ -702,6 +722,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
+        spilled,
     })
 }
 
