@@ -608,7 +608,9 @@ fn desk_exchange(port: &str, after: &[u8]) -> Vec<u8> {
 /// A server whose topology gives it 64 MiB of versions keeps no more in
 /// memory (`server/spill.rs`): a process writes 1 GiB of chunks, another
 /// reads every byte back, the server's peak memory stays far under 1 GiB,
-/// its spill files are its own (mode 0700 folder), and they go with it.
+/// its spill files are its own (mode 0700 folder), and they go with it. The
+/// highest chunks a program may allocate (below the symbol table's ids),
+/// written first, are spilled and read back too.
 #[test]
 fn a_service_of_64_mib_per_server_holds_and_returns_1_gib() {
     struct Removed(PathBuf);
@@ -639,17 +641,22 @@ fn a_service_of_64_mib_per_server_holds_and_returns_1_gib() {
     );
     let a = service.address.clone();
     let gib = (1u64 << 30).to_string();
-    let attach = |command: &str| {
+    // The highest chunks a program may allocate: the symbol table has the
+    // ids from 0xffffff0000000000 up.
+    let top = (0xffff_ff00_0000_0000u64 - 4).to_string();
+    let attach = |command: &str, chunk: &str, bytes: &str| {
         let out = common::run(
             Command::new(example("attach"))
                 .args([
-                    command, &a, "--chunk", "100", "--bytes", &gib, "--seed", "11",
+                    command, &a, "--chunk", chunk, "--bytes", bytes, "--seed", "11",
                 ])
                 .env("SAT_CHUNK_SIZE", "1048576"),
         );
         (out.status.success(), text(&out.stdout), text(&out.stderr))
     };
-    let (ok, _, err) = attach("write");
+    let (ok, _, err) = attach("write", &top, "4194304");
+    assert!(ok, "write at the top failed: {err}\n{}", service.log());
+    let (ok, _, err) = attach("write", "100", &gib);
     assert!(ok, "write failed: {err}\n{}", service.log());
     let folders: Vec<PathBuf> = std::fs::read_dir(&spill)
         .unwrap()
@@ -662,13 +669,15 @@ fn a_service_of_64_mib_per_server_holds_and_returns_1_gib() {
         assert_eq!(mode & 0o777, 0o700);
     }
     let files = std::fs::read_dir(&folders[0]).unwrap().count();
-    assert!(files > 900, "{files} versions spilled of 1024");
-    let (ok, out, err) = attach("check");
-    assert!(
-        ok && out.contains(&format!("checked {gib} bytes")),
-        "check failed: {err}\n{}",
-        service.log()
-    );
+    assert!(files > 900, "{files} versions spilled of 1028");
+    for (chunk, bytes) in [("100", gib.as_str()), (top.as_str(), "4194304")] {
+        let (ok, out, err) = attach("check", chunk, bytes);
+        assert!(
+            ok && out.contains(&format!("checked {bytes} bytes")),
+            "check of chunk {chunk} failed: {err}\n{}",
+            service.log()
+        );
+    }
     let servers = service.servers();
     assert_eq!(servers.len(), 1);
     let peak = status_kib(servers[0], "VmHWM:");
