@@ -311,6 +311,11 @@ typedef enum sat_status {
      * a symbol's value).
      */
     SAT_ERR_NO_MEMORY = -13,
+    /**
+     * A run with recovery lost a process this call may have counted on
+     * (a barrier): call it again with the count of the processes left.
+     */
+    SAT_ERR_PROCESS_LOST = -14,
 } sat_status;
 
 /**
@@ -972,8 +977,13 @@ enum sat_status sat_wakeup(uint32_t id);
 /**
  * Waits until `count` calls of barrier `id` have arrived.
  *
+ * In a run with recovery (`satrun --enable-recovery`), the first call of
+ * each process after the run lost a process fails with
+ * SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
+ * loss or after: call it again with the count of the processes left.
+ *
  * Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
- * SAT_ERR_ABORTED.
+ * SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.
  */
 enum sat_status sat_barrier(uint32_t id, uint32_t count);
 

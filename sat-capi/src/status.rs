@@ -40,6 +40,9 @@ pub enum sat_status {
     /// Memory for the call could not be allocated (a chain's local memory,
     /// a symbol's value).
     SAT_ERR_NO_MEMORY = -13,
+    /// A run with recovery lost a process this call may have counted on
+    /// (a barrier): call it again with the count of the processes left.
+    SAT_ERR_PROCESS_LOST = -14,
 }
 
 use sat_status::*;
@@ -82,6 +85,7 @@ pub(crate) fn fail(e: &SatError) -> sat_status {
         SatError::Timeout(_) => SAT_ERR_TIMEOUT,
         SatError::AccessDenied(_) => SAT_ERR_ACCESS_DENIED,
         SatError::Integrity(_) => SAT_ERR_INTEGRITY,
+        SatError::ProcessLost(_) => SAT_ERR_PROCESS_LOST,
     };
     set_error_status(status, &e.to_string());
     status
@@ -180,6 +184,7 @@ pub extern "C" fn sat_status_string(status: i32) -> *const c_char {
         -11 => b"access denied to protected data\0",
         -12 => b"protected data failed its integrity check\0",
         -13 => b"out of memory\0",
+        -14 => b"a process of the run was lost (call again with the count left)\0",
         _ => b"unknown status\0",
     };
     s.as_ptr().cast()

@@ -40,8 +40,13 @@ pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
 
 /// Waits until `count` calls of barrier `id` have arrived.
 ///
+/// In a run with recovery (`satrun --enable-recovery`), the first call of
+/// each process after the run lost a process fails with
+/// SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
+/// loss or after: call it again with the count of the processes left.
+///
 /// Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
-/// SAT_ERR_ABORTED.
+/// SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.
 #[no_mangle]
 pub extern "C" fn sat_barrier(id: u32, count: u32) -> sat_status {
     call("barrier", |c| c.barrier(id, count))

@@ -222,6 +222,9 @@ pub struct Client {
     /// The coordinators keep barriers in host segments (every process of
     /// the run on one host): see [`sync`].
     host_sync: AtomicBool,
+    /// In a run with recovery: why this process cannot go on, once its
+    /// watch knows (`bootstrap/watch.rs`); every wait ends with it.
+    fatal: std::sync::OnceLock<crate::bootstrap::watch::Fatal>,
     /// What a layer above keeps for this client and no other (the
     /// encryption layer's tenant key and caches): two clients of one
     /// process may be two tenants, and a client's state ends with it.
@@ -288,6 +291,7 @@ impl Client {
             role_thread: std::sync::OnceLock::new(),
             finished: AtomicBool::new(false),
             host_sync: AtomicBool::new(false),
+            fatal: std::sync::OnceLock::new(),
             layer: Mutex::new(None),
             state: Mutex::new(ClientState {
                 transport,
@@ -324,6 +328,21 @@ impl Client {
     /// then kept there (set by the bootstrap, before the role starts).
     pub(crate) fn use_host_sync(&self) {
         self.host_sync.store(true, Ordering::Relaxed);
+    }
+
+    /// This client's run has recovery on: `fatal` says when the run cannot
+    /// go on for this process (its seed is gone, the run was stopped, or it
+    /// was declared lost), and every call then fails with the reason.
+    pub(crate) fn watch(&self, fatal: crate::bootstrap::watch::Fatal) {
+        let _ = self.fatal.set(fatal);
+    }
+
+    /// The error every call returns once this process cannot go on.
+    fn fatal(&self) -> SatResult<()> {
+        match self.fatal.get().and_then(|f| f.reason()) {
+            Some(why) => Err(SatError::Aborted(why.to_owned())),
+            None => Ok(()),
+        }
     }
 
     /// This client of a service takes read locks on host slots under its
@@ -1019,6 +1038,9 @@ impl Client {
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
+        // On one host a scope may need no message: a process the run cannot
+        // go on with must hear it here, not only when it waits.
+        self.fatal()?;
         let mut access = access;
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
@@ -1269,6 +1291,8 @@ impl Client {
     /// thread's closure is waited for; this thread's own is misuse (the
     /// closure is still using the bytes the scope would publish or drop).
     fn end_scope(&self, chunk: ChunkId, ending: Ending) -> SatResult<()> {
+        // A process the run was told to go on without publishes nothing.
+        self.fatal()?;
         let me = this_thread();
         let to = (self.rank, self.server);
         let acked = {
@@ -1801,6 +1825,7 @@ impl Client {
         }
         let mut idle = Idle::with_clock(policy, self.clock.clone());
         loop {
+            self.fatal()?;
             // Read before looking: an announcement after this ends the sleep.
             let seen = sleep_on.map(|s| s.slot().announced());
             let (events_pending, traffic) = {

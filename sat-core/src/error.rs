@@ -25,6 +25,11 @@ pub enum SatError {
     #[error("bootstrap failed: {0}")]
     Bootstrap(String),
 
+    /// A run with recovery lost a process this call may have waited for
+    /// (a barrier round counting on it); the message says what to do.
+    #[error("a process of the run was lost: {0}")]
+    ProcessLost(String),
+
     /// The run was aborted by another process; the message names the cause.
     #[error("the run was aborted: {0}")]
     Aborted(String),

@@ -40,7 +40,8 @@ pub const USAGE: &str = "\
 satrun: start the processes of a SAT run on this host
 
 Usage:
-  satrun -n N [--topology FILE] [--provider shm|tcp|verbs] [--] PROG [ARGS...]
+  satrun -n N [--topology FILE] [--provider shm|tcp|verbs] [--enable-recovery]
+         [--] PROG [ARGS...]
   satrun [--topology FILE] [--provider P] -n N1 PROG1 [ARGS...] : -n N2 PROG2 [ARGS...] ...
   satrun --serve [--servers K] [--slots M] [--topology FILE] [--provider P]
          [--listen HOST:PORT] [--address-file FILE]
@@ -54,6 +55,11 @@ Options:
                      every other rank a client of it with role 1
   --provider NAME    the libfabric provider: shm (this host), tcp or verbs;
                      default: $SAT_PROVIDER, else shm
+  --enable-recovery  the run outlives a client process that dies or stops answering
+                     for $SAT_LEASE_S seconds (default 10): its write scopes are
+                     revoked, its chunks keep their last released versions, and the
+                     others go on (sets SAT_RECOVERY=on; under mpirun or srun, set
+                     it yourself). A lost server still ends the run.
   --                 the end of satrun's options: the next argument is PROG
   -h, --help         print this help
 
@@ -82,8 +88,9 @@ is required when the seed's address is not loopback. See docs/SECURITY.md.
 
 Every line a process prints is prefixed with its rank: \"[2] ...\".
 Exit status: 0 when every process exits with 0; otherwise the status of the
-first process that failed (1 if a signal killed it); 128+N when satrun was
-stopped by signal N; 2 when the run could not start.
+first process that failed (1 if a signal killed it), also when the run went on
+without it (--enable-recovery); 128+N when satrun was stopped by signal N; 2
+when the run could not start.
 ";
 
 /// How long the ranks have to exit after SIGTERM before SIGKILL.
@@ -142,6 +149,8 @@ pub struct LaunchArgs {
     pub topology: Option<PathBuf>,
     /// `--provider` given to satrun.
     pub provider: Option<String>,
+    /// `--enable-recovery`: the run outlives a client that dies.
+    pub recovery: bool,
 }
 
 /// What the command line asks for.
@@ -275,6 +284,7 @@ where
                 let value = value.to_string_lossy().into_owned();
                 set_once(&mut out.provider, value, "--provider")?;
             }
+            "--enable-recovery" => out.recovery = true,
             ":" => {
                 return Err(usage(
                     "':' must follow a program: -n N PROG [ARGS...] : -n M PROG2 [ARGS...]",
@@ -412,6 +422,8 @@ pub struct Plan {
     pub provider: Provider,
     /// Set for `satrun --serve`.
     pub service: Option<ServicePlan>,
+    /// `--enable-recovery`.
+    pub recovery: bool,
 }
 
 /// What `satrun --serve` adds to a plan.
@@ -462,6 +474,7 @@ pub fn plan_service(args: &ServeArgs, env_provider: Option<&OsStr>) -> Result<Pl
             address_file: args.address_file.clone(),
             slots,
         }),
+        recovery: false,
     })
 }
 
@@ -578,6 +591,7 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
         topology_file,
         provider,
         service: None,
+        recovery: args.recovery,
     })
 }
 
@@ -806,6 +820,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             .env("SAT_PROVIDER", plan.provider.name())
             .env("SAT_LAUNCHER", "satrun")
             .env("SAT_OUTPUT_PREFIXED", "1")
+            .env("SAT_RECOVERY", if plan.recovery { "on" } else { "off" })
             .env_remove("SAT_SEED_FD")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -910,7 +925,12 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     drop(service_listener);
     drop(events);
 
-    let code = supervise(&mut running, &inbox, start_failure, plan.service.is_some());
+    let mode = match (&plan.service, plan.recovery) {
+        (Some(_), _) => Mode::Service,
+        (None, true) => Mode::Recovering(&plan.topology),
+        (None, false) => Mode::Run,
+    };
+    let code = supervise(&mut running, &inbox, start_failure, mode);
     if let Some(path) = &address_file {
         let _ = std::fs::remove_file(path);
     }
@@ -1044,12 +1064,25 @@ fn write_private(path: &Path, text: &str) -> io::Result<()> {
 /// Waits for every rank; on the first failure (or a signal to satrun, or a
 /// rank that could not start) stops the others: SIGTERM, then SIGKILL after
 /// [`TERMINATE_GRACE`]. Returns satrun's exit status.
+/// What a failed process means to the rest.
+#[derive(Clone, Copy)]
+enum Mode<'t> {
+    /// Any failure stops every process.
+    Run,
+    /// `--enable-recovery`: a client's failure is reported and the others go
+    /// on; a server's stops every process.
+    Recovering(&'t Topology),
+    /// A service: ends by a signal.
+    Service,
+}
+
 fn supervise(
     running: &mut [Running],
     inbox: &mpsc::Receiver<Event>,
     start_failure: Option<i32>,
-    service: bool,
+    mode: Mode<'_>,
 ) -> i32 {
+    let service = matches!(mode, Mode::Service);
     let mut live = running.len();
     let mut code: Option<i32> = start_failure;
     let mut kill_at: Option<Instant> = None;
@@ -1079,9 +1112,25 @@ fn supervise(
                         ExitStatus::from_raw(1 << 8)
                     }
                 };
-                if !status.success() && code.is_none() {
+                let goes_on = match mode {
+                    Mode::Recovering(t) => !t.is_server(rank),
+                    _ => false,
+                };
+                if !status.success() && goes_on && kill_at.is_none() {
+                    notice(&format!(
+                        "rank {rank} ({}) {}; the run goes on without it (--enable-recovery)",
+                        r.program,
+                        describe(status)
+                    ));
+                    code.get_or_insert(match status.code() {
+                        Some(c) if c != 0 => c,
+                        _ => 1,
+                    });
+                } else if !status.success() && kill_at.is_none() && give_up_at.is_none() {
+                    // The first failure that stops the run (the failures
+                    // its stopping causes are not news).
                     notice(&format!("rank {rank} ({}) {}", r.program, describe(status)));
-                    code = Some(match status.code() {
+                    code.get_or_insert(match status.code() {
                         Some(c) if c != 0 => c,
                         _ => 1,
                     });

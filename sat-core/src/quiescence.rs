@@ -47,6 +47,13 @@ pub struct Accounts {
     applied: u64,
     notified: u64,
     dropped: u64,
+    /// Publications applied here, by the client that made them: what a
+    /// lost client published, in a run with recovery, is what its
+    /// servers applied (it never reports its own counters).
+    applied_from: std::collections::BTreeMap<Rank, u64>,
+    /// Clients lost (a run with recovery): what the homes here applied of
+    /// theirs counts as sent, at every report.
+    lost: BTreeSet<Rank>,
     probing: Option<Probing>,
 }
 
@@ -87,6 +94,8 @@ impl Accounts {
             applied: 0,
             notified: 0,
             dropped: 0,
+            applied_from: Default::default(),
+            lost: BTreeSet::new(),
             probing: None,
         }
     }
@@ -133,8 +142,31 @@ impl Accounts {
         }
     }
 
-    pub fn count_applied(&mut self) {
+    /// A publication of `client` applied here.
+    pub fn count_applied(&mut self, client: Rank) {
         self.applied += 1;
+        *self.applied_from.entry(client).or_default() += 1;
+    }
+
+    /// `client` was lost (a run with recovery) and will never report its
+    /// counters: what it published is what the homes applied of it, each
+    /// server counting its own at every report (a message of it that
+    /// reaches a moved home after the news of its loss counts as both sent
+    /// and received); its server (`ours`) counts every notification it
+    /// handed it as dropped. The news may come more than once.
+    pub fn client_lost(&mut self, client: Rank, ours: bool) {
+        self.lost.insert(client);
+        if ours {
+            self.client_done(client, 0, 0);
+        }
+    }
+
+    /// What clients that are done or lost sent.
+    fn gone_sent(&self) -> u64 {
+        let lost: u64 = (self.lost.iter())
+            .map(|c| self.applied_from.get(c).copied().unwrap_or(0))
+            .sum();
+        self.done_sent + lost
     }
 
     pub fn count_notified(&mut self) {
@@ -166,7 +198,7 @@ impl Accounts {
             return WaveStart::Report(Report {
                 wave,
                 busy: running,
-                sent: self.done_sent + self.notified,
+                sent: self.gone_sent() + self.notified,
                 received: self.done_received + self.applied + self.dropped,
             });
         }
@@ -203,7 +235,7 @@ impl Accounts {
         Some(Report {
             wave: p.wave,
             busy: p.busy,
-            sent: p.sent + self.done_sent + self.notified,
+            sent: p.sent + self.gone_sent() + self.notified,
             received: p.received + self.done_received + self.applied + self.dropped,
         })
     }
@@ -330,7 +362,7 @@ mod tests {
         a.client_done(3, 4, 1);
         assert!(a.quiet());
         assert_eq!(a.start_wave(2), WaveStart::Probe(vec![2]));
-        a.count_applied();
+        a.count_applied(2);
         a.count_notified();
         assert_eq!(
             a.on_probe_reply(2, report(1, false, 9, 9)),

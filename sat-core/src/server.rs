@@ -75,6 +75,8 @@ struct ServerState<'t> {
     /// The versions kept in memory, and those spilled to files, under the
     /// server's memory capacity (`server/spill.rs`).
     spill: spill::Spill,
+    /// A run with recovery: it outlives lost clients (`server/recovery.rs`).
+    recovery: Option<recovery::RunRecovery>,
 }
 
 pub(crate) mod epochs;
@@ -83,6 +85,7 @@ pub(crate) mod host;
 mod membership;
 #[cfg(test)]
 mod message_counts;
+pub(crate) mod recovery;
 pub(crate) mod spill;
 mod switch;
 
@@ -176,7 +179,7 @@ pub fn run(
     transport: &mut dyn Transport,
     policy: IdlePolicy,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, None, None)
+    serve(topology, transport, policy, (None, None), None)
 }
 
 /// [`run`], keeping the versions this server homes in host segments when
@@ -187,7 +190,19 @@ pub(crate) fn run_on_host(
     policy: IdlePolicy,
     host: Option<host::Backing>,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, None, host)
+    serve(topology, transport, policy, (None, None), host)
+}
+
+/// Runs a server of a run with recovery: lost clients are forgotten and
+/// the run goes on without them (`server/recovery.rs`).
+pub(crate) fn run_recovering(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+    host: Option<host::Backing>,
+    recovery: recovery::RunRecovery,
+) -> SatResult<()> {
+    serve(topology, transport, policy, (None, Some(recovery)), host)
 }
 
 /// Runs a server of a service: clients attach to its slots and detach at
@@ -200,14 +215,14 @@ pub(crate) fn run_service(
     service: ServiceSide,
     host: Option<host::Backing>,
 ) -> SatResult<()> {
-    serve(topology, transport, policy, Some(service), host)
+    serve(topology, transport, policy, (Some(service), None), host)
 }
 
 fn serve(
     topology: &Topology,
     transport: &mut dyn Transport,
     policy: IdlePolicy,
-    service: Option<ServiceSide>,
+    (service, recovery): (Option<ServiceSide>, Option<recovery::RunRecovery>),
     host: Option<host::Backing>,
 ) -> SatResult<()> {
     let rank = transport.rank();
@@ -216,6 +231,9 @@ fn serve(
     stats::start(stats::Identity::of(topology, rank));
     let serving = stats::doing(stats::Activity::Sdsm);
     let mut server = Server::new(topology, rank, service, Clock::Real, host);
+    if let Some(r) = recovery {
+        server.recover(r);
+    }
     tracing::debug!(
         "server {rank} serves clients {:?}",
         topology.clients_of(rank)
@@ -312,6 +330,9 @@ impl<'t> Server<'t> {
         if st.service.is_some() {
             st.apply_membership(transport);
         }
+        if st.recovery.is_some() {
+            st.apply_losses(transport)?;
+        }
         if st.alloc.has_parked() {
             st.expire_lookups(transport);
         }
@@ -320,6 +341,17 @@ impl<'t> Server<'t> {
         } else {
             Step::Idle
         })
+    }
+
+    /// This server belongs to a run with recovery: a lost client is
+    /// forgotten and the run goes on. Its host slots (none allocated yet)
+    /// take two buffers and name their readers, as a service's do, so that
+    /// a client dying inside a scope leaves its chunk whole and unlocked.
+    pub(crate) fn recover(&mut self, recovery: recovery::RunRecovery) {
+        if let Some(host) = self.st.host.as_mut() {
+            host.name_holders();
+        }
+        self.st.recovery = Some(recovery);
     }
 
     /// The chunks this server is the home of: (chunk, version, data), in
@@ -367,13 +399,17 @@ impl<'t> Server<'t> {
         self.st.client_done[client as usize] = false;
     }
 
-    /// A service's client died without detaching (its control connection
-    /// closed): forget it everywhere, as the desk's `ClientLost` makes a
-    /// server do.
+    /// A client of a service, or of a run with recovery, died without
+    /// detaching: forget it everywhere, as the desk's (or the watch's)
+    /// `ClientLost` makes a server do.
     #[cfg(feature = "simulator")]
     pub(crate) fn client_lost(&mut self, transport: &mut dyn Transport, client: Rank) {
         self.st.client_lost(transport, client);
-        self.st.apply_membership(transport);
+        if self.st.service.is_some() {
+            self.st.apply_membership(transport);
+        } else if let Err(e) = self.st.apply_losses(transport) {
+            tracing::warn!("server {}: {e}", self.st.rank);
+        }
     }
 }
 
@@ -425,6 +461,7 @@ impl<'t> ServerState<'t> {
             switch_policy: SwitchPolicy::Rules,
             moved: BTreeMap::new(),
             spill,
+            recovery: None,
         }
     }
 }
@@ -453,6 +490,12 @@ impl ServerState<'_> {
         }
     }
 
+    /// A service, or a run with recovery: clients may go (die, detach)
+    /// while the servers go on.
+    fn outlives_clients(&self) -> bool {
+        self.service.is_some() || self.recovery.is_some()
+    }
+
     fn finished(&self) -> bool {
         if self.rank == SEED {
             self.shutdown_sent && self.acks_left == 0
@@ -466,7 +509,7 @@ impl ServerState<'_> {
         match out.send(dest, &self.header[..n], payload) {
             Ok(()) => {}
             // A service's slot whose client left: nobody to tell.
-            Err(e @ TransportError::NotAttached { .. }) if self.service.is_some() => {
+            Err(e @ TransportError::NotAttached { .. }) if self.outlives_clients() => {
                 tracing::debug!(
                     "server {}: {} to {dest} dropped: {e}",
                     self.rank,
@@ -572,7 +615,7 @@ impl ServerState<'_> {
         };
         tracing::debug!("Received message {} from {}", msg.kind(), m.src);
         let src_is_server = self.topology.is_server(m.src);
-        if self.service.is_some() && !src_is_server && self.client_done[m.src as usize] {
+        if self.outlives_clients() && !src_is_server && self.client_done[m.src as usize] {
             // A message of a client that has detached or died, or a forged
             // one in the name of a free slot.
             tracing::debug!(
@@ -650,10 +693,15 @@ impl ServerState<'_> {
                 } else {
                     self.send(out, m.src, &Message::ClientDoneAck, Payload::None);
                 }
-                self.announce_departure(out, m.src);
+                self.announce_departure(out, m.src, false);
             }
-            Message::ClientLeft { client } if src_is_server && client < self.topology.len() => {
-                self.client_left(out, client, m.src);
+            Message::ClientLeft { client, lost }
+                if src_is_server && client < self.topology.len() =>
+            {
+                if lost && self.service.is_none() {
+                    self.accounts.client_lost(client, false);
+                }
+                self.client_left(out, client, m.src, lost);
                 if self.service.is_some() {
                     self.send(
                         out,
@@ -1091,7 +1139,7 @@ impl ServerState<'_> {
         self.send_home_answers(out, chunk, &mut outs);
         self.home_out = outs;
         if released {
-            self.accounts.count_applied();
+            self.accounts.count_applied(client);
             self.notify_subscribers(out, chunk);
         }
         self.make_room(chunk);
@@ -1195,14 +1243,14 @@ impl ServerState<'_> {
 
     /// Tells every server that `client` (ours) has left, and forgets it
     /// here. On each path the message follows everything the client sent.
-    fn announce_departure(&mut self, out: &mut dyn Sender, client: Rank) {
-        let left = Message::ClientLeft { client };
+    fn announce_departure(&mut self, out: &mut dyn Sender, client: Rank, lost: bool) {
+        let left = Message::ClientLeft { client, lost };
         for s in self.servers.clone() {
             if s != self.rank {
                 self.send(out, s, &left, Payload::None);
             }
         }
-        self.client_left(out, client, self.rank);
+        self.client_left(out, client, self.rank, lost);
         if self.service.is_some() {
             self.await_forgotten(out, client);
         }
@@ -1217,23 +1265,32 @@ impl ServerState<'_> {
     /// only when it came the way the client's messages about that chunk
     /// came, so that it follows them all ([`Self::path_of`]): a chunk whose
     /// home moved hears from its first home, which passes the news on.
-    fn client_left(&mut self, out: &mut dyn Sender, client: Rank, src: Rank) {
+    fn client_left(&mut self, out: &mut dyn Sender, client: Rank, src: Rank, lost: bool) {
         let first_hand = src == self.topology.server_of(client);
         if first_hand {
-            self.coordinator.client_left(client);
+            if lost && self.recovery.is_some() {
+                let mut answers = Vec::new();
+                self.coordinator.client_lost(client, &mut answers);
+                for (to, op) in answers {
+                    self.send_to_client(out, to, &Message::Sync { client: to, op });
+                }
+            } else {
+                self.coordinator.client_left(client);
+            }
             self.alloc.client_left(client);
             if src != self.rank {
                 let onward: std::collections::BTreeSet<Rank> =
                     self.moved.values().copied().filter(|&h| h != src).collect();
                 for home in onward {
-                    self.send(out, home, &Message::ClientLeft { client }, Payload::None);
+                    let msg = Message::ClientLeft { client, lost };
+                    self.send(out, home, &msg, Payload::None);
                 }
             }
         }
         let reader = self
-            .service
-            .as_ref()
-            .and_then(|_| host::service_reader(self.topology, client));
+            .outlives_clients()
+            .then(|| host::service_reader(self.topology, client))
+            .flatten();
         let chunks: Vec<u64> = (self.homes.keys().copied())
             .filter(|&chunk| self.path_of(chunk, client) == src)
             .collect();
@@ -1685,7 +1742,10 @@ mod tests {
                     epoch: 0,
                     after_barrier: false,
                 },
-                Message::ClientLeft { client: c },
+                Message::ClientLeft {
+                    client: c,
+                    lost: true,
+                },
                 Message::Sync {
                     client: c,
                     op: crate::wire::SyncOp::Wakeup { id: 0 },
@@ -1981,19 +2041,43 @@ mod tests {
         assert_eq!(st.homes[&1].side.owner(), Some(3));
         // The news from the client's own server first: not applied to the
         // moved chunk.
-        deliver(&mut st, 0, &Message::ClientLeft { client: 3 }, &[]);
+        deliver(
+            &mut st,
+            0,
+            &Message::ClientLeft {
+                client: 3,
+                lost: false,
+            },
+            &[],
+        );
         assert_eq!(st.homes[&1].side.owner(), Some(3));
         // The release through the first home, then the news it passes on.
         let release = said(CoherenceOp::Release { version: 1 });
         deliver(&mut st, 1, &release, &[7; 8]);
         assert_eq!(st.homes[&1].side.version(), 1, "the release was applied");
-        deliver(&mut st, 1, &Message::ClientLeft { client: 3 }, &[]);
+        deliver(
+            &mut st,
+            1,
+            &Message::ClientLeft {
+                client: 3,
+                lost: false,
+            },
+            &[],
+        );
         assert_eq!(st.homes[&1].side.owner(), None);
         // The first home passes the news on to where its chunks moved.
         let mut first = server_state(&topology, 1, None);
         first.moved.insert(1, 2);
         let before = net.messages_between(1, 2);
-        deliver(&mut first, 0, &Message::ClientLeft { client: 3 }, &[]);
+        deliver(
+            &mut first,
+            0,
+            &Message::ClientLeft {
+                client: 3,
+                lost: false,
+            },
+            &[],
+        );
         assert_eq!(net.messages_between(1, 2), before + 1);
         // A handover from a server that is not the chunk's first home, or
         // of a chunk already here, is refused.

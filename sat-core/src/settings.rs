@@ -14,6 +14,8 @@
 //! | `SAT_HOST_SEGMENTS` | `on` or `off` | `on` |
 //! | `SAT_STATS_MAX_EVENTS` | a count | 1000000 |
 //! | `SAT_BOOTSTRAP_TIMEOUT` | seconds | 60 |
+//! | `SAT_RECOVERY` | `on`/`1` or `off`/`0` | `off` |
+//! | `SAT_LEASE_S` | seconds, 2 to 3600 | 10 |
 //!
 //! The others are not tuning: paths and addresses (`SAT_TOPOLOGY`,
 //! `SAT_SEED`, `SAT_STATS`, ...) are checked where they are used, `SAT_LOG`
@@ -42,6 +44,13 @@ pub struct Settings {
     pub stats_max_events: usize,
     /// `SAT_BOOTSTRAP_TIMEOUT`: seconds the processes wait for each other.
     pub bootstrap_timeout_s: u64,
+    /// `SAT_RECOVERY=on`: a run outlives a client that dies or stops
+    /// answering (`crate::bootstrap::watch`). The seed's value is the run's.
+    pub recovery: bool,
+    /// `SAT_LEASE_S`: how long a process may stay silent on its watch
+    /// connection before it is declared lost (runs with recovery, and
+    /// services). The seed's (or the service's) value is the one used.
+    pub lease_s: u64,
 }
 
 impl Default for Settings {
@@ -55,6 +64,8 @@ impl Default for Settings {
             host_segments: true,
             stats_max_events: 1_000_000,
             bootstrap_timeout_s: 60,
+            recovery: false,
+            lease_s: 10,
         }
     }
 }
@@ -119,6 +130,12 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
         "a number of seconds",
         &mut s.bootstrap_timeout_s,
     );
+    number(
+        "SAT_LEASE_S",
+        2..=3_600,
+        "a number of seconds",
+        &mut s.lease_s,
+    );
     s.chunk_size = chunk as usize;
     s.stats_max_events = events as usize;
     s.sleep_max_ns = s.sleep_max_ns.max(s.sleep_min_ns);
@@ -134,6 +151,13 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
         Some("off") => s.host_segments = false,
         Some(other) => bad.push(format!(
             "SAT_HOST_SEGMENTS={other:?} is neither 'on' nor 'off'"
+        )),
+    }
+    match value("SAT_RECOVERY").as_deref() {
+        None | Some("off") | Some("0") => {}
+        Some("on") | Some("1") => s.recovery = true,
+        Some(other) => bad.push(format!(
+            "SAT_RECOVERY={other:?} is neither 'on' (or 1) nor 'off' (or 0)"
         )),
     }
     if bad.is_empty() {
@@ -193,8 +217,12 @@ mod tests {
             ("SAT_SLEEP_MIN_NS", "5000"),
             ("SAT_SLEEP_MAX_NS", "10"),
             ("SAT_BOOTSTRAP_TIMEOUT", "5"),
+            ("SAT_RECOVERY", "1"),
+            ("SAT_LEASE_S", "3"),
         ])
         .unwrap();
+        assert!(s.recovery);
+        assert_eq!(s.lease_s, 3);
         assert_eq!(s.chunk_size, 1024);
         assert!(s.busy && !s.host_segments);
         assert_eq!(
@@ -213,6 +241,8 @@ mod tests {
             ("SAT_HOST_SEGMENTS", "yes"),
             ("SAT_SPIN_US", "-1"),
             ("SAT_BOOTSTRAP_TIMEOUT", "0"),
+            ("SAT_RECOVERY", "yes"),
+            ("SAT_LEASE_S", "1"),
         ])
         .unwrap_err();
         for part in [
@@ -221,6 +251,8 @@ mod tests {
             "SAT_HOST_SEGMENTS=\"yes\" is neither 'on' nor 'off'",
             "SAT_SPIN_US=\"-1\"",
             "SAT_BOOTSTRAP_TIMEOUT=\"0\"",
+            "SAT_RECOVERY=\"yes\" is neither 'on' (or 1) nor 'off' (or 0)",
+            "SAT_LEASE_S=\"1\" is not a number of seconds from 2 to 3600",
             "unset it",
         ] {
             assert!(e.contains(part), "{part:?} not in {e}");

@@ -22,6 +22,16 @@
 //!   is refused with an error, and does not count. Each answer echoes the
 //!   arrival's ticket (the client's own numbering), so a client can tell the
 //!   answer of a call that gave up from the answer of its next call.
+//! - **Barriers after a loss** (a run with recovery, `bootstrap/watch.rs`):
+//!   a round may count on a process that died, and would wait forever. So
+//!   each arrival says how many lost processes its client has been told of;
+//!   when a coordinator hears of a loss, it answers every waiting arrival
+//!   told of fewer with `BarrierLost`, and answers so any later arrival
+//!   told of fewer. The call fails with the number of processes lost, its
+//!   client is then told, and its next call (with a count of the processes
+//!   left) goes ahead. Every survivor's first barrier call after a loss
+//!   thus fails once, whether it arrived before or after the loss: what a
+//!   program sees does not depend on the timing.
 //! - **Signals** are publish-subscribe without a chunk: raising one notifies
 //!   every client subscribed to it at that moment, the raiser included.
 
@@ -40,8 +50,9 @@ struct Rendezvous {
 #[derive(Debug, Default)]
 struct Barrier {
     count: u32,
-    /// The round's arrivals: the client and its ticket.
-    arrived: Vec<(Rank, u64)>,
+    /// The round's arrivals: the client, its ticket and the losses it had
+    /// been told of.
+    arrived: Vec<(Rank, u64, u32)>,
     /// The chunks each arrival asked to be pushed as the round ends
     /// (learned communication sets, `client/learned.rs`).
     fetches: Vec<(Rank, Vec<u64>)>,
@@ -56,6 +67,8 @@ pub struct Coordinator {
     /// The pushes rounds that have just ended ask for, until the server
     /// takes them ([`Coordinator::take_fetches`]).
     fetches: Vec<(Rank, Vec<u64>)>,
+    /// Processes the run has lost (a run with recovery).
+    losses: u32,
 }
 
 impl Coordinator {
@@ -98,7 +111,21 @@ impl Coordinator {
                     out.push((sleeper, SyncOp::Awake { id, generation }));
                 }
             }
-            SyncOp::Barrier { id, count, ticket } => {
+            SyncOp::Barrier {
+                id,
+                count,
+                ticket,
+                losses,
+            } => {
+                if losses < self.losses {
+                    let lost = SyncOp::BarrierLost {
+                        id,
+                        ticket,
+                        losses: self.losses,
+                    };
+                    out.push((client, lost));
+                    return Ok(());
+                }
                 if count == 0 {
                     let refused = SyncOp::BarrierRefused {
                         id,
@@ -120,12 +147,12 @@ impl Coordinator {
                     out.push((client, refused));
                     return Ok(());
                 }
-                b.arrived.push((client, ticket));
+                b.arrived.push((client, ticket, losses));
                 if !fetch.is_empty() {
                     b.fetches.push((client, fetch));
                 }
                 if b.arrived.len() as u32 == b.count {
-                    for (c, ticket) in b.arrived.drain(..) {
+                    for (c, ticket, _) in b.arrived.drain(..) {
                         out.push((c, SyncOp::BarrierDone { id, ticket }));
                     }
                     self.fetches.append(&mut b.fetches);
@@ -165,8 +192,28 @@ impl Coordinator {
         // client detached from another thread) withdraws its arrival: the
         // answer could reach only a later process in the same slot.
         for b in self.barriers.values_mut() {
-            b.arrived.retain(|&(c, _)| c != client);
+            b.arrived.retain(|&(c, _, _)| c != client);
             b.fetches.retain(|(c, _)| *c != client);
+        }
+    }
+
+    /// Client `client` was lost (a run with recovery): it has left, and
+    /// every waiting arrival told of fewer losses is answered `BarrierLost`.
+    pub fn client_lost(&mut self, client: Rank, out: &mut Vec<(Rank, SyncOp)>) {
+        self.client_left(client);
+        self.losses += 1;
+        let losses = self.losses;
+        for (&id, b) in self.barriers.iter_mut() {
+            b.arrived.retain(|&(c, ticket, told)| {
+                let keep = told >= losses;
+                if !keep {
+                    out.push((c, SyncOp::BarrierLost { id, ticket, losses }));
+                }
+                keep
+            });
+            let arrived = &b.arrived;
+            b.fetches
+                .retain(|(c, _)| arrived.iter().any(|&(a, _, _)| a == *c));
         }
     }
 
@@ -274,6 +321,7 @@ mod tests {
                     id: 5,
                     count,
                     ticket,
+                    losses: 0,
                 },
             )
         };
@@ -317,7 +365,8 @@ mod tests {
                 SyncOp::Barrier {
                     id: 6,
                     count: 0,
-                    ticket: 9
+                    ticket: 9,
+                    losses: 0,
                 }
             ),
             vec![(
@@ -329,6 +378,56 @@ mod tests {
                 }
             )]
         );
+    }
+
+    /// A survivor's first barrier after a loss fails once whether it
+    /// arrived before the loss or after it, and the next one, told of the
+    /// loss and counting the processes left, completes.
+    #[test]
+    fn every_survivor_hears_of_a_loss_at_one_barrier_whatever_the_timing() {
+        let arrive = |c: &mut Coordinator, client, count, ticket, losses| {
+            let op = SyncOp::Barrier {
+                id: 5,
+                count,
+                ticket,
+                losses,
+            };
+            run(c, client, op)
+        };
+        let lost = |ticket, client| {
+            (
+                client,
+                SyncOp::BarrierLost {
+                    id: 5,
+                    ticket,
+                    losses: 1,
+                },
+            )
+        };
+        let mut c = Coordinator::default();
+        // Client 2 arrives before client 4 is lost, client 3 after.
+        assert!(arrive(&mut c, 2, 3, 0, 0).is_empty());
+        let mut out = Vec::new();
+        c.client_lost(4, &mut out);
+        assert_eq!(out, vec![lost(0, 2)]);
+        assert_eq!(arrive(&mut c, 3, 3, 0, 0), vec![lost(0, 3)]);
+        // Told of the loss, both pass a barrier of the two left.
+        assert!(arrive(&mut c, 2, 2, 1, 1).is_empty());
+        assert_eq!(
+            arrive(&mut c, 3, 2, 1, 1),
+            vec![
+                (2, SyncOp::BarrierDone { id: 5, ticket: 1 }),
+                (3, SyncOp::BarrierDone { id: 5, ticket: 1 }),
+            ]
+        );
+        // An arrival already told of the loss (by another coordinator)
+        // stays when this one hears of it.
+        let mut c = Coordinator::default();
+        assert!(arrive(&mut c, 2, 2, 7, 1).is_empty());
+        let mut out = Vec::new();
+        c.client_lost(4, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(arrive(&mut c, 3, 2, 7, 1).len(), 2);
     }
 
     #[test]
@@ -381,6 +480,7 @@ mod tests {
                 id: 3,
                 count,
                 ticket: 1,
+                losses: 0,
             };
             c.on_request(client, op, fetch, out).unwrap();
         };

@@ -17,7 +17,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits); the bootstrap and a
 /// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 11;
+pub const WIRE_VERSION: u32 = 12;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -106,9 +106,10 @@ pub enum Message {
         /// weighs, [`crate::protocol::adaptive`]).
         after_barrier: bool,
     },
-    /// Server -> every other server: `client`'s role has returned; homes
-    /// forget its copies and stop waiting for its acknowledgements.
-    ClientLeft { client: Rank },
+    /// Server -> every other server: `client`'s role has returned (or, with
+    /// `lost`, a run with recovery lost it: it died or stopped answering);
+    /// homes forget its copies and stop waiting for its acknowledgements.
+    ClientLeft { client: Rank, lost: bool },
     /// A synchronization request of `client` to the object's coordinator,
     /// or the coordinator's answer ([`crate::sync`]).
     Sync { client: Rank, op: SyncOp },
@@ -217,6 +218,9 @@ pub enum SyncOp {
         id: u32,
         count: u32,
         ticket: u64,
+        /// How many lost processes the arriving client has been told of (a
+        /// run with recovery; 0 otherwise): see [`crate::sync`].
+        losses: u32,
     },
     /// The round of barrier `id` that arrival `ticket` was in is complete.
     BarrierDone {
@@ -258,6 +262,14 @@ pub enum SyncOp {
     /// Signal `id` was raised.
     Signal {
         id: u32,
+    },
+    /// Arrival `ticket` was dropped from its round: the run has lost
+    /// `losses` processes (a run with recovery), more than the arrival was
+    /// told of, so the round may wait for a process that will never come.
+    BarrierLost {
+        id: u32,
+        ticket: u64,
+        losses: u32,
     },
 }
 
@@ -514,6 +526,7 @@ mod tests {
                     id: 1,
                     count: 8,
                     ticket: 5,
+                    losses: 0,
                 },
             },
             Message::Subscribe {

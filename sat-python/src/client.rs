@@ -435,7 +435,10 @@ impl PyClient {
     /// Waits until `count` clients have entered barrier `id`. Callbacks of
     /// subscriptions run meanwhile. A call that a callback's exception ends
     /// has still arrived: this thread's next call of barrier `id` waits for
-    /// that round to end, then arrives in the next one.
+    /// that round to end, then arrives in the next one. In a run with
+    /// recovery (`satrun --enable-recovery`), this process's first call after
+    /// the run lost a process raises `ProcessLostError` and does not count:
+    /// call it again with the count of the processes left.
     fn barrier(&self, py: Python<'_>, id: u32, count: u32) -> PyResult<()> {
         self.h.blocking(py, |c| c.barrier(id, count))
     }

@@ -69,6 +69,13 @@ create_exception!(
     "Protected data failed its checks: changed bytes, a writer not allowed to write it, or an older version."
 );
 
+create_exception!(
+    sat,
+    ProcessLostError,
+    SatError,
+    "A run with recovery lost a process this call may have counted on (a barrier): call it again with the count of the processes left."
+);
+
 /// The Python exception of a core error: the group's class, the core's message.
 pub(crate) fn to_py(e: CoreError) -> PyErr {
     let msg = e.to_string();
@@ -83,6 +90,7 @@ pub(crate) fn to_py(e: CoreError) -> PyErr {
         CoreError::Timeout(_) => TimeoutError::new_err(msg),
         CoreError::AccessDenied(_) => AccessDenied::new_err(msg),
         CoreError::Integrity(_) => IntegrityError::new_err(msg),
+        CoreError::ProcessLost(_) => ProcessLostError::new_err(msg),
     }
 }
 
@@ -103,5 +111,6 @@ pub(crate) fn add(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TimeoutError", py.get_type::<TimeoutError>())?;
     m.add("AccessDenied", py.get_type::<AccessDenied>())?;
     m.add("IntegrityError", py.get_type::<IntegrityError>())?;
+    m.add("ProcessLostError", py.get_type::<ProcessLostError>())?;
     Ok(())
 }

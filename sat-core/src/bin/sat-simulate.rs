@@ -75,7 +75,9 @@ fn main() -> ExitCode {
     let next = AtomicU64::new(o.from);
     let end = o.from + o.seeds;
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
-    let totals = Mutex::new((0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64));
+    let totals = Mutex::new((
+        0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
+    ));
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(o.seeds.max(1)) {
             s.spawn(|| loop {
@@ -96,6 +98,7 @@ fn main() -> ExitCode {
                         t.7 += out.switches;
                         t.8 += out.moved;
                         t.9 += out.spilled;
+                        t.10 += out.lost;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -109,13 +112,14 @@ fn main() -> ExitCode {
         }
     });
     let failures = failures.into_inner().unwrap();
-    let (passed, steps, committed, aborted, reads, host, pushed, switches, moved, spilled) =
+    let (passed, steps, committed, aborted, reads, host, pushed, switches, moved, spilled, lost) =
         totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
          {committed} releases published, {aborted} scopes aborted, {reads} reads checked, \
          {pushed} chunks pushed as barriers ended, {switches} protocol switches applied, {moved} \
-         homes moved, {spilled} versions read back from spill files; {host} \
+         homes moved, {spilled} versions read back from spill files, {lost} clients lost by \
+         runs with recovery; {host} \
          passing runs kept their versions \
          in host slots",
         o.seeds,

@@ -13,6 +13,7 @@
 
 pub mod env;
 pub mod seed;
+pub mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,6 +141,10 @@ pub struct Joined {
     /// The endpoint address of every rank, as the transport entered them
     /// (empty for a service's client slots).
     pub addresses: Vec<Vec<u8>>,
+    /// A run with recovery (`SAT_RECOVERY=on` at the seed): this process's
+    /// part in the run's watch ([`watch`]), which lives as long as it takes
+    /// part in the run.
+    pub watch: Option<watch::Watch>,
 }
 
 /// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
@@ -243,6 +248,16 @@ fn join_with(
         ring_peers(&mut transport, env.rank, own, &bells);
     }
     link.barrier()?;
+    // A run's processes (a service's servers watch their clients through
+    // the desk instead).
+    let watch = match setup.recovery {
+        Some(lease) if bells_wanted => {
+            tracing::debug!("recovery on: lease {} s", lease.as_secs());
+            let slots = crate::server::host::backing_for_run(setup.one_host).is_some();
+            Some(link.into_watch(lease, slots)?)
+        }
+        _ => None,
+    };
     tracing::debug!("Starting code (role {role}) over {}", setup.provider);
     Ok((
         Joined {
@@ -253,6 +268,7 @@ fn join_with(
             one_host: setup.one_host,
             local_ip: setup.local_ip,
             addresses: table,
+            watch,
         },
         started,
     ))
@@ -310,9 +326,22 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let role = joined.topology.role(joined.env.rank);
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
-    let host = crate::server::host::backing_for_run(joined.one_host);
+    let watch = joined.watch;
+    let host = match watch {
+        Some(_) => server::host::backing_for_recovering_run(joined.one_host, &joined.topology),
+        None => server::host::backing_for_run(joined.one_host),
+    };
     if role == 0 {
-        return server::run_on_host(&joined.topology, transport.as_mut(), policy, host);
+        return match watch {
+            Some(w) => server::run_recovering(
+                &joined.topology,
+                transport.as_mut(),
+                policy,
+                host,
+                server::recovery::RunRecovery::new(w),
+            ),
+            None => server::run_on_host(&joined.topology, transport.as_mut(), policy, host),
+        };
     }
     let Some(f) = roles.take(role) else {
         return Err(SatError::Role(format!(
@@ -320,9 +349,21 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
         )));
     };
     let before_client_ends = roles.before_client_ends.take();
+    let reader = server::host::service_reader(&joined.topology, joined.env.rank);
     let client = Client::new(joined.topology, transport);
-    if host.is_some() {
-        client.use_host_sync();
+    match (&watch, host) {
+        // With recovery, this client reads host slots under its own bit,
+        // which its homes clear if it is lost inside a read scope; barriers
+        // go by messages, where a lost process's arrivals can be withdrawn.
+        (Some(w), Some(_)) => {
+            client.watch(w.fatal());
+            if let Some(reader) = reader {
+                client.read_host_slots_as(reader);
+            }
+        }
+        (Some(w), None) => client.watch(w.fatal()),
+        (None, Some(_)) => client.use_host_sync(),
+        (None, None) => {}
     }
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (outcome, finished) = std::thread::scope(|s| {
@@ -352,6 +393,9 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
         stop.store(true, std::sync::atomic::Ordering::Release);
         (outcome, finished)
     });
+    // The seed sees this process's watch connection close once the
+    // termination protocol has let it go, and ignores that.
+    drop(watch);
     finished?;
     match outcome {
         Ok(Ok(())) => Ok(()),

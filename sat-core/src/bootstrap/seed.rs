@@ -43,7 +43,7 @@ const MAX_PENDING_HELLOS: usize = 256;
 const SEED_TICK: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Encode, Decode)]
-enum ToSeed {
+pub(crate) enum ToSeed {
     Hello {
         wire_version: u32,
         rank: Rank,
@@ -63,6 +63,9 @@ enum ToSeed {
     /// messages go last, so that processes of other versions still decode
     /// the old ones: see [`hello_version`].)
     Proof(Option<Proof>),
+    /// After the bootstrap, in a run with recovery: this process is alive
+    /// ([`super::watch`]).
+    Beat,
 }
 
 impl ToSeed {
@@ -75,16 +78,19 @@ impl ToSeed {
             ToSeed::Ready => "Ready",
             ToSeed::Failed(_) => "Failed",
             ToSeed::Proof(_) => "Proof",
+            ToSeed::Beat => "Beat",
         }
     }
 }
 
 #[derive(Debug, Encode, Decode)]
-enum FromSeed {
+pub(crate) enum FromSeed {
     Setup {
         provider: Provider,
         topology: Topology,
         one_host: bool,
+        /// The lease in seconds when the run has recovery on.
+        recovery: Option<u64>,
     },
     /// Endpoint names and doorbells, by rank.
     Table(Vec<Vec<u8>>, Vec<Option<BellPlace>>),
@@ -95,6 +101,8 @@ enum FromSeed {
         nonce: Nonce,
         proof: Option<Proof>,
     },
+    /// After the bootstrap, in a run with recovery: the seed is alive.
+    Beat,
 }
 
 /// What step 2 gives every rank: the endpoint names and the doorbells, by
@@ -112,6 +120,9 @@ pub struct Setup {
     /// Every rank of the run is on one host (the seed compared the host
     /// names they reported): homes may keep versions in host segments.
     pub one_host: bool,
+    /// The run outlives a lost client (`SAT_RECOVERY` at the seed): the
+    /// lease of every process's watch ([`super::watch`]).
+    pub recovery: Option<Duration>,
 }
 
 /// This process's link to the seed, for the duration of the bootstrap.
@@ -125,6 +136,7 @@ pub struct Seed {
     /// Connections by rank (index 0, the seed itself, stays empty).
     conns: Vec<Option<TcpStream>>,
     hosts: Vec<String>,
+    pids: Vec<u32>,
     asked: Vec<Option<Provider>>,
     local_ip: IpAddr,
     deadline: Instant,
@@ -287,6 +299,38 @@ impl SeedLink {
         }
     }
 
+    /// After the global barrier, in a run with recovery: keeps the
+    /// connections open as the run's watch ([`super::watch`]).
+    ///
+    /// `fence_local`: the run keeps versions in host slots, which its
+    /// processes write in place.
+    pub fn into_watch(self, lease: Duration, fence_local: bool) -> SatResult<super::watch::Watch> {
+        use super::watch::{Fatal, PeerWatch, SeedWatch, Watch};
+        let failed =
+            |e: std::io::Error| SatError::Bootstrap(format!("cannot start the run's watch: {e}"));
+        match self {
+            SeedLink::Seed(mut seed) => {
+                let conns = std::mem::take(&mut seed.conns);
+                // Processes of this host that may hold locks on host slots
+                // are fenced: a lost one is killed, and gone, before its
+                // home frees its locks, so that it cannot wake and write
+                // into a slot another process has taken since.
+                let fence = (0..seed.size as usize)
+                    .map(|r| {
+                        let ours = seed.hosts[r] == seed.hosts[0] && seed.pids[r] != 0;
+                        (ours && fence_local).then_some(seed.pids[r])
+                    })
+                    .collect();
+                SeedWatch::start(conns, lease, fence)
+                    .map(Watch::Seed)
+                    .map_err(failed)
+            }
+            SeedLink::Peer(peer) => PeerWatch::start(peer.stream, lease, Fatal::default())
+                .map(Watch::Peer)
+                .map_err(failed),
+        }
+    }
+
     /// Reports a local failure so that the whole run stops with its reason.
     pub fn fail(&mut self, reason: &str) {
         match self {
@@ -402,11 +446,13 @@ impl Peer {
                 provider,
                 topology,
                 one_host,
+                recovery,
             } => Ok(Setup {
                 one_host,
                 provider,
                 topology,
                 local_ip: self.local_ip,
+                recovery: recovery.map(Duration::from_secs),
             }),
             other => Err(unexpected(&other)),
         }
@@ -454,6 +500,7 @@ impl Seed {
             size,
             conns: (0..size).map(|_| None).collect(),
             hosts: vec![String::new(); size as usize],
+            pids: vec![0; size as usize],
             asked: vec![None; size as usize],
             local_ip: Ipv4Addr::LOCALHOST.into(),
             deadline,
@@ -514,6 +561,7 @@ impl Seed {
                     size: their_size,
                     host,
                     provider,
+                    pid,
                     ..
                 }) => {
                     if wire_version != WIRE_VERSION {
@@ -526,6 +574,7 @@ impl Seed {
                         Some(format!("two processes claim rank {rank}"))
                     } else {
                         seed.hosts[rank as usize] = host;
+                        seed.pids[rank as usize] = pid;
                         seed.asked[rank as usize] = provider;
                         seed.conns[rank as usize] = Some(stream);
                         joined += 1;
@@ -599,16 +648,20 @@ impl Seed {
             }
         };
         let one_host = self.one_host();
+        let settings = crate::settings::get();
+        let recovery = settings.recovery.then_some(settings.lease_s);
         self.broadcast(&FromSeed::Setup {
             provider,
             topology: topology.clone(),
             one_host,
+            recovery,
         })?;
         Ok(Setup {
             one_host,
             provider,
             topology,
             local_ip: self.local_ip,
+            recovery: recovery.map(Duration::from_secs),
         })
     }
 
@@ -830,7 +883,10 @@ pub(crate) mod fuzzing {
                 provider: Provider::Shm,
                 topology,
                 one_host: true,
+                recovery: Some(10),
             })),
+            body(encode_frame(&ToSeed::Beat)),
+            body(encode_frame(&FromSeed::Beat)),
             body(encode_frame(&FromSeed::Table(
                 vec![b"fi_shm://1:0:1\0".to_vec(), vec![2, 0, 31, 144]],
                 vec![None, Some((1, 2))],

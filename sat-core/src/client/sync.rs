@@ -22,8 +22,11 @@ pub(crate) struct Answers {
     /// The ticket of this client's next barrier arrival: the coordinator
     /// echoes it, so each answer reaches the call it answers.
     next_ticket: u64,
-    /// Barrier answers not taken yet, by ticket: Ok, or the count in force.
-    barriers: HashMap<u64, Result<(), u32>>,
+    /// Barrier answers not taken yet, by ticket.
+    barriers: HashMap<u64, BarrierAnswer>,
+    /// How many lost processes coordinators have told this client of (a
+    /// run with recovery): its barrier arrivals say so ([`crate::sync`]).
+    losses: u32,
     /// Barrier calls that gave up before their answer came (a handler
     /// failed while they waited), by ticket: the barrier and the calling
     /// thread. Their answers are discarded when they come.
@@ -39,6 +42,16 @@ pub(crate) struct Answers {
     host_abandoned: Vec<(u32, ThreadId, u32)>,
 }
 
+/// A coordinator's answer to one barrier arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BarrierAnswer {
+    Done,
+    /// Refused: the round in progress has this count.
+    Refused(u32),
+    /// Dropped from its round: the run has lost this many processes.
+    Lost(u32),
+}
+
 impl Answers {
     pub fn on_answer(&mut self, op: SyncOp, events: &mut Queue) {
         match op {
@@ -46,9 +59,17 @@ impl Answers {
                 let g = self.awake.entry(id).or_default();
                 *g = (*g).max(generation);
             }
-            SyncOp::BarrierDone { id, ticket } => self.barrier_answer(id, ticket, Ok(())),
+            SyncOp::BarrierDone { id, ticket } => {
+                self.barrier_answer(id, ticket, BarrierAnswer::Done)
+            }
             SyncOp::BarrierRefused { id, count, ticket } => {
-                self.barrier_answer(id, ticket, Err(count))
+                self.barrier_answer(id, ticket, BarrierAnswer::Refused(count))
+            }
+            SyncOp::BarrierLost { id, ticket, losses } => {
+                // Told, even if the call gave up: its next arrival is not
+                // dropped again for the same losses.
+                self.losses = self.losses.max(losses);
+                self.barrier_answer(id, ticket, BarrierAnswer::Lost(losses))
             }
             SyncOp::BarrierAt { id, place } => {
                 self.places.insert(id, place);
@@ -59,7 +80,7 @@ impl Answers {
         }
     }
 
-    fn barrier_answer(&mut self, id: u32, ticket: u64, answer: Result<(), u32>) {
+    fn barrier_answer(&mut self, id: u32, ticket: u64, answer: BarrierAnswer) {
         if self.abandoned.remove(&ticket).is_some() {
             tracing::debug!(
                 "barrier {id}: the answer to arrival {ticket} ({answer:?}) is discarded: \
@@ -151,6 +172,11 @@ impl Client {
     /// Chunks whose protocol learns ([`crate::protocol::ProtocolId::learns`])
     /// and that this process read after the same barrier last time are
     /// pushed to it as the round ends ([`super::learned`]).
+    ///
+    /// In a run with recovery, this process's first call after the run lost
+    /// a process fails with [`SatError::ProcessLost`] and does not count,
+    /// whether it arrived before the loss or after ([`crate::sync`]): call
+    /// again with the count of the processes left.
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
         let fetch = self.learned_arrival(id);
         self.barrier_round(id, count, &fetch)?;
@@ -178,13 +204,19 @@ impl Client {
             let mut abandoned = st.mail.sync.abandoned.values();
             (!abandoned.any(|&(b, t)| b == id && t == me)).then_some(())
         })?;
-        let ticket = {
+        let (ticket, losses) = {
             let mut st = self.lock();
             let t = st.mail.sync.next_ticket;
             st.mail.sync.next_ticket += 1;
-            t
+            (t, st.mail.sync.losses)
         };
-        self.sync_send_with(SyncOp::Barrier { id, count, ticket }, fetch)?;
+        let arrival = SyncOp::Barrier {
+            id,
+            count,
+            ticket,
+            losses,
+        };
+        self.sync_send_with(arrival, fetch)?;
         let waited = self.wait_running_handlers(None, |st| st.mail.sync.barriers.remove(&ticket));
         let answer = match waited {
             Ok(answer) => answer,
@@ -199,10 +231,15 @@ impl Client {
             }
         };
         match answer {
-            Some(Ok(())) => Ok(()),
-            Some(Err(in_force)) => Err(SatError::Usage(format!(
+            Some(BarrierAnswer::Done) => Ok(()),
+            Some(BarrierAnswer::Refused(in_force)) => Err(SatError::Usage(format!(
                 "barrier {id} with a count of {count}: the round in progress waits for \
                  {in_force} processes; every process must give the same count"
+            ))),
+            Some(BarrierAnswer::Lost(losses)) => Err(SatError::ProcessLost(format!(
+                "barrier {id}: the run has lost {losses} process(es) since this process was \
+                 last told, and the round may count on one of them; call the barrier again \
+                 with the count of the processes left (this call did not count)"
             ))),
             None => Err(SatError::Timeout(format!("barrier {id}: no answer"))),
         }

@@ -102,7 +102,7 @@ impl ServerState<'_> {
             return;
         }
         if matches!(op, SyncOp::Raise { .. }) {
-            self.accounts.count_applied();
+            self.accounts.count_applied(client);
         }
         let fetch = match op {
             SyncOp::Barrier { id, .. } => crate::client::learned_set(payload).unwrap_or_else(|e| {
@@ -279,7 +279,7 @@ impl ServerState<'_> {
             return;
         }
         for _ in 0..releases {
-            self.accounts.count_applied();
+            self.accounts.count_applied(client);
         }
         if version <= entry.published {
             tracing::debug!(

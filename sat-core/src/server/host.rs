@@ -60,6 +60,14 @@ impl HostVersions {
         }
     }
 
+    /// Slots allocated from now on hold two buffers, as a service's do: a
+    /// run with recovery outlives a client that dies while copying a
+    /// release in (before the first allocation).
+    pub fn name_holders(&mut self) {
+        debug_assert!(self.segments.is_empty(), "before any slot");
+        self.double = true;
+    }
+
     /// A slot for a chunk of `size` bytes at version 0, and its place for
     /// the wire.
     pub fn allocate(&mut self, size: usize) -> Result<(SlotRef, SlotPlace), SegmentError> {
@@ -109,6 +117,33 @@ pub(crate) fn backing_for_run(one_host: bool) -> Option<Backing> {
     (one_host && wanted()).then_some(Backing::Shared)
 }
 
+/// [`backing_for_run`] for a run with recovery: its clients read under bits
+/// of their own, as a service's do, so that a lost client's read locks can
+/// be freed; a run with more clients than a slot has bits goes through
+/// messages.
+pub(crate) fn backing_for_recovering_run(one_host: bool, topology: &Topology) -> Option<Backing> {
+    let bits = every_client_named(topology, one_host, "run, with recovery on,");
+    backing_for_run(one_host && bits)
+}
+
+/// Whether every client of `topology` has a reader bit of its own in a
+/// slot's lock word; says so when host segments are `wanted` but cannot be.
+fn every_client_named(topology: &Topology, wanted: bool, what: &str) -> bool {
+    let clients = topology.clients();
+    let bits = clients
+        .iter()
+        .all(|&c| service_reader(topology, c).is_some());
+    if wanted && !bits {
+        tracing::info!(
+            "this {what} has {} client slots; host segments tell at most {} readers apart, so \
+             its clients' chunks go through messages",
+            clients.len(),
+            segment::READER_BITS
+        );
+    }
+    bits
+}
+
 fn wanted() -> bool {
     crate::settings::get().host_segments
 }
@@ -124,18 +159,7 @@ pub(crate) fn backing_for_service(local_only: bool, topology: &Topology) -> Opti
 
 /// [`backing_for_service`], with `SAT_HOST_SEGMENTS` read already.
 fn service_backing(local_only: bool, topology: &Topology, wanted: bool) -> Option<Backing> {
-    let clients = topology.clients();
-    let bits = clients
-        .iter()
-        .all(|&c| service_reader(topology, c).is_some());
-    if local_only && !bits {
-        tracing::info!(
-            "this service has {} client slots; host segments tell at most {} readers apart, so \
-             its clients' chunks go through messages",
-            clients.len(),
-            segment::READER_BITS
-        );
-    }
+    let bits = every_client_named(topology, local_only, "service");
     (local_only && bits && wanted).then_some(Backing::Shared)
 }
 

@@ -75,10 +75,11 @@ impl ServerState<'_> {
         }
     }
 
-    /// The seed says `client`'s control connection closed: unless it has
-    /// detached already, it died, and every server forgets it.
+    /// The seed says `client`'s control connection closed (a service), or
+    /// its watch lost it (a run with recovery): unless it has finished
+    /// already, it died or stopped answering, and every server forgets it.
     pub(super) fn client_lost(&mut self, out: &mut dyn Sender, client: Rank) {
-        if self.service.is_none() || self.client_done[client as usize] {
+        if !self.outlives_clients() || self.client_done[client as usize] {
             return;
         }
         tracing::warn!(
@@ -86,8 +87,18 @@ impl ServerState<'_> {
             self.rank
         );
         self.client_done[client as usize] = true;
-        self.announce_departure(out, client);
-        self.service_mut().leaving.push(client);
+        if self.service.is_none() {
+            // A run ends without its `ClientDone`.
+            self.clients_left -= 1;
+            self.accounts.client_lost(client, true);
+            self.report_wave_if_complete(out);
+        }
+        self.announce_departure(out, client, true);
+        match (self.service.as_mut(), self.recovery.as_mut()) {
+            (Some(side), _) => side.leaving.push(client),
+            (None, Some(r)) => r.leaving.push(client),
+            (None, None) => {}
+        }
     }
 
     /// Starts waiting for every other server to confirm it forgot `client`.
@@ -154,14 +165,28 @@ impl ServerState<'_> {
     /// with the error lets `satrun` (or the job launcher) name the failure
     /// and stop the run, rather than leave it hanging or finish it without
     /// one of its processes.
+    ///
+    /// A run with recovery outlives its clients too: there an unreachable
+    /// client is lost.
     pub(super) fn survive(&mut self, e: TransportError) -> SatResult<()> {
-        match (&mut self.service, &e) {
-            (Some(side), TransportError::PeerLost { rank, reason })
+        match (&mut self.service, &mut self.recovery, &e) {
+            (Some(side), _, TransportError::PeerLost { rank, reason })
                 if !self.topology.is_server(*rank) =>
             {
                 tracing::warn!("server {}: client {rank} unreachable: {reason}", self.rank);
                 side.unreachable.push(*rank);
                 Ok(())
+            }
+            (None, Some(r), TransportError::PeerLost { rank, reason })
+                if !self.topology.is_server(*rank) =>
+            {
+                tracing::warn!("server {}: client {rank} unreachable: {reason}", self.rank);
+                r.unreachable.push(*rank);
+                Ok(())
+            }
+            (None, Some(r), TransportError::PeerLost { rank, reason }) => {
+                // The seed tells every process why the run stops.
+                Err(r.server_lost(*rank, reason))
             }
             _ => Err(SatError::from(e)),
         }

@@ -97,6 +97,8 @@ pub struct Outcome {
     pub moved: u64,
     /// Versions the servers read back from their spill files.
     pub spilled: u64,
+    /// Clients a run with recovery lost (and went on without).
+    pub lost: u64,
 }
 
 /// A broken invariant, with what replays it.

@@ -316,6 +316,9 @@ struct Shape {
     /// The servers keep this many chunks' versions in memory and spill the
     /// others to files (`server/spill.rs`); 0: all in memory.
     server_capacity: u32,
+    /// A run with recovery (`server/recovery.rs`): its clients may die, and
+    /// it goes on without them.
+    recovering: bool,
 }
 
 impl Shape {
@@ -323,10 +326,11 @@ impl Shape {
         let servers = 1 + rng.below(3) as u32;
         let clients = 2 + rng.below(3) as u32;
         let host_slots = rng.chance(50);
+        let service = rng.chance(25);
         Shape {
             servers,
             clients,
-            service: rng.chance(25),
+            service,
             // A chunk capacity of 2 or 3 forces eviction of SAT's chains.
             capacities: (0..clients)
                 .map(|_| {
@@ -346,6 +350,7 @@ impl Shape {
             } else {
                 0
             },
+            recovering: !service && rng.chance(35),
         }
     }
 
@@ -417,7 +422,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             shape.servers,
             shape.clients,
             shape.capacities,
-            if shape.service { "a service" } else { "a run" },
+            match (shape.service, shape.recovering) {
+                (true, _) => "a service",
+                (false, true) => "a run with recovery",
+                (false, false) => "a run",
+            },
             shape.max_delay,
             if shape.host_slots {
                 ", versions in host slots"
@@ -448,6 +457,9 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             .host_slots
             .then_some(crate::server::host::Backing::Private);
         let mut server = Server::new(&topology, rank, side, clock.clone(), host);
+        if shape.recovering {
+            server.recover(crate::server::recovery::RunRecovery::unwatched());
+        }
         if let Some(seed) = shape.switches {
             server.set_switch_policy(crate::server::SwitchPolicy::Random(seed ^ u64::from(rank)));
         }
@@ -462,7 +474,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     // The clients and their threads.
     let kind = workload::RunKind {
         clients: shape.clients,
-        service: shape.service,
+        deaths: shape.service || shape.recovering,
         switches: shape.switches.is_some(),
     };
     let plans = workload::plan(&mut rng, &topology, kind, config);
@@ -480,11 +492,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             Box::new(transport),
             clock.clone(),
         ));
-        if shape.host_slots && !shape.service {
+        if shape.host_slots && !shape.service && !shape.recovering {
             client.use_host_sync();
         }
         client.set_advice(plan.advice());
-        if shape.service {
+        if shape.service || shape.recovering {
             if let Some(reader) =
                 crate::server::host::service_reader(&topology, shape.servers + ci as u32)
             {
@@ -539,13 +551,15 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     let mut pick = rng.fork(7);
     let mut seen: BTreeMap<u64, (Version, u64)> = BTreeMap::new();
     let mut outcomes: Vec<Option<ThreadOutcome>> = vec![None; threads.len()];
-    let death_at: Option<(u64, usize)> = (shape.service && pick.chance(50)).then(|| {
-        (
-            200 + pick.below(20_000),
-            pick.below(u64::from(shape.clients)) as usize,
-        )
-    });
+    let death_at: Option<(u64, usize)> = ((shape.service || shape.recovering) && pick.chance(50))
+        .then(|| {
+            (
+                200 + pick.below(4_000),
+                pick.below(u64::from(shape.clients)) as usize,
+            )
+        });
     let mut result = Ok(());
+    let mut lost = 0u64;
     loop {
         if shared.failed() {
             break;
@@ -573,7 +587,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             );
             break;
         }
-        // A client of a service dies.
+        // A client of a service, or of a run with recovery, dies.
         if let Some((at, victim)) = death_at {
             if steps == at && !dead[victim].load(Ordering::Relaxed) {
                 let alive = thread_client
@@ -582,6 +596,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                     .any(|(t, &c)| c == victim && !threads[t].1);
                 if alive {
                     dead[victim].store(true, Ordering::Relaxed);
+                    lost += u64::from(shape.recovering);
                     faults[victim].die();
                     shared.note(|| format!("client {victim} dies"));
                     {
@@ -589,11 +604,17 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                         let mut o = Shared::lock(&shared.oracle);
                         o.scopes.retain(|s| s.client != victim);
                         o.client_died(victim, &homes);
+                        // Its subscriptions hear nothing more.
+                        o.failed_roles.insert(victim);
                     }
                     for (t, &c) in thread_client.iter().enumerate() {
                         if c == victim && !threads[t].1 {
                             sched.kill(t);
                             threads[t].1 = true;
+                        }
+                        if c == victim {
+                            // What it was doing will never end: no one waits.
+                            Shared::lock(&shared.ops)[t] = None;
                         }
                     }
                     let rank = client_rank(victim);
@@ -694,7 +715,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         shared.fail(&invariant, detail);
     }
     if !shared.failed() {
-        final_checks(&shared, shape.service);
+        final_checks(&shared, shape.service, shape.service || shape.recovering);
     }
     let failure = Shared::lock(&shared.failure).take();
     if let Some((step, invariant, detail)) = failure {
@@ -723,6 +744,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
         spilled,
+        lost,
     })
 }
 
@@ -921,7 +943,8 @@ fn check_scopes(shared: &Shared) {
 }
 
 /// At the end: every committed release became exactly one version.
-fn final_checks(shared: &Shared, service: bool) {
+/// `deaths`: clients may have died (a service, a run with recovery).
+fn final_checks(shared: &Shared, service: bool, deaths: bool) {
     let homes = Shared::lock(&shared.homes);
     let oracle = Shared::lock(&shared.oracle);
     let mut per_chunk: BTreeMap<u64, u64> = BTreeMap::new();
@@ -965,8 +988,8 @@ fn final_checks(shared: &Shared, service: bool) {
             ));
         }
     }
-    // In a service, a client that died may have had a release on its way.
-    if !problems.is_empty() && !service {
+    // A client that died may have had a release on its way.
+    if !problems.is_empty() && !deaths {
         drop(oracle);
         drop(homes);
         shared.fail("no lost update", problems.join("; "));

@@ -23,6 +23,7 @@ __all__ = [
     "TimeoutError",
     "AccessDenied",
     "IntegrityError",
+    "ProcessLostError",
     "Client",
     "Chain",
     "Scope",
@@ -48,6 +49,9 @@ class RoleError(SatError): ...
 class TimeoutError(SatError): ...
 class AccessDenied(SatError): ...
 class IntegrityError(SatError): ...
+class ProcessLostError(SatError):
+    """A run with recovery (``satrun --enable-recovery``) lost a process that a barrier round
+    may count on; the call did not count: call it again with the count of the processes left."""
 
 _BytesLike = Union[bytes, bytearray, memoryview]
 _Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]

@@ -1,0 +1,579 @@
+//! The watch: how a run with recovery (`SAT_RECOVERY=on`, `satrun
+//! --enable-recovery`) learns that one of its processes died or stopped
+//! answering, and how its processes learn that the run cannot go on.
+//!
+//! Every process keeps its bootstrap connection to the seed open after the
+//! global barrier, and both ends send a small beat on it every quarter of
+//! the lease (`SAT_LEASE_S`, the seed's value). A process is lost when its
+//! connection closes (its kernel closes it as it dies, whatever killed it)
+//! or when the seed has heard nothing from it for a lease (stopped, hung,
+//! or cut off). The seed's server acts on the loss ([`SeedWatch::lost`]):
+//! a lost client is forgotten as a service forgets a client that dies, so
+//! its write scope is revoked and the others go on; a lost server takes the
+//! chunks it homed with it, so the seed stops the run, telling everyone why.
+//!
+//! The other direction ends waits that could never end: a process whose
+//! seed is gone, that the seed told to stop, or that the seed declared lost
+//! (it learns when it runs again: the seed's last frame says so) gets the
+//! reason from [`Fatal`], and every call it makes from then on fails with
+//! it instead of waiting.
+//!
+//! Why a TCP connection and not the fabric: it exists already, the kernel
+//! reports a dead peer on it at once (no timeout to wait), and it works the
+//! same under satrun and under any other launcher.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::seed::{decode, encode_frame, FromSeed, ToSeed};
+use crate::transport::Rank;
+
+/// The largest frame the watch accepts after the bootstrap (beats and
+/// reasons are small; anything larger is not a SAT process's).
+const MAX_WATCH_FRAME: usize = 64 << 10;
+
+/// How often each side beats: four beats a lease, so that one late beat is
+/// not a loss.
+pub(crate) fn beat_of(lease: Duration) -> Duration {
+    lease / 4
+}
+
+/// Why this process cannot go on, once it is known: set once, by the
+/// watch's thread; read by every call before and while it waits.
+#[derive(Clone, Default)]
+pub struct Fatal(Arc<OnceLock<String>>);
+
+impl Fatal {
+    /// The reason, if the run cannot go on for this process.
+    pub fn reason(&self) -> Option<&str> {
+        self.0.get().map(String::as_str)
+    }
+
+    /// Records the first reason and wakes this process's waits. (Logged at
+    /// debug level only: a process that has finished its run sees the seed
+    /// go as the run ends, which is no news; a call it fails says why.)
+    pub(crate) fn set(&self, reason: String) {
+        if self.0.set(reason).is_ok() {
+            tracing::debug!("{}", self.0.get().expect("just set"));
+            if let Some(bell) = crate::transport::doorbell::own() {
+                bell.ring();
+            }
+        }
+    }
+}
+
+/// Reads whole frames out of a non-blocking stream's bytes.
+#[derive(Default)]
+struct Frames {
+    bytes: Vec<u8>,
+}
+
+impl Frames {
+    /// The complete frames' bodies received so far; an error for a frame
+    /// no SAT process sends.
+    fn take(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        let mut out = Vec::new();
+        loop {
+            let Some(head) = self.bytes.get(..4) else {
+                return Ok(out);
+            };
+            let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+            if len > MAX_WATCH_FRAME {
+                return Err(format!("a frame of {len} bytes"));
+            }
+            if self.bytes.len() < 4 + len {
+                return Ok(out);
+            }
+            out.push(self.bytes[4..4 + len].to_vec());
+            self.bytes.drain(..4 + len);
+        }
+    }
+}
+
+/// What one read of a watched stream found.
+enum Heard {
+    Nothing,
+    Bytes,
+    Closed(String),
+}
+
+fn read_available(stream: &mut TcpStream, frames: &mut Frames) -> Heard {
+    let mut buf = [0u8; 512];
+    let mut heard = Heard::Nothing;
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return Heard::Closed("its connection closed".into()),
+            Ok(n) => {
+                frames.bytes.extend_from_slice(&buf[..n]);
+                heard = Heard::Bytes;
+                if frames.bytes.len() > 4 * MAX_WATCH_FRAME {
+                    return Heard::Closed("it sent more than the watch takes".into());
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return heard
+            }
+            Err(e) => return Heard::Closed(format!("its connection failed ({e})")),
+        }
+    }
+}
+
+/// A process's part in its run's watch.
+pub enum Watch {
+    /// The seed watches every other process.
+    Seed(SeedWatch),
+    /// Any other process watches the seed.
+    Peer(PeerWatch),
+}
+
+impl Watch {
+    /// Why this process cannot go on (never set on the seed, whose server
+    /// decides that itself).
+    pub fn fatal(&self) -> Fatal {
+        match self {
+            Watch::Seed(_) => Fatal::default(),
+            Watch::Peer(p) => p.fatal().clone(),
+        }
+    }
+}
+
+/// The seed's side: one thread watches every other process's connection.
+pub struct SeedWatch {
+    lost: Receiver<(Rank, String)>,
+    /// Reasons to stop the run, each with where to say it was told.
+    orders: Sender<(String, Sender<()>)>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SeedWatch {
+    /// Starts watching `conns` (by rank; the seed's own entry is None).
+    /// `fence` gives the pid of each rank to make sure of before it is
+    /// reported lost ([`fence`]).
+    pub(crate) fn start(
+        conns: Vec<Option<TcpStream>>,
+        lease: Duration,
+        fence: Vec<Option<u32>>,
+    ) -> std::io::Result<Self> {
+        let (lost_tx, lost) = mpsc::channel();
+        let (orders, orders_rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut watched = Vec::new();
+        for (rank, conn) in conns.into_iter().enumerate() {
+            if let Some(stream) = conn {
+                stream.set_nonblocking(true)?;
+                watched.push(Watched {
+                    rank: rank as Rank,
+                    pid: fence.get(rank).copied().flatten(),
+                    stream,
+                    frames: Frames::default(),
+                    heard: Instant::now(),
+                });
+            }
+        }
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("sat-watch".into())
+            .spawn(move || seed_loop(watched, lease, &lost_tx, &orders_rx, &flag))?;
+        Ok(SeedWatch { lost, orders, stop })
+    }
+
+    /// The processes lost since the last call, with why.
+    pub(crate) fn lost(&self) -> Vec<(Rank, String)> {
+        self.lost.try_iter().collect()
+    }
+
+    /// Tells every watched process why the run stops, and stops watching.
+    /// Returns once they are told (or a few seconds have passed): the seed
+    /// is about to end, and its going would otherwise be all they hear.
+    pub(crate) fn abort(&self, reason: &str) {
+        let (told, done) = mpsc::channel();
+        if self.orders.send((reason.to_owned(), told)).is_ok() {
+            let _ = done.recv_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for SeedWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+struct Watched {
+    rank: Rank,
+    /// Its pid, when it must be gone before it is reported lost.
+    pid: Option<u32>,
+    stream: TcpStream,
+    frames: Frames,
+    heard: Instant,
+}
+
+fn seed_loop(
+    mut watched: Vec<Watched>,
+    lease: Duration,
+    lost: &Sender<(Rank, String)>,
+    orders: &Receiver<(String, Sender<()>)>,
+    stop: &AtomicBool,
+) {
+    let beat = beat_of(lease);
+    let frame = encode_frame(&FromSeed::Beat);
+    let mut last_beat = Instant::now() - beat;
+    while !stop.load(Ordering::Acquire) {
+        if let Ok((reason, told)) = orders.try_recv() {
+            let abort = encode_frame(&FromSeed::Abort(reason));
+            for w in &mut watched {
+                let _ = w.stream.set_nonblocking(false);
+                let _ = w.stream.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = w.stream.write_all(&abort);
+                let _ = w.stream.shutdown(Shutdown::Write);
+            }
+            let _ = told.send(());
+            return;
+        }
+        let now = Instant::now();
+        let beating = now.duration_since(last_beat) >= beat;
+        if beating {
+            last_beat = now;
+        }
+        let mut gone = Vec::new();
+        for (i, w) in watched.iter_mut().enumerate() {
+            match read_available(&mut w.stream, &mut w.frames) {
+                Heard::Nothing => {}
+                Heard::Bytes => w.heard = now,
+                Heard::Closed(why) => {
+                    gone.push((i, format!("{why}: the process died or was cut off")));
+                    continue;
+                }
+            }
+            match w.frames.take() {
+                Ok(bodies) => {
+                    if let Some(why) = bodies.iter().find_map(|b| failed(b)) {
+                        gone.push((i, why));
+                        continue;
+                    }
+                }
+                Err(what) => {
+                    gone.push((i, format!("it sent {what}, which no SAT process sends")));
+                    continue;
+                }
+            }
+            if now.duration_since(w.heard) > lease {
+                let why = format!(
+                    "it sent nothing for {} s (SAT_LEASE_S): stopped, hung or cut off",
+                    lease.as_secs()
+                );
+                // It learns why if it ever runs again.
+                let told = format!(
+                    "this process (rank {}) was declared lost by the run: {why}; the run went \
+                     on without it and revoked its scopes",
+                    w.rank
+                );
+                let _ = w.stream.write_all(&encode_frame(&FromSeed::Abort(told)));
+                gone.push((i, why));
+                if let Some(pid) = w.pid {
+                    kill(pid);
+                }
+                continue;
+            }
+            if beating {
+                match w.stream.write(&frame) {
+                    Ok(_) => {}
+                    // A full buffer: the process is not reading (stopped?);
+                    // its silence will tell.
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => gone.push((i, format!("its connection failed ({e})"))),
+                }
+            }
+        }
+        for (i, why) in gone.into_iter().rev() {
+            let w = watched.swap_remove(i);
+            let _ = w.stream.shutdown(Shutdown::Both);
+            if let Some(pid) = w.pid {
+                fence(w.rank, pid);
+            }
+            if lost.send((w.rank, why)).is_err() {
+                return;
+            }
+            if let Some(bell) = crate::transport::doorbell::own() {
+                bell.ring();
+            }
+        }
+        wait_readable(&watched, beat.min(Duration::from_millis(200)));
+    }
+}
+
+/// A lost process of the seed's host that may have had a host slot locked
+/// is gone before anyone frees its locks: one whose connection closed is
+/// given a moment to finish dying, then killed; one that went silent was
+/// killed already. (A stopped process that woke later would go on writing
+/// into a slot another process has taken since.)
+fn fence(rank: Rank, pid: u32) {
+    let gone_within = |d: Duration| {
+        let end = Instant::now() + d;
+        loop {
+            if crate::os::process_gone(pid) {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    if gone_within(Duration::from_secs(2)) {
+        return;
+    }
+    tracing::warn!("rank {rank} (pid {pid}) closed its watch connection but lives: killed");
+    kill(pid);
+    if !gone_within(Duration::from_secs(5)) {
+        tracing::error!("rank {rank} (pid {pid}) is still there after SIGKILL");
+    }
+}
+
+fn kill(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) with a pid and a signal number has no memory effects.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// A `Failed` frame's reason (a process that reports its own failure).
+fn failed(body: &[u8]) -> Option<String> {
+    match decode::<ToSeed>(body, "a watched process") {
+        Ok(ToSeed::Failed(why)) => Some(format!("it failed: {why}")),
+        _ => None,
+    }
+}
+
+/// Sleeps until one of the streams has bytes (or closes), `timeout` at most.
+fn wait_readable(watched: &[Watched], timeout: Duration) {
+    let mut fds: Vec<libc::pollfd> = watched
+        .iter()
+        .map(|w| libc::pollfd {
+            fd: w.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    if fds.is_empty() {
+        std::thread::sleep(timeout);
+        return;
+    }
+    // SAFETY: `fds` is a valid array of pollfd for the length given.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms);
+    }
+}
+
+/// Any other process's side: a thread beats to the seed and listens.
+pub struct PeerWatch {
+    fatal: Fatal,
+    stop: Arc<AtomicBool>,
+    stream: TcpStream,
+}
+
+impl PeerWatch {
+    pub(crate) fn start(stream: TcpStream, lease: Duration, fatal: Fatal) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mine = stream.try_clone()?;
+        let (flag, told) = (stop.clone(), fatal.clone());
+        std::thread::Builder::new()
+            .name("sat-watch".into())
+            .spawn(move || peer_loop(mine, lease, &told, &flag))?;
+        Ok(PeerWatch {
+            fatal,
+            stop,
+            stream,
+        })
+    }
+
+    pub fn fatal(&self) -> &Fatal {
+        &self.fatal
+    }
+}
+
+impl Drop for PeerWatch {
+    /// This process is done with the run: the seed sees the connection close
+    /// after the termination protocol let this process go, and ignores it.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &AtomicBool) {
+    let beat = beat_of(lease);
+    let frame = encode_frame(&ToSeed::Beat);
+    let mut frames = Frames::default();
+    let mut heard = Instant::now();
+    let mut last_beat = Instant::now() - beat;
+    let _ = stream.set_read_timeout(Some(beat.min(Duration::from_millis(500))));
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let now = Instant::now();
+        if now.duration_since(last_beat) >= beat {
+            last_beat = now;
+            if let Err(e) = stream.write_all(&frame) {
+                if !stop.load(Ordering::Acquire) {
+                    fatal.set(format!(
+                        "lost the connection to the seed (rank 0): {e}; the run cannot go on"
+                    ));
+                }
+                return;
+            }
+        }
+        let closed = match read_available(&mut stream, &mut frames) {
+            Heard::Nothing => None,
+            Heard::Bytes => {
+                heard = Instant::now();
+                None
+            }
+            Heard::Closed(why) => Some(why),
+        };
+        match frames.take() {
+            Ok(bodies) => {
+                for body in bodies {
+                    if let Ok(FromSeed::Abort(reason)) = decode::<FromSeed>(&body, "the seed") {
+                        fatal.set(reason);
+                        return;
+                    }
+                }
+            }
+            Err(what) => {
+                fatal.set(format!(
+                    "the seed (rank 0) sent {what} on its watch connection; the run cannot go on"
+                ));
+                return;
+            }
+        }
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(why) = closed {
+            fatal.set(format!(
+                "the seed (rank 0) is gone ({why}): its process died or the run was stopped; \
+                 the run cannot go on"
+            ));
+            return;
+        }
+        if heard.elapsed() > lease {
+            fatal.set(format!(
+                "the seed (rank 0) sent nothing for {} s (SAT_LEASE_S): it is stopped, hung or \
+                 cut off; the run cannot go on",
+                lease.as_secs()
+            ));
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < end, "nothing happened in 30 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_closed_connection_is_a_lost_process_and_a_beating_one_is_not() {
+        let (seed_a, peer_a) = pair();
+        let (seed_b, peer_b) = pair();
+        let lease = Duration::from_secs(2);
+        let watch =
+            SeedWatch::start(vec![None, Some(seed_a), Some(seed_b)], lease, Vec::new()).unwrap();
+        let alive = PeerWatch::start(peer_a, lease, Fatal::default()).unwrap();
+        drop(peer_b);
+        let lost = wait_for(|| {
+            let l = watch.lost();
+            (!l.is_empty()).then_some(l)
+        });
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].0, 2);
+        assert!(lost[0].1.contains("connection closed"), "{}", lost[0].1);
+        // Two leases of beats: rank 1 stays.
+        std::thread::sleep(lease * 2);
+        assert!(watch.lost().is_empty());
+        assert!(alive.fatal().reason().is_none());
+    }
+
+    #[test]
+    fn a_silent_process_is_lost_after_the_lease_and_told_why() {
+        let (seed_a, mut silent) = pair();
+        let lease = Duration::from_secs(2);
+        let watch = SeedWatch::start(vec![None, Some(seed_a)], lease, Vec::new()).unwrap();
+        let start = Instant::now();
+        let lost = wait_for(|| watch.lost().pop());
+        assert!(start.elapsed() >= lease, "lost before its lease ran out");
+        assert!(lost.1.contains("sent nothing for 2 s"), "{}", lost.1);
+        // What it reads when it runs again: beats, then why it was dropped.
+        let mut got = Vec::new();
+        silent.read_to_end(&mut got).unwrap();
+        let mut frames = Frames { bytes: got };
+        let last = frames.take().unwrap().pop().unwrap();
+        match decode::<FromSeed>(&last, "seed").unwrap() {
+            FromSeed::Abort(why) => assert!(why.contains("declared lost"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_peer_learns_that_the_seed_is_gone_or_aborts() {
+        let (seed_a, peer_a) = pair();
+        let fatal = Fatal::default();
+        let _w = PeerWatch::start(peer_a, Duration::from_secs(2), fatal.clone()).unwrap();
+        drop(seed_a);
+        let why = wait_for(|| fatal.reason().map(str::to_owned));
+        assert!(why.contains("the seed (rank 0) is gone"), "{why}");
+
+        let (seed_b, peer_b) = pair();
+        let fatal = Fatal::default();
+        let _w = PeerWatch::start(peer_b, Duration::from_secs(2), fatal.clone()).unwrap();
+        let watch =
+            SeedWatch::start(vec![None, Some(seed_b)], Duration::from_secs(2), Vec::new()).unwrap();
+        watch.abort("server 1 was lost");
+        let why = wait_for(|| fatal.reason().map(str::to_owned));
+        assert!(why.contains("server 1 was lost"), "{why}");
+    }
+
+    #[test]
+    fn hostile_frames_are_a_loss_not_a_crash() {
+        let (seed_a, mut peer_a) = pair();
+        let watch =
+            SeedWatch::start(vec![None, Some(seed_a)], Duration::from_secs(2), Vec::new()).unwrap();
+        peer_a.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        let lost = wait_for(|| watch.lost().pop());
+        assert!(lost.1.contains("no SAT process sends"), "{}", lost.1);
+    }
+}

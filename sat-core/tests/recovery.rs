@@ -1,0 +1,326 @@
+//! Runs with recovery (`satrun --enable-recovery`, `SAT_RECOVERY=on` under
+//! another launcher): real processes over the real shm and tcp providers.
+//! A client that dies or stops inside a write scope is lost, the others go
+//! on and the chunk keeps its last released version; a lost server, or a
+//! lost seed, ends every process with the reason instead of a hang.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+
+/// The survivors' check in the `recovery` example's output.
+fn counted(out: &str, survivors: u32, k: u64, after: u64) -> usize {
+    let expected = u64::from(survivors) * k + after;
+    let line = format!("counter {expected}, expected {expected}");
+    out.lines().filter(|l| l.contains(&line)).count()
+}
+
+fn no_leftovers(out: &str) {
+    for pid in bootstrap_pids(out) {
+        assert!(!alive(pid), "process {pid} outlived the run");
+        assert!(
+            shm_files_of(pid).is_empty(),
+            "pid {pid} left {:?} in /dev/shm",
+            shm_files_of(pid)
+        );
+    }
+}
+
+fn satrun_recovering(n: u32, topology_file: Option<&str>, provider: &str) -> Command {
+    let mut c = Command::new(satrun());
+    c.args(["--enable-recovery", "-n", &n.to_string()]);
+    if let Some(t) = topology_file {
+        c.arg("--topology").arg(topology(t));
+    }
+    c.args(["--provider", provider, "--"])
+        .arg(example("recovery"))
+        .env("SAT_LOG", "warn,sat_core::bootstrap=debug")
+        .env_remove("SAT_RECOVERY")
+        .env_remove("SAT_LEASE_S")
+        .env_remove("SAT_HOST_SEGMENTS");
+    c
+}
+
+fn killed_victim_under_satrun(provider: &str, topology_file: Option<&str>, slots: bool) {
+    let (n, victim) = match topology_file {
+        Some(_) => (6, 3),
+        None => (4, 2),
+    };
+    let servers = if topology_file.is_some() { 2 } else { 1 };
+    let mut cmd = satrun_recovering(n, topology_file, provider);
+    cmd.args([
+        "--k",
+        "150",
+        "--victim",
+        &victim.to_string(),
+        "--after",
+        "4",
+    ]);
+    if !slots {
+        cmd.env("SAT_HOST_SEGMENTS", "off");
+    }
+    let out = run(&mut cmd);
+    let all = text(&out.stdout) + &text(&out.stderr);
+    let survivors = n - servers - 1;
+    assert_eq!(
+        counted(&all, survivors, 150, 4),
+        survivors as usize,
+        "every survivor read its increments and the victim's released ones: {all}"
+    );
+    assert!(
+        !all.contains("shows the victim's unreleased write"),
+        "{all}"
+    );
+    assert!(all.contains(&format!(
+        "satrun: rank {victim} (" // the program's path follows
+    )));
+    assert!(
+        all.contains("was killed by signal SIGKILL (9); the run goes on without it"),
+        "{all}"
+    );
+    // satrun still reports the failure in its status.
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    if slots {
+        assert!(
+            all.contains(&format!("client {victim} left holding a lock on chunk 7")),
+            "the home freed the victim's lock on the host slot: {all}"
+        );
+    }
+    no_leftovers(&all);
+}
+
+#[test]
+fn a_client_killed_in_its_write_scope_leaves_the_others_going_shm_host_slots() {
+    killed_victim_under_satrun("shm", None, true);
+}
+
+#[test]
+fn a_client_killed_in_its_write_scope_leaves_the_others_going_shm_messages() {
+    killed_victim_under_satrun("shm", None, false);
+}
+
+#[test]
+fn a_client_killed_in_its_write_scope_leaves_the_others_going_tcp_two_servers() {
+    killed_victim_under_satrun("tcp", Some("two-servers.xml"), false);
+}
+
+/// Without `--enable-recovery` the same death stops the run, as before.
+#[test]
+fn without_recovery_a_killed_client_still_stops_the_run() {
+    let out = run(Command::new(satrun())
+        .args(["-n", "4", "--provider", "shm", "--"])
+        .arg(example("recovery"))
+        .args(["--k", "100000", "--victim", "2", "--after", "4"])
+        .env_remove("SAT_RECOVERY"));
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(all.contains("stopping the 3 other running ranks"), "{all}");
+    assert_eq!(counted(&all, 2, 100000, 4), 0);
+}
+
+/// Rank `rank` of the `recovery` example as another launcher (mpirun, srun)
+/// starts it: ranks from Open MPI's variables, the seed from SAT_SEED.
+fn mpirun_style(port: u16, size: u32, rank: u32, args: &[&str]) -> Command {
+    let mut c = Command::new(example("recovery"));
+    c.args(args)
+        .env("OMPI_COMM_WORLD_RANK", rank.to_string())
+        .env("OMPI_COMM_WORLD_SIZE", size.to_string())
+        .env("SAT_SEED", format!("127.0.0.1:{port}"))
+        .env("SAT_PROVIDER", "tcp")
+        .env("SAT_RECOVERY", "on")
+        .env_remove("SAT_LEASE_S")
+        .env_remove("SAT_OUTPUT_PREFIXED")
+        .env_remove("SAT_RANK")
+        .env_remove("SAT_SIZE")
+        .env_remove("SAT_HOST_SEGMENTS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for every child, at most 120 s each (a hang fails the test and the
+/// children are killed).
+fn wait_all(children: Vec<Child>) -> Vec<Output> {
+    let pids: Vec<i32> = children.iter().map(|c| c.id() as i32).collect();
+    let (tx, rx) = mpsc::channel();
+    for (i, c) in children.into_iter().enumerate() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((i, c.wait_with_output()));
+        });
+    }
+    let mut outs: Vec<Option<Output>> = (0..pids.len()).map(|_| None).collect();
+    for _ in 0..pids.len() {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok((i, out)) => outs[i] = Some(out.unwrap()),
+            Err(_) => {
+                for &p in &pids {
+                    // SAFETY: kill(2) with a pid and a signal number.
+                    unsafe { libc::kill(p, libc::SIGKILL) };
+                }
+                panic!("a process still waits 120 s on: a hang");
+            }
+        }
+    }
+    let outs: Vec<Output> = outs.into_iter().map(Option::unwrap).collect();
+    for (rank, o) in outs.iter().enumerate() {
+        eprintln!(
+            "--- rank {rank}: {:?}\n{}{}",
+            o.status,
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+    }
+    outs
+}
+
+#[test]
+fn a_client_killed_in_its_write_scope_under_another_launcher() {
+    let port = free_port();
+    let args = ["--k", "150", "--victim", "2", "--after", "4"];
+    let children: Vec<Child> = (0..4)
+        .map(|r| mpirun_style(port, 4, r, &args).spawn().unwrap())
+        .collect();
+    let outs = wait_all(children);
+    assert_eq!(outs[2].status.code(), None, "the victim died by its signal");
+    for r in [0, 1, 3] {
+        assert!(outs[r].status.success(), "rank {r} went on and ended well");
+    }
+    let survivors: String = [1, 3].iter().map(|&r| text(&outs[r].stdout)).collect();
+    assert_eq!(counted(&survivors, 2, 150, 4), 2, "{survivors}");
+    assert!(text(&outs[0].stderr).contains("client 2 was lost"));
+}
+
+/// Reads a child's stdout lines as they come.
+fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+fn line_with(rx: &mpsc::Receiver<String>, what: &str, seen: &mut Vec<String>) -> String {
+    loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(90))
+            .unwrap_or_else(|_| panic!("no line with {what:?} in 90 s: {seen:?}"));
+        seen.push(line.clone());
+        if line.contains(what) {
+            return line;
+        }
+    }
+}
+
+/// A client stopped inside its write scope answers nothing: after its
+/// lease the run declares it lost and goes on. On the message path it is
+/// left alone, and when it is continued it is told, and fails.
+#[test]
+fn a_stopped_client_is_lost_after_its_lease_and_told_when_it_continues() {
+    let mut child = satrun_recovering(4, None, "shm")
+        .args([
+            "--k", "100", "--victim", "2", "--after", "3", "--how", "stop",
+        ])
+        .env("SAT_LEASE_S", "2")
+        .env("SAT_HOST_SEGMENTS", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    let mut seen = Vec::new();
+    let stopping = line_with(&rx, "inside its write scope", &mut seen);
+    let pid: i32 = stopping
+        .split("pid ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .expect("the victim's pid");
+    // The survivors finish while the victim is stopped.
+    line_with(&rx, "expected 203", &mut seen);
+    line_with(&rx, "expected 203", &mut seen);
+    // SAFETY: kill(2) with a pid and a signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let told = line_with(&rx, "continued, and was told", &mut seen);
+    assert!(told.contains("was declared lost by the run"), "{told}");
+    assert!(told.contains("sent nothing for 2 s"), "{told}");
+    let out = child.wait_with_output().unwrap();
+    let all = seen.join("\n") + &text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    no_leftovers(&all);
+}
+
+/// With host slots, a stopped client could wake inside a slot another
+/// process has taken since: the run kills it before freeing its locks.
+#[test]
+fn a_stopped_client_holding_a_host_slot_is_fenced() {
+    let out = run(satrun_recovering(4, None, "shm")
+        .args([
+            "--k", "100", "--victim", "2", "--after", "3", "--how", "stop",
+        ])
+        .env("SAT_LEASE_S", "2"));
+    let all = text(&out.stdout) + &text(&out.stderr);
+    assert_eq!(counted(&all, 2, 100, 3), 2, "{all}");
+    assert!(all.contains("sent nothing for 2 s"), "{all}");
+    assert!(
+        all.contains("rank 2 (") && all.contains("was killed by signal SIGKILL (9)"),
+        "{all}"
+    );
+    no_leftovers(&all);
+}
+
+/// Waits that can never end become errors: a server killed mid-run (its
+/// chunks' versions are gone) ends every other process with an error, and
+/// so does a killed seed, under a launcher that kills nobody.
+#[test]
+fn a_lost_server_or_seed_ends_every_process_with_an_error() {
+    for (victim, reason) in [
+        (1u32, "server 1 was lost"),
+        (0, "the seed (rank 0) is gone"),
+    ] {
+        let port = free_port();
+        let topology_arg = topology("two-servers.xml");
+        let args = [
+            "--k",
+            "100000000",
+            "--victim",
+            "99",
+            "--topology",
+            topology_arg.to_str().unwrap(),
+        ];
+        let mut children: Vec<Child> = (0..6)
+            .map(|r| mpirun_style(port, 6, r, &args).spawn().unwrap())
+            .collect();
+        // The clients increment once they have started.
+        let rx = lines_of(&mut children[2]);
+        let mut seen = Vec::new();
+        line_with(&rx, "rank 2 started", &mut seen);
+        children[victim as usize].kill().unwrap();
+        let outs = wait_all(children);
+        let mut told = 0;
+        for (rank, o) in outs.iter().enumerate() {
+            if rank == victim as usize {
+                continue;
+            }
+            let err = text(&o.stderr);
+            assert!(!o.status.success(), "rank {rank} cannot have finished");
+            // Told by the seed, or finding the peer gone itself first.
+            assert!(
+                err.contains(reason) || err.contains("unreachable"),
+                "rank {rank}: {err}"
+            );
+            told += usize::from(err.contains(reason));
+        }
+        assert!(told > 0, "nobody was told {reason:?}");
+    }
+}
