@@ -14,7 +14,8 @@
 //! - `hold ADDR`: attach, write, print `attached`, then wait for a line on
 //!   standard input (so a test can kill it while attached);
 //! - `hold-scope ADDR`: attach and open a write scope on the counter chunk
-//!   of `cycle`, then wait the same way (killed inside the scope);
+//!   of `cycle`, then wait the same way (killed or stopped inside the
+//!   scope); after the line, release it and print the outcome;
 //! - `hold-read-scope ADDR`: the same with a read scope.
 
 use std::io::BufRead;
@@ -151,14 +152,24 @@ fn main() {
                 // Dies (when killed) inside a scope of the counter.
                 let session = service::connect(&o.address)?;
                 let chain = session.malloc(o.chunk, 8)?;
-                let (_scope, kind) = if o.command == "hold-scope" {
+                let (scope, kind) = if o.command == "hold-scope" {
                     (session.readwrite(&chain)?, "write")
                 } else {
                     (session.read(&chain)?, "read")
                 };
-                println!("in a {kind} scope in slot {}", session.rank());
+                println!(
+                    "in a {kind} scope in slot {} (pid {})",
+                    session.rank(),
+                    std::process::id()
+                );
                 let mut line = String::new();
                 std::io::stdin().lock().read_line(&mut line)?;
+                // Still alive (stopped and continued, say): the service may
+                // have gone on without it.
+                match scope.release() {
+                    Ok(()) => println!("released"),
+                    Err(e) => println!("release refused: {e}"),
+                }
             }
             other => return Err(format!("unknown command {other}").into()),
         }

@@ -339,7 +339,7 @@ impl Client {
 
     /// The error every call returns once this process cannot go on.
     fn fatal(&self) -> SatResult<()> {
-        match self.fatal.get().and_then(|f| f.reason()) {
+        match self.fatal.get().and_then(|f| f.check()) {
             Some(why) => Err(SatError::Aborted(why.to_owned())),
             None => Ok(()),
         }

@@ -230,7 +230,7 @@ fn a_stopped_client_is_lost_after_its_lease_and_told_when_it_continues() {
         .args([
             "--k", "100", "--victim", "2", "--after", "3", "--how", "stop",
         ])
-        .env("SAT_LEASE_S", "2")
+        .env("SAT_LEASE_S", "3")
         .env("SAT_HOST_SEGMENTS", "off")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -253,7 +253,7 @@ fn a_stopped_client_is_lost_after_its_lease_and_told_when_it_continues() {
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     let told = line_with(&rx, "continued, and was told", &mut seen);
     assert!(told.contains("was declared lost by the run"), "{told}");
-    assert!(told.contains("sent nothing for 2 s"), "{told}");
+    assert!(told.contains("sent nothing for 3 s"), "{told}");
     let out = child.wait_with_output().unwrap();
     let all = seen.join("\n") + &text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{all}");
@@ -268,10 +268,10 @@ fn a_stopped_client_holding_a_host_slot_is_fenced() {
         .args([
             "--k", "100", "--victim", "2", "--after", "3", "--how", "stop",
         ])
-        .env("SAT_LEASE_S", "2"));
+        .env("SAT_LEASE_S", "3"));
     let all = text(&out.stdout) + &text(&out.stderr);
     assert_eq!(counted(&all, 2, 100, 3), 2, "{all}");
-    assert!(all.contains("sent nothing for 2 s"), "{all}");
+    assert!(all.contains("sent nothing for 3 s"), "{all}");
     assert!(
         all.contains("rank 2 (") && all.contains("was killed by signal SIGKILL (9)"),
         "{all}"

@@ -692,3 +692,68 @@ fn a_service_of_64_mib_per_server_holds_and_returns_1_gib() {
         "the spill folder outlived its server"
     );
 }
+
+/// A client stopped inside its write scope answers nothing: after the
+/// service's lease (`SAT_LEASE_S`) the service drops it and the next writer
+/// goes on from the last released version. With host slots (shm, on this
+/// host) the stopped process is killed first, since it could wake inside a
+/// slot; on the message path it is left alone, and when it runs again its
+/// release is refused with the reason.
+#[test]
+fn a_stopped_client_is_dropped_after_the_lease() {
+    for (provider, slots) in [("shm", "on"), ("tcp", "off")] {
+        let service = Service::start_with_env(
+            provider,
+            &["--slots", "4"],
+            &[("SAT_LEASE_S", "3"), ("SAT_HOST_SEGMENTS", slots)],
+        );
+        let a = service.address.as_str();
+        let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "2"]);
+        assert!(ok && out.contains("counter 2"), "{out} {err}");
+        let (mut holder, line) = start_holder(&["hold-scope", a, "--chunk", "4"]);
+        let pid: i32 = line
+            .split("pid ")
+            .nth(1)
+            .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {line:?}"));
+        // SAFETY: kill(2) with a pid and a signal number.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        // Waits for the write scope until the lease has run out.
+        let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
+        assert!(
+            ok && out.contains("counter 3"),
+            "{provider}: {out} {err}\n{}",
+            service.log()
+        );
+        assert!(
+            service.log().contains("dropped: it sent nothing for 3 s"),
+            "{}",
+            service.log()
+        );
+        if slots == "on" {
+            let status = holder.wait().unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(libc::SIGKILL),
+                "the stopped holder of a host slot is killed"
+            );
+        } else {
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+            use std::io::{BufRead, Write};
+            writeln!(holder.stdin.as_mut().unwrap()).unwrap();
+            let mut told = String::new();
+            std::io::BufReader::new(holder.stdout.as_mut().unwrap())
+                .read_line(&mut told)
+                .unwrap();
+            assert!(
+                told.contains("release refused") && told.contains("was dropped by the service"),
+                "{told}"
+            );
+            holder.wait().unwrap();
+            // Its write never happened.
+            let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
+            assert!(ok && out.contains("counter 4"), "{out} {err}");
+        }
+    }
+}

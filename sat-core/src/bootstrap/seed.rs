@@ -31,6 +31,9 @@ use crate::transport::doorbell::BellPlace;
 use crate::transport::{Provider, Rank};
 use crate::wire::WIRE_VERSION;
 
+/// How the seed is named in messages.
+const SEED_NAME: &str = "the seed (rank 0)";
+
 /// The largest bootstrap frame (topology plus address table).
 const MAX_FRAME: usize = 64 << 20;
 /// How long the seed waits for a connection's hello (each on its own
@@ -325,9 +328,11 @@ impl SeedLink {
                     .map(Watch::Seed)
                     .map_err(failed)
             }
-            SeedLink::Peer(peer) => PeerWatch::start(peer.stream, lease, Fatal::default())
-                .map(Watch::Peer)
-                .map_err(failed),
+            SeedLink::Peer(peer) => {
+                { PeerWatch::start(peer.stream, lease, Fatal::default(), SEED_NAME.into()) }
+                    .map(Watch::Peer)
+                    .map_err(failed)
+            }
         }
     }
 

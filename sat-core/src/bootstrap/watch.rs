@@ -25,7 +25,7 @@
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -45,21 +45,84 @@ pub(crate) fn beat_of(lease: Duration) -> Duration {
 
 /// Why this process cannot go on, once it is known: set once, by the
 /// watch's thread; read by every call before and while it waits.
+///
+/// A process that was stopped (a debugger, `SIGSTOP`) for longer than its
+/// lease may have been dropped while it slept, and its calls must not
+/// race the watch's thread to that news when it runs again: each call
+/// looks at when the watch last heard its peer, and when that is older
+/// than half a lease (beats come every quarter), waits for the thread's
+/// next pass over the connection, which reads what came meanwhile.
 #[derive(Clone, Default)]
-pub struct Fatal(Arc<OnceLock<String>>);
+pub struct Fatal(Arc<FatalState>);
+
+#[derive(Default)]
+struct FatalState {
+    reason: OnceLock<String>,
+    /// When the watch last heard its peer, in ms since `since`.
+    heard_ms: AtomicU64,
+    /// The watch's passes over its connection.
+    passes: AtomicU64,
+    /// Half the lease in ms (0: not watched yet).
+    stale_ms: AtomicU64,
+    since: OnceLock<Instant>,
+}
 
 impl Fatal {
     /// The reason, if the run cannot go on for this process.
     pub fn reason(&self) -> Option<&str> {
-        self.0.get().map(String::as_str)
+        self.0.reason.get().map(String::as_str)
+    }
+
+    /// The reason, once the watch has caught up with what its peer said
+    /// while this process may have been stopped.
+    pub fn check(&self) -> Option<&str> {
+        let stale = self.0.stale_ms.load(Ordering::Relaxed);
+        if self.reason().is_none() && stale > 0 && self.now_ms() > self.heard() + stale {
+            let pass = self.0.passes.load(Ordering::Acquire);
+            let end = Instant::now() + Duration::from_secs(2);
+            while self.reason().is_none()
+                && self.0.passes.load(Ordering::Acquire) < pass + 2
+                && Instant::now() < end
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.reason()
+    }
+
+    fn now_ms(&self) -> u64 {
+        let since = self.0.since.get_or_init(Instant::now);
+        since.elapsed().as_millis() as u64
+    }
+
+    fn heard(&self) -> u64 {
+        self.0.heard_ms.load(Ordering::Relaxed)
+    }
+
+    /// The watch's thread starts, with `lease`.
+    fn watching(&self, lease: Duration) {
+        self.heard_now();
+        let half = (lease.as_millis() as u64 / 2).max(1);
+        self.0.stale_ms.store(half, Ordering::Relaxed);
+    }
+
+    /// The watch heard its peer.
+    fn heard_now(&self) {
+        let now = self.now_ms();
+        self.0.heard_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// The watch's thread finished a pass over its connection.
+    fn passed(&self) {
+        self.0.passes.fetch_add(1, Ordering::Release);
     }
 
     /// Records the first reason and wakes this process's waits. (Logged at
     /// debug level only: a process that has finished its run sees the seed
     /// go as the run ends, which is no news; a call it fails says why.)
     pub(crate) fn set(&self, reason: String) {
-        if self.0.set(reason).is_ok() {
-            tracing::debug!("{}", self.0.get().expect("just set"));
+        if self.0.reason.set(reason).is_ok() {
+            tracing::debug!("{}", self.0.reason.get().expect("just set"));
             if let Some(bell) = crate::transport::doorbell::own() {
                 bell.ring();
             }
@@ -300,7 +363,7 @@ fn seed_loop(
             let w = watched.swap_remove(i);
             let _ = w.stream.shutdown(Shutdown::Both);
             if let Some(pid) = w.pid {
-                fence(w.rank, pid);
+                fence(&format!("rank {}", w.rank), pid);
             }
             if lost.send((w.rank, why)).is_err() {
                 return;
@@ -309,7 +372,8 @@ fn seed_loop(
                 bell.ring();
             }
         }
-        wait_readable(&watched, beat.min(Duration::from_millis(200)));
+        let fds = watched.iter().map(|w| w.stream.as_raw_fd());
+        wait_readable(fds, beat.min(Duration::from_millis(200)));
     }
 }
 
@@ -318,7 +382,7 @@ fn seed_loop(
 /// given a moment to finish dying, then killed; one that went silent was
 /// killed already. (A stopped process that woke later would go on writing
 /// into a slot another process has taken since.)
-fn fence(rank: Rank, pid: u32) {
+pub(crate) fn fence(who: &str, pid: u32) {
     let gone_within = |d: Duration| {
         let end = Instant::now() + d;
         loop {
@@ -334,18 +398,79 @@ fn fence(rank: Rank, pid: u32) {
     if gone_within(Duration::from_secs(2)) {
         return;
     }
-    tracing::warn!("rank {rank} (pid {pid}) closed its watch connection but lives: killed");
+    tracing::warn!("{who} (pid {pid}) is lost but lives: killed");
     kill(pid);
     if !gone_within(Duration::from_secs(5)) {
-        tracing::error!("rank {rank} (pid {pid}) is still there after SIGKILL");
+        tracing::error!("{who} (pid {pid}) is still there after SIGKILL");
     }
 }
 
-fn kill(pid: u32) {
+pub(crate) fn kill(pid: u32) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
         // SAFETY: kill(2) with a pid and a signal number has no memory effects.
         unsafe {
             libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// How a watched session ended ([`watch_session`]).
+pub(crate) enum SessionEnd {
+    /// Its process closed the connection (it detached, or died).
+    Closed,
+    /// It sent nothing for a lease: it was told why it is dropped.
+    Silent(String),
+}
+
+/// The desk's side of one service session: beats to the attached process
+/// and waits until its connection closes or it stays silent for a lease.
+/// Any bytes it sends count as a beat (the desk decodes nothing after
+/// admission). `told` words what a silent process reads if it runs again.
+pub(crate) fn watch_session(
+    stream: &mut TcpStream,
+    lease: Duration,
+    told: impl FnOnce(&str) -> String,
+) -> SessionEnd {
+    let beat = beat_of(lease);
+    let frame = encode_frame(&FromSeed::Beat);
+    let _ = stream.set_read_timeout(Some(beat.min(Duration::from_millis(500))));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut heard = Instant::now();
+    let mut last_beat = Instant::now() - beat;
+    let mut buf = [0u8; 256];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return SessionEnd::Closed,
+            Ok(_) => heard = Instant::now(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return SessionEnd::Closed,
+        }
+        if heard.elapsed() > lease {
+            let why = format!(
+                "it sent nothing for {} s (SAT_LEASE_S): stopped, hung or cut off",
+                lease.as_secs()
+            );
+            let _ = stream.write_all(&encode_frame(&FromSeed::Abort(told(&why))));
+            let _ = stream.shutdown(Shutdown::Both);
+            return SessionEnd::Silent(why);
+        }
+        if last_beat.elapsed() >= beat {
+            last_beat = Instant::now();
+            match stream.write_all(&frame) {
+                Ok(()) => {}
+                // A stopped process reads nothing: its silence will tell.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => return SessionEnd::Closed,
+            }
         }
     }
 }
@@ -359,11 +484,10 @@ fn failed(body: &[u8]) -> Option<String> {
 }
 
 /// Sleeps until one of the streams has bytes (or closes), `timeout` at most.
-fn wait_readable(watched: &[Watched], timeout: Duration) {
-    let mut fds: Vec<libc::pollfd> = watched
-        .iter()
-        .map(|w| libc::pollfd {
-            fd: w.stream.as_raw_fd(),
+fn wait_readable(fds: impl Iterator<Item = std::os::fd::RawFd>, timeout: Duration) {
+    let mut fds: Vec<libc::pollfd> = fds
+        .map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
         })
@@ -382,18 +506,27 @@ fn wait_readable(watched: &[Watched], timeout: Duration) {
 /// Any other process's side: a thread beats to the seed and listens.
 pub struct PeerWatch {
     fatal: Fatal,
+    /// Keeps the connection's read side to this thread: dropping it closes
+    /// the connection.
     stop: Arc<AtomicBool>,
     stream: TcpStream,
 }
 
 impl PeerWatch {
-    pub(crate) fn start(stream: TcpStream, lease: Duration, fatal: Fatal) -> std::io::Result<Self> {
+    /// Watches `peer` (its name for messages: "the seed (rank 0)", "the
+    /// service at HOST:PORT") over `stream`.
+    pub(crate) fn start(
+        stream: TcpStream,
+        lease: Duration,
+        fatal: Fatal,
+        peer: String,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let mine = stream.try_clone()?;
         let (flag, told) = (stop.clone(), fatal.clone());
         std::thread::Builder::new()
             .name("sat-watch".into())
-            .spawn(move || peer_loop(mine, lease, &told, &flag))?;
+            .spawn(move || peer_loop(mine, lease, &told, &flag, &peer))?;
         Ok(PeerWatch {
             fatal,
             stop,
@@ -415,24 +548,37 @@ impl Drop for PeerWatch {
     }
 }
 
-fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &AtomicBool) {
+fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &AtomicBool, peer: &str) {
     let beat = beat_of(lease);
     let frame = encode_frame(&ToSeed::Beat);
     let mut frames = Frames::default();
     let mut heard = Instant::now();
     let mut last_beat = Instant::now() - beat;
-    let _ = stream.set_read_timeout(Some(beat.min(Duration::from_millis(500))));
+    // Non-blocking, waiting in poll(2): a blocking read with a timeout
+    // would go on reading as long as the peer's beats come faster than the
+    // timeout, and never get round to this side's beat.
+    if let Err(e) = stream.set_nonblocking(true) {
+        fatal.set(format!("cannot watch {peer}: {e}"));
+        return;
+    }
+    fatal.watching(lease);
     loop {
+        fatal.passed();
         if stop.load(Ordering::Acquire) {
             return;
         }
         let now = Instant::now();
         if now.duration_since(last_beat) >= beat {
             last_beat = now;
-            if let Err(e) = stream.write_all(&frame) {
+            let sent = match stream.write(&frame) {
+                // A full buffer: the peer is not reading; its silence tells.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+                other => other.map(|_| ()),
+            };
+            if let Err(e) = sent {
                 if !stop.load(Ordering::Acquire) {
                     fatal.set(format!(
-                        "lost the connection to the seed (rank 0): {e}; the run cannot go on"
+                        "lost the connection to {peer}: {e}; this process cannot go on with it"
                     ));
                 }
                 return;
@@ -442,6 +588,7 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
             Heard::Nothing => None,
             Heard::Bytes => {
                 heard = Instant::now();
+                fatal.heard_now();
                 None
             }
             Heard::Closed(why) => Some(why),
@@ -457,7 +604,7 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
             }
             Err(what) => {
                 fatal.set(format!(
-                    "the seed (rank 0) sent {what} on its watch connection; the run cannot go on"
+                    "{peer} sent {what} on its watch connection; this process cannot go on with it"
                 ));
                 return;
             }
@@ -467,19 +614,21 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
         }
         if let Some(why) = closed {
             fatal.set(format!(
-                "the seed (rank 0) is gone ({why}): its process died or the run was stopped; \
-                 the run cannot go on"
+                "{peer} is gone ({why}): its process died or was stopped; this process cannot \
+                 go on with it"
             ));
             return;
         }
         if heard.elapsed() > lease {
             fatal.set(format!(
-                "the seed (rank 0) sent nothing for {} s (SAT_LEASE_S): it is stopped, hung or \
-                 cut off; the run cannot go on",
+                "{peer} sent nothing for {} s (SAT_LEASE_S): it is stopped, hung or cut off; \
+                 this process cannot go on with it",
                 lease.as_secs()
             ));
             return;
         }
+        let fd = std::iter::once(stream.as_raw_fd());
+        wait_readable(fd, beat.min(Duration::from_millis(500)));
     }
 }
 
@@ -487,6 +636,8 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    const SEED: &str = "the seed (rank 0)";
 
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -513,7 +664,7 @@ mod tests {
         let lease = Duration::from_secs(2);
         let watch =
             SeedWatch::start(vec![None, Some(seed_a), Some(seed_b)], lease, Vec::new()).unwrap();
-        let alive = PeerWatch::start(peer_a, lease, Fatal::default()).unwrap();
+        let alive = PeerWatch::start(peer_a, lease, Fatal::default(), SEED.into()).unwrap();
         drop(peer_b);
         let lost = wait_for(|| {
             let l = watch.lost();
@@ -552,14 +703,16 @@ mod tests {
     fn a_peer_learns_that_the_seed_is_gone_or_aborts() {
         let (seed_a, peer_a) = pair();
         let fatal = Fatal::default();
-        let _w = PeerWatch::start(peer_a, Duration::from_secs(2), fatal.clone()).unwrap();
+        let _w =
+            PeerWatch::start(peer_a, Duration::from_secs(2), fatal.clone(), SEED.into()).unwrap();
         drop(seed_a);
         let why = wait_for(|| fatal.reason().map(str::to_owned));
         assert!(why.contains("the seed (rank 0) is gone"), "{why}");
 
         let (seed_b, peer_b) = pair();
         let fatal = Fatal::default();
-        let _w = PeerWatch::start(peer_b, Duration::from_secs(2), fatal.clone()).unwrap();
+        let _w =
+            PeerWatch::start(peer_b, Duration::from_secs(2), fatal.clone(), SEED.into()).unwrap();
         let watch =
             SeedWatch::start(vec![None, Some(seed_b)], Duration::from_secs(2), Vec::new()).unwrap();
         watch.abort("server 1 was lost");

@@ -31,6 +31,7 @@ use bincode::{Decode, Encode};
 
 use crate::auth::{self, Nonce, Proof, Secret, Side};
 use crate::bootstrap::seed::{recv, send};
+use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
 use crate::topology::Topology;
 use crate::transport::{Provider, Rank};
@@ -77,6 +78,10 @@ pub(crate) enum FromDesk {
         topology: Topology,
         /// The servers' endpoint addresses, by rank.
         servers: Vec<Vec<u8>>,
+        /// The lease in seconds: the connection then carries the watch's
+        /// beats both ways (`bootstrap/watch.rs`), and a process silent for
+        /// that long is dropped.
+        lease_s: u64,
     },
     Refused(String),
     /// The desk's nonce and its own proof of holding the secret. (New
@@ -143,6 +148,12 @@ struct Offer {
     provider: Provider,
     topology: Topology,
     servers: Vec<Vec<u8>>,
+    /// How long an attached process may stay silent (`SAT_LEASE_S`).
+    lease: Duration,
+    /// The homes keep versions in host slots, which this host's clients
+    /// write in place: one of them that goes silent is killed before its
+    /// locks are freed (`bootstrap/watch.rs`, "fencing").
+    fence_local: bool,
 }
 
 impl Desk {
@@ -150,10 +161,9 @@ impl Desk {
     /// accepts connections, one thread per session talks to its process.
     pub(crate) fn open(
         listener: TcpListener,
-        provider: Provider,
-        topology: Topology,
-        servers: Vec<Vec<u8>>,
+        (provider, topology, servers): (Provider, Topology, Vec<Vec<u8>>),
         secret: Secret,
+        fence_local: bool,
     ) -> SatResult<Desk> {
         let (tx, rx) = mpsc::channel();
         let ranks = topology.clients();
@@ -162,6 +172,8 @@ impl Desk {
             provider,
             topology,
             servers,
+            lease: Duration::from_secs(crate::settings::get().lease_s),
+            fence_local,
         });
         std::thread::Builder::new()
             .name("sat-desk".into())
@@ -448,9 +460,25 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
         rank: client,
         topology: offer.topology.clone(),
         servers: offer.servers.clone(),
+        lease_s: offer.lease.as_secs(),
     };
     if send(&mut stream, &welcome).is_ok() {
-        wait_closed(&mut stream);
+        let told = |why: &str| {
+            format!(
+                "this process (slot {client}) was dropped by the service: {why}; the service \
+                 revoked its scopes and went on without it: attach again"
+            )
+        };
+        match watch_session(&mut stream, offer.lease, told) {
+            SessionEnd::Closed => {}
+            SessionEnd::Silent(why) => {
+                tracing::warn!("desk: slot {client} (pid {pid} on {host:?}) dropped: {why}");
+                if offer.fence_local && host == crate::os::hostname() {
+                    watch::kill(pid);
+                    watch::fence(&format!("slot {client}"), pid);
+                }
+            }
+        }
     }
     tracing::debug!("desk: the connection of slot {client} (pid {pid}) closed");
     let _ = events.send(Event::Closed { client });
@@ -475,21 +503,6 @@ fn remove_files_of_dead(pid: u32) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Blocks until the process closes its connection (or dies).
-fn wait_closed(stream: &mut TcpStream) {
-    use std::io::Read;
-    let _ = stream.set_read_timeout(None);
-    let mut buf = [0u8; 256];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
-        }
     }
 }
 
@@ -646,6 +659,7 @@ pub(crate) mod fuzzing {
                 rank: 3,
                 topology: Topology::service(1, 4).expect("a valid service topology"),
                 servers: vec![vec![2, 0, 31, 144, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]],
+                lease_s: 10,
             })),
             body(encode_frame(&FromDesk::Refused("full".into()))),
             body(encode_frame(&FromDesk::Challenge {

@@ -79,6 +79,13 @@ fn service_topology(servers: u32) -> SatResult<Topology> {
 /// admission desk on the socket `satrun` opened.
 pub fn serve() -> SatResult<()> {
     let (joined, servers) = bootstrap::join_service(service_topology)?;
+    // Clients attach through the desk's port and reach the servers'
+    // endpoints: when those are on loopback (or shm's), only this host's
+    // processes can be clients, and they share the versions in host
+    // segments instead of moving them in messages.
+    let local_only = joined.one_host
+        && (joined.provider == crate::transport::Provider::Shm || joined.local_ip.is_loopback());
+    let host = server::host::backing_for_service(local_only, &joined.topology);
     let desk = if joined.env.rank == 0 {
         let fd = std::env::var(SERVICE_FD_VAR)
             .ok()
@@ -100,21 +107,13 @@ pub fn serve() -> SatResult<()> {
         let listener = unsafe { TcpListener::from_raw_fd(fd) };
         Some(desk::Desk::open(
             listener,
-            joined.provider,
-            (*joined.topology).clone(),
-            servers,
+            (joined.provider, (*joined.topology).clone(), servers),
             secret,
+            host.is_some(),
         )?)
     } else {
         None
     };
-    // Clients attach through the desk's port and reach the servers'
-    // endpoints: when those are on loopback (or shm's), only this host's
-    // processes can be clients, and they share the versions in host
-    // segments instead of moving them in messages.
-    let local_only = joined.one_host
-        && (joined.provider == crate::transport::Provider::Shm || joined.local_ip.is_loopback());
-    let host = server::host::backing_for_service(local_only, &joined.topology);
     tracing::debug!(
         "service server {}: versions {}",
         joined.env.rank,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::desk::{FromDesk, ToDesk, ADMISSION_TIMEOUT};
 use crate::auth::{self, Refusal, ServiceAddress, Side};
 use crate::bootstrap::seed::{recv, send};
+use crate::bootstrap::watch::{Fatal, PeerWatch};
 use crate::client::Client;
 use crate::error::{SatError, SatResult};
 use crate::observe;
@@ -33,7 +34,7 @@ pub struct Session {
     progress: Option<JoinHandle<()>>,
     /// Kept open while attached: its closing is how the service learns
     /// that this process is gone, whichever way it goes.
-    control: Option<TcpStream>,
+    control: Option<PeerWatch>,
     address: String,
 }
 
@@ -134,12 +135,13 @@ pub fn connect(address: &str) -> SatResult<Session> {
         },
     )
     .map_err(lost)?;
-    let (rank, topology, servers) = match recv::<FromDesk>(&mut control, deadline, &from)? {
+    let (rank, topology, servers, lease) = match recv::<FromDesk>(&mut control, deadline, &from)? {
         FromDesk::Welcome {
             rank,
             topology,
             servers,
-        } => (rank, topology, servers),
+            lease_s,
+        } => (rank, topology, servers, Duration::from_secs(lease_s.max(2))),
         FromDesk::Refused(why) => return Err(refused(address, why)),
         other => return Err(unexpected(address, &other)),
     };
@@ -165,6 +167,17 @@ pub fn connect(address: &str) -> SatResult<Session> {
     if let Some(reader) = reader {
         client.read_host_slots_as(reader);
     }
+    // The control connection carries the watch's beats from now on: the
+    // desk drops this process if it goes silent for a lease, and this
+    // process's calls fail once the service is gone or has dropped it.
+    let control = PeerWatch::start(
+        control,
+        lease,
+        Fatal::default(),
+        format!("the service at {address}"),
+    )
+    .map_err(|e| SatError::Bootstrap(format!("cannot start the session's watch: {e}")))?;
+    client.watch(control.fatal().clone());
     client.enter_role();
     let stop = Arc::new(AtomicBool::new(false));
     let progress = {
