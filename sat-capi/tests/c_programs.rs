@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 12] = [
+const BINDINGS: [&str; 13] = [
     "api",
     "capacity",
     "chain_subscribe",
@@ -52,6 +52,7 @@ const BINDINGS: [&str; 12] = [
     "logging",
     "outside",
     "protocols",
+    "recovery",
     "service",
     "user_protocol",
 ];
@@ -423,6 +424,60 @@ fn a_c_role_that_fails_fails_the_run() {
             run.context()
         );
     }
+}
+
+/// `satrun --enable-recovery` with a C program: a client killed inside its
+/// write scope (rank 3) is lost, the survivors' barrier of every client
+/// fails with SAT_ERR_PROCESS_LOST instead of waiting for it, and the counter
+/// holds their increments and the victim's released ones, over shm and tcp,
+/// through host slots and messages, and sanitized.
+fn recovery(variant: Variant) {
+    let exe = bindings(variant).join("recovery");
+    for provider in PROVIDERS {
+        for segments in ["on", "off"] {
+            let run = satrun(
+                5,
+                ".",
+                &[
+                    "--enable-recovery",
+                    "-n",
+                    "5",
+                    "--topology",
+                    "bindings-tests/topology.xml",
+                    "--provider",
+                    provider,
+                    "--",
+                    path_str(&exe),
+                ],
+                &[("SAT_HOST_SEGMENTS", segments)],
+                variant.sanitized(),
+            );
+            assert!(!run.out.status.success(), "{}", run.context());
+            run.has(&[
+                "[3] rank 3 dies inside its write scope",
+                "[2] rank 2: counter 244, expected 244",
+                "[4] rank 4: counter 244, expected 244",
+                "[2] PASS recovery (rank 2): ",
+                "[4] PASS recovery (rank 4): ",
+            ]);
+            assert!(
+                run.stderr
+                    .contains("was killed by signal SIGKILL (9); the run goes on"),
+                "{}",
+                run.context()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_c_client_killed_in_its_write_scope_leaves_the_others_going() {
+    recovery(Shared);
+}
+
+#[test]
+fn a_c_client_killed_in_its_write_scope_sanitized() {
+    recovery(StaticAsan);
 }
 
 /// "1" when the libsat under test exports the encryption layer's calls
