@@ -16,7 +16,14 @@
 //! - `hold-scope ADDR`: attach and open a write scope on the counter chunk
 //!   of `cycle`, then wait the same way (killed or stopped inside the
 //!   scope); after the line, release it and print the outcome;
-//! - `hold-read-scope ADDR`: the same with a read scope.
+//! - `hold-read-scope ADDR`: the same with a read scope;
+//! - `rounds ADDR --chunk C --bytes B`: MALLOC the chain, then round after
+//!   round fill every byte with the round's number and release it, printing
+//!   `releasing round N` before each release (so that a test can kill it
+//!   while it releases), until killed;
+//! - `uniform ADDR --chunk C --bytes B`: LOOKUP that chain and check that
+//!   every chunk holds the same round (one release, all or nothing); prints
+//!   `uniform at round N`.
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -104,6 +111,48 @@ fn check(client: &Client, o: &Options) -> Result<(), Box<dyn std::error::Error>>
     Ok(())
 }
 
+/// `rounds`: releases of the whole chain, one round after another.
+fn rounds(client: &Client, o: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::Write;
+    let chain = client.malloc(o.chunk, o.bytes)?;
+    println!("{} chunks", chain.len());
+    for round in 1u64.. {
+        let scope = client.write(&chain)?;
+        scope.data_mut(|d| d.fill(round as u8))?;
+        println!("releasing round {round}");
+        std::io::stdout().flush()?;
+        scope.release()?;
+    }
+    Ok(())
+}
+
+/// `uniform`: every chunk of the chain holds the same round's bytes.
+fn uniform(client: &Client, o: &Options) -> Result<(), Box<dyn std::error::Error>> {
+    let size = client.chunk_size();
+    let chunks = o.bytes.div_ceil(size) as u64;
+    let chain = client.lookup_chain(o.chunk, chunks, Duration::from_secs(10))?;
+    let scope = client.read(&chain)?;
+    let rounds: Vec<(u8, bool)> = scope.data(|d| {
+        d.chunks(size)
+            .map(|c| (c[0], c.iter().all(|&b| b == c[0])))
+            .collect()
+    })?;
+    drop(scope);
+    if let Some(k) = rounds.iter().position(|&(_, whole)| !whole) {
+        return Err(format!("chunk {k} of the chain holds bytes of two rounds").into());
+    }
+    let first = rounds[0].0;
+    if let Some(k) = rounds.iter().position(|&(r, _)| r != first) {
+        return Err(format!(
+            "torn release: chunk 0 holds round {first}, chunk {k} round {}",
+            rounds[k].0
+        )
+        .into());
+    }
+    println!("uniform at round {first}");
+    Ok(())
+}
+
 fn main() {
     let o = match options() {
         Ok(o) => o,
@@ -146,6 +195,15 @@ fn main() {
                 println!("attached in slot {}", session.rank());
                 let mut line = String::new();
                 std::io::stdin().lock().read_line(&mut line)?;
+                session.detach()?;
+            }
+            "rounds" => {
+                let session = service::connect(&o.address)?;
+                rounds(&session, &o)?;
+            }
+            "uniform" => {
+                let session = service::connect(&o.address)?;
+                uniform(&session, &o)?;
                 session.detach()?;
             }
             "hold-scope" | "hold-read-scope" => {

@@ -22,6 +22,7 @@ pub use events::{Event, HandlerResult};
 pub(crate) use learned::learned_set;
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
+mod bracket;
 mod events;
 mod host;
 mod learned;
@@ -257,6 +258,14 @@ struct ClientState {
     /// Chunks allocated with MESI are allocated adaptive instead
     /// (`SAT_ADAPTIVE`: [`crate::protocol::advice::adaptive_by_default`]).
     adaptive: bool,
+    /// Chain releases are bracketed, so that they apply all or nothing
+    /// ([`bracket`]): set where the run outlives its clients.
+    atomic_chains: bool,
+    /// Inside a bracket: host-slot releases are staged for their homes.
+    staging: bool,
+    /// What brackets have still to send (staged releases, then commits),
+    /// in order; sent at each poll until the transport takes it.
+    bracket_unsent: std::collections::VecDeque<Message>,
 }
 
 impl Client {
@@ -307,6 +316,9 @@ impl Client {
                 learned: learned::Learned::default(),
                 advice: crate::protocol::advice::from_env(),
                 adaptive: crate::protocol::advice::adaptive_by_default(),
+                atomic_chains: false,
+                staging: false,
+                bracket_unsent: std::collections::VecDeque::new(),
             }),
         }
     }
@@ -1027,6 +1039,10 @@ impl Client {
                     )));
                 }
             }
+        }
+        // Where the run outlives its clients, all or nothing ([`bracket`]).
+        if self.bracketed(chain) {
+            return self.release_chain_bracketed(chain);
         }
         let mut first = None;
         for id in chain.ids() {
@@ -1935,6 +1951,9 @@ struct Mailbox {
 
 impl ClientState {
     fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
+        // A chain's commit first: until it leaves, the server holds what
+        // this client sends.
+        self.flush_bracket((me, server));
         // Before the messages: a probe among them must find the events the
         // inbox holds (see `events::Queue::count_direct`).
         let hinted = self.take_hints();
@@ -2102,6 +2121,13 @@ impl ClientState {
         op: ToHome,
         place: usize,
     ) -> SatResult<()> {
+        // Inside a chain's bracket a release is staged for the home.
+        if self.staging
+            && matches!(op, ToHome::Release { .. })
+            && self.stage_host_release(to, chunk, (slot, place))?
+        {
+            return Ok(());
+        }
         let data = match op {
             ToHome::Release { .. } => self.store.bytes(chunk, place),
             _ => None,

@@ -77,8 +77,11 @@ struct ServerState<'t> {
     spill: spill::Spill,
     /// A run with recovery: it outlives lost clients (`server/recovery.rs`).
     recovery: Option<recovery::RunRecovery>,
+    /// Chain releases of our clients under way (`server/bracket.rs`).
+    brackets: bracket::Brackets,
 }
 
+mod bracket;
 pub(crate) mod epochs;
 mod events;
 pub(crate) mod host;
@@ -462,6 +465,7 @@ impl<'t> ServerState<'t> {
             moved: BTreeMap::new(),
             spill,
             recovery: None,
+            brackets: Default::default(),
         }
     }
 }
@@ -626,7 +630,28 @@ impl ServerState<'_> {
             );
             return;
         }
+        // Inside a chain's release, what the client sends waits for its
+        // commit (`server/bracket.rs`).
+        if !src_is_server && self.brackets.holds(m.src) {
+            match msg {
+                Message::ChainCommit { client } if client == m.src => {
+                    self.bracket_commit(out, client)
+                }
+                _ => self.bracket_hold(out, &m),
+            }
+            return;
+        }
         match msg {
+            Message::ChainBegin { client }
+                if self.is_my_client(m.src) && client == m.src && self.outlives_clients() =>
+            {
+                self.bracket_begin(client)
+            }
+            Message::Staged {
+                chunk,
+                client,
+                version,
+            } => self.staged(out, m, src_is_server, (chunk, client, version)),
             Message::Relay { from, to, tag } => self.relay(out, m, src_is_server, from, to, tag),
             Message::Malloc { chunk, client, .. } | Message::Lookup { chunk, client, .. } => {
                 self.allocation(out, m.src, src_is_server, chunk, client, &msg)
@@ -1295,6 +1320,7 @@ impl ServerState<'_> {
             .filter(|&chunk| self.path_of(chunk, client) == src)
             .collect();
         let mut outs = std::mem::take(&mut self.home_out);
+        let mut untold = Vec::new();
         for chunk in chunks {
             let entry = self.homes.get_mut(&chunk).expect("listed");
             if let (Some((slot, _)), Some(reader)) = (&entry.slot, reader) {
@@ -1305,6 +1331,16 @@ impl ServerState<'_> {
                         self.rank
                     );
                 }
+                // A release it made into the slot whose `Published` died
+                // with it: the version is there, its subscribers hear of it.
+                let held = slot.slot().peek_version();
+                if held > entry.published && !entry.subscribers.is_empty() {
+                    // (A newer version than the one read is told by its
+                    // own releaser.)
+                    if let Some(bytes) = slot.slot().read_settled(held) {
+                        untold.push((chunk, held, bytes));
+                    }
+                }
             }
             entry.subscribers.remove(&client);
             entry.subscribers_changed();
@@ -1313,6 +1349,16 @@ impl ServerState<'_> {
             self.switch_client_left(out, chunk, client);
         }
         self.home_out = outs;
+        for (chunk, version, bytes) in untold {
+            tracing::debug!(
+                "chunk {chunk}: version {version} in its host slot was not told; telling its \
+                 subscribers now that client {client} left"
+            );
+            if let Some(entry) = self.homes.get_mut(&chunk) {
+                entry.published = version;
+            }
+            self.notify(out, chunk, version, Some(std::sync::Arc::from(bytes)));
+        }
     }
 
     /// The server `client`'s messages about `chunk`, homed here, arrive

@@ -186,6 +186,25 @@ pub enum Message {
         size: u64,
         published: u64,
     },
+    /// Client -> its server, where a run outlives its clients (a service, a
+    /// run with recovery): what this client sends next, up to its
+    /// `ChainCommit`, is one chain's release, applied all or nothing. The
+    /// server holds those messages and handles them, in order, once the
+    /// commit comes; if the client is lost first, it drops them
+    /// (`server/bracket.rs`).
+    ChainBegin { client: Rank },
+    /// Client -> its server: the chain's release is all sent.
+    ChainCommit { client: Rank },
+    /// Client -> the chunk's home (through its server), inside a chain's
+    /// release: the client copied `version` of `chunk` into its host slot's
+    /// next buffer and still holds the slot's write lock; the home makes it
+    /// the slot's version, lets the lock go and notifies the subscribers,
+    /// as for `Published`.
+    Staged {
+        chunk: u64,
+        client: Rank,
+        version: u64,
+    },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -459,6 +478,9 @@ impl Message {
             Message::PublishedAck { .. } => "published_ack",
             Message::Fetch { .. } => "fetch",
             Message::Handover { .. } => "handover",
+            Message::ChainBegin { .. } => "chain_begin",
+            Message::ChainCommit { .. } => "chain_commit",
+            Message::Staged { .. } => "staged",
         }
     }
 }

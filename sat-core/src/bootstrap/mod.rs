@@ -357,11 +357,15 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
         // go by messages, where a lost process's arrivals can be withdrawn.
         (Some(w), Some(_)) => {
             client.watch(w.fatal());
+            client.release_chains_atomically();
             if let Some(reader) = reader {
                 client.read_host_slots_as(reader);
             }
         }
-        (Some(w), None) => client.watch(w.fatal()),
+        (Some(w), None) => {
+            client.watch(w.fatal());
+            client.release_chains_atomically();
+        }
         (None, Some(_)) => client.use_host_sync(),
         (None, None) => {}
     }

@@ -302,8 +302,14 @@ impl<'s> Slot<'s> {
                 }
                 continue;
             }
-            let waiting = self.header.lock.fetch_or(WRITER_WAITING, SeqCst) | WRITER_WAITING;
-            self.pause(&mut spins, waiting);
+            let before = self.header.lock.fetch_or(WRITER_WAITING, SeqCst);
+            if before & (WRITER | READERS) == 0 {
+                // The holders left between the look and the mark: nobody
+                // is left to wake a sleep on the mark alone (it would last
+                // for ever, and keep new readers out too). Look again.
+                continue;
+            }
+            self.pause(&mut spins, before | WRITER_WAITING);
         }
     }
 
@@ -406,6 +412,79 @@ impl<'s> Slot<'s> {
         copy: impl FnOnce(&mut [u8], &[u8]),
     ) -> Result<u64, usize> {
         WriteGuard { slot: self }.publish_keeping_lock(bytes, copy)
+    }
+
+    /// Copies `bytes` into the next version's buffer and leaves the version
+    /// and the lock as they are: a chain's release, staged for the home to
+    /// commit ([`Slot::commit_staged`], `server/bracket.rs`). Returns the
+    /// version staged, or None for a slot with one buffer (staging would
+    /// overwrite the version readers may need: publish instead).
+    ///
+    /// # Safety
+    /// This process holds the write lock.
+    pub unsafe fn stage_held_with(
+        &self,
+        bytes: &[u8],
+        copy: impl FnOnce(&mut [u8], &[u8]),
+    ) -> Result<Option<u64>, usize> {
+        let size = self.size();
+        if bytes.len() != size {
+            return Err(size);
+        }
+        if spare_offset(size) + size > self.capacity {
+            return Ok(None);
+        }
+        let next = self.header.version.load(SeqCst) + 1;
+        // SAFETY: the write lock (the caller's promise) makes this process
+        // the only one to touch the next buffer; `buffer` keeps it inside
+        // the mapping.
+        let into =
+            unsafe { std::slice::from_raw_parts_mut(self.data.add(self.buffer(next)), size) };
+        copy(into, bytes);
+        Ok(Some(next))
+    }
+
+    /// A copy of `version`'s bytes, read without the lock, when the slot
+    /// holds two buffers and still holds `version` once they are copied: a
+    /// writer writes the buffer of the version after the next only once the
+    /// next one is out, so the copy is whole. None otherwise (a newer version
+    /// is out, or one buffer).
+    pub fn read_settled(&self, version: u64) -> Option<Vec<u8>> {
+        let size = self.size();
+        if spare_offset(size) + size > self.capacity || self.header.version.load(SeqCst) != version
+        {
+            return None;
+        }
+        // SAFETY: nobody writes `version`'s buffer before `version + 1` is
+        // published, which the check below sees; what was read before is
+        // then discarded.
+        let bytes = unsafe { self.bytes_of(version) }.to_vec();
+        (self.header.version.load(SeqCst) == version).then_some(bytes)
+    }
+
+    /// The home's side of a staged release: when process `owner` holds the
+    /// write lock and `version` is the next one, the staged bytes become the
+    /// slot's version, the lock goes and its waiters wake. Returns a copy of
+    /// the bytes when `with_bytes` (taken before the lock goes), or None
+    /// when the slot is not in that state.
+    pub fn commit_staged(&self, owner: u32, version: u64, with_bytes: bool) -> Option<Vec<u8>> {
+        let h = self.header;
+        if h.owner.load(SeqCst) != owner + 1 || h.version.load(SeqCst) + 1 != version {
+            return None;
+        }
+        h.version.store(version, SeqCst);
+        h.published.fetch_add(1, SeqCst);
+        if h.watchers.load(SeqCst) > 0 {
+            wait::wake_all(&h.published);
+        }
+        let bytes = if with_bytes {
+            // SAFETY: the write lock is still held: nobody writes the bytes.
+            unsafe { self.bytes_of(version) }.to_vec()
+        } else {
+            Vec::new()
+        };
+        self.release_if_owner(owner);
+        Some(bytes)
     }
 
     /// The version and a copy of its bytes, read without the lock.

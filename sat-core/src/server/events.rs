@@ -195,7 +195,13 @@ impl ServerState<'_> {
     /// get `data`, or a notification without it when there is none (a
     /// release into a host slot made before the subscription asked for data:
     /// not promised to it, see `client/events.rs`).
-    fn notify(&mut self, out: &mut dyn Sender, chunk: u64, version: u64, data: Option<Arc<[u8]>>) {
+    pub(super) fn notify(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        version: u64,
+        data: Option<Arc<[u8]>>,
+    ) {
         let Some(entry) = self.homes.get(&chunk) else {
             return;
         };
@@ -278,6 +284,72 @@ impl ServerState<'_> {
             );
             return;
         }
+        self.tell_published(out, chunk, client, (version, releases), m.payload);
+    }
+
+    /// `Staged` of `chunk` from `client`, inside a chain's release that is
+    /// committed (`server/bracket.rs`): routed as `Published`; at the home,
+    /// the staged bytes become the slot's version, the client's write lock
+    /// goes, and the subscribers hear of it (with the slot's bytes when one
+    /// wants data).
+    pub(super) fn staged(
+        &mut self,
+        out: &mut dyn Sender,
+        m: Received<'_>,
+        src_is_server: bool,
+        (chunk, client, version): (u64, Rank, u64),
+    ) {
+        let msg = Message::Staged {
+            chunk,
+            client,
+            version,
+        };
+        if !self.on_behalf_of(m.src, src_is_server, client) {
+            tracing::warn!("server {}: dropped a staged from {}", self.rank, m.src);
+            return;
+        }
+        let home = self.home_of(chunk);
+        if home != self.rank {
+            if !src_is_server {
+                self.send(out, home, &msg, Payload::None);
+            }
+            return;
+        }
+        let Some((slot, _)) = self.homes.get(&chunk).and_then(|e| e.slot.clone()) else {
+            tracing::warn!(
+                "server {}: staged of chunk {chunk}, which has no host slot here: dropped",
+                self.rank
+            );
+            return;
+        };
+        let (subscribers, with_data) = slot.slot().subscribers();
+        let want = subscribers > 0 && with_data > 0;
+        let Some(data) = slot.slot().commit_staged(client, version, want) else {
+            tracing::warn!(
+                "server {}: staged version {version} of chunk {chunk} from client {client}, \
+                 which does not hold the slot's write lock at the version before: dropped",
+                self.rank
+            );
+            return;
+        };
+        // Those waiting for the lock sleep on the slot.
+        slot.slot().announce();
+        self.tell_published(out, chunk, client, (version, 1), &data);
+    }
+
+    /// A release `client` made into `chunk`'s host slot (`releases` of
+    /// them, the last `version`): counted, and told to the subscribers.
+    fn tell_published(
+        &mut self,
+        out: &mut dyn Sender,
+        chunk: u64,
+        client: Rank,
+        (version, releases): (u64, u32),
+        payload: &[u8],
+    ) {
+        let Some(entry) = self.homes.get_mut(&chunk) else {
+            return;
+        };
         for _ in 0..releases {
             self.accounts.count_applied(client);
         }
@@ -291,9 +363,9 @@ impl ServerState<'_> {
         }
         entry.published = version;
         let size = entry.side.data().len();
-        let data = match m.payload.len() {
+        let data = match payload.len() {
             0 => None,
-            n if n == size => Some(Arc::from(m.payload)),
+            n if n == size => Some(Arc::from(payload)),
             n => {
                 tracing::warn!(
                     "server {}: published of chunk {chunk} carries {n} bytes, the chunk has \

@@ -86,14 +86,17 @@ impl ServerState<'_> {
             "server {}: client {client} went away without detaching; forgetting it",
             self.rank
         );
+        self.bracket_drop(client);
         self.client_done[client as usize] = true;
+        // First the departure, which may tell subscribers of a release it
+        // made: a wave that completes below must count those notifications.
+        self.announce_departure(out, client, true);
         if self.service.is_none() {
             // A run ends without its `ClientDone`.
             self.clients_left -= 1;
             self.accounts.client_lost(client, true);
             self.report_wave_if_complete(out);
         }
-        self.announce_departure(out, client, true);
         match (self.service.as_mut(), self.recovery.as_mut()) {
             (Some(side), _) => side.leaving.push(client),
             (None, Some(r)) => r.leaving.push(client),

@@ -178,6 +178,9 @@ pub fn connect(address: &str) -> SatResult<Session> {
     )
     .map_err(|e| SatError::Bootstrap(format!("cannot start the session's watch: {e}")))?;
     client.watch(control.fatal().clone());
+    // A service outlives its clients: a chain's release applies all or
+    // nothing, whenever this process dies.
+    client.release_chains_atomically();
     client.enter_role();
     let stop = Arc::new(AtomicBool::new(false));
     let progress = {

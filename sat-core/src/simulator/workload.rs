@@ -894,14 +894,40 @@ impl Thread {
             }
         }
         set_op(self, Some(format!("{end:?} {:?} {ids:?}", h.access)));
+        // A chain of several chunks is mostly released as a whole, which a
+        // run that outlives its clients applies all or nothing. (Not where
+        // sends fail: which chunks a failed whole release ended is this
+        // thread's to know, and a scope's state is the process's.)
+        let whole = end == End::Release
+            && ids.len() > 1
+            && !self.program.send_faults
+            && self.program.rng.chance(70);
         if end == End::Release {
             let mut o = Shared::lock(&self.shared.oracle);
             for t in &h.tokens {
                 o.releasing(t.1);
             }
+            if whole {
+                let tokens: Vec<u64> = h.tokens.iter().map(|t| t.1).collect();
+                o.chain_release(self.client_index, tokens);
+            }
         }
         let mut ended = vec![false; ids.len()];
+        if whole {
+            let r = self.client.release_chain(&known.chain);
+            self.fault.clear();
+            match r {
+                Ok(()) => ended.iter_mut().for_each(|e| *e = true),
+                Err(e) => self.shared.fail(
+                    "a chain's release succeeds",
+                    format!("release of chain {ids:?}: {e}"),
+                ),
+            }
+        }
         for (k, &id) in ids.iter().enumerate() {
+            if whole {
+                break;
+            }
             let r = match end {
                 End::Release => self.client.release(id),
                 End::Abort => self.client.abort(id),

@@ -107,6 +107,12 @@ pub(crate) struct Oracle {
     /// open or under way. A READ beside them shares their grant (threads
     /// of a process share its copy), so it sees their version.
     pub lane_reads: BTreeMap<(usize, u64), u32>,
+    /// Releases of whole chains: the client and the chain's tokens.
+    pub chains: Vec<(usize, Vec<u64>)>,
+    /// Tokens some home has shown.
+    pub applied: std::collections::HashSet<u64>,
+    /// Clients that died.
+    pub dead: BTreeSet<usize>,
 }
 
 impl Oracle {
@@ -176,6 +182,7 @@ impl Oracle {
     /// Client `client` died: its releases the homes have not applied yet
     /// may never be.
     pub fn client_died(&mut self, client: usize, homes: &Homes) {
+        self.dead.insert(client);
         let lost: Vec<u64> = self
             .tokens
             .iter()
@@ -191,6 +198,11 @@ impl Oracle {
             t.status = Status::Lost;
             self.committed.remove(&(t.chunk, t.version));
         }
+    }
+
+    /// A release of the whole chain of these tokens begins.
+    pub fn chain_release(&mut self, client: usize, tokens: Vec<u64>) {
+        self.chains.push((client, tokens));
     }
 
     /// The release of `token`'s scope begins.
@@ -497,6 +509,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         }
         client.set_advice(plan.advice());
         if shape.service || shape.recovering {
+            client.release_chains_atomically();
             if let Some(reader) =
                 crate::server::host::service_reader(&topology, shape.servers + ci as u32)
             {
@@ -558,6 +571,12 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                 pick.below(u64::from(shape.clients)) as usize,
             )
         });
+    // Half the deaths come right after the victim began releasing a whole
+    // chain (its messages may still be on their way), from its `at` step on:
+    // the moment that tears a chain's release if anything can.
+    let on_chain_release = death_at.is_some() && pick.chance(70);
+    let mut chains_seen = 0usize;
+    let mut kill_at: Option<u64> = None;
     let mut result = Ok(());
     let mut lost = 0u64;
     loop {
@@ -589,7 +608,21 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         }
         // A client of a service, or of a run with recovery, dies.
         if let Some((at, victim)) = death_at {
-            if steps == at && !dead[victim].load(Ordering::Relaxed) {
+            // A few steps after the release began: its server may have
+            // taken in some of its messages and not the others.
+            let due = if on_chain_release {
+                let o = Shared::lock(&shared.oracle);
+                let fresh = (o.chains[chains_seen..].iter())
+                    .any(|(c, tokens)| *c == victim && !tokens.is_empty());
+                chains_seen = o.chains.len();
+                if fresh && steps >= at / 4 && kill_at.is_none() {
+                    kill_at = Some(steps + 1 + pick.below(3));
+                }
+                kill_at.is_some_and(|k| steps >= k)
+            } else {
+                steps == at
+            };
+            if due && !dead[victim].load(Ordering::Relaxed) {
                 let alive = thread_client
                     .iter()
                     .enumerate()
@@ -813,6 +846,7 @@ fn check_homes(
             continue;
         }
         seen.insert(chunk, (*version, token));
+        oracle.applied.insert(token);
         if token == 0 {
             return bad(
                 "no invented bytes",
@@ -986,6 +1020,37 @@ fn final_checks(shared: &Shared, service: bool, deaths: bool) {
             problems.push(format!(
                 "chunk {chunk}: {released} releases returned, the home is at version {version}"
             ));
+        }
+    }
+    // A chain released as a whole by a client that died: every chunk of it
+    // or none reached its home (chunks whose end failed, and were aborted,
+    // aside).
+    for (client, tokens) in &oracle.chains {
+        if !oracle.dead.contains(client) {
+            continue;
+        }
+        let counted: Vec<u64> = (tokens.iter().copied())
+            .filter(|t| {
+                oracle
+                    .tokens
+                    .get(t)
+                    .is_some_and(|t| t.status != Status::Aborted)
+            })
+            .collect();
+        let applied = counted
+            .iter()
+            .filter(|t| oracle.applied.contains(t))
+            .count();
+        if applied != 0 && applied != counted.len() {
+            let detail = format!(
+                "client {client} died releasing a chain: {applied} of its {} chunks' releases \
+                 reached their homes (tokens {counted:?})",
+                counted.len()
+            );
+            drop(oracle);
+            drop(homes);
+            shared.fail("a chain's release applies all or nothing", detail);
+            return;
         }
     }
     // A client that died may have had a release on its way.

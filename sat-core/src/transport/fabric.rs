@@ -826,6 +826,10 @@ struct LargeRecv {
     due: Instant,
     /// Cancelled for being overdue: its cancellation is no provider error.
     overdue: bool,
+    /// Its sender left (its rank went to another process) while it was
+    /// posted: when it completes, however, it is dropped and its slot freed,
+    /// neither delivered nor reported against the rank's new process.
+    orphan: bool,
 }
 
 /// A message of one sender waiting for delivery, in arrival order.
@@ -1552,6 +1556,10 @@ impl Core {
                     );
                     l.state = LargeState::Failed;
                     self.malformed += 1;
+                } else if l.orphan {
+                    l.state = LargeState::Done;
+                    self.drop_large_recv(slot);
+                    return;
                 } else if e.len == l.len {
                     l.state = LargeState::Done;
                 } else {
@@ -1776,6 +1784,7 @@ impl Core {
             data: None,
             due: Instant::now(),
             overdue: false,
+            orphan: false,
         });
         {
             let l = &mut self.lrecv[lslot as usize];
@@ -1850,9 +1859,36 @@ impl Core {
     fn restart_order(&mut self, rank: Rank) {
         let peer = &mut self.peers[rank as usize];
         peer.sent = Outgoing::default();
-        for (slot, _, _) in peer.order.reset() {
+        let early = peer.order.reset();
+        let pending = std::mem::take(&mut peer.pending);
+        for (slot, _, _) in early {
             self.repost_eager(slot);
         }
+        // What the old process left undelivered is not the new one's: a
+        // large payload still on its way would otherwise hold the new
+        // process's messages behind it, and its failure be blamed on it.
+        for p in pending {
+            match p {
+                Pending::Eager { slot, .. } => self.repost_eager(slot),
+                Pending::Large { slot } => self.drop_large_recv(slot),
+            }
+        }
+    }
+
+    /// Frees large receive `slot` now, or, while it is posted, when it
+    /// completes.
+    fn drop_large_recv(&mut self, slot: u32) {
+        let l = &mut self.lrecv[slot as usize];
+        if l.state == LargeState::Posted {
+            l.orphan = true;
+            return;
+        }
+        l.state = LargeState::Free;
+        l.orphan = false;
+        if let Some(data) = l.data.take() {
+            self.recv_pool.give(data);
+        }
+        self.lrecv_free.push(slot);
     }
 
     fn repost_eager(&mut self, slot: u32) {
@@ -1919,6 +1955,14 @@ impl Core {
             Some(Op::LargeRecv(slot)) => {
                 let l = &mut self.lrecv[slot as usize];
                 l.state = LargeState::Failed;
+                if l.orphan {
+                    debug!(
+                        src = l.src,
+                        "a departed peer's large payload ended: {message}"
+                    );
+                    self.drop_large_recv(slot);
+                    return;
+                }
                 let (src, overdue, len) = (l.src, l.overdue, l.len);
                 self.mark_dirty(src);
                 if truncated {
