@@ -18,6 +18,7 @@ use crate::protocol::{mesi, Access, Acquire, ClientSide, Join, ProtocolId, ToHom
 use crate::stats::{self, Activity, ChunkEvent};
 pub use crate::store::{Chain, LocalMemory};
 use crate::store::{Exposed, Store};
+pub(crate) use bracket::MAX_BRACKETED;
 pub use events::{Event, HandlerResult};
 pub(crate) use learned::learned_set;
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};

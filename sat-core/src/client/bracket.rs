@@ -17,6 +17,12 @@ use crate::error::{SatError, SatResult};
 use crate::transport::{Payload, Rank};
 use crate::wire::{self, Message};
 
+/// The largest chain released all or nothing: its server holds the whole
+/// release in memory until the commit, which a server with a memory
+/// capacity (`server/spill.rs`) could not afford for more. A larger chain
+/// is released chunk by chunk.
+pub(crate) const MAX_BRACKETED: usize = 256 << 20;
+
 impl Client {
     /// Chain releases of this client apply all or nothing from now on:
     /// where the run outlives its clients (set before the role starts).
@@ -25,11 +31,13 @@ impl Client {
     }
 
     /// Whether `chain`'s release goes in a bracket: several chunks, one of
-    /// them written, and a run that outlives its clients.
+    /// them written, at most [`MAX_BRACKETED`] bytes, and a run that
+    /// outlives its clients.
     pub(super) fn bracketed(&self, chain: &Chain) -> bool {
         let st = self.lock();
         st.atomic_chains
             && chain.len() > 1
+            && chain.size() <= MAX_BRACKETED
             && chain
                 .ids()
                 .any(|id| st.store.get(id).is_some_and(|c| c.side.writing()))

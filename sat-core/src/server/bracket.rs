@@ -24,8 +24,9 @@ use std::collections::HashMap;
 use super::ServerState;
 use crate::transport::{Rank, Received, Sender};
 
-/// The most a bracket holds: a chain's release of 4 GiB.
-const MAX_HELD: usize = 4 << 30;
+/// The most a bracket holds: the largest chain a client brackets, and its
+/// messages' headers.
+const MAX_HELD: usize = crate::client::MAX_BRACKETED + (16 << 20);
 
 /// A held message: its header and its payload.
 type Held = (Vec<u8>, Vec<u8>);
