@@ -2133,17 +2133,8 @@ impl ClientState {
             ToHome::Release { .. } => self.store.bytes(chunk, place),
             _ => None,
         };
-        // Exposed bytes are digested as they are copied into the slot: one
-        // pass over a large version instead of two.
-        let exposed = self.store.exposed(chunk);
         let mut digested = None;
-        let copy = |to: &mut [u8], from: &[u8]| {
-            if exposed {
-                digested = Some(crate::store::copy_and_digest(to, from));
-            } else {
-                to.copy_from_slice(from);
-            }
-        };
+        let copy = slot_copy(self.store.exposed(chunk), &mut digested);
         let published = host::end_scope(slot, (chunk, self.host.reader()), op, data, copy)?;
         if slot.slot().lock_waiters() > 0 {
             // Those waiting for the lock sleep on the slot: wake them.
@@ -2281,6 +2272,19 @@ enum Ending {
 
 /// Sends a coherence message about `chunk` from client `to.0` through its
 /// server `to.1` to the chunk's home, with the chunk data after a write.
+/// How a release copies a chunk's bytes into its host slot: exposed bytes
+/// (memory C and Python write at any time) are digested into `digested` as
+/// they are copied, one pass over a large version instead of two.
+fn slot_copy(exposed: bool, digested: &mut Option<u64>) -> impl FnOnce(&mut [u8], &[u8]) + '_ {
+    move |to, from| {
+        if exposed {
+            *digested = Some(crate::store::copy_and_digest(to, from));
+        } else {
+            to.copy_from_slice(from);
+        }
+    }
+}
+
 fn send_to_home(
     transport: &mut dyn Transport,
     header: &mut [u8; MAX_HEADER],

@@ -165,6 +165,15 @@ enum Heard {
     Closed(String),
 }
 
+/// An error that only says nothing is there yet (non-blocking, or a read
+/// timeout), not that the connection failed.
+fn nothing_yet(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 fn read_available(stream: &mut TcpStream, frames: &mut Frames) -> Heard {
     let mut buf = [0u8; 512];
     let mut heard = Heard::Nothing;
@@ -179,14 +188,7 @@ fn read_available(stream: &mut TcpStream, frames: &mut Frames) -> Heard {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return heard
-            }
+            Err(e) if nothing_yet(&e) => return heard,
             Err(e) => return Heard::Closed(format!("its connection failed ({e})")),
         }
     }
@@ -443,11 +445,7 @@ pub(crate) fn watch_session(
             Ok(0) => return SessionEnd::Closed,
             Ok(_) => heard = Instant::now(),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if nothing_yet(&e) => {}
             Err(_) => return SessionEnd::Closed,
         }
         if heard.elapsed() > lease {
@@ -464,11 +462,7 @@ pub(crate) fn watch_session(
             match stream.write_all(&frame) {
                 Ok(()) => {}
                 // A stopped process reads nothing: its silence will tell.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
+                Err(e) if nothing_yet(&e) => {}
                 Err(_) => return SessionEnd::Closed,
             }
         }

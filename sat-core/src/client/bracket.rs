@@ -145,15 +145,8 @@ impl ClientState {
         (slot, place): (&crate::segment::SlotRef, usize),
     ) -> SatResult<bool> {
         let bytes = self.store.bytes(chunk, place).unwrap_or(&[]);
-        let exposed = self.store.exposed(chunk);
         let mut digested = None;
-        let copy = |to: &mut [u8], from: &[u8]| {
-            if exposed {
-                digested = Some(crate::store::copy_and_digest(to, from));
-            } else {
-                to.copy_from_slice(from);
-            }
-        };
+        let copy = super::slot_copy(self.store.exposed(chunk), &mut digested);
         // SAFETY: the client side releases only a write scope it was
         // granted, so this process holds the slot's write lock.
         let staged = unsafe { slot.slot().stage_held_with(bytes, copy) };
