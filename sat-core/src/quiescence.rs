@@ -36,7 +36,13 @@ enum Status {
 /// One server's part: its clients' states and the counters of its homes.
 #[derive(Debug)]
 pub struct Accounts {
+    /// In rank order (found by binary search: a server may have a thousand
+    /// clients, and a notification must not scan them).
     clients: Vec<(Rank, Status)>,
+    /// How many of `clients` are running and waiting: a server asks whether
+    /// it is quiet at every step.
+    running: usize,
+    waiting: usize,
     /// Notifications this server handed to each of its clients.
     delivered: Vec<u64>,
     /// Published and received by clients that are done.
@@ -86,9 +92,14 @@ pub enum WaveStart {
 
 impl Accounts {
     pub fn new(clients: &[Rank]) -> Accounts {
+        let mut clients: Vec<(Rank, Status)> =
+            clients.iter().map(|&c| (c, Status::Running)).collect();
+        clients.sort_unstable_by_key(|&(c, _)| c);
         Accounts {
-            clients: clients.iter().map(|&c| (c, Status::Running)).collect(),
+            running: clients.len(),
+            waiting: 0,
             delivered: vec![0; clients.len()],
+            clients,
             done_sent: 0,
             done_received: 0,
             applied: 0,
@@ -100,25 +111,34 @@ impl Accounts {
         }
     }
 
-    fn status(&mut self, client: Rank) -> Option<&mut Status> {
-        self.clients
-            .iter_mut()
-            .find(|(c, _)| *c == client)
-            .map(|(_, s)| s)
+    fn index(&self, client: Rank) -> Option<usize> {
+        self.clients.binary_search_by_key(&client, |&(c, _)| c).ok()
+    }
+
+    /// Moves client number `i` to `to`, keeping the counts.
+    fn set_status(&mut self, i: usize, to: Status) {
+        for (status, step) in [(self.clients[i].1, -1isize), (to, 1)] {
+            match status {
+                Status::Running => self.running = self.running.wrapping_add_signed(step),
+                Status::Waiting => self.waiting = self.waiting.wrapping_add_signed(step),
+                Status::Done => {}
+            }
+        }
+        self.clients[i].1 = to;
     }
 
     /// `client`'s role returned; it waits for notifications.
     pub fn client_waiting(&mut self, client: Rank) {
-        if let Some(s) = self.status(client) {
-            if *s == Status::Running {
-                *s = Status::Waiting;
+        if let Some(i) = self.index(client) {
+            if self.clients[i].1 == Status::Running {
+                self.set_status(i, Status::Waiting);
             }
         }
     }
 
     /// A notification left for `client` (one of ours).
     pub fn count_delivered(&mut self, client: Rank) {
-        if let Some(i) = self.clients.iter().position(|&(c, _)| c == client) {
+        if let Some(i) = self.index(client) {
             self.delivered[i] += 1;
         }
     }
@@ -128,9 +148,9 @@ impl Accounts {
     /// their way to a client that will never act on them: they count as
     /// dropped, or the totals would never balance and the run never end.
     pub fn client_done(&mut self, client: Rank, published: u64, received: u64) {
-        if let Some(i) = self.clients.iter().position(|&(c, _)| c == client) {
+        if let Some(i) = self.index(client) {
             if self.clients[i].1 != Status::Done {
-                self.clients[i].1 = Status::Done;
+                self.set_status(i, Status::Done);
                 self.done_sent += published;
                 self.done_received += received;
                 self.dropped += self.delivered[i].saturating_sub(received);
@@ -180,8 +200,7 @@ impl Accounts {
     /// No client runs its role any more, and at least one waits for
     /// events (when all are done, the plain termination protocol applies).
     pub fn quiet(&self) -> bool {
-        self.clients.iter().all(|&(_, s)| s != Status::Running)
-            && self.clients.iter().any(|&(_, s)| s == Status::Waiting)
+        self.running == 0 && self.waiting > 0
     }
 
     /// Starts wave `wave` here.
@@ -192,7 +211,7 @@ impl Accounts {
             .filter(|&&(_, s)| s == Status::Waiting)
             .map(|&(c, _)| c)
             .collect();
-        let running = self.clients.iter().any(|&(_, s)| s == Status::Running);
+        let running = self.running > 0;
         if running || waiting.is_empty() {
             self.probing = None;
             return WaveStart::Report(Report {

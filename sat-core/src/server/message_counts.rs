@@ -30,6 +30,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod scale;
+
 use super::{Server, Step};
 use crate::client::{Client, Traffic};
 use crate::error::SatResult;
@@ -164,10 +166,11 @@ impl<'t> Stack<'t> {
     }
 
     /// One round of everything but the calling client: each server steps
-    /// once, and each other client takes in what has reached it (answering
-    /// an invalidation, as its background progress would). Returns whether
-    /// anything happened.
+    /// once, and each other client with a message waiting takes in what has
+    /// reached it (answering an invalidation, as its background progress
+    /// would). Returns whether anything happened.
     fn round(
+        net: &MemNetwork,
         servers: &mut [(Server<'t>, MemTransport)],
         clients: &[Client],
         busy: Option<Rank>,
@@ -180,7 +183,12 @@ impl<'t> Stack<'t> {
                 Step::Finished => panic!("a server finished while its clients run"),
             }
         }
-        for c in clients.iter().filter(|c| Some(c.rank()) != busy) {
+        let first_client = servers.len() as Rank;
+        for rank in net.ranks_with_mail() {
+            if rank < first_client || Some(rank) == busy {
+                continue;
+            }
+            let c = &clients[(rank - first_client) as usize];
             let user = c.try_recv().expect("a client takes in its messages");
             assert!(user.is_none(), "no user message is sent here: {user:?}");
         }
@@ -195,11 +203,12 @@ impl<'t> Stack<'t> {
         let before: Vec<Traffic> = self.clients.iter().map(Client::traffic).collect();
         let servers = &mut self.servers;
         let clients = &self.clients;
+        let net = &self.net;
         std::thread::scope(|s| {
             let client = &clients[rank as usize - servers.len()];
             let call = s.spawn(move || op(client));
             while !call.is_finished() {
-                if !Stack::round(servers, clients, Some(rank)) {
+                if !Stack::round(net, servers, clients, Some(rank)) {
                     std::thread::yield_now();
                 }
             }
@@ -211,7 +220,7 @@ impl<'t> Stack<'t> {
         // so an empty network means every handler has run.
         let mut rounds = 0;
         loop {
-            Stack::round(servers, clients, None);
+            Stack::round(&self.net, servers, clients, None);
             if self.net.in_flight() == 0 {
                 break;
             }
@@ -272,17 +281,7 @@ impl<'t> Stack<'t> {
 
     /// The messages sent since the last reset, per (sender, receiver).
     fn counts(&self) -> Counts {
-        let n = self.topology.len();
-        let mut hops = BTreeMap::new();
-        for from in 0..n {
-            for to in 0..n {
-                let m = self.net.messages_between(from, to);
-                if m > 0 {
-                    hops.insert((from, to), m);
-                }
-            }
-        }
-        Counts(hops)
+        Counts(self.net.sent_pairs())
     }
 }
 

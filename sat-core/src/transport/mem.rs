@@ -27,7 +27,7 @@
 //! buffers it allocates per message, unlike the libfabric transport, which
 //! must not allocate on the steady-state path.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -95,11 +95,17 @@ struct Net {
     schedule: Schedule,
     rng: SplitMix64,
     /// `queues[dst][src]`: the messages from `src` to `dst`, in send order.
-    queues: Vec<Vec<VecDeque<Message>>>,
+    /// Only pairs with a message waiting have an entry, in sender order, so a
+    /// poll costs what is waiting for it, not the network's size (the scale
+    /// simulation runs a thousand ranks).
+    queues: Vec<BTreeMap<Rank, VecDeque<Message>>>,
+    /// The ranks whose `queues` entry is not empty.
+    with_mail: BTreeSet<Rank>,
     /// Per receiver: the number of `poll` calls it has made.
     clocks: Vec<u64>,
-    /// `sent[src * size + dst]`: messages sent since the last counter reset.
-    sent: Vec<u64>,
+    /// Messages sent since the last counter reset, per (src, dst) pair that
+    /// sent any.
+    sent: HashMap<(Rank, Rank), u64>,
     in_flight: usize,
     /// Per rank: the chunks posted to its inbox, in post order, each once
     /// (`segment/inbox.rs`; every endpoint has one, as every process of a
@@ -145,12 +151,16 @@ impl Net {
             Payload::Copy(b) => Body::Copied(b.to_vec()),
             Payload::Shared(b) => Body::Shared(Arc::clone(b)),
         };
-        self.queues[dst as usize][src as usize].push_back(Message {
-            ready_at,
-            header: header.to_vec(),
-            payload,
-        });
-        self.sent[(src * self.size + dst) as usize] += 1;
+        self.with_mail.insert(dst);
+        self.queues[dst as usize]
+            .entry(src)
+            .or_default()
+            .push_back(Message {
+                ready_at,
+                header: header.to_vec(),
+                payload,
+            });
+        *self.sent.entry((src, dst)).or_default() += 1;
         self.in_flight += 1;
         Ok(())
     }
@@ -159,25 +169,32 @@ impl Net {
     fn next_deliverable(&mut self, dst: Rank, now: u64) -> Option<(Rank, Message)> {
         let queues = &mut self.queues[dst as usize];
         let ready = |q: &VecDeque<Message>| q.front().is_some_and(|m| m.ready_at <= now);
+        // Senders in rank order, as the schedules are defined.
         let src = match self.schedule {
-            Schedule::Immediate => queues.iter().position(ready)?,
+            Schedule::Immediate => queues.iter().find(|(_, q)| ready(q)).map(|(&s, _)| s)?,
             Schedule::Random { .. } => {
-                let count = queues.iter().filter(|q| ready(q)).count();
+                let count = queues.values().filter(|q| ready(q)).count();
                 if count == 0 {
                     return None;
                 }
                 let pick = self.rng.below(count as u64) as usize;
                 queues
                     .iter()
-                    .enumerate()
                     .filter(|(_, q)| ready(q))
                     .nth(pick)
-                    .map(|(src, _)| src)?
+                    .map(|(&src, _)| src)?
             }
         };
-        let message = queues[src].pop_front()?;
+        let queue = queues.get_mut(&src)?;
+        let message = queue.pop_front()?;
+        if queue.is_empty() {
+            queues.remove(&src);
+            if queues.is_empty() {
+                self.with_mail.remove(&dst);
+            }
+        }
         self.in_flight -= 1;
-        Some((src as Rank, message))
+        Some((src, message))
     }
 }
 
@@ -194,11 +211,10 @@ impl MemNetwork {
             size,
             schedule,
             rng: SplitMix64::new(seed),
-            queues: (0..n)
-                .map(|_| (0..n).map(|_| VecDeque::new()).collect())
-                .collect(),
+            queues: (0..n).map(|_| BTreeMap::new()).collect(),
+            with_mail: BTreeSet::new(),
             clocks: vec![0; n],
-            sent: vec![0; n * n],
+            sent: HashMap::new(),
             in_flight: 0,
             inboxes: vec![Vec::new(); n],
         };
@@ -231,7 +247,7 @@ impl MemNetwork {
     /// Messages sent (successfully) since creation or the last
     /// [`reset_counters`](Self::reset_counters), over all pairs.
     pub fn messages_sent(&self) -> u64 {
-        self.lock().sent.iter().sum()
+        self.lock().sent.values().sum()
     }
 
     /// Messages sent from `src` to `dst` since creation or the last reset.
@@ -242,7 +258,7 @@ impl MemNetwork {
         let net = self.lock();
         net.check_rank(src);
         net.check_rank(dst);
-        net.sent[(src * net.size + dst) as usize]
+        net.sent.get(&(src, dst)).copied().unwrap_or(0)
     }
 
     /// Messages sent but not yet handed to a receiver's handler. Not affected
@@ -258,12 +274,23 @@ impl MemNetwork {
     pub fn in_flight_to(&self, dst: Rank) -> usize {
         let net = self.lock();
         net.check_rank(dst);
-        net.queues[dst as usize].iter().map(VecDeque::len).sum()
+        net.queues[dst as usize].values().map(VecDeque::len).sum()
+    }
+
+    /// Every (sender, receiver) pair that sent messages since creation or the
+    /// last reset, with its count.
+    pub fn sent_pairs(&self) -> BTreeMap<(Rank, Rank), u64> {
+        self.lock().sent.iter().map(|(&k, &v)| (k, v)).collect()
+    }
+
+    /// The ranks with a message waiting for them, in rank order.
+    pub fn ranks_with_mail(&self) -> Vec<Rank> {
+        self.lock().with_mail.iter().copied().collect()
     }
 
     /// Zeroes the sent-message counters (not the messages in flight).
     pub fn reset_counters(&self) {
-        self.lock().sent.fill(0);
+        self.lock().sent.clear();
     }
 }
 
