@@ -18,6 +18,13 @@
 //!
 //! A stopped victim that is continued later (`kill -CONT`) finds its run
 //! gone on without it: its next call fails, and it prints why.
+//!
+//! `--how cut`: the victim increments until a call fails, printing each
+//! increment, for a test that cuts its network link while data flows; the
+//! survivors then print the victim's share of the counter (its released
+//! increments that reached the home), which the test compares with the
+//! victim's last line. `--bytes N` makes the counter N bytes (default 8),
+//! every 8-byte word holding the count, so that a torn version shows.
 
 use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::Client;
@@ -32,11 +39,38 @@ struct Options {
     k: u64,
     victim: u32,
     after: u64,
-    stop: bool,
+    how: How,
+    bytes: usize,
 }
 
+#[derive(PartialEq, Eq)]
+enum How {
+    Kill,
+    Stop,
+    /// Run until cut off.
+    Cut,
+}
+
+/// The count every word of the counter holds; an error for a version whose
+/// words differ (torn: bytes of two versions).
 fn value(c: &Client) -> Result<u64, SatError> {
-    c.with_data(COUNTER, |d| u64::from_le_bytes(d[..8].try_into().unwrap()))
+    c.with_data(COUNTER, |d| {
+        let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap());
+        let v = word(&d[..8]);
+        match d.chunks_exact(8).position(|w| word(w) != v) {
+            None => Ok(v),
+            Some(i) => Err(SatError::Usage(format!(
+                "the counter is torn: word 0 holds {v}, word {i} {}",
+                word(&d[i * 8..i * 8 + 8])
+            ))),
+        }
+    })?
+}
+
+fn fill(d: &mut [u8], v: u64) {
+    for w in d.chunks_exact_mut(8) {
+        w.copy_from_slice(&v.to_le_bytes());
+    }
 }
 
 fn increment(c: &Client) -> Result<u64, SatError> {
@@ -47,25 +81,46 @@ fn increment(c: &Client) -> Result<u64, SatError> {
             "the counter shows the victim's unreleased write".into(),
         ));
     }
-    c.with_data_mut(COUNTER, |d| d[..8].copy_from_slice(&(v + 1).to_le_bytes()))?;
+    c.with_data_mut(COUNTER, |d| fill(d, v + 1))?;
     c.release(COUNTER)?;
     Ok(v + 1)
 }
 
+/// The victim of `--how cut`: increments until a call fails.
+fn cut_off(c: &Client) -> RoleResult {
+    let mut done = 0u64;
+    loop {
+        match increment(c) {
+            Ok(_) => {
+                done += 1;
+                println!("rank {} increments {done}", c.rank());
+            }
+            Err(e) => {
+                println!("rank {} cut off after {done} increments: {e}", c.rank());
+                return Err(e.into());
+            }
+        }
+    }
+}
+
 fn victim(c: &Client, o: &Options) -> RoleResult {
+    if o.how == How::Cut {
+        return cut_off(c);
+    }
     for _ in 0..o.after {
         increment(c)?;
     }
     c.acquire(COUNTER, Access::ReadWrite)?;
-    c.with_data_mut(COUNTER, |d| d[..8].copy_from_slice(&NEVER.to_le_bytes()))?;
+    c.with_data_mut(COUNTER, |d| fill(d, NEVER))?;
+    let stop = o.how == How::Stop;
     println!(
         "rank {} pid {} inside its write scope after {} increments: {}",
         c.rank(),
         std::process::id(),
         o.after,
-        if o.stop { "stopping" } else { "dying" }
+        if stop { "stopping" } else { "dying" }
     );
-    let sig = if o.stop { libc::SIGSTOP } else { libc::SIGKILL };
+    let sig = if stop { libc::SIGSTOP } else { libc::SIGKILL };
     // SAFETY: raise(3) with a signal number.
     unsafe {
         libc::raise(sig);
@@ -107,7 +162,20 @@ fn survivor(c: &Client, o: &Options) -> RoleResult {
     c.acquire(COUNTER, Access::Read)?;
     let v = value(c)?;
     c.release(COUNTER)?;
-    let expected = u64::from(clients - 1) * o.k + o.after;
+    let theirs = u64::from(clients - 1) * o.k;
+    if o.how == How::Cut {
+        // What the victim released before the cut is not known here: the
+        // test compares this share with the victim's own count.
+        println!(
+            "rank {}: counter {v}, the victim's share {}",
+            c.rank(),
+            v.checked_sub(theirs)
+                .ok_or_else(|| format!("the counter holds {v}, below the survivors' {theirs}"))?
+        );
+        barrier_of(c, 3, clients - 1)?;
+        return Ok(());
+    }
+    let expected = theirs + o.after;
     println!(
         "rank {}: counter {v}, expected {expected} ({} survivors x {} + {} of the victim)",
         c.rank(),
@@ -124,7 +192,7 @@ fn survivor(c: &Client, o: &Options) -> RoleResult {
 }
 
 fn role(c: &Client, o: &Options) -> RoleResult {
-    c.malloc(COUNTER, 8)?;
+    c.malloc(COUNTER, o.bytes)?;
     println!("rank {} started", c.rank());
     if c.rank() == o.victim {
         victim(c, o)
@@ -151,7 +219,12 @@ fn main() {
         k: number("--k", 100),
         victim: number("--victim", 2) as u32,
         after: number("--after", 5),
-        stop: how == "stop",
+        how: match how {
+            "stop" => How::Stop,
+            "cut" => How::Cut,
+            _ => How::Kill,
+        },
+        bytes: (number("--bytes", 8) as usize).max(8) / 8 * 8,
     });
     let mut roles = Roles::new();
     for id in 1..=8 {

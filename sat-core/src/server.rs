@@ -21,6 +21,8 @@ use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
 /// The seed: rank 0, which decides when the run is over.
 const SEED: Rank = 0;
+/// The most of a `ClientLost`'s reason a server logs.
+const MAX_REASON: usize = 512;
 
 /// What one server knows while the run goes on.
 struct ServerState<'t> {
@@ -265,6 +267,9 @@ fn serve(
         }
         idle.idle();
     }
+    if let Some(r) = server.st.recovery.as_ref() {
+        r.run_ended();
+    }
     let st = &server.st;
     let returned: Vec<Rank> = topology
         .clients_of(rank)
@@ -407,7 +412,8 @@ impl<'t> Server<'t> {
     /// `ClientLost` makes a server do.
     #[cfg(feature = "simulator")]
     pub(crate) fn client_lost(&mut self, transport: &mut dyn Transport, client: Rank) {
-        self.st.client_lost(transport, client);
+        self.st
+            .client_lost(transport, client, "the simulator killed it");
         if self.st.service.is_some() {
             self.st.apply_membership(transport);
         } else if let Err(e) = self.st.apply_losses(transport) {
@@ -743,7 +749,10 @@ impl ServerState<'_> {
                 self.admitted(client, refused)
             }
             Message::ClientLost { client } if m.src == SEED && self.is_my_client(client) => {
-                self.client_lost(out, client)
+                // The payload says why, for the log (bounded: it is only
+                // read, never kept).
+                let why = &m.payload[..m.payload.len().min(MAX_REASON)];
+                self.client_lost(out, client, &String::from_utf8_lossy(why))
             }
             Message::ClientForgotten { client } if src_is_server && self.is_my_client(client) => {
                 self.forgotten_by(out, client)
@@ -2322,7 +2331,7 @@ mod tests {
         // Client 2 still holds the write lock after its release (a scope,
         // or a release half copied in) and dies holding it.
         assert!(!s.try_lock_read(reader3));
-        st.client_lost(&mut server0, 2);
+        st.client_lost(&mut server0, 2, "a test");
         assert!(s.try_lock_read(reader3), "the lost writer's lock is freed");
         assert_eq!(s.peek_version(), 1);
         assert_eq!(unsafe { s.held_bytes() }, &[1; SIZE][..]);
@@ -2332,7 +2341,7 @@ mod tests {
         st.client_done[2] = false;
         assert!(s.try_lock_read(reader2));
         assert!(!s.try_lock_write(3), "a reader keeps the writer out");
-        st.client_lost(&mut server0, 2);
+        st.client_lost(&mut server0, 2, "a test");
         assert!(s.try_lock_write(3), "the lost reader's lock is freed");
     }
 

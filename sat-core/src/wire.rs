@@ -132,7 +132,8 @@ pub enum Message {
     /// why it could not be entered.
     Admitted { client: Rank, refused: String },
     /// Seed -> the server of slot `client`: the client's control connection
-    /// closed without a detach (the process died); forget it.
+    /// closed without a detach (the process died), or its watch lost it (a
+    /// run with recovery); forget it. The payload says why, for the log.
     ClientLost { client: Rank },
     /// Server -> the server of `client` (service mode): `ClientLeft`
     /// applied here, nothing more will come from here for that client.

@@ -4,117 +4,29 @@
 //! attaching from the other, both work; the service's address file names an
 //! address the other host reaches even when it listens on 0.0.0.0.
 //!
-//! Making namespaces takes root (`ip netns`). As root the test must work;
-//! elsewhere it says it was skipped.
+//! Making namespaces takes root (`ip netns`, `common/hosts.rs`). As root
+//! the test must work; elsewhere it says it was skipped.
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{example, run, satrun, text};
+use common::hosts::Hosts;
+use common::{example, finish, run, satrun, text};
 
-/// Two namespaces, `a` (10.N.0.1) and `b` (10.N.0.2), joined by a veth
-/// pair; deleted when dropped, which also removes the pair.
-struct Hosts {
-    a: String,
-    b: String,
-    a_ip: String,
-}
-
-impl Hosts {
-    fn make() -> Option<Hosts> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return None;
-        }
-        let pid = std::process::id();
-        let net = 100 + pid % 150;
-        let hosts = Hosts {
-            a: format!("sat-a-{pid}"),
-            b: format!("sat-b-{pid}"),
-            a_ip: format!("10.{net}.0.1"),
-        };
-        let (va, vb) = (format!("sa{pid}"), format!("sb{pid}"));
-        let (a, b) = (hosts.a.as_str(), hosts.b.as_str());
-        let b_ip = format!("10.{net}.0.2");
-        for args in [
-            vec!["netns", "add", a],
-            vec!["netns", "add", b],
-            vec!["link", "add", &va, "type", "veth", "peer", "name", &vb],
-            vec!["link", "set", &va, "netns", a],
-            vec!["link", "set", &vb, "netns", b],
-            vec![
-                "-n",
-                a,
-                "addr",
-                "add",
-                &format!("{}/24", hosts.a_ip),
-                "dev",
-                &va,
-            ],
-            vec!["-n", b, "addr", "add", &format!("{b_ip}/24"), "dev", &vb],
-            vec!["-n", a, "link", "set", &va, "up"],
-            vec!["-n", b, "link", "set", &vb, "up"],
-            vec!["-n", a, "link", "set", "lo", "up"],
-            vec!["-n", b, "link", "set", "lo", "up"],
-        ] {
-            let out = Command::new("ip")
-                .args(&args)
-                .output()
-                .expect("run ip (iproute2: scripts/setup.sh installs it)");
-            assert!(
-                out.status.success(),
-                "ip {}: {}",
-                args.join(" "),
-                text(&out.stderr)
-            );
-        }
-        Some(hosts)
-    }
-
-    /// `program args` inside namespace `ns`.
-    fn command(ns: &str, program: &PathBuf) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", ns]).arg(program);
-        cmd
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// Waits for `child` to end within `bound`; kills it past that.
-fn finish(mut child: Child, bound: Duration) -> std::process::Output {
-    let deadline = Instant::now() + bound;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "a process did not end within {bound:?}: {}{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
+/// Host a and host b.
+const A: usize = 0;
+const B: usize = 1;
 
 fn a_run_spans_the_two_hosts(hosts: &Hosts) {
     // Under an external launcher: the seed (rank 0, the server) on host a,
     // both clients on host b, one secret for the three.
-    let seed = format!("{}:7411", hosts.a_ip);
+    let seed = format!("{}:7411", hosts.ip(A));
     let secret = "two-hosts-test-secret-0123456789";
-    let start = |ns: &str, rank: u32| {
-        Hosts::command(ns, &example("exchange"))
+    let start = |host: usize, rank: u32| {
+        hosts
+            .command(host, &example("exchange"))
             .args(["--rounds", "20", "--bytes", "40000"])
             .env("SAT_RANK", rank.to_string())
             .env("SAT_SIZE", "3")
@@ -128,7 +40,7 @@ fn a_run_spans_the_two_hosts(hosts: &Hosts) {
             .spawn()
             .unwrap()
     };
-    let ranks = [start(&hosts.a, 0), start(&hosts.b, 1), start(&hosts.b, 2)];
+    let ranks = [start(A, 0), start(B, 1), start(B, 2)];
     for (rank, child) in ranks.into_iter().enumerate() {
         let out = finish(child, Duration::from_secs(120));
         let stdout = text(&out.stdout);
@@ -151,7 +63,8 @@ fn a_service_serves_the_other_host(hosts: &Hosts, listen: &str) {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("address");
     let _ = std::fs::remove_file(&file);
-    let mut service = Hosts::command(&hosts.a, &satrun())
+    let mut service = hosts
+        .command(A, &satrun())
         .args([
             "--serve",
             "--servers",
@@ -180,13 +93,14 @@ fn a_service_serves_the_other_host(hosts: &Hosts, listen: &str) {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(
-        address.ends_with(&format!("@{}:7412", hosts.a_ip)),
+        address.ends_with(&format!("@{}:7412", hosts.ip(A))),
         "{listen}: the address file names no address host b reaches"
     );
     // 3 MiB: chunks homed on both servers, payloads over the eager size.
     let common = ["--chunk", "40", "--bytes", "3145728", "--seed", "9"];
     let attach = |verb: &str| {
-        let child = Hosts::command(&hosts.b, &example("attach"))
+        let child = hosts
+            .command(B, &example("attach"))
             .arg(verb)
             .arg(&address)
             .args(common)
@@ -219,15 +133,17 @@ fn a_service_serves_the_other_host(hosts: &Hosts, listen: &str) {
 
 #[test]
 fn runs_and_services_span_two_hosts() {
-    let Some(hosts) = Hosts::make() else {
+    let Some(hosts) = Hosts::make(2) else {
         eprintln!("two_hosts: skipped: making network namespaces takes root");
         return;
     };
-    // Without the veth pair, nothing below could pass: host b reaches host
+    // Without the switch, nothing below could pass: host b reaches host
     // a's address only through it.
-    let out = run(Command::new("ip").args(["-n", &hosts.b, "route", "get", &hosts.a_ip]));
+    let out = run(hosts
+        .command(B, "ip".as_ref())
+        .args(["route", "get", hosts.ip(A)]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     a_run_spans_the_two_hosts(&hosts);
-    a_service_serves_the_other_host(&hosts, &format!("{}:7412", hosts.a_ip));
+    a_service_serves_the_other_host(&hosts, &format!("{}:7412", hosts.ip(A)));
     a_service_serves_the_other_host(&hosts, "0.0.0.0:7412");
 }

@@ -106,6 +106,9 @@ pub(crate) enum FromSeed {
     },
     /// After the bootstrap, in a run with recovery: the seed is alive.
     Beat,
+    /// The run ended well: the seed is about to go, and its connection
+    /// closing from now on is no news ([`super::watch`]).
+    Ended,
 }
 
 /// What step 2 gives every rank: the endpoint names and the doorbells, by

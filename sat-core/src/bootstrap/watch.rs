@@ -106,6 +106,12 @@ impl Fatal {
         self.0.stale_ms.store(half, Ordering::Relaxed);
     }
 
+    /// The watch's thread has stopped with nothing wrong (the run ended
+    /// well): calls no longer wait for its passes.
+    fn unwatched(&self) {
+        self.0.stale_ms.store(0, Ordering::Relaxed);
+    }
+
     /// The watch heard its peer.
     fn heard_now(&self) {
         let now = self.now_ms();
@@ -216,8 +222,9 @@ impl Watch {
 /// The seed's side: one thread watches every other process's connection.
 pub struct SeedWatch {
     lost: Receiver<(Rank, String)>,
-    /// Reasons to stop the run, each with where to say it was told.
-    orders: Sender<(String, Sender<()>)>,
+    /// The last frame to send every process (why the run stops, or that it
+    /// ended), each with where to say they were told.
+    orders: Sender<(FromSeed, Sender<()>)>,
     stop: Arc<AtomicBool>,
 }
 
@@ -262,8 +269,20 @@ impl SeedWatch {
     /// Returns once they are told (or a few seconds have passed): the seed
     /// is about to end, and its going would otherwise be all they hear.
     pub(crate) fn abort(&self, reason: &str) {
+        self.last_word(FromSeed::Abort(reason.to_owned()));
+    }
+
+    /// Tells every watched process that the run ended well, and stops
+    /// watching: the seed's going is then no news to them. (A process may
+    /// still be taking in its server's last acknowledgement when the seed's
+    /// process ends.)
+    pub(crate) fn ended(&self) {
+        self.last_word(FromSeed::Ended);
+    }
+
+    fn last_word(&self, frame: FromSeed) {
         let (told, done) = mpsc::channel();
-        if self.orders.send((reason.to_owned(), told)).is_ok() {
+        if self.orders.send((frame, told)).is_ok() {
             let _ = done.recv_timeout(Duration::from_secs(5));
         }
     }
@@ -288,19 +307,19 @@ fn seed_loop(
     mut watched: Vec<Watched>,
     lease: Duration,
     lost: &Sender<(Rank, String)>,
-    orders: &Receiver<(String, Sender<()>)>,
+    orders: &Receiver<(FromSeed, Sender<()>)>,
     stop: &AtomicBool,
 ) {
     let beat = beat_of(lease);
     let frame = encode_frame(&FromSeed::Beat);
     let mut last_beat = Instant::now() - beat;
     while !stop.load(Ordering::Acquire) {
-        if let Ok((reason, told)) = orders.try_recv() {
-            let abort = encode_frame(&FromSeed::Abort(reason));
+        if let Ok((last, told)) = orders.try_recv() {
+            let last = encode_frame(&last);
             for w in &mut watched {
                 let _ = w.stream.set_nonblocking(false);
                 let _ = w.stream.set_write_timeout(Some(Duration::from_secs(1)));
-                let _ = w.stream.write_all(&abort);
+                let _ = w.stream.write_all(&last);
                 let _ = w.stream.shutdown(Shutdown::Write);
             }
             let _ = told.send(());
@@ -590,9 +609,18 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
         match frames.take() {
             Ok(bodies) => {
                 for body in bodies {
-                    if let Ok(FromSeed::Abort(reason)) = decode::<FromSeed>(&body, "the seed") {
-                        fatal.set(reason);
-                        return;
+                    match decode::<FromSeed>(&body, "the seed") {
+                        Ok(FromSeed::Abort(reason)) => {
+                            fatal.set(reason);
+                            return;
+                        }
+                        // Nothing this process waits for now depends on
+                        // the seed's process.
+                        Ok(FromSeed::Ended) => {
+                            fatal.unwatched();
+                            return;
+                        }
+                        _ => {}
                     }
                 }
             }

@@ -74,7 +74,7 @@ impl ServerState<'_> {
                  release: forgotten",
                 self.rank
             );
-            self.client_lost(out, client);
+            self.client_lost(out, client, "it sent too much inside one chain's release");
             return;
         }
         if let Some((bytes, held)) = self.brackets.open.get_mut(&client) {

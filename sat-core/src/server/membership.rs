@@ -78,14 +78,22 @@ impl ServerState<'_> {
     /// The seed says `client`'s control connection closed (a service), or
     /// its watch lost it (a run with recovery): unless it has finished
     /// already, it died or stopped answering, and every server forgets it.
-    pub(super) fn client_lost(&mut self, out: &mut dyn Sender, client: Rank) {
+    /// `why` is for the operator's log.
+    pub(super) fn client_lost(&mut self, out: &mut dyn Sender, client: Rank, why: &str) {
         if !self.outlives_clients() || self.client_done[client as usize] {
             return;
         }
-        tracing::warn!(
-            "server {}: client {client} went away without detaching; forgetting it",
-            self.rank
-        );
+        if self.service.is_some() {
+            tracing::warn!(
+                "server {}: client {client} went away without detaching ({why}); forgetting it",
+                self.rank
+            );
+        } else {
+            tracing::warn!(
+                "server {}: client {client} was lost ({why}); the run goes on without it",
+                self.rank
+            );
+        }
         self.bracket_drop(client);
         self.client_done[client as usize] = true;
         // First the departure, which may tell subscribers of a release it
@@ -216,14 +224,15 @@ impl ServerState<'_> {
                 }
                 DeskAction::Lost { client } => {
                     let server = self.topology.server_of(client);
+                    let why = "its control connection closed";
                     if server == self.rank {
-                        self.client_lost(transport, client);
+                        self.client_lost(transport, client, why);
                     } else {
                         self.send(
                             transport,
                             server,
                             &Message::ClientLost { client },
-                            Payload::None,
+                            Payload::Copy(why.as_bytes()),
                         );
                     }
                 }
@@ -231,7 +240,7 @@ impl ServerState<'_> {
         }
         for client in std::mem::take(&mut self.service_mut().unreachable) {
             if self.is_my_client(client) {
-                self.client_lost(transport, client);
+                self.client_lost(transport, client, "the transport could not reach it");
             }
         }
         for (client, address) in std::mem::take(&mut self.service_mut().joining) {

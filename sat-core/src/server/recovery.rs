@@ -64,6 +64,15 @@ impl RunRecovery {
         SatError::Aborted(reason)
     }
 
+    /// The run ended well (this server finished and its last messages
+    /// left): on the seed, every process is told, so that the seed's
+    /// process ending is no news to one still taking in its last answer.
+    pub(crate) fn run_ended(&self) {
+        if let Some(w) = self.watch.as_ref() {
+            w.ended();
+        }
+    }
+
     /// Without a watch: the simulator's servers, whose clients it kills
     /// itself.
     #[cfg(feature = "simulator")]
@@ -113,18 +122,17 @@ impl ServerState<'_> {
                     // Its connection closed as it exited after its run.
                     continue;
                 }
-                tracing::warn!("seed: client {rank} was lost ({why}); the run goes on without it");
-                self.client_lost(transport, rank);
+                self.client_lost(transport, rank, &why);
             } else {
-                // Its server knows whether it had finished.
+                // Its server knows whether it had finished, and says so.
                 tracing::debug!("seed: client {rank}'s watch connection ended ({why})");
                 let msg = Message::ClientLost { client: rank };
-                self.send(transport, server, &msg, Payload::None);
+                self.send(transport, server, &msg, Payload::Copy(why.as_bytes()));
             }
         }
         for client in std::mem::take(&mut self.recovery_mut().unreachable) {
             if self.is_my_client(client) {
-                self.client_lost(transport, client);
+                self.client_lost(transport, client, "the transport could not reach it");
             }
         }
         for client in std::mem::take(&mut self.recovery_mut().leaving) {

@@ -922,7 +922,18 @@ struct Core {
     in_order: Vec<(u32, usize, u64)>,
     /// Messages accepted by `send`, for [`Transport::messages_sent`].
     messages_sent: u64,
+    /// Sends posted or queued and not completed, in all and per
+    /// destination.
     outstanding: usize,
+    outstanding_to: Vec<usize>,
+    /// Of those, the sends to peers that left (`remove_peer`, `add_peer`
+    /// in their slot), in all and per rank: a provider may never complete
+    /// a send to a peer it cannot reach (behind a cut cable tcp retries for
+    /// minutes), and such sends must neither hold back `sends_drained` nor
+    /// keep this process busy. They are counted out as their completions
+    /// (or errors) come, the oldest first.
+    stranded: usize,
+    stranded_to: Vec<usize>,
     malformed: u64,
     /// Calls of `progress`, to space out the look at overdue payloads.
     progress_calls: u32,
@@ -1090,6 +1101,9 @@ impl FabricEndpoint {
             in_order: Vec::new(),
             messages_sent: 0,
             outstanding: 0,
+            outstanding_to: Vec::new(),
+            stranded: 0,
+            stranded_to: Vec::new(),
             malformed: 0,
             progress_calls: 0,
             patience: ANNOUNCE_PATIENCE,
@@ -1168,6 +1182,8 @@ impl FabricEndpoint {
         self.core.queues = (0..size).map(|_| SendQueue::default()).collect();
         self.core.large_in_flight = vec![0; size as usize];
         self.core.announced = vec![0; size as usize];
+        self.core.outstanding_to = vec![0; size as usize];
+        self.core.stranded_to = vec![0; size as usize];
         self.core.queued_dests = Vec::with_capacity(size as usize);
         self.core.dirty_work = Vec::with_capacity(size as usize);
         debug!(rank = my_rank, size, "connected the libfabric endpoint");
@@ -1227,6 +1243,9 @@ impl Core {
         self.queues[r].stalled_since = None;
         self.queues[r].warned = false;
         self.queued_dests.retain(|&d| d != rank);
+        let stuck = self.outstanding_to[r].saturating_sub(self.stranded_to[r]);
+        self.stranded_to[r] += stuck;
+        self.stranded += stuck;
         let mut fi_addr = std::mem::replace(&mut self.av_addr[r], fi::FI_ADDR_NOTAVAIL);
         if fi_addr == fi::FI_ADDR_NOTAVAIL {
             return;
@@ -1533,9 +1552,10 @@ impl Core {
             Op::EagerSend(slot) => {
                 // A provider that moves data after the post (tcp's rxm)
                 // has now handed it on: the receiver may look again.
-                self.ring(self.send_dest[slot as usize]);
+                let dest = self.send_dest[slot as usize];
+                self.ring(dest);
                 self.send_free.push(slot);
-                self.outstanding -= 1;
+                self.send_done(dest);
             }
             Op::LargeSend(slot) => {
                 self.ring(self.lsend[slot as usize].dest);
@@ -1634,11 +1654,34 @@ impl Core {
 
     fn release_large_send(&mut self, slot: u32) {
         let l = &mut self.lsend[slot as usize];
+        let dest = l.dest;
         if let Keep::Owned(buf) = std::mem::replace(&mut l.keep, Keep::Nothing) {
             self.send_pool.give(buf);
         }
         self.lsend_free.push(slot);
+        self.send_done(dest);
+    }
+
+    /// A send to `dest` was submitted (posted or queued).
+    fn send_begun(&mut self, dest: Rank) {
+        self.outstanding += 1;
+        self.outstanding_to[dest as usize] += 1;
+    }
+
+    /// A send to `dest` completed, failed or was abandoned.
+    fn send_done(&mut self, dest: Rank) {
+        let d = dest as usize;
         self.outstanding -= 1;
+        self.outstanding_to[d] = self.outstanding_to[d].saturating_sub(1);
+        if self.stranded_to[d] > 0 {
+            self.stranded_to[d] -= 1;
+            self.stranded -= 1;
+        }
+    }
+
+    /// Sends still to complete, not counting those to peers that left.
+    fn live_outstanding(&self) -> usize {
+        self.outstanding - self.stranded
     }
 
     /// An eager packet has completed: it is taken in its sender's order
@@ -1987,7 +2030,7 @@ impl Core {
             Some(Op::EagerSend(slot)) => {
                 let dest = self.send_dest[slot as usize];
                 self.send_free.push(slot);
-                self.outstanding -= 1;
+                self.send_done(dest);
                 self.defer(TransportError::PeerLost {
                     rank: dest,
                     reason: format!("a send failed: {message}"),
@@ -2061,7 +2104,7 @@ impl Core {
         match post {
             Post::Eager { slot, .. } => {
                 self.send_free.push(slot);
-                self.outstanding -= 1;
+                self.send_done(self.send_dest[slot as usize]);
             }
             Post::Large { slot } => self.release_large_send(slot),
         }
@@ -2072,7 +2115,7 @@ impl Core {
     /// with manual progress the peer may be driven by this very thread (shm
     /// refuses the first send to a peer until that peer has answered).
     fn submit(&mut self, dest: Rank, post: Post) -> Result<(), TransportError> {
-        self.outstanding += 1;
+        self.send_begun(dest);
         if !self.queues[dest as usize].posts.is_empty() {
             self.queues[dest as usize].posts.push_back(post);
             return Ok(());
@@ -2579,7 +2622,7 @@ impl Transport for FabricTransport {
         // polls: posted sends count as queued there.
         !self.core.queued_dests.is_empty()
             || !self.loopback.is_empty()
-            || (self.core.provider == Provider::Tcp && self.core.outstanding > 0)
+            || (self.core.provider == Provider::Tcp && self.core.live_outstanding() > 0)
     }
 
     fn sends_drained(&mut self) -> Result<bool, TransportError> {
@@ -2588,7 +2631,7 @@ impl Transport for FabricTransport {
         if let Some(e) = self.core.deferred.take() {
             return Err(e);
         }
-        Ok(self.core.outstanding == 0)
+        Ok(self.core.live_outstanding() == 0)
     }
 
     fn post_hint(&mut self, rank: Rank, chunk: u64) -> bool {

@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 
 // Running a program to its end, bounded; also the benchmark crate's tests'.
 mod process;
-pub use process::{run, text};
+#[allow(unused_imports)] // each test binary uses some of them
+pub use process::{finish, run, text};
+
+// Hosts as network namespaces on one switch.
+pub mod hosts;
 
 pub fn satrun() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_satrun"))

@@ -1,7 +1,8 @@
 //! Running a test's program to its end, bounded, and reading its output
 //! (shared with `sat-bench`'s tests, which include this file by path).
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs a command to its end, at most `RUN_BOUND`: a run that hangs fails
 /// the test (and is killed) instead of stalling the whole suite.
@@ -42,4 +43,23 @@ pub fn run(cmd: &mut Command) -> Output {
 
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Waits for `child` to end within `bound`; kills it past that.
+#[allow(dead_code)] // the benchmarks' tests, which include this file, do not use it
+pub fn finish(mut child: Child, bound: Duration) -> std::process::Output {
+    let deadline = Instant::now() + bound;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "a process did not end within {bound:?}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
