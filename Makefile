@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate fuzz abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-advised bench-python bench-videostream clean header install uninstall
+.PHONY: setup demo test simulate fuzz soak abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-advised bench-python bench-videostream clean header install uninstall
 
 setup:
 	@scripts/setup.sh
@@ -113,6 +113,14 @@ bench:
 	$(MAKE) --no-print-directory -C bench/pipeline BUILD=$(BENCH_BUILD)
 	$(MAKE) --no-print-directory -C bench/mpi OUT=$(BENCH_BUILD)/mpi_bench
 	python3 bench/run.py --target-dir $(TARGET_DIR) --build $(BENCH_BUILD)
+
+# The soak (not in `make test`): 16 processes under a steady mixed load for SOAK_S seconds (an hour), every
+# read checked, every process's resident size sampled; fails if one grows past a fifth plus 16 MiB
+# (bench/soak.py, sat-core/examples/soak.rs).
+SOAK_S ?= 3600
+soak: setup
+	$(CARGO) build --release -j $(JOBS) -p sat-core --bin satrun --example soak
+	python3 bench/soak.py --target-dir $(TARGET_DIR) --seconds $(SOAK_S)
 
 # examples-c/videostream against the workspace's release libsat (a sat.pc of its own), for the benchmarks.
 bench-videostream:

@@ -60,6 +60,9 @@ pub struct Accounts {
     /// Clients lost (a run with recovery): what the homes here applied of
     /// theirs counts as sent, at every report.
     lost: BTreeSet<Rank>,
+    /// This server holds notifications back (`server/notices.rs`): it is
+    /// busy until it has sent them.
+    holding: bool,
     probing: Option<Probing>,
 }
 
@@ -107,6 +110,7 @@ impl Accounts {
             dropped: 0,
             applied_from: Default::default(),
             lost: BTreeSet::new(),
+            holding: false,
             probing: None,
         }
     }
@@ -189,6 +193,11 @@ impl Accounts {
         self.done_sent + lost
     }
 
+    /// Whether this server holds notifications back.
+    pub fn holding(&mut self, holding: bool) {
+        self.holding = holding;
+    }
+
     pub fn count_notified(&mut self) {
         self.notified += 1;
     }
@@ -211,7 +220,7 @@ impl Accounts {
             .filter(|&&(_, s)| s == Status::Waiting)
             .map(|&(c, _)| c)
             .collect();
-        let running = self.running > 0;
+        let running = self.running > 0 || self.holding;
         if running || waiting.is_empty() {
             self.probing = None;
             return WaveStart::Report(Report {
@@ -253,7 +262,7 @@ impl Accounts {
         let p = self.probing.take().expect("checked");
         Some(Report {
             wave: p.wave,
-            busy: p.busy,
+            busy: p.busy || self.holding,
             sent: p.sent + self.gone_sent() + self.notified,
             received: p.received + self.done_received + self.applied + self.dropped,
         })

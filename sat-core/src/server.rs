@@ -59,6 +59,10 @@ struct ServerState<'t> {
     /// Seed only: the waves of the quiescence detection.
     waves: Option<Waves>,
     told_quiet: bool,
+    /// Notifications held back for clients of ours that have not taken in
+    /// what was sent to them before ([`Sender::backlog`]): the newest per
+    /// (client, chunk), sent once the backlog clears (`server/notices.rs`).
+    held: notices::Held,
     /// Service mode: clients attach and detach; there is no end of run.
     service: Option<ServiceSide>,
     /// Where this server keeps its chunks' versions when its clients share
@@ -90,6 +94,7 @@ pub(crate) mod host;
 mod membership;
 #[cfg(test)]
 mod message_counts;
+mod notices;
 pub(crate) mod recovery;
 pub(crate) mod spill;
 mod switch;
@@ -344,6 +349,9 @@ impl<'t> Server<'t> {
         if st.alloc.has_parked() {
             st.expire_lookups(transport);
         }
+        if st.held.any() {
+            st.send_held(transport);
+        }
         Ok(if n > 0 || transport.sends_queued() {
             Step::Busy
         } else {
@@ -372,6 +380,13 @@ impl<'t> Server<'t> {
             let (version, data) = self.st.current_of(c).expect("listed");
             (c, version, data)
         })
+    }
+
+    /// How many notifications this server held back for a subscriber that
+    /// was behind (`server/notices.rs`).
+    #[cfg(feature = "simulator")]
+    pub(crate) fn notifications_held(&self) -> u64 {
+        self.st.held.count()
     }
 
     /// How many adaptive chunks this server handed over to another.
@@ -461,6 +476,7 @@ impl<'t> ServerState<'t> {
             accounts: Accounts::new(topology.clients_of(rank)),
             waves: (rank == SEED && !in_service).then(|| Waves::new(topology.servers().len())),
             told_quiet: false,
+            held: notices::Held::default(),
             // A client of a service may attach from anywhere: its homes
             // keep their versions where messages reach them.
             host: host.map(|backing| host::HostVersions::new(backing, in_service)),
@@ -846,10 +862,20 @@ impl ServerState<'_> {
             return;
         }
         let hop = if self.is_my_client(client) {
+            if self.hold_notification(out, (client, client), msg, &payload) {
+                return;
+            }
             if is_notification(msg) {
                 self.accounts.count_delivered(client);
             }
             client
+        } else if self.hold_notification(
+            out,
+            (client, self.topology.server_of(client)),
+            msg,
+            &payload,
+        ) {
+            return;
         } else if self.topology.get(client).is_some_and(|e| !e.is_server()) {
             self.topology.server_of(client)
         } else {

@@ -142,6 +142,9 @@ struct Stack<'t> {
     servers: Vec<(Server<'t>, MemTransport)>,
     /// Client rank r is `clients[r - servers]`.
     clients: Vec<Client>,
+    /// A client that takes nothing in (a busy process): what is sent to it
+    /// waits in the network.
+    asleep: Option<Rank>,
 }
 
 impl<'t> Stack<'t> {
@@ -162,6 +165,7 @@ impl<'t> Stack<'t> {
             net,
             servers,
             clients,
+            asleep: None,
         }
     }
 
@@ -173,7 +177,7 @@ impl<'t> Stack<'t> {
         net: &MemNetwork,
         servers: &mut [(Server<'t>, MemTransport)],
         clients: &[Client],
-        busy: Option<Rank>,
+        busy: [Option<Rank>; 2],
     ) -> bool {
         let mut moved = false;
         for (server, ep) in servers.iter_mut() {
@@ -185,7 +189,7 @@ impl<'t> Stack<'t> {
         }
         let first_client = servers.len() as Rank;
         for rank in net.ranks_with_mail() {
-            if rank < first_client || Some(rank) == busy {
+            if rank < first_client || busy.contains(&Some(rank)) {
                 continue;
             }
             let c = &clients[(rank - first_client) as usize];
@@ -204,11 +208,12 @@ impl<'t> Stack<'t> {
         let servers = &mut self.servers;
         let clients = &self.clients;
         let net = &self.net;
+        let asleep = self.asleep;
         std::thread::scope(|s| {
             let client = &clients[rank as usize - servers.len()];
             let call = s.spawn(move || op(client));
             while !call.is_finished() {
-                if !Stack::round(net, servers, clients, Some(rank)) {
+                if !Stack::round(net, servers, clients, [Some(rank), asleep]) {
                     std::thread::yield_now();
                 }
             }
@@ -217,11 +222,13 @@ impl<'t> Stack<'t> {
                 .expect("the operation")
         });
         // Everything the call set going ends here: nothing runs meanwhile,
-        // so an empty network means every handler has run.
+        // so an empty network (but for what waits for a sleeping client)
+        // means every handler has run.
         let mut rounds = 0;
         loop {
-            Stack::round(&self.net, servers, clients, None);
-            if self.net.in_flight() == 0 {
+            Stack::round(&self.net, servers, clients, [None, asleep]);
+            let waiting = asleep.map_or(0, |r| self.net.in_flight_to(r));
+            if self.net.in_flight() == waiting {
                 break;
             }
             rounds += 1;
@@ -235,6 +242,10 @@ impl<'t> Stack<'t> {
         for (c, before) in self.clients.iter().zip(before) {
             let t = c.traffic().since(before);
             let r = c.rank();
+            if Some(r) == self.asleep {
+                // What was sent to it has not arrived.
+                continue;
+            }
             assert_eq!(
                 (t.sent, t.received),
                 (counts.sent_by(r), counts.received_by(r)),
@@ -1158,5 +1169,78 @@ fn an_adaptive_chunk_moves_its_home_to_the_server_of_the_process_that_writes_it(
         read_sees(chunk, 10),
         want,
         12,
+    );
+}
+
+/// A subscriber that takes nothing in while a writer releases ten times: its
+/// server queues the first notifications, then, the subscriber being behind
+/// ([`crate::transport::Sender::backlog`]: three wait for it in the
+/// in-process network), holds back one, the newest, instead of queueing the
+/// others (`server/notices.rs`); once the subscriber takes in what waits, it
+/// gets that one, and its handler ends on the last version, having never
+/// gone back.
+#[test]
+fn a_subscriber_that_is_behind_costs_one_held_version_and_hears_the_newest() {
+    use crate::client::Event;
+    use std::sync::Mutex;
+    let topology = topology();
+    let mut s = Stack::new(&topology);
+    // Chunk 20's home is server 0, the server of both clients.
+    let (chunk, writer, subscriber) = (20, 2, 3);
+    for c in [writer, subscriber] {
+        s.run(c, malloc(ProtocolId::HomeMesi, chunk));
+    }
+    let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    s.run(subscriber, move |c: &Client| {
+        c.subscribe(chunk, true, move |_, event| {
+            let Event::Chunk { version, data, .. } = event else {
+                return Err("a signal".into());
+            };
+            let data = data.as_ref().ok_or("no data")?;
+            // Each write-back writes its version number: the bytes are the
+            // version's.
+            assert_eq!(u64::from_le_bytes(data[..8].try_into().unwrap()), *version);
+            log.lock().unwrap().push(*version);
+            Ok(())
+        })
+    });
+    s.asleep = Some(subscriber);
+    for v in 1..=10 {
+        s.run(writer, write(chunk));
+        s.run(writer, write_back(chunk, v));
+    }
+    let waiting = s.net.in_flight_to(subscriber);
+    let held = &s.servers[0].0.st.held;
+    assert_eq!(waiting, 3, "the notifications queued before the backlog");
+    assert_eq!(held.count(), 7, "the other seven were held back");
+    assert!(held.any());
+    // It wakes and takes in what waits (its counters, which count what
+    // reached it while it slept, are not compared with this call's wire).
+    let log = Arc::clone(&seen);
+    s.run(subscriber, move |c: &Client| {
+        for _ in 0..100_000 {
+            c.try_recv()?;
+            c.run_pending_handlers()?;
+            if log.lock().unwrap().last() == Some(&10) {
+                return Ok(());
+            }
+            std::thread::yield_now();
+        }
+        panic!(
+            "the newest version was never told: {:?}",
+            log.lock().unwrap()
+        );
+    });
+    s.asleep = None;
+    assert!(
+        !s.servers[0].0.st.held.any(),
+        "nothing is held once it caught up"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert!(
+        seen.len() <= 4,
+        "at most the three queued and the held one: {seen:?}"
     );
 }

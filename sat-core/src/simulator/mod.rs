@@ -99,6 +99,8 @@ pub struct Outcome {
     pub spilled: u64,
     /// Clients a run with recovery lost (and went on without).
     pub lost: u64,
+    /// Notifications servers held back for subscribers that were behind.
+    pub held: u64,
 }
 
 /// A broken invariant, with what replays it.

@@ -763,6 +763,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     let oracle = Shared::lock(&shared.oracle);
     let moved = servers.iter().map(|(s, _, _)| s.moved_away()).sum();
     let spilled = servers.iter().map(|(s, _, _)| s.spills().1).sum();
+    let held = servers.iter().map(|(s, _, _)| s.notifications_held()).sum();
     Ok(Outcome {
         steps: sched.steps(),
         servers: shape.servers,
@@ -778,6 +779,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         moved,
         spilled,
         lost,
+        held,
     })
 }
 

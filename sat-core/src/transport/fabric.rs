@@ -108,6 +108,10 @@ const SEND_SLOTS_SOFT: usize = 64;
 /// (a 64 MiB chain released as 1,024 chunks) stalled the shm provider.
 const LARGE_WINDOW: u32 = 4;
 
+/// Sends posted to one destination and not completed past which it is
+/// behind ([`Sender::backlog`]): a few windows of large payloads.
+const BACKLOG_SENDS: usize = 4 * LARGE_WINDOW as usize;
+
 /// Large buffers (both directions) kept for reuse once their transfer is done.
 const LARGE_POOL_KEEP: usize = 8;
 
@@ -2533,6 +2537,18 @@ impl Sender for FabricTransport {
         self.core.messages_sent += 1;
         stats::sent(dest, bytes);
         Ok(())
+    }
+
+    /// Sends to `dest` queued here (refused by the provider for now, or
+    /// waiting for room in its window of large payloads), or more than
+    /// [`BACKLOG_SENDS`] posted that it has not taken yet.
+    fn backlog(&self, dest: Rank) -> bool {
+        let d = dest as usize;
+        let queued = self.core.queues.get(d).is_some_and(|q| !q.posts.is_empty());
+        let posted = (self.core.outstanding_to.get(d))
+            .zip(self.core.stranded_to.get(d))
+            .is_some_and(|(&all, &stranded)| all - stranded > BACKLOG_SENDS);
+        queued || posted
     }
 }
 

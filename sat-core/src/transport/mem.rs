@@ -334,7 +334,20 @@ impl Sender for MemTransport {
         self.sent += 1;
         Ok(())
     }
+
+    /// [`BACKLOG`] or more messages from here wait for `dest`: under the
+    /// random schedule's delays a receiver falls behind now and then, as a
+    /// busy process does, and what a server does about it is simulated.
+    fn backlog(&self, dest: Rank) -> bool {
+        let net = lock(&self.shared);
+        (net.queues.get(dest as usize))
+            .and_then(|q| q.get(&self.rank))
+            .is_some_and(|q| q.len() >= BACKLOG)
+    }
 }
+
+/// Messages waiting from one sender to one receiver that make a backlog.
+const BACKLOG: usize = 3;
 
 impl Transport for MemTransport {
     fn messages_sent(&self) -> u64 {

@@ -156,6 +156,13 @@ pub trait Sender {
         header: &[u8],
         payload: Payload<'_>,
     ) -> Result<(), TransportError>;
+
+    /// Whether messages to `dest` wait in this sender, not yet handed on
+    /// (the peer is behind in taking them in). A server then holds back
+    /// what it may merge (`server/notices.rs`). False by default.
+    fn backlog(&self, _dest: Rank) -> bool {
+        false
+    }
 }
 
 /// A reliable, per-pair-ordered message service between the ranks of a run.
