@@ -83,6 +83,9 @@ struct ServerState<'t> {
     spill: spill::Spill,
     /// A run with recovery: it outlives lost clients (`server/recovery.rs`).
     recovery: Option<recovery::RunRecovery>,
+    /// A run without recovery: it ends when a process is lost
+    /// (`server/guard.rs`).
+    guard: Option<guard::RunGuard>,
     /// Chain releases of our clients under way (`server/bracket.rs`).
     brackets: bracket::Brackets,
 }
@@ -90,6 +93,7 @@ struct ServerState<'t> {
 mod bracket;
 pub(crate) mod epochs;
 mod events;
+pub(crate) mod guard;
 pub(crate) mod host;
 mod membership;
 #[cfg(test)]
@@ -203,6 +207,21 @@ pub(crate) fn run_on_host(
     serve(topology, transport, policy, (None, None), host)
 }
 
+/// [`run_on_host`] in a run whose processes are watched
+/// (`server/guard.rs`): a lost process ends the run instead of hanging it.
+pub(crate) fn run_guarded(
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+    host: Option<host::Backing>,
+    guard: guard::RunGuard,
+) -> SatResult<()> {
+    let rank = transport.rank();
+    let mut server = Server::new(topology, rank, None, Clock::Real, host);
+    server.st.guard = Some(guard);
+    serve_with(server, topology, transport, policy)
+}
+
 /// Runs a server of a run with recovery: lost clients are forgotten and
 /// the run goes on without them (`server/recovery.rs`).
 pub(crate) fn run_recovering(
@@ -236,14 +255,25 @@ fn serve(
     host: Option<host::Backing>,
 ) -> SatResult<()> {
     let rank = transport.rank();
-    // A server's time is SAT's, but for message passing and sleep. A
-    // service's servers are stopped by a signal and write no statistics.
-    stats::start(stats::Identity::of(topology, rank));
-    let serving = stats::doing(stats::Activity::Sdsm);
     let mut server = Server::new(topology, rank, service, Clock::Real, host);
     if let Some(r) = recovery {
         server.recover(r);
     }
+    serve_with(server, topology, transport, policy)
+}
+
+/// The server's loop, then its end.
+fn serve_with(
+    mut server: Server<'_>,
+    topology: &Topology,
+    transport: &mut dyn Transport,
+    policy: IdlePolicy,
+) -> SatResult<()> {
+    let rank = transport.rank();
+    // A server's time is SAT's, but for message passing and sleep. A
+    // service's servers are stopped by a signal and write no statistics.
+    stats::start(stats::Identity::of(topology, rank));
+    let serving = stats::doing(stats::Activity::Sdsm);
     tracing::debug!(
         "server {rank} serves clients {:?}",
         topology.clients_of(rank)
@@ -272,8 +302,11 @@ fn serve(
         }
         idle.idle();
     }
-    if let Some(r) = server.st.recovery.as_ref() {
+    if let Some(r) = server.st.recovery.as_mut() {
         r.run_ended();
+    }
+    if let Some(g) = server.st.guard.take() {
+        g.ended();
     }
     let st = &server.st;
     let returned: Vec<Rank> = topology
@@ -345,6 +378,9 @@ impl<'t> Server<'t> {
         }
         if st.recovery.is_some() {
             st.apply_losses(transport)?;
+        }
+        if let Some(g) = st.guard.as_ref() {
+            g.check(st.topology)?;
         }
         if st.alloc.has_parked() {
             st.expire_lookups(transport);
@@ -487,6 +523,7 @@ impl<'t> ServerState<'t> {
             moved: BTreeMap::new(),
             spill,
             recovery: None,
+            guard: None,
             brackets: Default::default(),
         }
     }

@@ -176,6 +176,27 @@ fn with_recovery_the_others_complete(hosts: &Hosts) {
     );
 }
 
+/// Without recovery the run cannot go on without a process: the cut is
+/// found by the watch's keepalive probes (within about SAT_LEASE_S), the
+/// seed tells every process why, and every process ends with an error that
+/// names the lost one or the seed's silence; none hangs.
+fn without_recovery_every_process_fails_cleanly(hosts: &Hosts) {
+    let (outs, victim) = cut_while_data_flows(hosts, false);
+    for (r, o) in outs.iter().enumerate() {
+        assert!(!o.status.success(), "rank {r} cannot have completed");
+        let said = text(&o.stderr) + if r == VICTIM as usize { &victim } else { "" };
+        let told = if r == VICTIM as usize {
+            "the seed (rank 0) is gone".to_owned()
+        } else {
+            format!("client {VICTIM} was lost")
+        };
+        assert!(
+            said.contains(&told),
+            "rank {r} says what ended the run: {said}"
+        );
+    }
+}
+
 #[test]
 fn a_link_cut_while_data_flows_is_detected_and_nothing_is_corrupted() {
     let Some(hosts) = Hosts::make(3) else {
@@ -183,4 +204,7 @@ fn a_link_cut_while_data_flows_is_detected_and_nothing_is_corrupted() {
         return;
     };
     with_recovery_the_others_complete(&hosts);
+    drop(hosts);
+    let hosts = Hosts::make(3).expect("root, as a moment ago");
+    without_recovery_every_process_fails_cleanly(&hosts);
 }

@@ -141,10 +141,13 @@ pub struct Joined {
     /// The endpoint address of every rank, as the transport entered them
     /// (empty for a service's client slots).
     pub addresses: Vec<Vec<u8>>,
-    /// A run with recovery (`SAT_RECOVERY=on` at the seed): this process's
-    /// part in the run's watch ([`watch`]), which lives as long as it takes
-    /// part in the run.
+    /// This process's part in the run's watch ([`watch`]), which lives as
+    /// long as it takes part in the run (every run of more than one
+    /// process; not a service's).
     pub watch: Option<watch::Watch>,
+    /// The run has recovery on (`SAT_RECOVERY=on` at the seed): it outlives
+    /// a lost client; otherwise a lost process ends it.
+    pub recovery: bool,
 }
 
 /// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
@@ -248,13 +251,19 @@ fn join_with(
         ring_peers(&mut transport, env.rank, own, &bells);
     }
     link.barrier()?;
-    // A run's processes (a service's servers watch their clients through
-    // the desk instead).
-    let watch = match setup.recovery {
-        Some(lease) if bells_wanted => {
+    // Every run's processes are watched (a service's servers watch their
+    // clients through the desk instead): with recovery, to go on without a
+    // lost client; otherwise to end the run, not hang, when a process dies
+    // or its host becomes unreachable (`watch.rs`).
+    let watch = match (setup.recovery, bells_wanted) {
+        (Some(lease), true) => {
             tracing::debug!("recovery on: lease {} s", lease.as_secs());
             let slots = crate::server::host::backing_for_run(setup.one_host).is_some();
-            Some(link.into_watch(lease, slots)?)
+            Some(link.into_watch(watch::Judge::Lease(lease), slots)?)
+        }
+        (None, true) if env.size > 1 => {
+            let keepalive = Duration::from_secs(crate::settings::get().lease_s);
+            Some(link.into_watch(watch::Judge::Keepalive(keepalive), false)?)
         }
         _ => None,
     };
@@ -269,6 +278,7 @@ fn join_with(
             local_ip: setup.local_ip,
             addresses: table,
             watch,
+            recovery: setup.recovery.is_some(),
         },
         started,
     ))
@@ -327,20 +337,27 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let policy = IdlePolicy::from_env();
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
     let watch = joined.watch;
-    let host = match watch {
-        Some(_) => server::host::backing_for_recovering_run(joined.one_host, &joined.topology),
-        None => server::host::backing_for_run(joined.one_host),
+    let recovering = joined.recovery && watch.is_some();
+    let host = if recovering {
+        server::host::backing_for_recovering_run(joined.one_host, &joined.topology)
+    } else {
+        server::host::backing_for_run(joined.one_host)
     };
     if role == 0 {
+        let (topology, transport) = (&joined.topology, transport.as_mut());
         return match watch {
-            Some(w) => server::run_recovering(
-                &joined.topology,
-                transport.as_mut(),
+            Some(w) if recovering => server::run_recovering(
+                topology,
+                transport,
                 policy,
                 host,
                 server::recovery::RunRecovery::new(w),
             ),
-            None => server::run_on_host(&joined.topology, transport.as_mut(), policy, host),
+            Some(w) => {
+                let guard = server::guard::RunGuard::new(w);
+                server::run_guarded(topology, transport, policy, host, guard)
+            }
+            None => server::run_on_host(topology, transport, policy, host),
         };
     }
     let Some(f) = roles.take(role) else {
@@ -351,23 +368,22 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let before_client_ends = roles.before_client_ends.take();
     let reader = server::host::service_reader(&joined.topology, joined.env.rank);
     let client = Client::new(joined.topology, transport);
-    match (&watch, host) {
+    if let Some(w) = &watch {
+        client.watch(w.fatal());
+    }
+    match (recovering, host) {
         // With recovery, this client reads host slots under its own bit,
         // which its homes clear if it is lost inside a read scope; barriers
         // go by messages, where a lost process's arrivals can be withdrawn.
-        (Some(w), Some(_)) => {
-            client.watch(w.fatal());
+        (true, Some(_)) => {
             client.release_chains_atomically();
             if let Some(reader) = reader {
                 client.read_host_slots_as(reader);
             }
         }
-        (Some(w), None) => {
-            client.watch(w.fatal());
-            client.release_chains_atomically();
-        }
-        (None, Some(_)) => client.use_host_sync(),
-        (None, None) => {}
+        (true, None) => client.release_chains_atomically(),
+        (false, Some(_)) => client.use_host_sync(),
+        (false, None) => {}
     }
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (outcome, finished) = std::thread::scope(|s| {
@@ -397,9 +413,12 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
         stop.store(true, std::sync::atomic::Ordering::Release);
         (outcome, finished)
     });
-    // The seed sees this process's watch connection close once the
-    // termination protocol has let it go, and ignores that.
-    drop(watch);
+    // Once the termination protocol has let this process go, it says
+    // goodbye: the seed takes its watch connection closing as no news.
+    match watch {
+        Some(watch::Watch::Peer(p)) if finished.is_ok() => p.bye(),
+        other => drop(other),
+    }
     finished?;
     match outcome {
         Ok(Ok(())) => Ok(()),

@@ -69,6 +69,9 @@ pub(crate) enum ToSeed {
     /// After the bootstrap, in a run with recovery: this process is alive
     /// ([`super::watch`]).
     Beat,
+    /// This process is done with the run: its watch connection closing is
+    /// no news ([`super::watch`]).
+    Bye,
 }
 
 impl ToSeed {
@@ -82,6 +85,7 @@ impl ToSeed {
             ToSeed::Failed(_) => "Failed",
             ToSeed::Proof(_) => "Proof",
             ToSeed::Beat => "Beat",
+            ToSeed::Bye => "Bye",
         }
     }
 }
@@ -310,7 +314,11 @@ impl SeedLink {
     ///
     /// `fence_local`: the run keeps versions in host slots, which its
     /// processes write in place.
-    pub fn into_watch(self, lease: Duration, fence_local: bool) -> SatResult<super::watch::Watch> {
+    pub fn into_watch(
+        self,
+        judge: super::watch::Judge,
+        fence_local: bool,
+    ) -> SatResult<super::watch::Watch> {
         use super::watch::{Fatal, PeerWatch, SeedWatch, Watch};
         let failed =
             |e: std::io::Error| SatError::Bootstrap(format!("cannot start the run's watch: {e}"));
@@ -327,12 +335,12 @@ impl SeedLink {
                         (ours && fence_local).then_some(seed.pids[r])
                     })
                     .collect();
-                SeedWatch::start(conns, lease, fence)
+                SeedWatch::start(conns, judge, fence)
                     .map(Watch::Seed)
                     .map_err(failed)
             }
             SeedLink::Peer(peer) => {
-                { PeerWatch::start(peer.stream, lease, Fatal::default(), SEED_NAME.into()) }
+                { PeerWatch::start(peer.stream, judge, Fatal::default(), SEED_NAME.into()) }
                     .map(Watch::Peer)
                     .map_err(failed)
             }

@@ -43,6 +43,71 @@ pub(crate) fn beat_of(lease: Duration) -> Duration {
     lease / 4
 }
 
+/// How a watch judges the process at the other end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judge {
+    /// A run with recovery, and a service's sessions: both ends beat every
+    /// quarter of the lease, and a peer silent for a lease is lost
+    /// (stopped, hung or cut off).
+    Lease(Duration),
+    /// Any other run: nothing is sent, and the kernel probes the idle
+    /// connection (TCP keepalive), so a dead host or a cut cable is found
+    /// within about this long, while a process merely stopped (a debugger
+    /// at a breakpoint; its kernel still answers) is not lost. A run that
+    /// cannot outlive a process only needs to end, not to guess.
+    Keepalive(Duration),
+}
+
+impl Judge {
+    fn lease(self) -> Option<Duration> {
+        match self {
+            Judge::Lease(d) => Some(d),
+            Judge::Keepalive(_) => None,
+        }
+    }
+
+    /// How long the watch's thread may sleep between passes.
+    fn pass(self) -> Duration {
+        match self {
+            Judge::Lease(d) => beat_of(d).min(Duration::from_millis(200)),
+            Judge::Keepalive(_) => Duration::from_millis(500),
+        }
+    }
+
+    /// Sets up `stream` for this judge: keepalive probes, in about `d` in
+    /// all (idle a quarter of it, then four probes an eighth apart, each at
+    /// least a second).
+    fn prepare(self, stream: &TcpStream) -> std::io::Result<()> {
+        stream.set_nonblocking(true)?;
+        let Judge::Keepalive(d) = self else {
+            return Ok(());
+        };
+        let secs = |part: u64| (d.as_secs() / part).max(1) as libc::c_int;
+        let fd = stream.as_raw_fd();
+        for (level, name, value) in [
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(4)),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(8)),
+            (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 4),
+        ] {
+            // SAFETY: setsockopt(2) on an open socket with an int option.
+            let ret = unsafe {
+                libc::setsockopt(
+                    fd,
+                    level,
+                    name,
+                    std::ptr::addr_of!(value).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if ret != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why this process cannot go on, once it is known: set once, by the
 /// watch's thread; read by every call before and while it waits.
 ///
@@ -234,7 +299,7 @@ impl SeedWatch {
     /// reported lost ([`fence`]).
     pub(crate) fn start(
         conns: Vec<Option<TcpStream>>,
-        lease: Duration,
+        judge: Judge,
         fence: Vec<Option<u32>>,
     ) -> std::io::Result<Self> {
         let (lost_tx, lost) = mpsc::channel();
@@ -243,20 +308,21 @@ impl SeedWatch {
         let mut watched = Vec::new();
         for (rank, conn) in conns.into_iter().enumerate() {
             if let Some(stream) = conn {
-                stream.set_nonblocking(true)?;
+                judge.prepare(&stream)?;
                 watched.push(Watched {
                     rank: rank as Rank,
                     pid: fence.get(rank).copied().flatten(),
                     stream,
                     frames: Frames::default(),
                     heard: Instant::now(),
+                    finished: false,
                 });
             }
         }
         let flag = stop.clone();
         std::thread::Builder::new()
             .name("sat-watch".into())
-            .spawn(move || seed_loop(watched, lease, &lost_tx, &orders_rx, &flag))?;
+            .spawn(move || seed_loop(watched, judge, &lost_tx, &orders_rx, &flag))?;
         Ok(SeedWatch { lost, orders, stop })
     }
 
@@ -301,18 +367,21 @@ struct Watched {
     stream: TcpStream,
     frames: Frames,
     heard: Instant,
+    /// It said it is done with the run ([`ToSeed::Bye`]): its connection
+    /// closing is no news.
+    finished: bool,
 }
 
 fn seed_loop(
     mut watched: Vec<Watched>,
-    lease: Duration,
+    judge: Judge,
     lost: &Sender<(Rank, String)>,
     orders: &Receiver<(FromSeed, Sender<()>)>,
     stop: &AtomicBool,
 ) {
-    let beat = beat_of(lease);
+    let beat = judge.lease().map(beat_of);
     let frame = encode_frame(&FromSeed::Beat);
-    let mut last_beat = Instant::now() - beat;
+    let mut last_beat = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if let Ok((last, told)) = orders.try_recv() {
             let last = encode_frame(&last);
@@ -326,22 +395,25 @@ fn seed_loop(
             return;
         }
         let now = Instant::now();
-        let beating = now.duration_since(last_beat) >= beat;
+        let beating = beat.is_some_and(|b| now.duration_since(last_beat) >= b);
         if beating {
             last_beat = now;
         }
         let mut gone = Vec::new();
+        let mut done = Vec::new();
         for (i, w) in watched.iter_mut().enumerate() {
-            match read_available(&mut w.stream, &mut w.frames) {
-                Heard::Nothing => {}
-                Heard::Bytes => w.heard = now,
-                Heard::Closed(why) => {
-                    gone.push((i, format!("{why}: the process died or was cut off")));
-                    continue;
+            let closed = match read_available(&mut w.stream, &mut w.frames) {
+                Heard::Nothing => None,
+                Heard::Bytes => {
+                    w.heard = now;
+                    None
                 }
-            }
+                Heard::Closed(why) => Some(why),
+            };
+            // What it sent before its connection closed comes first.
             match w.frames.take() {
                 Ok(bodies) => {
+                    w.finished |= bodies.iter().any(|b| said_bye(b));
                     if let Some(why) = bodies.iter().find_map(|b| failed(b)) {
                         gone.push((i, why));
                         continue;
@@ -352,6 +424,20 @@ fn seed_loop(
                     continue;
                 }
             }
+            if let Some(why) = closed {
+                if w.finished {
+                    done.push(i);
+                } else {
+                    gone.push((i, format!("{why}: the process died or was cut off")));
+                }
+                continue;
+            }
+            if w.finished {
+                continue;
+            }
+            let Some(lease) = judge.lease() else {
+                continue;
+            };
             if now.duration_since(w.heard) > lease {
                 let why = format!(
                     "it sent nothing for {} s (SAT_LEASE_S): stopped, hung or cut off",
@@ -380,8 +466,19 @@ fn seed_loop(
                 }
             }
         }
-        for (i, why) in gone.into_iter().rev() {
+        // Both lists are in ascending order; removing from the back keeps
+        // the indices of the rest.
+        let mut leaving: Vec<(usize, Option<String>)> = gone
+            .into_iter()
+            .map(|(i, why)| (i, Some(why)))
+            .chain(done.into_iter().map(|i| (i, None)))
+            .collect();
+        leaving.sort_unstable_by_key(|&(i, _)| i);
+        for (i, why) in leaving.into_iter().rev() {
             let w = watched.swap_remove(i);
+            let Some(why) = why else {
+                continue;
+            };
             let _ = w.stream.shutdown(Shutdown::Both);
             if let Some(pid) = w.pid {
                 fence(&format!("rank {}", w.rank), pid);
@@ -394,7 +491,7 @@ fn seed_loop(
             }
         }
         let fds = watched.iter().map(|w| w.stream.as_raw_fd());
-        wait_readable(fds, beat.min(Duration::from_millis(200)));
+        wait_readable(fds, judge.pass());
     }
 }
 
@@ -489,6 +586,10 @@ pub(crate) fn watch_session(
 }
 
 /// A `Failed` frame's reason (a process that reports its own failure).
+fn said_bye(body: &[u8]) -> bool {
+    matches!(decode::<ToSeed>(body, "a watched process"), Ok(ToSeed::Bye))
+}
+
 fn failed(body: &[u8]) -> Option<String> {
     match decode::<ToSeed>(body, "a watched process") {
         Ok(ToSeed::Failed(why)) => Some(format!("it failed: {why}")),
@@ -530,16 +631,17 @@ impl PeerWatch {
     /// service at HOST:PORT") over `stream`.
     pub(crate) fn start(
         stream: TcpStream,
-        lease: Duration,
+        judge: Judge,
         fatal: Fatal,
         peer: String,
     ) -> std::io::Result<Self> {
+        judge.prepare(&stream)?;
         let stop = Arc::new(AtomicBool::new(false));
         let mine = stream.try_clone()?;
         let (flag, told) = (stop.clone(), fatal.clone());
         std::thread::Builder::new()
             .name("sat-watch".into())
-            .spawn(move || peer_loop(mine, lease, &told, &flag, &peer))?;
+            .spawn(move || peer_loop(mine, judge, &told, &flag, &peer))?;
         Ok(PeerWatch {
             fatal,
             stop,
@@ -549,6 +651,15 @@ impl PeerWatch {
 
     pub fn fatal(&self) -> &Fatal {
         &self.fatal
+    }
+
+    /// This process is done with its run (the termination protocol let it
+    /// go): says so to the seed, whose watch then takes the connection's
+    /// close as no news, and stops watching.
+    pub fn bye(self) {
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self.stream.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = (&self.stream).write_all(&encode_frame(&ToSeed::Bye));
     }
 }
 
@@ -561,27 +672,24 @@ impl Drop for PeerWatch {
     }
 }
 
-fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &AtomicBool, peer: &str) {
-    let beat = beat_of(lease);
+fn peer_loop(mut stream: TcpStream, judge: Judge, fatal: &Fatal, stop: &AtomicBool, peer: &str) {
     let frame = encode_frame(&ToSeed::Beat);
     let mut frames = Frames::default();
     let mut heard = Instant::now();
-    let mut last_beat = Instant::now() - beat;
-    // Non-blocking, waiting in poll(2): a blocking read with a timeout
-    // would go on reading as long as the peer's beats come faster than the
-    // timeout, and never get round to this side's beat.
-    if let Err(e) = stream.set_nonblocking(true) {
-        fatal.set(format!("cannot watch {peer}: {e}"));
-        return;
+    let mut last_beat = Instant::now();
+    // Non-blocking (`Judge::prepare`), waiting in poll(2): a blocking read
+    // with a timeout would go on reading as long as the peer's beats come
+    // faster than the timeout, and never get round to this side's beat.
+    if let Some(lease) = judge.lease() {
+        fatal.watching(lease);
     }
-    fatal.watching(lease);
     loop {
         fatal.passed();
         if stop.load(Ordering::Acquire) {
             return;
         }
         let now = Instant::now();
-        if now.duration_since(last_beat) >= beat {
+        if (judge.lease().map(beat_of)).is_some_and(|b| now.duration_since(last_beat) >= b) {
             last_beat = now;
             let sent = match stream.write(&frame) {
                 // A full buffer: the peer is not reading; its silence tells.
@@ -641,7 +749,7 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
             ));
             return;
         }
-        if heard.elapsed() > lease {
+        if let Some(lease) = judge.lease().filter(|&l| heard.elapsed() > l) {
             fatal.set(format!(
                 "{peer} sent nothing for {} s (SAT_LEASE_S): it is stopped, hung or cut off; \
                  this process cannot go on with it",
@@ -650,7 +758,7 @@ fn peer_loop(mut stream: TcpStream, lease: Duration, fatal: &Fatal, stop: &Atomi
             return;
         }
         let fd = std::iter::once(stream.as_raw_fd());
-        wait_readable(fd, beat.min(Duration::from_millis(500)));
+        wait_readable(fd, judge.pass());
     }
 }
 
@@ -684,9 +792,14 @@ mod tests {
         let (seed_a, peer_a) = pair();
         let (seed_b, peer_b) = pair();
         let lease = Duration::from_secs(2);
-        let watch =
-            SeedWatch::start(vec![None, Some(seed_a), Some(seed_b)], lease, Vec::new()).unwrap();
-        let alive = PeerWatch::start(peer_a, lease, Fatal::default(), SEED.into()).unwrap();
+        let watch = SeedWatch::start(
+            vec![None, Some(seed_a), Some(seed_b)],
+            Judge::Lease(lease),
+            Vec::new(),
+        )
+        .unwrap();
+        let alive =
+            PeerWatch::start(peer_a, Judge::Lease(lease), Fatal::default(), SEED.into()).unwrap();
         drop(peer_b);
         let lost = wait_for(|| {
             let l = watch.lost();
@@ -705,7 +818,8 @@ mod tests {
     fn a_silent_process_is_lost_after_the_lease_and_told_why() {
         let (seed_a, mut silent) = pair();
         let lease = Duration::from_secs(2);
-        let watch = SeedWatch::start(vec![None, Some(seed_a)], lease, Vec::new()).unwrap();
+        let watch =
+            SeedWatch::start(vec![None, Some(seed_a)], Judge::Lease(lease), Vec::new()).unwrap();
         let start = Instant::now();
         let lost = wait_for(|| watch.lost().pop());
         assert!(start.elapsed() >= lease, "lost before its lease ran out");
@@ -725,18 +839,32 @@ mod tests {
     fn a_peer_learns_that_the_seed_is_gone_or_aborts() {
         let (seed_a, peer_a) = pair();
         let fatal = Fatal::default();
-        let _w =
-            PeerWatch::start(peer_a, Duration::from_secs(2), fatal.clone(), SEED.into()).unwrap();
+        let _w = PeerWatch::start(
+            peer_a,
+            Judge::Lease(Duration::from_secs(2)),
+            fatal.clone(),
+            SEED.into(),
+        )
+        .unwrap();
         drop(seed_a);
         let why = wait_for(|| fatal.reason().map(str::to_owned));
         assert!(why.contains("the seed (rank 0) is gone"), "{why}");
 
         let (seed_b, peer_b) = pair();
         let fatal = Fatal::default();
-        let _w =
-            PeerWatch::start(peer_b, Duration::from_secs(2), fatal.clone(), SEED.into()).unwrap();
-        let watch =
-            SeedWatch::start(vec![None, Some(seed_b)], Duration::from_secs(2), Vec::new()).unwrap();
+        let _w = PeerWatch::start(
+            peer_b,
+            Judge::Lease(Duration::from_secs(2)),
+            fatal.clone(),
+            SEED.into(),
+        )
+        .unwrap();
+        let watch = SeedWatch::start(
+            vec![None, Some(seed_b)],
+            Judge::Lease(Duration::from_secs(2)),
+            Vec::new(),
+        )
+        .unwrap();
         watch.abort("server 1 was lost");
         let why = wait_for(|| fatal.reason().map(str::to_owned));
         assert!(why.contains("server 1 was lost"), "{why}");
@@ -745,10 +873,35 @@ mod tests {
     #[test]
     fn hostile_frames_are_a_loss_not_a_crash() {
         let (seed_a, mut peer_a) = pair();
-        let watch =
-            SeedWatch::start(vec![None, Some(seed_a)], Duration::from_secs(2), Vec::new()).unwrap();
+        let watch = SeedWatch::start(
+            vec![None, Some(seed_a)],
+            Judge::Lease(Duration::from_secs(2)),
+            Vec::new(),
+        )
+        .unwrap();
         peer_a.write_all(&u32::MAX.to_le_bytes()).unwrap();
         let lost = wait_for(|| watch.lost().pop());
         assert!(lost.1.contains("no SAT process sends"), "{}", lost.1);
+    }
+
+    /// Without recovery: a process that said goodbye may close its
+    /// connection; one that closes without is lost; one that stays silent
+    /// but connected (stopped in a debugger) is not.
+    #[test]
+    fn under_keepalive_only_a_close_without_goodbye_is_a_loss() {
+        let (seed_a, peer_a) = pair();
+        let (seed_b, peer_b) = pair();
+        let (seed_c, _silent) = pair();
+        let judge = Judge::Keepalive(Duration::from_secs(2));
+        let conns = vec![None, Some(seed_a), Some(seed_b), Some(seed_c)];
+        let watch = SeedWatch::start(conns, judge, Vec::new()).unwrap();
+        let a = PeerWatch::start(peer_a, judge, Fatal::default(), SEED.into()).unwrap();
+        a.bye();
+        drop(peer_b);
+        let lost = wait_for(|| watch.lost().pop());
+        assert_eq!(lost.0, 2, "{lost:?}");
+        // Longer than the judge's time, in silence: nothing more is lost.
+        std::thread::sleep(Duration::from_secs(3));
+        assert!(watch.lost().is_empty());
     }
 }

@@ -41,6 +41,7 @@ impl Held {
     }
 
     /// Notifications held back since the server started.
+    #[cfg(any(test, feature = "simulator"))]
     pub(super) fn count(&self) -> u64 {
         self.1
     }

@@ -25,7 +25,7 @@ pub(crate) struct RunRecovery {
     /// The seed's watch over every other process (None elsewhere).
     watch: Option<SeedWatch>,
     /// Another server's watch of the seed: kept open as long as it serves.
-    _peer: Option<PeerWatch>,
+    peer: Option<PeerWatch>,
     /// Why this server cannot go on, once its watch knows.
     fatal: Fatal,
     /// Lost clients of ours whose endpoint goes after the poll.
@@ -43,7 +43,7 @@ impl RunRecovery {
         };
         RunRecovery {
             watch,
-            _peer: peer,
+            peer,
             fatal,
             leaving: Vec::new(),
             unreachable: Vec::new(),
@@ -67,9 +67,13 @@ impl RunRecovery {
     /// The run ended well (this server finished and its last messages
     /// left): on the seed, every process is told, so that the seed's
     /// process ending is no news to one still taking in its last answer.
-    pub(crate) fn run_ended(&self) {
+    pub(crate) fn run_ended(&mut self) {
         if let Some(w) = self.watch.as_ref() {
             w.ended();
+        }
+        // Another server says goodbye.
+        if let Some(p) = self.peer.take() {
+            p.bye();
         }
     }
 
@@ -79,7 +83,7 @@ impl RunRecovery {
     pub(crate) fn unwatched() -> RunRecovery {
         RunRecovery {
             watch: None,
-            _peer: None,
+            peer: None,
             fatal: Fatal::default(),
             leaving: Vec::new(),
             unreachable: Vec::new(),

@@ -172,7 +172,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
     // process's calls fail once the service is gone or has dropped it.
     let control = PeerWatch::start(
         control,
-        lease,
+        crate::bootstrap::watch::Judge::Lease(lease),
         Fatal::default(),
         format!("the service at {address}"),
     )
