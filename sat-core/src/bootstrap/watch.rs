@@ -585,11 +585,12 @@ pub(crate) fn watch_session(
     }
 }
 
-/// A `Failed` frame's reason (a process that reports its own failure).
+/// Whether a frame is a process's goodbye ([`ToSeed::Bye`]).
 fn said_bye(body: &[u8]) -> bool {
     matches!(decode::<ToSeed>(body, "a watched process"), Ok(ToSeed::Bye))
 }
 
+/// A `Failed` frame's reason (a process that reports its own failure).
 fn failed(body: &[u8]) -> Option<String> {
     match decode::<ToSeed>(body, "a watched process") {
         Ok(ToSeed::Failed(why)) => Some(format!("it failed: {why}")),
