@@ -811,7 +811,7 @@ impl ServerState<'_> {
                 self.forgotten_by(out, client)
             }
             Message::SlotFree { client } if self.rank == SEED && src_is_server => {
-                self.slot_free(client)
+                self.slot_free(client, !m.payload.is_empty())
             }
             Message::ServerDone if self.rank == SEED && src_is_server => {
                 self.mark_server_done(m.src)

@@ -139,7 +139,8 @@ pub enum Message {
     /// applied here, nothing more will come from here for that client.
     ClientForgotten { client: Rank },
     /// Server of `client` -> seed: every server has forgotten the client;
-    /// its slot may take another process.
+    /// its slot may take another process. A non-empty payload says it did
+    /// not detach (it was lost): its session, if still open, is told.
     SlotFree { client: Rank },
     /// Client -> the chunk's home (through its server): the client released
     /// `version` of `chunk` into the chunk's host slot. The home notifies

@@ -538,16 +538,20 @@ pub(crate) enum SessionEnd {
     Closed,
     /// It sent nothing for a lease: it was told why it is dropped.
     Silent(String),
+    /// The service dropped it for this reason (`dropped`), and told it.
+    Dropped(String),
 }
 
 /// The desk's side of one service session: beats to the attached process
 /// and waits until its connection closes or it stays silent for a lease.
 /// Any bytes it sends count as a beat (the desk decodes nothing after
-/// admission). `told` words what a silent process reads if it runs again.
+/// admission). `told` words what a silent process reads if it runs again,
+/// or one the service dropped (`dropped`, set by the desk) reads at once.
 pub(crate) fn watch_session(
     stream: &mut TcpStream,
     lease: Duration,
     told: impl FnOnce(&str) -> String,
+    dropped: &OnceLock<String>,
 ) -> SessionEnd {
     let beat = beat_of(lease);
     let frame = encode_frame(&FromSeed::Beat);
@@ -563,6 +567,11 @@ pub(crate) fn watch_session(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if nothing_yet(&e) => {}
             Err(_) => return SessionEnd::Closed,
+        }
+        if let Some(why) = dropped.get() {
+            let _ = stream.write_all(&encode_frame(&FromSeed::Abort(told(why))));
+            let _ = stream.shutdown(Shutdown::Both);
+            return SessionEnd::Dropped(why.clone());
         }
         if heard.elapsed() > lease {
             let why = format!(
@@ -904,5 +913,33 @@ mod tests {
         // Longer than the judge's time, in silence: nothing more is lost.
         std::thread::sleep(Duration::from_secs(3));
         assert!(watch.lost().is_empty());
+    }
+
+    /// The desk drops a session whose client its server forgot while the
+    /// connection was open: the process is told why at once.
+    #[test]
+    fn a_session_the_service_dropped_is_told_why() {
+        let (mut desk_side, peer) = pair();
+        let fatal = Fatal::default();
+        let lease = Duration::from_secs(4);
+        let _watch = PeerWatch::start(
+            peer,
+            Judge::Lease(lease),
+            fatal.clone(),
+            "the service".into(),
+        )
+        .unwrap();
+        let dropped = OnceLock::new();
+        dropped
+            .set("its server could not deliver".to_owned())
+            .unwrap();
+        let told = |why: &str| format!("dropped by the service: {why}");
+        let end = watch_session(&mut desk_side, lease, told, &dropped);
+        assert!(matches!(end, SessionEnd::Dropped(_)));
+        let why = wait_for(|| fatal.reason().map(str::to_owned));
+        assert!(
+            why.contains("dropped by the service: its server could not deliver"),
+            "{why}"
+        );
     }
 }

@@ -149,20 +149,29 @@ impl ServerState<'_> {
 
     fn forgotten_everywhere(&mut self, out: &mut dyn Sender, client: Rank) {
         tracing::debug!("server {}: client {client} forgotten everywhere", self.rank);
-        if self.service_mut().acks_due.remove(&client) {
+        let detached = self.service_mut().acks_due.remove(&client);
+        if detached {
             self.send(out, client, &Message::ClientDoneAck, Payload::None);
         }
         if self.rank == SEED {
-            self.slot_free(client);
+            self.slot_free(client, !detached);
         } else {
-            self.send(out, SEED, &Message::SlotFree { client }, Payload::None);
+            // The payload says the client did not detach (it was lost).
+            let lost: &[u8] = if detached { &[] } else { &[1] };
+            self.send(
+                out,
+                SEED,
+                &Message::SlotFree { client },
+                Payload::Copy(lost),
+            );
         }
     }
 
-    /// Seed: every server has forgotten `client`.
-    pub(super) fn slot_free(&mut self, client: Rank) {
+    /// Seed: every server has forgotten `client`, which detached or, when
+    /// `lost`, went away or could not be reached.
+    pub(super) fn slot_free(&mut self, client: Rank, lost: bool) {
         if let Some(desk) = self.service.as_mut().and_then(|s| s.desk.as_mut()) {
-            desk.slot_forgotten(client);
+            desk.slot_forgotten(client, lost);
         }
     }
 

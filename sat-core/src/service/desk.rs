@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
@@ -102,8 +102,30 @@ pub(crate) enum DeskAction {
     Lost { client: Rank },
 }
 
-/// Where a session waits for its slot (or the reason it has none).
-type Reply = Sender<Result<Rank, String>>;
+/// Why the service dropped an attached process that is still connected
+/// (its server forgot it: a message to it could not be delivered): set by
+/// the desk, read by the session's thread, which tells the process and
+/// closes. Without it the process waited for ever for answers.
+type Dropped = Arc<OnceLock<String>>;
+
+/// Where a session waits for its slot (or the reason it has none), and
+/// where the desk says why it dropped the session once attached.
+struct Reply {
+    tx: Sender<Result<Rank, String>>,
+    dropped: Dropped,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reply")
+    }
+}
+
+impl Reply {
+    fn send(&self, answer: Result<Rank, String>) -> Result<(), ()> {
+        self.tx.send(answer).map_err(|_| ())
+    }
+}
 
 /// From the connection threads to the loop.
 enum Event {
@@ -119,7 +141,7 @@ enum Slot {
         reply: Reply,
         closed: bool,
     },
-    Attached,
+    Attached(Dropped),
     /// Leaving: free once the connection is closed and every server has
     /// forgotten the client.
     Leaving {
@@ -234,7 +256,7 @@ impl Desk {
         let Some(i) = self.index(client) else { return };
         match &mut self.slots[i] {
             Slot::Admitting { closed, .. } => *closed = true,
-            Slot::Attached => {
+            Slot::Attached(_) => {
                 self.slots[i] = Slot::Leaving {
                     closed: true,
                     forgotten: false,
@@ -270,15 +292,23 @@ impl Desk {
                 };
                 self.actions.push_back(DeskAction::Lost { client });
             }
-            Ok(()) => self.slots[i] = Slot::Attached,
+            Ok(()) => self.slots[i] = Slot::Attached(reply.dropped),
         }
     }
 
     /// Every server has forgotten `client` (it detached, or was lost).
-    pub(crate) fn slot_forgotten(&mut self, client: Rank) {
+    pub(crate) fn slot_forgotten(&mut self, client: Rank, lost: bool) {
         let Some(i) = self.index(client) else { return };
         match &mut self.slots[i] {
-            Slot::Attached => {
+            Slot::Attached(dropped) => {
+                // Lost while its connection is open (its server could not
+                // reach it): its process may be alive and waiting, so it is
+                // told, and its session closes, which frees the slot. (One
+                // that detached closes its connection itself.)
+                if lost {
+                    let _ = dropped
+                        .set("its server could not deliver a message to it, and forgot it".into());
+                }
                 self.slots[i] = Slot::Leaving {
                     closed: false,
                     forgotten: true,
@@ -441,7 +471,12 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
         }
     };
     let (tx, rx) = mpsc::channel();
-    if events.send(Event::Join { address, reply: tx }).is_err() {
+    let dropped = Dropped::default();
+    let reply = Reply {
+        tx,
+        dropped: Arc::clone(&dropped),
+    };
+    if events.send(Event::Join { address, reply }).is_err() {
         return refuse(&mut stream, "the service is shutting down".into());
     }
     let client = match rx.recv_timeout(ADMISSION_TIMEOUT) {
@@ -469,8 +504,11 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
                  revoked its scopes and went on without it: attach again"
             )
         };
-        match watch_session(&mut stream, offer.lease, told) {
+        match watch_session(&mut stream, offer.lease, told, &dropped) {
             SessionEnd::Closed => {}
+            SessionEnd::Dropped(why) => {
+                tracing::warn!("desk: slot {client} (pid {pid} on {host:?}) dropped: {why}");
+            }
             SessionEnd::Silent(why) => {
                 tracing::warn!("desk: slot {client} (pid {pid} on {host:?}) dropped: {why}");
                 if offer.fence_local && host == crate::os::hostname() {
@@ -527,7 +565,10 @@ mod tests {
         let (reply, answer) = mpsc::channel();
         tx.send(Event::Join {
             address: vec![1, 2, 3],
-            reply,
+            reply: Reply {
+                tx: reply,
+                dropped: Dropped::default(),
+            },
         })
         .unwrap();
         answer
@@ -553,7 +594,7 @@ mod tests {
         let (mut d, tx) = desk(&[3]);
         // Forgotten first, then the connection closes.
         let c = admit(&mut d, &tx);
-        d.slot_forgotten(c);
+        d.slot_forgotten(c, false);
         assert!(!is_free(&d, c), "the process still holds its connection");
         tx.send(Event::Closed { client: c }).unwrap();
         assert!(d.next_action().is_none(), "a detached client is not lost");
@@ -565,8 +606,31 @@ mod tests {
         tx.send(Event::Closed { client: c }).unwrap();
         assert!(matches!(d.next_action(), Some(DeskAction::Lost { client }) if client == c));
         assert!(!is_free(&d, c), "not before every server forgot it");
-        d.slot_forgotten(c);
+        d.slot_forgotten(c, false);
         assert!(is_free(&d, c));
+    }
+
+    /// A client its server forgot without a detach (it could not be
+    /// reached) while its connection is open: its session is told why, and
+    /// closes; a detached one's is not.
+    #[test]
+    fn a_session_whose_client_was_forgotten_unreached_is_told() {
+        let (mut d, tx) = desk(&[3]);
+        for lost in [false, true] {
+            let c = admit(&mut d, &tx);
+            let Slot::Attached(dropped) = &d.slots[d.index(c).unwrap()] else {
+                panic!("attached");
+            };
+            let dropped = Arc::clone(dropped);
+            d.slot_forgotten(c, lost);
+            assert_eq!(dropped.get().is_some(), lost, "lost: {lost}");
+            if lost {
+                assert!(dropped.get().unwrap().contains("could not deliver"));
+            }
+            tx.send(Event::Closed { client: c }).unwrap();
+            assert!(d.next_action().is_none());
+            assert!(is_free(&d, c));
+        }
     }
 
     #[test]
@@ -579,7 +643,7 @@ mod tests {
         drop(answer);
         d.admitted(client, Ok(()));
         assert!(matches!(d.next_action(), Some(DeskAction::Lost { client: c }) if c == client));
-        d.slot_forgotten(client);
+        d.slot_forgotten(client, false);
         assert!(is_free(&d, client));
     }
 
@@ -598,7 +662,7 @@ mod tests {
     fn a_process_waits_for_a_slot_being_given_back() {
         let (mut d, tx) = desk(&[3]);
         let c = admit(&mut d, &tx);
-        d.slot_forgotten(c);
+        d.slot_forgotten(c, false);
         // The slot is not free yet (its process still holds the
         // connection): the next process waits instead of being refused.
         let answer = join(&tx);
