@@ -72,6 +72,18 @@ impl Default for HostPath {
     }
 }
 
+/// A segment could not be mapped because the process that made it (a
+/// server) is gone: not a misconfiguration but a lost peer, said as such (a
+/// run then ends, or its recovery reports the loss).
+fn owner_gone(what: &str, pid: u32) -> Option<SatError> {
+    crate::os::process_gone(pid).then(|| {
+        SatError::Aborted(format!(
+            "{what} is unreachable: its process (pid {pid}) is gone, with the shared memory it \
+             kept the versions in"
+        ))
+    })
+}
+
 impl HostPath {
     /// Read locks are taken as `reader` from now on (before any is taken).
     pub fn read_as(&mut self, reader: Reader) {
@@ -88,11 +100,16 @@ impl HostPath {
             .open(place)
             .map(HostBarrier::new)
             .map_err(|e| {
-                SatError::Usage(format!(
-                    "barrier {id}: its coordinator keeps it in a segment of process {} that \
-                     this process cannot map ({e}); set SAT_HOST_SEGMENTS=off for the whole run",
-                    place.pid
-                ))
+                owner_gone(&format!("barrier {id}: its coordinator"), place.pid).unwrap_or_else(
+                    || {
+                        SatError::Usage(format!(
+                            "barrier {id}: its coordinator keeps it in a segment of process {} \
+                             that this process cannot map ({e}); set SAT_HOST_SEGMENTS=off for \
+                             the whole run",
+                            place.pid
+                        ))
+                    },
+                )
             })
     }
 
@@ -109,6 +126,9 @@ impl HostPath {
             return Ok(None);
         };
         self.segments.open(&place).map(Some).map_err(|e| {
+            if let Some(gone) = owner_gone(&format!("chunk {chunk}: its home"), place.pid) {
+                return gone;
+            }
             SatError::Usage(format!(
                 "chunk {chunk}: its home keeps it in a segment of process {} that this process \
                  cannot map ({e}); every process of a run or service on one host must run as \
