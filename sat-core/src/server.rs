@@ -906,15 +906,12 @@ impl ServerState<'_> {
                 self.accounts.count_delivered(client);
             }
             client
-        } else if self.hold_notification(
-            out,
-            (client, self.topology.server_of(client)),
-            msg,
-            &payload,
-        ) {
-            return;
         } else if self.topology.get(client).is_some_and(|e| !e.is_server()) {
-            self.topology.server_of(client)
+            let server = self.topology.server_of(client);
+            if self.hold_notification(out, (client, server), msg, &payload) {
+                return;
+            }
+            server
         } else {
             // Callers check the rank first; this keeps a miss from panicking.
             tracing::warn!(

@@ -2556,7 +2556,7 @@ impl Sender for FabricTransport {
         let queued = self.core.queues.get(d).is_some_and(|q| !q.posts.is_empty());
         let posted = (self.core.outstanding_to.get(d))
             .zip(self.core.stranded_to.get(d))
-            .is_some_and(|(&all, &stranded)| all - stranded > BACKLOG_SENDS);
+            .is_some_and(|(&all, &stranded)| all.saturating_sub(stranded) > BACKLOG_SENDS);
         queued || posted
     }
 }
