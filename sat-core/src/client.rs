@@ -267,6 +267,28 @@ struct ClientState {
     /// What brackets have still to send (staged releases, then commits),
     /// in order; sent at each poll until the transport takes it.
     bracket_unsent: std::collections::VecDeque<Message>,
+    /// The run keeps a backup of every home: a release that publishes
+    /// returns once the home says both hold it (`Message::Durable`).
+    replicated: bool,
+}
+
+/// What a release waits for before it returns: the home's acknowledgement
+/// of a diff (a grant count), and the `Durable`s of a run with replicated
+/// homes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AckDue {
+    grants: u64,
+    durable: u64,
+}
+
+impl AckDue {
+    /// Whether what `chunk`'s release waits for has come. (The chunk may
+    /// have left the store meanwhile: the `Durable`s are counted apart.)
+    fn met(self, st: &ClientState, chunk: ChunkId) -> Option<()> {
+        let grants = self.grants == 0 || st.store.get(chunk)?.grants >= self.grants;
+        let durable = st.mail.durable.get(&chunk).map_or(0, |d| d.1) >= self.durable;
+        (grants && durable).then_some(())
+    }
 }
 
 impl Client {
@@ -289,6 +311,7 @@ impl Client {
         let rank = transport.rank();
         let capacity = topology.entry(rank).memory;
         stats::start(stats::Identity::of(&topology, rank));
+        let replicated = topology.replication() > 1 && topology.servers().len() > 1;
         Client {
             rank,
             server: topology.server_of(rank),
@@ -320,6 +343,7 @@ impl Client {
                 atomic_chains: false,
                 staging: false,
                 bracket_unsent: std::collections::VecDeque::new(),
+                replicated,
             }),
         }
     }
@@ -929,8 +953,11 @@ impl Client {
                 }
                 AllocOutcome::Refused => {
                     return Err(SatError::Usage(format!(
-                        "MALLOC of chunk {chunk} with {size} bytes: its home refused it, a chunk \
-                         holds 1 to {MAX_CHUNK_SIZE} bytes; MALLOC a chain of smaller chunks"
+                        "MALLOC of chunk {chunk} with {size} bytes: its home refused it (its \
+                         server's log says why): a chunk holds 1 to {MAX_CHUNK_SIZE} bytes \
+                         (MALLOC a chain of smaller chunks), of a protocol every process \
+                         registered, and, in a run with replicated homes, of a protocol a \
+                         backup can take over"
                     )))
                 }
             }
@@ -1338,10 +1365,8 @@ impl Client {
         };
         // A release the home acknowledges returns once it has (a diff:
         // `protocol::hlrc`).
-        if let Some(ack) = acked {
-            self.wait_inner(None, false, None, |st| {
-                (st.store.get(chunk)?.grants >= ack).then_some(())
-            })?;
+        if let Some(due) = acked {
+            self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
         }
         Ok(())
     }
@@ -1948,6 +1973,9 @@ struct Mailbox {
     events: events::Queue,
     /// The run said there is nothing left to wait for.
     stop: bool,
+    /// Per chunk, in a run with replicated homes: the releases that
+    /// published, and the `Durable`s its home sent back for them.
+    durable: HashMap<ChunkId, (u64, u64)>,
 }
 
 impl ClientState {
@@ -1976,6 +2004,7 @@ impl ClientState {
                         return;
                     }
                 }
+
                 handle(me, server, mail, out, m)
             })?;
         self.received += n as u64;
@@ -2026,7 +2055,7 @@ impl ClientState {
         to: (Rank, Rank),
         chunk: ChunkId,
         ending: Ending,
-    ) -> SatResult<Option<u64>> {
+    ) -> SatResult<Option<AckDue>> {
         // Only the release of a diffing write scope is acknowledged; the
         // side may wait for other things meanwhile (another thread's
         // request).
@@ -2035,7 +2064,11 @@ impl ClientState {
             (diff && ending == Ending::Release).then_some(c.grants + 1)
         });
         self.end_scope(to, chunk, ending)?;
-        Ok(acked)
+        let (due, got) = self.mail.durable.get(&chunk).copied().unwrap_or((0, 0));
+        Ok((acked.is_some() || due > got).then_some(AckDue {
+            grants: acked.unwrap_or(0),
+            durable: due,
+        }))
     }
 
     fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
@@ -2097,6 +2130,9 @@ impl ClientState {
             if publishes {
                 self.mail.events.count_published();
                 self.store.spread(chunk, place);
+                if self.replicated {
+                    self.mail.durable.entry(chunk).or_default().0 += 1;
+                }
             }
             if matches!(op, ToHome::Abort) {
                 self.store.forget_version(chunk);
@@ -2395,6 +2431,14 @@ fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: R
             })
         }
         Ok(Message::ClientDoneAck) => mail.done_acked = true,
+        Ok(Message::Durable { chunk, client, .. }) if client == me => {
+            match mail.durable.get_mut(&chunk) {
+                Some((due, got)) if *got < *due => *got += 1,
+                _ => tracing::warn!(
+                    "dropped a durable of chunk {chunk}: no release of it waits for one"
+                ),
+            }
+        }
         Ok(Message::PublishedAck { client }) if client == me => mail.published_acks += 1,
         Ok(Message::AllocReply {
             chunk,

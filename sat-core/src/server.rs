@@ -88,6 +88,9 @@ struct ServerState<'t> {
     guard: Option<guard::RunGuard>,
     /// Chain releases of our clients under way (`server/bracket.rs`).
     brackets: bracket::Brackets,
+    /// Replicated homes: the copies kept here for other homes, and the
+    /// answers of ours that wait for their backup (`server/replicas.rs`).
+    replicas: replicas::Replicas,
 }
 
 mod bracket;
@@ -100,10 +103,13 @@ mod membership;
 mod message_counts;
 mod notices;
 pub(crate) mod recovery;
+mod replicas;
 pub(crate) mod spill;
 mod switch;
 
 pub(crate) use membership::ServiceSide;
+#[cfg(feature = "simulator")]
+pub(crate) use replicas::can_replicate;
 pub(crate) use switch::SwitchPolicy;
 
 /// A chunk this server is the home of: its protocol, that protocol's
@@ -425,6 +431,28 @@ impl<'t> Server<'t> {
         self.st.held.count()
     }
 
+    /// The version of `chunk` this server keeps as its backup, and its
+    /// size and protocol: (version, bytes (None: zeros), size, protocol).
+    #[cfg(any(test, feature = "simulator"))]
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn replica(
+        &self,
+        chunk: u64,
+    ) -> Option<(
+        crate::protocol::Version,
+        Option<std::sync::Arc<[u8]>>,
+        u64,
+        ProtocolId,
+    )> {
+        self.st.replicas.replica(chunk)
+    }
+
+    /// The protocol chunk `chunk`, homed here, was allocated with.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn protocol_of(&self, chunk: u64) -> Option<ProtocolId> {
+        self.st.homes.get(&chunk).map(|e| e.protocol)
+    }
+
     /// How many adaptive chunks this server handed over to another.
     #[cfg(feature = "simulator")]
     pub(crate) fn moved_away(&self) -> u64 {
@@ -487,6 +515,9 @@ impl<'t> ServerState<'t> {
         // spill them: on the message path, not in host slots.
         let spill = spill::Spill::new(topology.entry(rank).memory);
         let host = host.filter(|_| !spill.bounded());
+        // Replicated homes see every release pass through them
+        // (`server/replicas.rs`): no host slots.
+        let host = host.filter(|_| topology.replication() == 1);
         // In a service no slot has a client until one attaches.
         let in_service = service.is_some();
         ServerState {
@@ -525,6 +556,7 @@ impl<'t> ServerState<'t> {
             recovery: None,
             guard: None,
             brackets: Default::default(),
+            replicas: Default::default(),
         }
     }
 }
@@ -752,8 +784,21 @@ impl ServerState<'_> {
                 version,
                 releases,
             } => self.published(out, m, src_is_server, (chunk, client, version), releases),
-            Message::PublishedAck { client } if src_is_server && self.is_my_client(client) => {
+            Message::PublishedAck { client } | Message::Durable { client, .. }
+                if src_is_server && self.is_my_client(client) =>
+            {
                 self.send_to_client(out, client, &msg)
+            }
+            Message::Replica {
+                chunk,
+                version,
+                size,
+                protocol,
+            } if src_is_server => {
+                self.on_replica(out, m.src, (chunk, version, size), protocol, m.payload)
+            }
+            Message::ReplicaAck { chunk, .. } if src_is_server => {
+                self.on_replica_ack(out, m.src, chunk)
             }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send_to_client(out, client, &msg)
@@ -975,6 +1020,15 @@ impl ServerState<'_> {
                     self.answer(out, chunk, (client, request), AllocOutcome::Refused);
                     return;
                 }
+                if let Some(why) = self.not_replicable(chunk, protocol, label) {
+                    tracing::warn!(
+                        "server {}: malloc of chunk {chunk} refused: {why}",
+                        self.rank
+                    );
+                    self.answer(out, chunk, (client, request), AllocOutcome::Refused);
+                    return;
+                }
+                let created = self.alloc.size_of(chunk).is_none();
                 if self.alloc.size_of(chunk).is_none() && !protocol.known() {
                     tracing::warn!(
                         "server {}: malloc of chunk {chunk} refused: its protocol {protocol:?} is \
@@ -1030,9 +1084,13 @@ impl ServerState<'_> {
                     "malloc baseid {chunk} size {size} [{}] for {client}: {outcome}",
                     protocol.name()
                 );
-                self.answer(out, chunk, (client, request), outcome);
+                if created && self.homes.contains_key(&chunk) {
+                    // A chunk exists once its backup knows it too.
+                    self.replicate(out, chunk);
+                }
+                self.answer_after_backup(out, chunk, (client, request), outcome);
                 for (waiter, parked, outcome) in woken {
-                    self.answer(out, chunk, (waiter, parked), outcome);
+                    self.answer_after_backup(out, chunk, (waiter, parked), outcome);
                 }
             }
             Message::Lookup {
@@ -1042,7 +1100,7 @@ impl ServerState<'_> {
                 match self.alloc.lookup(chunk, client, request, deadline) {
                     Some(outcome) => {
                         tracing::debug!("lookup chunk {chunk} for {client}: {outcome}");
-                        self.answer(out, chunk, (client, request), outcome);
+                        self.answer_after_backup(out, chunk, (client, request), outcome);
                     }
                     None => tracing::debug!(
                         "lookup chunk {chunk} for {client} parked until it is allocated"
@@ -1230,6 +1288,30 @@ impl ServerState<'_> {
             Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
         }
         let released = entry.side.version() > before;
+        if self.topology.replication() > 1 && self.servers.len() > 1 {
+            // Nothing of this step leaves before the backup holds what it
+            // applied (`server/replicas.rs`).
+            let version = entry.side.version();
+            let data = entry.side.data().clone();
+            let subscribed = !entry.subscribers.is_empty();
+            if released {
+                self.replicate(out, chunk);
+            }
+            self.answers_after_backup(out, chunk, &mut outs);
+            self.home_out = outs;
+            if to_home.publishes() {
+                let durable = replicas::Held::Durable { client, version };
+                self.send_or_hold(out, chunk, durable);
+            }
+            if released {
+                self.accounts.count_applied(client);
+                if subscribed {
+                    self.send_or_hold(out, chunk, replicas::Held::Notify { version, data });
+                }
+            }
+            self.make_room(chunk);
+            return;
+        }
         self.send_home_answers(out, chunk, &mut outs);
         self.home_out = outs;
         if released {
@@ -1414,7 +1496,7 @@ impl ServerState<'_> {
             entry.subscribers.remove(&client);
             entry.subscribers_changed();
             entry.side.client_left(client, &mut outs);
-            self.send_home_answers(out, chunk, &mut outs);
+            self.answers_after_backup(out, chunk, &mut outs);
             self.switch_client_left(out, chunk, client);
         }
         self.home_out = outs;

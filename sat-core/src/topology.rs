@@ -187,7 +187,14 @@ pub struct Topology {
     /// Where the topology came from (a file name, or "default topology"),
     /// for messages.
     source: String,
+    /// How many servers keep each chunk's versions: 1 (its home only) or 2
+    /// (its home and a backup: `<topologies replication="2">`,
+    /// `server/replicas.rs`).
+    replication: u32,
 }
+
+/// The most servers that keep one chunk's versions.
+pub const MAX_REPLICATION: u32 = 2;
 
 /// The name [`Topology::default_for`] gives as its source.
 pub const DEFAULT_SOURCE: &str = "default topology";
@@ -235,7 +242,7 @@ impl Topology {
         // A byte-order mark is not part of the document (lines stay the same).
         let xml = xml.strip_prefix('\u{feff}').unwrap_or(xml);
         let root = parse_tree(xml, source)?;
-        let raw = interpret(&root, source)?;
+        let (raw, replication) = interpret(&root, source)?;
         let checked: Vec<Checked<'_>> = raw
             .iter()
             .map(|r| Checked {
@@ -263,9 +270,22 @@ impl Topology {
             })
             .collect();
         entries.sort_unstable_by_key(|e| e.id);
+        let servers = entries.iter().filter(|e| e.is_server()).count() as u32;
+        if replication > servers {
+            return Err(invalid(
+                source,
+                "<topologies>",
+                root.line,
+                format!(
+                    "replication=\"{replication}\" but the run has {servers} server(s): each \
+                     copy of a chunk needs a server of its own; add servers or lower it"
+                ),
+            ));
+        }
         Ok(Topology {
             entries,
             source: source.to_owned(),
+            replication,
         })
     }
 
@@ -296,6 +316,7 @@ impl Topology {
         Topology {
             entries,
             source: DEFAULT_SOURCE.to_owned(),
+            replication: 1,
         }
     }
 
@@ -395,12 +416,39 @@ impl Topology {
         Ok(Topology {
             entries,
             source: source.to_owned(),
+            replication: 1,
         })
+    }
+
+    /// This topology with `replication` copies of each chunk (see the
+    /// field); an error when the run has fewer servers than that or more is
+    /// asked than SAT keeps.
+    pub fn with_replication(mut self, replication: u32) -> Result<Topology, TopologyError> {
+        let servers = self.servers().len() as u32;
+        if !(1..=MAX_REPLICATION).contains(&replication) || replication > servers {
+            return Err(TopologyError::Service {
+                file: self.source.clone(),
+                reason: format!(
+                    "replication {replication}: give 1 to {} (one copy per server, at most \
+                     {MAX_REPLICATION})",
+                    servers.min(MAX_REPLICATION)
+                ),
+            });
+        }
+        self.replication = replication;
+        Ok(self)
+    }
+
+    /// How many servers keep each chunk's versions (see the field).
+    pub fn replication(&self) -> u32 {
+        self.replication
     }
 
     /// Checks every rule again (a decoded topology came over the network).
     pub fn validate(&self) -> Result<(), TopologyError> {
-        Topology::from_entries(self.entries.clone(), &self.source).map(|_| ())
+        Topology::from_entries(self.entries.clone(), &self.source)?
+            .with_replication(self.replication)
+            .map(|_| ())
     }
 
     /// Checks that the run has exactly one process per `<topology>` entry.
@@ -802,7 +850,8 @@ fn parse_number(
     })
 }
 
-fn interpret(root: &Node, file: &str) -> Result<Vec<RawEntry>, TopologyError> {
+/// The entries, and the replication factor of `<topologies>`.
+fn interpret(root: &Node, file: &str) -> Result<(Vec<RawEntry>, u32), TopologyError> {
     if root.name != "SAT" {
         return Err(invalid(
             file,
@@ -854,8 +903,26 @@ fn interpret(root: &Node, file: &str) -> Result<Vec<RawEntry>, TopologyError> {
             "no <topologies> element; add <topologies> with one <topology> per process".into(),
         )
     })?;
-    only_attrs(topologies, "<topologies>", &[], file)?;
+    only_attrs(topologies, "<topologies>", &["replication"], file)?;
     no_text(topologies, "<topologies>", file)?;
+    let replication = match topologies.attrs.iter().find(|(k, _)| k == "replication") {
+        None => 1,
+        Some((_, value)) => {
+            let n = parse_number(value, "replication", "<topologies>", topologies.line, file)?;
+            if !(1..=MAX_REPLICATION).contains(&n) {
+                return Err(invalid(
+                    file,
+                    "<topologies>",
+                    topologies.line,
+                    format!(
+                        "replication=\"{value}\": give 1 (each chunk at its home only) to \
+                         {MAX_REPLICATION} (and a backup on the next server)"
+                    ),
+                ));
+            }
+            n
+        }
+    };
 
     let mut entries = Vec::new();
     for node in &topologies.children {
@@ -878,7 +945,7 @@ fn interpret(root: &Node, file: &str) -> Result<Vec<RawEntry>, TopologyError> {
                 .into(),
         ));
     }
-    Ok(entries)
+    Ok((entries, replication))
 }
 
 fn interpret_entry(node: &Node, index: usize, file: &str) -> Result<RawEntry, TopologyError> {

@@ -207,6 +207,26 @@ pub enum Message {
         client: Rank,
         version: u64,
     },
+    /// The home of `chunk` -> its backup, in a run with replicated homes
+    /// (`server/replicas.rs`): keep `version` of the chunk, `size` bytes
+    /// under `protocol`. The payload is the version's bytes; none for
+    /// version 0 (zeros).
+    Replica {
+        chunk: u64,
+        version: u64,
+        size: u64,
+        protocol: ProtocolId,
+    },
+    /// Backup -> home: the `Replica` of `version` of `chunk` is kept.
+    ReplicaAck { chunk: u64, version: u64 },
+    /// Home -> the writer (through its server), in a run with replicated
+    /// homes: the release of `chunk` that made `version` is held by the
+    /// chunk's home and its backup; the writer's RELEASE returns.
+    Durable {
+        chunk: u64,
+        client: Rank,
+        version: u64,
+    },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -483,6 +503,9 @@ impl Message {
             Message::ChainBegin { .. } => "chain_begin",
             Message::ChainCommit { .. } => "chain_commit",
             Message::Staged { .. } => "staged",
+            Message::Replica { .. } => "replica",
+            Message::ReplicaAck { .. } => "replica_ack",
+            Message::Durable { .. } => "durable",
         }
     }
 }
@@ -691,6 +714,21 @@ mod tests {
                 releases: u32::MAX,
             },
             Message::PublishedAck { client: u32::MAX },
+            Message::Replica {
+                chunk: u64::MAX,
+                version: u64::MAX,
+                size: u64::MAX,
+                protocol: ProtocolId::MesiExclusive,
+            },
+            Message::ReplicaAck {
+                chunk: u64::MAX,
+                version: u64::MAX,
+            },
+            Message::Durable {
+                chunk: u64::MAX,
+                client: u32::MAX,
+                version: u64::MAX,
+            },
         ] {
             let n = encode(&msg, &mut buf).unwrap();
             assert_eq!(decode(&buf[..n]).unwrap(), msg);

@@ -461,3 +461,43 @@ fn with_a_secret_only_its_holders_join_the_run() {
         text(&out.stderr)
     );
 }
+
+/// Replicated homes (`<topologies replication="2">`): three servers, each
+/// chunk's versions kept by its home and by the next server, over tcp. The
+/// soak's mixed load (a shared counter, chains, subscriptions with data,
+/// barriers) runs for 3 s and checks itself: every read whole and never
+/// older than one seen before, the counter exactly clients x epochs. Every
+/// server keeps replicas of another's homes.
+#[test]
+fn a_run_with_replicated_homes_keeps_every_version_on_two_servers() {
+    let out = run(Command::new(satrun())
+        .args(["-n", "6", "--topology"])
+        .arg(topology("replicated.xml"))
+        .args(["--provider", "tcp", "--"])
+        .arg(example("soak"))
+        .args(["--seconds", "3"])
+        .env("SAT_LOG", "sat_core::server::replicas=debug"));
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "the run failed: {stderr}");
+    let stdout = text(&out.stdout);
+    for rank in 3..6 {
+        assert!(
+            stdout.contains(&format!("[{rank}] rank {rank}: ")),
+            "client {rank} did not finish: {stdout}"
+        );
+    }
+    for (server, home) in [(0, 2), (1, 0), (2, 1)] {
+        let kept = stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("[{server}]"))
+                    && l.contains(&format!("from home {home}"))
+                    && l.contains("replica of chunk")
+            })
+            .count();
+        assert!(
+            kept > 0,
+            "server {server} kept no replica of server {home}'s homes"
+        );
+    }
+}

@@ -76,7 +76,7 @@ fn main() -> ExitCode {
     let end = o.from + o.seeds;
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     let totals = Mutex::new((
-        0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
+        0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
     ));
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(o.seeds.max(1)) {
@@ -100,6 +100,7 @@ fn main() -> ExitCode {
                         t.9 += out.spilled;
                         t.10 += out.lost;
                         t.11 += out.held;
+                        t.12 += out.backed_up;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -126,13 +127,15 @@ fn main() -> ExitCode {
         spilled,
         lost,
         held,
+        backed_up,
     ) = totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
          {committed} releases published, {aborted} scopes aborted, {reads} reads checked, \
          {pushed} chunks pushed as barriers ended, {switches} protocol switches applied, {moved} \
          homes moved, {spilled} versions read back from spill files, {lost} clients lost by \
-         runs with recovery, {held} notifications held back for subscribers behind; {host} \
+         runs with recovery, {held} notifications held back for subscribers behind, \
+         {backed_up} homes found whole at their backup; {host} \
          passing runs kept their versions \
          in host slots",
         o.seeds,

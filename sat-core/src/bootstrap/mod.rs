@@ -343,6 +343,9 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     } else {
         server::host::backing_for_run(joined.one_host)
     };
+    // Replicated homes see every release pass through them
+    // (`server/replicas.rs`): versions stay on the message path.
+    let host = host.filter(|_| joined.topology.replication() == 1);
     if role == 0 {
         let (topology, transport) = (&joined.topology, transport.as_mut());
         return match watch {

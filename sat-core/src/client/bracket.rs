@@ -74,10 +74,8 @@ impl Client {
             })
         })?;
         let (acks, first) = released.expect("a wait without a deadline ends with its value")?;
-        for (chunk, ack) in acks {
-            self.wait_inner(None, false, None, |st| {
-                (st.store.get(chunk)?.grants >= ack).then_some(())
-            })?;
+        for (chunk, due) in acks {
+            self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
         }
         first.map_or(Ok(()), Err)
     }
@@ -85,7 +83,7 @@ impl Client {
 
 /// What a bracket leaves to do: the acknowledgements its releases wait
 /// for, and the first chunk's error.
-type Bracketed = (Vec<(ChunkId, u64)>, Option<SatError>);
+type Bracketed = (Vec<(ChunkId, super::AckDue)>, Option<SatError>);
 
 impl ClientState {
     /// The bracket: `ChainBegin`, each chunk's end, `ChainCommit`. Returns

@@ -1244,3 +1244,136 @@ fn a_subscriber_that_is_behind_costs_one_held_version_and_hears_the_newest() {
         "at most the three queued and the held one: {seen:?}"
     );
 }
+
+/// [`TOPOLOGY`] with every home's versions on two servers: chunk `c`'s
+/// home is server `c % 2`, its backup the other.
+fn replicated_topology() -> Arc<Topology> {
+    Arc::new(
+        Topology::parse(TOPOLOGY, "two servers")
+            .and_then(|t| t.with_replication(2))
+            .expect("a valid topology"),
+    )
+}
+
+/// Replicated homes (`server/replicas.rs`): each version a home applies
+/// goes to its backup (the next server) and is acknowledged, and only then
+/// does the home answer: a MALLOC costs the replica and its acknowledgement
+/// more, a release of a write scope those two and the writer's `Durable`
+/// (3 more: the release now returns once both servers hold the version).
+/// Reads and write grants, which apply no version, cost what they cost
+/// without replication.
+#[test]
+fn a_replicated_home_sends_each_version_to_its_backup_before_it_answers() {
+    let topology = replicated_topology();
+    let mut s = Stack::new(&topology);
+    let b = || Budget::new(&topology);
+    // Chunk 0: home 0, backup 1; chunk 1: home 1, backup 0. Client 2 is
+    // server 0's.
+    for (chunk, home, backup) in [(0, 0, 1), (1, 1, 0)] {
+        let hops = if home == 0 { 0 } else { 2 };
+        let mut want = b().up(2, home);
+        want.hop(home, backup);
+        want.hop(backup, home);
+        let want = want.down(home, 2);
+        let first = malloc(ProtocolId::HomeMesi, chunk);
+        s.expect("replicated MALLOC", 2, first, want, 4 + hops);
+        let (version, bytes, size, protocol) = s.servers[backup as usize]
+            .0
+            .replica(chunk)
+            .expect("the backup knows the new chunk");
+        assert_eq!((version, bytes, size), (0, None, SIZE as u64));
+        assert_eq!(protocol, ProtocolId::HomeMesi);
+
+        let want = b().up(2, home).down(home, 2);
+        s.expect("WRITE, replicated", 2, write(chunk), want, 2 + hops);
+        let mut want = b().up(2, home);
+        want.hop(home, backup);
+        want.hop(backup, home);
+        let want = want.down(home, 2);
+        s.expect(
+            "RELEASE of a write, replicated",
+            2,
+            write_back(chunk, 7 + chunk),
+            want,
+            4 + hops,
+        );
+        let (version, bytes, _, _) = s.servers[backup as usize].0.replica(chunk).expect("kept");
+        let bytes = bytes.expect("a written version has bytes");
+        assert_eq!(version, 1, "the backup holds the release");
+        assert_eq!(bytes[..8], (7 + chunk).to_le_bytes());
+        // A reader elsewhere: its MALLOC of the existing chunk applies no
+        // version, and its read costs what it costs without replication.
+        let hops = if home == 1 { 0 } else { 2 };
+        let want = b().up(6, home).down(home, 6);
+        let again = malloc(ProtocolId::HomeMesi, chunk);
+        s.expect(
+            "MALLOC of an existing chunk, replicated",
+            6,
+            again,
+            want,
+            2 + hops,
+        );
+        let want = b().up(6, home).down(home, 6);
+        let read = read_sees(chunk, 7 + chunk);
+        s.expect("READ miss, replicated", 6, read, want, 2 + hops);
+    }
+    // A chunk whose home a backup could not rebuild is refused, with why.
+    let refused = s.run(2, |c: &Client| {
+        let e = c
+            .malloc_lst(ProtocolId::MultipleWriters, &[4], &[SIZE])
+            .expect_err("a diffing chunk cannot be replicated");
+        assert!(e.to_string().contains("refused"), "{e}");
+        Ok(())
+    });
+    assert_eq!(refused.total(), 2, "the request and its refusal");
+}
+
+/// While a replicated home's backup has not acknowledged a version, nothing
+/// about that chunk leaves its home: the writer's RELEASE does not return
+/// and another client's read of the chunk is not granted (it would see a
+/// version only one server holds). Once the backup steps, both complete and
+/// the reader sees the release.
+#[test]
+fn a_replicated_release_and_the_reads_after_it_wait_for_the_backup() {
+    let topology = replicated_topology();
+    let mut s = Stack::new(&topology);
+    // Chunk 0: home server 0, backup server 1. Clients 2 and 3 are server
+    // 0's: nothing they do needs server 1 but the replicas.
+    s.run(2, malloc(ProtocolId::HomeMesi, 0));
+    s.run(3, malloc(ProtocolId::HomeMesi, 0));
+    s.run(2, write(0));
+    let Stack {
+        net,
+        servers,
+        clients,
+        ..
+    } = &mut s;
+    let (writer, reader) = (&clients[0], &clients[1]);
+    std::thread::scope(|sc| {
+        let release = sc.spawn(move || write_back(0, 9)(writer));
+        let read = sc.spawn(move || read_sees(0, 9)(reader));
+        // Only server 0 steps: the backup holds back the acknowledgement.
+        for _ in 0..2_000 {
+            Stack::round(net, &mut servers[..1], clients, [Some(2), Some(3)]);
+            std::thread::yield_now();
+        }
+        let early = (release.is_finished(), read.is_finished());
+        // Then everyone steps (before any assertion: the calls must end
+        // for the threads to be joined).
+        while !(release.is_finished() && read.is_finished()) {
+            Stack::round(net, servers, clients, [Some(2), Some(3)]);
+            std::thread::yield_now();
+        }
+        let (released, read) = (release.join(), read.join());
+        assert!(
+            !early.0,
+            "the RELEASE returned before the backup held the version"
+        );
+        assert!(!early.1, "a read was granted a version only its home held");
+        released.unwrap().expect("the release");
+        read.unwrap().expect("the read");
+    });
+    let (version, bytes, _, _) = s.servers[1].0.replica(0).expect("kept");
+    assert_eq!(version, 1);
+    assert_eq!(bytes.expect("bytes")[..8], 9u64.to_le_bytes());
+}

@@ -101,6 +101,9 @@ pub struct Outcome {
     pub lost: u64,
     /// Notifications servers held back for subscribers that were behind.
     pub held: u64,
+    /// Chunks whose backup held their home's version at the end (runs
+    /// with replicated homes).
+    pub backed_up: u64,
 }
 
 /// A broken invariant, with what replays it.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use super::world::{Hearing, OpenScope, Shared};
+use super::world::{Hearing, OpenScope, Shared, Status};
 use super::{content, Config, Rng};
 use crate::chunk::ChunkId;
 use crate::client::{Chain, Client, Event, LocalMemory};
@@ -115,6 +115,9 @@ pub(crate) struct RunKind {
     /// The homes switch adaptive chunks at random: half the chunks are
     /// adaptive, so that switches meet every other path.
     pub switches: bool,
+    /// Every home has a backup: only protocols a backup can take over
+    /// ([`crate::server::can_replicate`]), no lanes, no advice.
+    pub replicated: bool,
 }
 
 /// The programs of every client of a run.
@@ -128,7 +131,10 @@ pub(crate) fn plan(
         clients, deaths, ..
     } = kind;
     let n = 3 + rng.below(5);
-    let protocols = super::protocols();
+    let mut protocols = super::protocols();
+    if kind.replicated {
+        protocols.retain(|&p| crate::server::can_replicate(p));
+    }
     let shared: Vec<(ChunkId, usize, ProtocolId)> = (0..n)
         .map(|i| {
             let size = content::MIN_CHUNK + rng.below(33) as usize;
@@ -140,10 +146,13 @@ pub(crate) fn plan(
             (SHARED_BASE + i, size, protocol)
         })
         .collect();
-    let lanes = (0..rng.below(3)).map(|i| LANE_BASE + i).collect();
+    let lanes = (0..rng.below(3))
+        .filter(|_| !kind.replicated)
+        .map(|i| LANE_BASE + i)
+        .collect();
     // Some runs allocate under advice: half their MESI chunks take another
     // protocol, the same in every client (as `SAT_ADVICE` does).
-    let advice = rng.chance(30).then(|| {
+    let advice = (rng.chance(30) && !kind.replicated).then(|| {
         let mut advised = crate::protocol::advice::Advice::new();
         for c in shared.iter().filter(|c| c.2 == ProtocolId::HomeMesi) {
             if rng.chance(50) {
@@ -1036,7 +1045,14 @@ impl Thread {
             Ok(()) => {
                 let version = self.client.local_version(id).unwrap_or(0);
                 let mut o = Shared::lock(&self.shared.oracle);
-                o.tokens.get_mut(&token).expect("made").version = version;
+                let t = o.tokens.get_mut(&token).expect("made");
+                // The home may have shown it already, at its version, while
+                // the release waited (for the backup, in a run with
+                // replicated homes); the chunk's copy here may have been
+                // evicted meanwhile.
+                if t.status != Status::Committed {
+                    t.version = version;
+                }
                 if let Err(e) = o.commit(token) {
                     drop(o);
                     self.shared.fail("each version has one release", e);

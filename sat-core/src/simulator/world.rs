@@ -13,7 +13,7 @@ use crate::progress::Clock;
 use crate::protocol::Version;
 use crate::server::{Server, ServiceSide, Step};
 use crate::topology::Topology;
-use crate::transport::mem::{MemNetwork, Schedule};
+use crate::transport::mem::{MemNetwork, MemTransport, Schedule};
 
 /// What a simulated write scope left in a chunk, as the oracle knows it.
 #[derive(Debug, Clone)]
@@ -297,6 +297,15 @@ impl Shared {
                 {
                     return Ok(t.version);
                 }
+                // Its own release under way: a release in a run with
+                // replicated homes waits for the backup while the process's
+                // copy is the new version already (a PUT's version is
+                // known only once it returns: 0 until then). Nobody else
+                // can have written the chunk since: the release ends the
+                // write scope at the home.
+                if own_newer && t.client == client && t.status == Status::Releasing {
+                    return Ok(t.version.max(version + 1));
+                }
             }
         }
         Err(format!(
@@ -331,13 +340,17 @@ struct Shape {
     /// A run with recovery (`server/recovery.rs`): its clients may die, and
     /// it goes on without them.
     recovering: bool,
+    /// Every home has a backup on the next server (`server/replicas.rs`):
+    /// no host slots, no adaptive switches, replicable protocols only.
+    replicated: bool,
 }
 
 impl Shape {
     fn pick(rng: &mut Rng) -> Shape {
         let servers = 1 + rng.below(3) as u32;
         let clients = 2 + rng.below(3) as u32;
-        let host_slots = rng.chance(50);
+        let replicated = servers > 1 && rng.chance(30);
+        let host_slots = !replicated && rng.chance(50);
         let service = rng.chance(25);
         Shape {
             servers,
@@ -355,7 +368,7 @@ impl Shape {
                 .collect(),
             max_delay: rng.below(5) as u32,
             host_slots,
-            switches: rng.chance(50).then(|| rng.next_u64() | 1),
+            switches: (rng.chance(50) && !replicated).then(|| rng.next_u64() | 1),
             // (A server with a capacity keeps no host slots.)
             server_capacity: if !host_slots && rng.chance(40) {
                 1 + rng.below(3) as u32
@@ -363,11 +376,17 @@ impl Shape {
                 0
             },
             recovering: !service && rng.chance(35),
+            replicated,
         }
     }
 
     fn topology(&self) -> String {
-        let mut xml = String::from("<?xml version=\"1.0\"?>\n<SAT><topologies>\n");
+        let mut xml = String::from("<?xml version=\"1.0\"?>\n<SAT>");
+        xml += if self.replicated {
+            "<topologies replication=\"2\">\n"
+        } else {
+            "<topologies>\n"
+        };
         let client_rank = |i: u32| self.servers + i;
         for s in 0..self.servers {
             let mine: Vec<String> = (0..self.clients)
@@ -430,7 +449,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     });
     shared.note(|| {
         format!(
-            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}{}{}",
+            "{} servers, {} clients (capacities {:?}), {}, delays up to {} polls{}{}{}{}",
             shape.servers,
             shape.clients,
             shape.capacities,
@@ -457,6 +476,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                 )
             } else {
                 String::new()
+            },
+            if shape.replicated {
+                ", replicated homes"
+            } else {
+                ""
             }
         )
     });
@@ -488,6 +512,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         clients: shape.clients,
         deaths: shape.service || shape.recovering,
         switches: shape.switches.is_some(),
+        replicated: shape.replicated,
     };
     let plans = workload::plan(&mut rng, &topology, kind, config);
     let mut clients: Vec<Arc<Client>> = Vec::new();
@@ -750,6 +775,13 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     if !shared.failed() {
         final_checks(&shared, shape.service, shape.service || shape.recovering);
     }
+    let mut backed_up = 0;
+    if shape.replicated && !shared.failed() {
+        match check_backups(&servers) {
+            Ok(n) => backed_up = n,
+            Err(detail) => shared.fail("every home's version is held by its backup", detail),
+        }
+    }
     let failure = Shared::lock(&shared.failure).take();
     if let Some((step, invariant, detail)) = failure {
         return Err(Failure {
@@ -780,6 +812,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         spilled,
         lost,
         held,
+        backed_up,
     })
 }
 
@@ -976,6 +1009,36 @@ fn check_scopes(shared: &Shared) {
             return;
         }
     }
+}
+
+/// At the end of a run with replicated homes: each chunk's backup (the
+/// server after its home) holds the home's version, byte for byte, at its
+/// size and protocol. Returns how many chunks were checked.
+fn check_backups(servers: &[(Server<'_>, MemTransport, bool)]) -> Result<u64, String> {
+    let mut checked = 0;
+    for (i, (server, _, _)) in servers.iter().enumerate() {
+        let backup = &servers[(i + 1) % servers.len()].0;
+        for (chunk, version, data) in server.homes() {
+            let want = (version, data.len() as u64, server.protocol_of(chunk));
+            match backup.replica(chunk) {
+                Some((v, bytes, size, protocol))
+                    if (v, size, Some(protocol)) == want
+                        && bytes
+                            .as_deref()
+                            .map_or(data.iter().all(|&b| b == 0), |b| b == &data[..]) => {}
+                other => {
+                    return Err(format!(
+                        "chunk {chunk}: server {i} holds version {version} ({} bytes), its \
+                         backup {:?}",
+                        data.len(),
+                        other.map(|(v, b, size, p)| (v, b.map(|b| b.len()), size, p))
+                    ))
+                }
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
 }
 
 /// At the end: every committed release became exactly one version.

@@ -483,3 +483,45 @@ fn deep_or_huge_documents_are_refused_and_lines_stay_right() {
         .to_string();
     assert_contains(&e, &["lines.xml", "line 50001"]);
 }
+
+#[test]
+fn replication_is_read_from_topologies_and_checked_against_the_servers() {
+    assert_eq!(Topology::parse(TWO_SERVERS, "t").unwrap().replication(), 1);
+    let two = TWO_SERVERS.replace("<topologies>", "<topologies replication=\"2\">");
+    let t = Topology::parse(&two, "replicated.xml").unwrap();
+    assert_eq!(t.replication(), 2);
+    t.validate()
+        .expect("a replicated topology survives the trip to every process");
+    for (value, parts) in [
+        (
+            "3",
+            &[
+                "replicated.xml",
+                "<topologies>",
+                "replication=\"3\"",
+                "give 1",
+            ][..],
+        ),
+        ("0", &["replication=\"0\"", "give 1"][..]),
+        ("two", &["replication=\"two\" is not a number"][..]),
+    ] {
+        let xml = TWO_SERVERS.replace(
+            "<topologies>",
+            &format!("<topologies replication=\"{value}\">"),
+        );
+        let e = Topology::parse(&xml, "replicated.xml")
+            .unwrap_err()
+            .to_string();
+        assert_contains(&e, parts);
+    }
+    // Two copies need two servers.
+    let one = FIGURE11.replace("<topologies>", "<topologies replication=\"2\">");
+    let e = Topology::parse(&one, "one.xml").unwrap_err().to_string();
+    assert_contains(&e, &["one.xml", "1 server(s)", "add servers or lower it"]);
+    let e = Topology::parse(FIGURE11, "f")
+        .unwrap()
+        .with_replication(2)
+        .unwrap_err()
+        .to_string();
+    assert_contains(&e, &["replication 2", "give 1 to 1"]);
+}
