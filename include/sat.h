@@ -313,7 +313,11 @@ typedef enum sat_status {
     SAT_ERR_NO_MEMORY = -13,
     /**
      * A run with recovery lost a process this call may have counted on
-     * (a barrier): call it again with the count of the processes left.
+     * (a barrier): call it again with the count of the processes left. Also
+     * a call a lost server took with it, in a run with replicated homes:
+     * call it again (a RELEASE so failed may or may not have published:
+     * read the chunk to know; a write scope on the lost server's chunk
+     * published nothing).
      */
     SAT_ERR_PROCESS_LOST = -14,
 } sat_status;

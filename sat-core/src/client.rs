@@ -25,6 +25,7 @@ pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 
 mod bracket;
 mod events;
+mod failover;
 mod host;
 mod learned;
 mod loans;
@@ -203,7 +204,6 @@ pub struct UserMessage {
 /// endpoint. Safe to share between threads (calls are serialized inside).
 pub struct Client {
     rank: Rank,
-    server: Rank,
     role: u32,
     topology: Arc<Topology>,
     policy: IdlePolicy,
@@ -234,6 +234,11 @@ pub struct Client {
 }
 
 struct ClientState {
+    /// The server this client talks to: its topology's, or its stand-in
+    /// once a run with replicated homes lost it (`topology/ring.rs`).
+    server: Rank,
+    /// Where chunks live now: the servers, and those the run lost.
+    ring: crate::topology::ring::Ring,
     transport: Box<dyn Transport>,
     mail: Mailbox,
     /// The chunks this process allocated or looked up, and their data.
@@ -284,10 +289,19 @@ pub(crate) struct AckDue {
 impl AckDue {
     /// Whether what `chunk`'s release waits for has come. (The chunk may
     /// have left the store meanwhile: the `Durable`s are counted apart.)
-    fn met(self, st: &ClientState, chunk: ChunkId) -> Option<()> {
+    /// An error when the server that was to say so was lost.
+    fn met(self, st: &ClientState, chunk: ChunkId) -> Option<SatResult<()>> {
+        if let Some((upto, why)) = st.mail.durable_lost.get(&chunk) {
+            if self.durable > 0 && self.durable <= *upto {
+                return Some(Err(SatError::ProcessLost(format!(
+                    "RELEASE of chunk {chunk}: {why} before the home said its backup holds the \
+                     release: it may have been published or not; read the chunk to know"
+                ))));
+            }
+        }
         let grants = self.grants == 0 || st.store.get(chunk)?.grants >= self.grants;
         let durable = st.mail.durable.get(&chunk).map_or(0, |d| d.1) >= self.durable;
-        (grants && durable).then_some(())
+        (grants && durable).then_some(Ok(()))
     }
 }
 
@@ -312,9 +326,10 @@ impl Client {
         let capacity = topology.entry(rank).memory;
         stats::start(stats::Identity::of(&topology, rank));
         let replicated = topology.replication() > 1 && topology.servers().len() > 1;
+        let server = topology.server_of(rank);
+        let ring = crate::topology::ring::Ring::new(topology.servers());
         Client {
             rank,
-            server: topology.server_of(rank),
             role: topology.role(rank),
             topology,
             policy: IdlePolicy::from_env(),
@@ -327,6 +342,8 @@ impl Client {
             fatal: std::sync::OnceLock::new(),
             layer: Mutex::new(None),
             state: Mutex::new(ClientState {
+                server,
+                ring,
                 transport,
                 mail: Mailbox::default(),
                 store: Store::new(capacity),
@@ -404,9 +421,10 @@ impl Client {
         self.role
     }
 
-    /// The server this client is attached to.
+    /// The server this client is attached to: its topology's, or the one
+    /// that took its place (a run with replicated homes that lost it).
     pub fn server(&self) -> Rank {
-        self.server
+        self.lock().server
     }
 
     /// The number of clients in the run (the report's `clientGetClientNr`).
@@ -442,7 +460,7 @@ impl Client {
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
             let got = match self.state.try_lock() {
                 Ok(mut st) => {
-                    let got = st.progress(self.rank, self.server).unwrap_or_else(|e| {
+                    let got = st.progress(self.rank).unwrap_or_else(|e| {
                         tracing::warn!("background progress: {e}");
                         0
                     });
@@ -462,7 +480,7 @@ impl Client {
     #[cfg(feature = "simulator")]
     pub(crate) fn background_step(&self) -> usize {
         match self.state.try_lock() {
-            Ok(mut st) => st.progress(self.rank, self.server).unwrap_or(0),
+            Ok(mut st) => st.progress(self.rank).unwrap_or(0),
             Err(_) => 0,
         }
     }
@@ -506,12 +524,12 @@ impl Client {
         )
         .map_err(|e| SatError::Usage(e.to_string()))?;
         st.transport
-            .send(self.server, &st.header[..n], Payload::Copy(data))?;
+            .send(st.server, &st.header[..n], Payload::Copy(data))?;
         st.user_sent += 1;
         tracing::trace!(
             "relay to {to} tag {tag} ({} bytes) via server {}",
             data.len(),
-            self.server
+            st.server
         );
         Ok(())
     }
@@ -531,7 +549,7 @@ impl Client {
     pub fn try_recv(&self) -> SatResult<Option<UserMessage>> {
         let _sat = stats::doing(Activity::Sdsm);
         let mut st = self.lock();
-        st.progress(self.rank, self.server)?;
+        st.progress(self.rank)?;
         Ok(st.mail.inbox.pop_front())
     }
 
@@ -1103,6 +1121,12 @@ impl Client {
                     )),
                 })?;
             let c = st.store.get_mut(chunk).expect("placed");
+            // A chunk whose lost home took a request nobody waits for any
+            // more starts afresh (`client/failover.rs`).
+            if c.orphaned.is_some() && c.holders.is_empty() {
+                st.store.leave_orphan(chunk, me);
+            }
+            let c = st.store.get_mut(chunk).expect("placed");
             // A diffing protocol's writers take a host slot's lock in turn
             // and publish whole versions there: a WRITE reads the current
             // version first, or it would publish stale copies of others'
@@ -1147,7 +1171,7 @@ impl Client {
             // chunk in a host slot gets no invalidation: its scopes leave
             // the endpoint to the background progress, and cost no poll.
             if st.store.get(chunk).is_some_and(|c| c.host.is_none()) {
-                st.progress(self.rank, self.server)?;
+                st.progress(self.rank)?;
             }
             // A scope that reads must see the version through this place: a
             // place that joined after the version arrived is filled from
@@ -1244,10 +1268,7 @@ impl Client {
                     after_barrier,
                 };
                 let n = wire::encode(&msg, &mut st.header).expect("fits");
-                if let Err(e) = st
-                    .transport
-                    .send(self.server, &st.header[..n], Payload::None)
-                {
+                if let Err(e) = st.transport.send(st.server, &st.header[..n], Payload::None) {
                     // The home never heard of this acquire: nothing changed.
                     if let Some(before) = before {
                         st.store.get_mut(chunk).expect("placed").side = before;
@@ -1281,9 +1302,14 @@ impl Client {
         if slot.is_some() && self.spin_for_host_lock(chunk, granted, access)? {
             return Ok(());
         }
-        self.wait_inner(None, false, slot.as_ref(), |st| {
+        let granted = self.wait_inner(None, false, slot.as_ref(), |st| {
             scope_granted(st, chunk, granted, access)
         })?;
+        if let Some(Err(e)) = granted {
+            // Its home was lost with the request (`client/failover.rs`).
+            self.lock().store.leave_orphan(chunk, me);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -1305,8 +1331,8 @@ impl Client {
             if st.store.get(chunk).is_none() {
                 return Err(unknown(chunk));
             }
-            if scope_granted(st, chunk, granted, access).is_some() {
-                return Ok(true);
+            if let Some(granted) = scope_granted(st, chunk, granted, access) {
+                return granted.map(|()| true);
             }
             drop(guard);
             if Instant::now() >= until {
@@ -1338,11 +1364,13 @@ impl Client {
         // A process the run was told to go on without publishes nothing.
         self.fatal()?;
         let me = this_thread();
-        let to = (self.rank, self.server);
         let acked = {
             let mut st = self.lock();
             match st.loans.in_the_way_of_ending(chunk, me) {
-                loans::Conflict::None => st.end_scope_acked(to, chunk, ending)?,
+                loans::Conflict::None => {
+                    let to = (self.rank, st.server);
+                    st.end_scope_acked(to, chunk, ending)?
+                }
                 loans::Conflict::Mine => {
                     return Err(SatError::Usage(format!(
                         "{} of chunk {chunk} inside a closure that has its bytes (with_data, \
@@ -1356,8 +1384,12 @@ impl Client {
                 loans::Conflict::Others => {
                     drop(st);
                     let ended = self.wait(None, |st| {
-                        (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None)
-                            .then(|| st.end_scope_acked(to, chunk, ending))
+                        (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None).then(
+                            || {
+                                let to = (self.rank, st.server);
+                                st.end_scope_acked(to, chunk, ending)
+                            },
+                        )
                     })?;
                     ended.expect("a wait without a deadline ends with its value")?
                 }
@@ -1366,7 +1398,8 @@ impl Client {
         // A release the home acknowledges returns once it has (a diff:
         // `protocol::hlrc`).
         if let Some(due) = acked {
-            self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
+            self.wait_inner(None, false, None, |st| due.met(st, chunk))?
+                .expect("a wait without a deadline ends with its value")?;
         }
         Ok(())
     }
@@ -1698,18 +1731,32 @@ impl Client {
                     let n = wire::encode(&msg, &mut st.header)
                         .map_err(|e| SatError::Usage(e.to_string()))?;
                     st.transport
-                        .send(self.server, &st.header[..n], Payload::None)?;
+                        .send(st.server, &st.header[..n], Payload::None)?;
                 }
             }
             let number = numbers[outcomes.len()];
             let got = self.wait(deadline, |st| {
+                if let Some(why) = st.mail.alloc_lost.remove(&number) {
+                    return Some(Err(why));
+                }
                 let answered = st.mail.alloc.get(&number).is_some_and(|(_, a)| a.is_some());
                 answered
                     .then(|| st.mail.alloc.remove(&number))
                     .flatten()
                     .and_then(|(_, a)| a)
+                    .map(Ok)
             })?;
-            let Some(outcome) = got else {
+            if let Some(Err(why)) = &got {
+                let (what, chunk) = match requests[outcomes.len()] {
+                    Message::Malloc { chunk, .. } => ("MALLOC", chunk),
+                    Message::Lookup { chunk, .. } => ("LOOKUP", chunk),
+                    _ => ("allocation", 0),
+                };
+                return Err(SatError::ProcessLost(format!(
+                    "{what} of chunk {chunk}: {why} before it answered; call again"
+                )));
+            }
+            let Some(Ok(outcome)) = got else {
                 let request = &requests[outcomes.len()];
                 return Err(self.unanswered(request, bound.unwrap_or_default()));
             };
@@ -1774,7 +1821,8 @@ impl Client {
                     );
                 }
                 while in_scope(st) {
-                    st.end_scope((self.rank, self.server), chunk, open_scopes)?;
+                    let to = (self.rank, st.server);
+                    st.end_scope(to, chunk, open_scopes)?;
                 }
             }
         }
@@ -1790,7 +1838,8 @@ impl Client {
             };
             let n = wire::encode(&done, &mut st.header).expect("fits");
             st.transport
-                .send(self.server, &st.header[..n], Payload::None)?;
+                .send(st.server, &st.header[..n], Payload::None)?;
+            st.mail.done_sent = Some((published, received));
         }
         let acked = self.wait(self.deadline_in(timeout), |st| {
             st.mail.done_acked.then_some(())
@@ -1798,7 +1847,7 @@ impl Client {
         if acked.is_none() {
             return Err(SatError::Timeout(format!(
                 "server {} did not acknowledge the end of this client within {timeout:?}",
-                self.server
+                self.server()
             )));
         }
         self.wait(self.deadline_in(timeout), |st| {
@@ -1872,7 +1921,7 @@ impl Client {
             let seen = sleep_on.map(|s| s.slot().announced());
             let (events_pending, traffic) = {
                 let mut st = self.lock();
-                let got = st.progress(self.rank, self.server)?;
+                let got = st.progress(self.rank)?;
                 if let Some(v) = ready(&mut st) {
                     return Ok(Some(v));
                 }
@@ -1976,10 +2025,20 @@ struct Mailbox {
     /// Per chunk, in a run with replicated homes: the releases that
     /// published, and the `Durable`s its home sent back for them.
     durable: HashMap<ChunkId, (u64, u64)>,
+    /// Per chunk, the releases up to this count whose `Durable` a lost
+    /// server took with it, and why (`client/failover.rs`).
+    durable_lost: HashMap<ChunkId, (u64, String)>,
+    /// Allocation requests a lost server took with it, and why.
+    alloc_lost: HashMap<u64, String>,
+    /// News of lost servers taken in by the last poll: (from, lost).
+    losses: Vec<(Rank, Rank)>,
+    /// The counters this client's `ClientDone` carried, once sent.
+    done_sent: Option<(u64, u64)>,
 }
 
 impl ClientState {
-    fn progress(&mut self, me: Rank, server: Rank) -> SatResult<usize> {
+    fn progress(&mut self, me: Rank) -> SatResult<usize> {
+        let server = self.server;
         // A chain's commit first: until it leaves, the server holds what
         // this client sends.
         self.flush_bracket((me, server));
@@ -1988,9 +2047,18 @@ impl ClientState {
         let hinted = self.take_hints();
         let mail = &mut self.mail;
         let store = &mut self.store;
+        // Before its loss is applied here, this client's server's stand-in
+        // (the next server alive) may already serve it
+        // (`client/failover.rs`).
+        let stand_in = self.ring.backup_after(server);
         let n = self
             .transport
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
+                if let Ok(Message::ServerLost { server: lost }) = wire::decode(m.header) {
+                    // Applied after the poll, with the whole state.
+                    mail.losses.push((m.src, lost));
+                    return;
+                }
                 if let Ok(Message::Coherence {
                     chunk,
                     client,
@@ -2005,9 +2073,12 @@ impl ClientState {
                     }
                 }
 
-                handle(me, server, mail, out, m)
+                handle(me, (server, stand_in), mail, out, m)
             })?;
         self.received += n as u64;
+        for (src, lost) in std::mem::take(&mut self.mail.losses) {
+            self.server_lost(me, src, lost);
+        }
         switch::retry((me, server), &mut self.store, self.transport.as_mut());
         for (chunk, place) in self.mail.named.drain(..) {
             self.host.named(chunk, place);
@@ -2073,6 +2144,19 @@ impl ClientState {
 
     fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
+        if let Some(why) = c.orphaned.clone() {
+            // Its home was lost with the scope: it ends here, with no
+            // message (`client/failover.rs`).
+            let wrote = c.side.writing();
+            self.store.leave_orphan(chunk, this_thread());
+            if wrote && ending == Ending::Release {
+                return Err(SatError::ProcessLost(format!(
+                    "RELEASE of chunk {chunk}: {why} during the write scope: nothing was \
+                     published (the chunk keeps its last released version); write it again"
+                )));
+            }
+            return Ok(());
+        }
         let was_writing = c.side.writing();
         // Put back if the message cannot be sent (a host slot needs none).
         let before = c.host.is_none().then(|| c.side.snapshot());
@@ -2265,7 +2349,20 @@ impl ClientState {
 /// come; if so, a scope that reads sees the version through its place (a
 /// grant without data: the bytes are the version held here). The client's
 /// lock was let go while waiting, so exposed bytes are checked.
-fn scope_granted(st: &mut ClientState, chunk: ChunkId, granted: u64, access: Access) -> Option<()> {
+/// An error when the chunk's home was lost with the request
+/// (`client/failover.rs`).
+fn scope_granted(
+    st: &mut ClientState,
+    chunk: ChunkId,
+    granted: u64,
+    access: Access,
+) -> Option<SatResult<()>> {
+    if let Some(why) = &st.store.get(chunk)?.orphaned {
+        return Some(Err(SatError::ProcessLost(format!(
+            "{} of chunk {chunk}: {why} before it granted the scope; call again",
+            access_name(access)
+        ))));
+    }
     if st.store.get(chunk)?.grants < granted {
         return None;
     }
@@ -2275,7 +2372,7 @@ fn scope_granted(st: &mut ClientState, chunk: ChunkId, granted: u64, access: Acc
         st.store.make_valid(chunk, place);
     }
     take_twin(st, chunk);
-    Some(())
+    Some(Ok(()))
 }
 
 /// A write scope of a diffing protocol ([`crate::protocol::hlrc`]) has
@@ -2413,8 +2510,14 @@ fn coherence(
     }
 }
 
-fn handle(me: Rank, server: Rank, mail: &mut Mailbox, out: &mut dyn Sender, m: Received<'_>) {
-    if m.src != server {
+fn handle(
+    me: Rank,
+    (server, stand_in): (Rank, Option<Rank>),
+    mail: &mut Mailbox,
+    out: &mut dyn Sender,
+    m: Received<'_>,
+) {
+    if m.src != server && Some(m.src) != stand_in {
         tracing::warn!(
             "dropped a message from rank {}: clients only hear from their server {server}",
             m.src

@@ -26,7 +26,9 @@ pub enum SatError {
     Bootstrap(String),
 
     /// A run with recovery lost a process this call may have waited for
-    /// (a barrier round counting on it); the message says what to do.
+    /// (a barrier round counting on it), or, with replicated homes, a
+    /// server that had this call's request (`client/failover.rs`); the
+    /// message says what to do.
     #[error("a process of the run was lost: {0}")]
     ProcessLost(String),
 

@@ -59,7 +59,10 @@ Options:
                      for $SAT_LEASE_S seconds (default 10): its write scopes are
                      revoked, its chunks keep their last released versions, and the
                      others go on (sets SAT_RECOVERY=on; under mpirun or srun, set
-                     it yourself). A lost server still ends the run.
+                     it yourself). A lost server ends the run, unless the topology
+                     keeps replicated homes (<topologies replication=\"2\">) and it
+                     is not the seed (rank 0): its backups then take its chunks
+                     over and its clients move to the next server.
   --                 the end of satrun's options: the next argument is PROG
   -h, --help         print this help
 
@@ -1070,7 +1073,8 @@ enum Mode<'t> {
     /// Any failure stops every process.
     Run,
     /// `--enable-recovery`: a client's failure is reported and the others go
-    /// on; a server's stops every process.
+    /// on; a server's stops every process, but for one of a topology with
+    /// replicated homes other than the seed.
     Recovering(&'t Topology),
     /// A service: ends by a signal.
     Service,
@@ -1112,8 +1116,10 @@ fn supervise(
                         ExitStatus::from_raw(1 << 8)
                     }
                 };
+                // A server other than the seed, when its backups can take
+                // its part over (`server/failover.rs`).
                 let goes_on = match mode {
-                    Mode::Recovering(t) => !t.is_server(rank),
+                    Mode::Recovering(t) => !t.is_server(rank) || (t.replication() > 1 && rank != 0),
                     _ => false,
                 };
                 if !status.success() && goes_on && kill_at.is_none() {

@@ -115,6 +115,17 @@ impl Accounts {
         }
     }
 
+    /// `client` is served here from now on (its server was lost, and this
+    /// one stands in for it: `server/failover.rs`). What it did before is
+    /// counted where it was.
+    pub fn adopt(&mut self, client: Rank) {
+        if let Err(at) = self.clients.binary_search_by_key(&client, |&(c, _)| c) {
+            self.clients.insert(at, (client, Status::Running));
+            self.delivered.insert(at, 0);
+            self.running += 1;
+        }
+    }
+
     fn index(&self, client: Rank) -> Option<usize> {
         self.clients.binary_search_by_key(&client, |&(c, _)| c).ok()
     }

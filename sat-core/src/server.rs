@@ -44,6 +44,9 @@ struct ServerState<'t> {
     shutdown: bool,
     /// The servers in rank order: the home of chunk c is `servers[c % len]`.
     servers: Vec<Rank>,
+    /// The same, with the servers a run with replicated homes has lost:
+    /// where chunks live and clients are served now (`topology/ring.rs`).
+    ring: crate::topology::ring::Ring,
     /// Allocations of the chunks this server is the home of.
     alloc: AllocDirectory,
     /// The coherence state and data of the chunks this server is home of
@@ -91,11 +94,14 @@ struct ServerState<'t> {
     /// Replicated homes: the copies kept here for other homes, and the
     /// answers of ours that wait for their backup (`server/replicas.rs`).
     replicas: replicas::Replicas,
+    /// A lost server's part taken over (`server/failover.rs`).
+    failover: failover::Failover,
 }
 
 mod bracket;
 pub(crate) mod epochs;
 mod events;
+mod failover;
 pub(crate) mod guard;
 pub(crate) mod host;
 mod membership;
@@ -487,6 +493,17 @@ impl<'t> Server<'t> {
     }
 
     /// A client of a service, or of a run with recovery, died without
+    /// The seed hears that server `server` is lost (as its watch would
+    /// tell it), in a run whose backups take its part over
+    /// (`server/failover.rs`).
+    #[cfg(test)]
+    pub(crate) fn server_lost(&mut self, transport: &mut dyn Transport, server: Rank) {
+        assert_eq!(self.st.rank, SEED, "only the seed hears of losses");
+        assert!(self.st.cannot_fail_over(server).is_none());
+        self.st
+            .seed_server_lost(transport, server, "the test killed it");
+    }
+
     /// detaching: forget it everywhere, as the desk's (or the watch's)
     /// `ClientLost` makes a server do.
     #[cfg(feature = "simulator")]
@@ -534,6 +551,7 @@ impl<'t> ServerState<'t> {
             shutdown_sent: false,
             acks_left: servers.len() - 1,
             shutdown: false,
+            ring: crate::topology::ring::Ring::new(servers.clone()),
             servers,
             alloc: AllocDirectory::default(),
             homes: BTreeMap::new(),
@@ -557,6 +575,7 @@ impl<'t> ServerState<'t> {
             guard: None,
             brackets: Default::default(),
             replicas: Default::default(),
+            failover: Default::default(),
         }
     }
 }
@@ -657,7 +676,9 @@ impl ServerState<'_> {
         if self.rank == SEED && self.servers_left == 0 && !self.shutdown_sent {
             self.shutdown_sent = true;
             tracing::debug!("seed: every server is done, shutting the S-DSM down");
-            for s in self.topology.servers() {
+            // (A lost server is not asked: `server/failover.rs`.)
+            let alive: Vec<Rank> = self.ring.alive().collect();
+            for s in alive {
                 if s != SEED {
                     self.send(out, s, &Message::Shutdown, Payload::None);
                 }
@@ -683,7 +704,7 @@ impl ServerState<'_> {
     fn is_my_client(&self, rank: Rank) -> bool {
         self.topology
             .get(rank)
-            .is_some_and(|e| !e.is_server() && self.topology.server_of(rank) == self.rank)
+            .is_some_and(|e| !e.is_server() && self.serving(rank) == self.rank)
     }
 
     /// Whether a request in `client`'s name may come from `src`: from that
@@ -710,6 +731,19 @@ impl ServerState<'_> {
         };
         tracing::debug!("Received message {} from {}", msg.kind(), m.src);
         let src_is_server = self.topology.is_server(m.src);
+        if src_is_server && self.ring.is_lost(m.src) {
+            // Its loss is applied: what it sent since has no place here.
+            tracing::debug!(
+                "server {}: {} from lost server {}: dropped",
+                self.rank,
+                msg.kind(),
+                m.src
+            );
+            return;
+        }
+        if !src_is_server && self.fenced_off(m.src, &msg) {
+            return;
+        }
         if self.outlives_clients() && !src_is_server && self.client_done[m.src as usize] {
             // A message of a client that has detached or died, or a forged
             // one in the name of a free slot.
@@ -799,6 +833,23 @@ impl ServerState<'_> {
             }
             Message::ReplicaAck { chunk, .. } if src_is_server => {
                 self.on_replica_ack(out, m.src, chunk)
+            }
+            Message::ServerLost { server }
+                if m.src == SEED
+                    && self.recovery.is_some()
+                    && self.topology.get(server).is_some_and(|e| e.is_server())
+                    && self.cannot_fail_over(server).is_none() =>
+            {
+                self.apply_server_loss(out, server)
+            }
+            // (It may come ahead of the seed's news, by another path: it
+            // counts once the loss is applied here.)
+            Message::LossApplied { server } if src_is_server => {
+                self.loss_applied(out, m.src, server)
+            }
+            Message::LossSeen { .. } if !src_is_server => {}
+            Message::ClientFinished { client } if m.src == SEED && self.is_my_client(client) => {
+                self.client_finished(out, client)
             }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send_to_client(out, client, &msg)
@@ -904,7 +955,13 @@ impl ServerState<'_> {
     /// list). It serves MALLOC and LOOKUP, and knows where an adaptive
     /// chunk's home moved ([`Self::current_home`]).
     fn home_of(&self, chunk: u64) -> Rank {
-        self.servers[(chunk % self.servers.len() as u64) as usize]
+        self.ring.home(chunk)
+    }
+
+    /// The server that serves client `client`: its own, or the stand-in of
+    /// its server once that is lost (`topology/ring.rs`).
+    fn serving(&self, client: Rank) -> Rank {
+        self.ring.stand_in(self.topology.server_of(client))
     }
 
     /// Where `chunk`'s coherence messages go from here: this server when it
@@ -952,7 +1009,7 @@ impl ServerState<'_> {
             }
             client
         } else if self.topology.get(client).is_some_and(|e| !e.is_server()) {
-            let server = self.topology.server_of(client);
+            let server = self.serving(client);
             if self.hold_notification(out, (client, server), msg, &payload) {
                 return;
             }
@@ -1421,7 +1478,7 @@ impl ServerState<'_> {
     /// here. On each path the message follows everything the client sent.
     fn announce_departure(&mut self, out: &mut dyn Sender, client: Rank, lost: bool) {
         let left = Message::ClientLeft { client, lost };
-        for s in self.servers.clone() {
+        for s in self.ring.alive().collect::<Vec<_>>() {
             if s != self.rank {
                 self.send(out, s, &left, Payload::None);
             }
@@ -1442,7 +1499,7 @@ impl ServerState<'_> {
     /// came, so that it follows them all ([`Self::path_of`]): a chunk whose
     /// home moved hears from its first home, which passes the news on.
     fn client_left(&mut self, out: &mut dyn Sender, client: Rank, src: Rank, lost: bool) {
-        let first_hand = src == self.topology.server_of(client);
+        let first_hand = src == self.serving(client);
         if first_hand {
             if lost && self.recovery.is_some() {
                 let mut answers = Vec::new();
@@ -1516,7 +1573,7 @@ impl ServerState<'_> {
     /// from (this one for its own clients): the client's server, or, for a
     /// chunk whose home moved here, its first home, which forwards them.
     fn path_of(&self, chunk: u64, client: Rank) -> Rank {
-        let server = self.topology.server_of(client);
+        let server = self.serving(client);
         let first = self.home_of(chunk);
         if server == self.rank || first == self.rank {
             server
@@ -1596,7 +1653,7 @@ impl ServerState<'_> {
             self.send(out, to, &msg, Payload::Copy(m.payload));
         } else if !src_is_server {
             // Multi-hop: to the server of the destination client.
-            let next = self.topology.server_of(to);
+            let next = self.serving(to);
             self.send(out, next, &msg, Payload::Copy(m.payload));
         } else {
             tracing::warn!(

@@ -209,6 +209,11 @@ pub(crate) struct LocalChunk {
     /// The barrier pass (`client/learned.rs`) of the last READ of the chunk
     /// here: a read request is the first after a barrier when it differs.
     pub read_pass: u64,
+    /// The home this process's scopes and requests of the chunk were with
+    /// is lost (`client/failover.rs`), and why: the threads inside a scope
+    /// or waiting for one end it here, without a message (a write publishes
+    /// nothing), and the last one starts the chunk afresh.
+    pub orphaned: Option<String>,
 }
 
 struct Region {
@@ -368,6 +373,7 @@ impl Store {
                 asking: None,
                 reask: None,
                 read_pass: 0,
+                orphaned: None,
             });
             chunk.places.push(Place {
                 region,
@@ -614,6 +620,51 @@ impl Store {
             c.digest = None;
             c.side.evict();
         }
+    }
+
+    /// `chunk`'s home is gone, with everything it knew of this process's
+    /// copy, scopes and requests (`client/failover.rs`): a chunk nobody here
+    /// holds starts afresh at once; one in a scope or a request is marked
+    /// orphaned, and starts afresh when its last holder lets go
+    /// ([`Store::leave_orphan`]).
+    pub fn orphan(&mut self, chunk: ChunkId, why: &str) {
+        let Some(c) = self.chunks.get_mut(&chunk) else {
+            return;
+        };
+        if c.holders.is_empty() && !c.side.in_scope() && !c.side.waiting() {
+            self.afresh(chunk);
+        } else {
+            c.orphaned = Some(why.to_owned());
+        }
+    }
+
+    /// A thread's scope or request on orphaned `chunk` ends here; the last
+    /// one starts the chunk afresh.
+    pub fn leave_orphan(&mut self, chunk: ChunkId, thread: std::thread::ThreadId) {
+        let Some(c) = self.chunks.get_mut(&chunk) else {
+            return;
+        };
+        if let Some(i) = c.holders.iter().position(|&t| t == thread) {
+            c.holders.swap_remove(i);
+        } else if !c.holders.is_empty() {
+            c.holders.swap_remove(0);
+        }
+        if c.holders.is_empty() {
+            self.afresh(chunk);
+        }
+    }
+
+    /// `chunk` as if just allocated here: no version, no scope, no request.
+    fn afresh(&mut self, chunk: ChunkId) {
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            c.side = c.protocol.starting().consistency().new_client(c.size);
+            c.orphaned = None;
+            c.twin = None;
+            c.asking = None;
+            c.reask = None;
+            c.scope_stat = None;
+        }
+        self.forget_version(chunk);
     }
 
     /// Copies instance `from` of `chunk` into its other resident instances

@@ -30,6 +30,8 @@ use std::path::Path;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
+pub mod ring;
+
 /// A topology that cannot be used: unreadable, malformed XML, or a
 /// description that breaks a rule. The message names the file, the element
 /// and the way out.

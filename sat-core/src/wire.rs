@@ -227,6 +227,21 @@ pub enum Message {
         client: Rank,
         version: u64,
     },
+    /// A run with replicated homes and recovery lost server `server`
+    /// (`server/failover.rs`): seed -> every other server; then each server
+    /// -> its clients, once every server has applied it (its stand-in tells
+    /// the lost server's clients, which it serves from then on).
+    ServerLost { server: Rank },
+    /// Server -> every other server alive: it has applied the loss of
+    /// `server` (took its chunks over, or now sends their backups
+    /// elsewhere).
+    LossApplied { server: Rank },
+    /// Client -> its server: it has applied the loss of `server`; what it
+    /// sends from now on knows of it.
+    LossSeen { server: Rank },
+    /// Seed -> the server now serving `client`: the client finished the run
+    /// (it said goodbye) while its own server was lost.
+    ClientFinished { client: Rank },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -506,6 +521,10 @@ impl Message {
             Message::Replica { .. } => "replica",
             Message::ReplicaAck { .. } => "replica_ack",
             Message::Durable { .. } => "durable",
+            Message::ServerLost { .. } => "server_lost",
+            Message::LossApplied { .. } => "loss_applied",
+            Message::LossSeen { .. } => "loss_seen",
+            Message::ClientFinished { .. } => "client_finished",
         }
     }
 }

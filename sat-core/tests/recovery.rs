@@ -2,7 +2,9 @@
 //! another launcher): real processes over the real shm and tcp providers.
 //! A client that dies or stops inside a write scope is lost, the others go
 //! on and the chunk keeps its last released version; a lost server, or a
-//! lost seed, ends every process with the reason instead of a hang.
+//! lost seed, ends every process with the reason instead of a hang, but for
+//! a server of a topology with replicated homes: its backups take its
+//! chunks over, its clients move, and the run completes.
 
 mod common;
 
@@ -126,7 +128,12 @@ fn without_recovery_a_killed_client_still_stops_the_run() {
 /// Rank `rank` of the `recovery` example as another launcher (mpirun, srun)
 /// starts it: ranks from Open MPI's variables, the seed from SAT_SEED.
 fn mpirun_style(port: u16, size: u32, rank: u32, args: &[&str]) -> Command {
-    let mut c = Command::new(example("recovery"));
+    mpirun_style_of("recovery", port, (size, rank), args)
+}
+
+/// [`mpirun_style`] for example `program`.
+fn mpirun_style_of(program: &str, port: u16, (size, rank): (u32, u32), args: &[&str]) -> Command {
+    let mut c = Command::new(example(program));
     c.args(args)
         .env("OMPI_COMM_WORLD_RANK", rank.to_string())
         .env("OMPI_COMM_WORLD_SIZE", size.to_string())
@@ -323,4 +330,120 @@ fn a_lost_server_or_seed_ends_every_process_with_an_error() {
         }
         assert!(told > 0, "nobody was told {reason:?}");
     }
+}
+
+/// The `failover` example's clients' last lines: every version whose
+/// RELEASE returned was read back, byte for byte, after the loss.
+fn read_back(out: &str) -> usize {
+    out.lines()
+        .filter(|l| l.contains("200 rounds of 12 chunks, every released version read back"))
+        .count()
+}
+
+/// Replicated homes (`topologies/replicated.xml`: three servers, one
+/// client each, every chunk on its home and the next server), tcp, under
+/// another launcher: server 1 is killed with SIGKILL once the clients have
+/// written 20 rounds of their 12 chunks each. Its chunks are served by
+/// their backups on server 2, its client moves to server 2, and the run
+/// completes: every process but the victim ends well, and each client reads
+/// back every version whose release returned (`examples/failover.rs`).
+#[test]
+fn a_server_killed_mid_run_loses_no_released_version_with_replicated_homes() {
+    let port = free_port();
+    let topology_arg = topology("replicated.xml");
+    let args = [
+        "--rounds",
+        "200",
+        "--chunks",
+        "12",
+        "--topology",
+        topology_arg.to_str().unwrap(),
+    ];
+    let mut children: Vec<Child> = (0..6)
+        .map(|r| {
+            mpirun_style_of("failover", port, (6, r), &args)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let rx = lines_of(&mut children[3]);
+    let mut seen = Vec::new();
+    line_with(&rx, "rank 3 round 20", &mut seen);
+    children[1].kill().unwrap();
+    let outs = wait_all(children);
+    assert_eq!(outs[1].status.code(), None, "the victim died by its signal");
+    for r in [0, 2, 3, 4, 5] {
+        assert!(outs[r].status.success(), "rank {r} went on and ended well");
+    }
+    let clients: String = seen.join("\n")
+        + "\n"
+        + &rx.iter().collect::<Vec<_>>().join("\n")
+        + &text(&outs[4].stdout)
+        + &text(&outs[5].stdout);
+    assert_eq!(read_back(&clients), 3, "{clients}");
+    let seed = text(&outs[0].stderr);
+    assert!(
+        seed.contains("server 1 was lost") && seed.contains("the run goes on without it"),
+        "{seed}"
+    );
+    assert!(
+        text(&outs[4].stderr).contains("server 1, this client's, was lost"),
+        "the lost server's client moved: {}",
+        text(&outs[4].stderr)
+    );
+}
+
+/// The same under `satrun --enable-recovery`, losing server 2 (whose
+/// stand-in is the seed): satrun reports the death and lets the run go on.
+#[test]
+fn satrun_lets_a_run_with_replicated_homes_outlive_a_server() {
+    let mut child = Command::new(satrun())
+        .args(["--enable-recovery", "-n", "6", "--topology"])
+        .arg(topology("replicated.xml"))
+        .args(["--provider", "tcp", "--"])
+        .arg(example("failover"))
+        .args(["--rounds", "200", "--chunks", "12"])
+        .env_remove("SAT_RECOVERY")
+        .env_remove("SAT_LEASE_S")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(&mut child);
+    let mut seen = Vec::new();
+    line_with(&rx, "rank 3 round 20", &mut seen);
+    let victim = child_with_rank(child.id(), 2).expect("rank 2 runs under satrun");
+    // SAFETY: kill(2) with a pid and a signal number.
+    assert_eq!(unsafe { libc::kill(victim as i32, libc::SIGKILL) }, 0);
+    let out = finish(child, Duration::from_secs(120));
+    let stdout = seen.join("\n") + "\n" + &rx.iter().collect::<Vec<_>>().join("\n");
+    let stderr = text(&out.stderr);
+    assert_eq!(read_back(&stdout), 3, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("rank 2 (") && stderr.contains("the run goes on without it"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("server 2 was lost"), "{stderr}");
+    // satrun still reports the death in its status.
+    assert!(!out.status.success());
+}
+
+/// The process that `satrun` (pid `satrun`) started as rank `rank`.
+fn child_with_rank(satrun: u32, rank: u32) -> Option<u32> {
+    let want = format!("SAT_RANK={rank}");
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The parent's pid is the 4th field, after the command in parentheses.
+        let ppid: u32 = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let has = environ.split(|&b| b == 0).any(|v| v == want.as_bytes());
+        (ppid == satrun && has).then_some(pid)
+    })
 }

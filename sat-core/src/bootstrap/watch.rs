@@ -287,6 +287,8 @@ impl Watch {
 /// The seed's side: one thread watches every other process's connection.
 pub struct SeedWatch {
     lost: Receiver<(Rank, String)>,
+    /// Processes that said goodbye ([`ToSeed::Bye`]).
+    byes: Receiver<Rank>,
     /// The last frame to send every process (why the run stops, or that it
     /// ended), each with where to say they were told.
     orders: Sender<(FromSeed, Sender<()>)>,
@@ -303,6 +305,7 @@ impl SeedWatch {
         fence: Vec<Option<u32>>,
     ) -> std::io::Result<Self> {
         let (lost_tx, lost) = mpsc::channel();
+        let (byes_tx, byes) = mpsc::channel();
         let (orders, orders_rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut watched = Vec::new();
@@ -322,13 +325,30 @@ impl SeedWatch {
         let flag = stop.clone();
         std::thread::Builder::new()
             .name("sat-watch".into())
-            .spawn(move || seed_loop(watched, judge, &lost_tx, &orders_rx, &flag))?;
-        Ok(SeedWatch { lost, orders, stop })
+            .spawn(move || {
+                let to = Reports {
+                    lost: lost_tx,
+                    byes: byes_tx,
+                };
+                seed_loop(watched, judge, &to, &orders_rx, &flag)
+            })?;
+        Ok(SeedWatch {
+            lost,
+            byes,
+            orders,
+            stop,
+        })
     }
 
     /// The processes lost since the last call, with why.
     pub(crate) fn lost(&self) -> Vec<(Rank, String)> {
         self.lost.try_iter().collect()
+    }
+
+    /// The processes that said goodbye since the last call: they finished
+    /// the run.
+    pub(crate) fn finished(&self) -> Vec<Rank> {
+        self.byes.try_iter().collect()
     }
 
     /// Tells every watched process why the run stops, and stops watching.
@@ -372,13 +392,22 @@ struct Watched {
     finished: bool,
 }
 
+/// What the seed's watch reports to the seed's server.
+struct Reports {
+    /// Processes lost, with why.
+    lost: Sender<(Rank, String)>,
+    /// Processes that said goodbye.
+    byes: Sender<Rank>,
+}
+
 fn seed_loop(
     mut watched: Vec<Watched>,
     judge: Judge,
-    lost: &Sender<(Rank, String)>,
+    to: &Reports,
     orders: &Receiver<(FromSeed, Sender<()>)>,
     stop: &AtomicBool,
 ) {
+    let lost = &to.lost;
     let beat = judge.lease().map(beat_of);
     let frame = encode_frame(&FromSeed::Beat);
     let mut last_beat = Instant::now();
@@ -413,7 +442,10 @@ fn seed_loop(
             // What it sent before its connection closed comes first.
             match w.frames.take() {
                 Ok(bodies) => {
-                    w.finished |= bodies.iter().any(|b| said_bye(b));
+                    if !w.finished && bodies.iter().any(|b| said_bye(b)) {
+                        w.finished = true;
+                        let _ = to.byes.send(w.rank);
+                    }
                     if let Some(why) = bodies.iter().find_map(|b| failed(b)) {
                         gone.push((i, why));
                         continue;

@@ -49,10 +49,10 @@ impl Client {
     pub(super) fn release_chain_bracketed(&self, chain: &Chain) -> SatResult<()> {
         self.fatal()?;
         let me = this_thread();
-        let to = (self.rank, self.server);
         let ids: Vec<ChunkId> = chain.ids().collect();
         let released = self.wait(None, |st| {
             // A bracket opens behind what the last one still has to send.
+            let to = (self.rank, st.server);
             if !st.bracket_unsent.is_empty() {
                 st.flush_bracket(to);
                 return None;
@@ -73,9 +73,12 @@ impl Client {
                 None => st.release_bracketed(to, &ids),
             })
         })?;
-        let (acks, first) = released.expect("a wait without a deadline ends with its value")?;
+        let (acks, mut first) = released.expect("a wait without a deadline ends with its value")?;
         for (chunk, due) in acks {
-            self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
+            let acked = self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
+            if let Some(Err(e)) = acked {
+                first.get_or_insert(e);
+            }
         }
         first.map_or(Ok(()), Err)
     }

@@ -253,6 +253,22 @@ impl Queue {
         self.tell_from_slot(chunk, version, None::<fn() -> Arc<[u8]>>);
     }
 
+    /// The home of `chunks` was lost with their subscriptions: the
+    /// confirmations still due from it will never come, and each chunk some
+    /// subscription includes is to be asked for again. Returns the
+    /// SUBSCRIBEs to send: (chunk, with data).
+    pub fn subscribe_again(&mut self, chunks: &[u64]) -> Vec<(u64, bool)> {
+        let mut asks = Vec::new();
+        for chunk in chunks {
+            if let Some(w) = self.wires.get_mut(chunk).filter(|w| !w.topics.is_empty()) {
+                w.confirmed = w.asked;
+                w.asked += 1;
+                asks.push((*chunk, w.with_data));
+            }
+        }
+        asks
+    }
+
     /// The chunks some subscription includes (an inbox that overflowed
     /// names none: every one of them is looked at).
     pub fn subscribed_chunks(&self) -> Vec<u64> {
@@ -594,7 +610,7 @@ impl Client {
             };
             let n = wire::encode(&msg, &mut st.header).expect("fits");
             st.transport
-                .send(self.server, &st.header[..n], Payload::None)?;
+                .send(st.server, &st.header[..n], Payload::None)?;
         }
         let deadline = self.clock.now() + SUBSCRIBE_WAIT;
         let done = self.wait(Some(deadline), |st| {
@@ -615,7 +631,7 @@ impl Client {
         };
         let n = wire::encode(&msg, &mut st.header).expect("fits");
         st.transport
-            .send(self.server, &st.header[..n], Payload::None)?;
+            .send(st.server, &st.header[..n], Payload::None)?;
         Ok(())
     }
 
@@ -646,7 +662,7 @@ impl Client {
                     };
                     let n = wire::encode(&msg, &mut st.header).expect("fits");
                     st.transport
-                        .send(self.server, &st.header[..n], Payload::None)?;
+                        .send(st.server, &st.header[..n], Payload::None)?;
                 }
             }
             let sent: Vec<Target> = window.iter().map(|a| (a.chunk, a.ticket)).collect();
@@ -693,7 +709,7 @@ impl Client {
             };
             let n = wire::encode(&msg, &mut st.header).expect("fits");
             st.transport
-                .send(self.server, &st.header[..n], Payload::None)?;
+                .send(st.server, &st.header[..n], Payload::None)?;
         }
         Ok(())
     }
@@ -766,7 +782,7 @@ impl Client {
                     );
                     let n = wire::encode(&Message::ClientIdle, &mut st.header).expect("fits");
                     st.transport
-                        .send(self.server, &st.header[..n], Payload::None)?;
+                        .send(st.server, &st.header[..n], Payload::None)?;
                 }
             }
             self.wait(None, |st| {

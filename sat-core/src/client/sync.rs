@@ -24,6 +24,8 @@ pub(crate) struct Answers {
     next_ticket: u64,
     /// Barrier answers not taken yet, by ticket.
     barriers: HashMap<u64, BarrierAnswer>,
+    /// Barrier arrivals sent and not answered yet: ticket -> barrier.
+    pending: HashMap<u64, u32>,
     /// How many lost processes coordinators have told this client of (a
     /// run with recovery): its barrier arrivals say so ([`crate::sync`]).
     losses: u32,
@@ -80,7 +82,18 @@ impl Answers {
         }
     }
 
+    /// This client's server was lost with the arrivals it carried
+    /// (`client/failover.rs`): each call waiting for one fails as one its
+    /// coordinator dropped for a loss, and is made again.
+    pub fn arrivals_lost(&mut self) {
+        let pending: Vec<(u64, u32)> = self.pending.drain().collect();
+        for (ticket, id) in pending {
+            self.barrier_answer(id, ticket, BarrierAnswer::Lost(self.losses));
+        }
+    }
+
     fn barrier_answer(&mut self, id: u32, ticket: u64, answer: BarrierAnswer) {
+        self.pending.remove(&ticket);
         if self.abandoned.remove(&ticket).is_some() {
             tracing::debug!(
                 "barrier {id}: the answer to arrival {ticket} ({answer:?}) is discarded: \
@@ -114,7 +127,7 @@ impl Client {
         } else {
             Payload::Copy(payload)
         };
-        st.transport.send(self.server, &st.header[..n], payload)?;
+        st.transport.send(st.server, &st.header[..n], payload)?;
         Ok(())
     }
 
@@ -208,6 +221,7 @@ impl Client {
             let mut st = self.lock();
             let t = st.mail.sync.next_ticket;
             st.mail.sync.next_ticket += 1;
+            st.mail.sync.pending.insert(t, id);
             (t, st.mail.sync.losses)
         };
         let arrival = SyncOp::Barrier {

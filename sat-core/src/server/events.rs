@@ -14,6 +14,11 @@ impl ServerState<'_> {
     /// The coordinator of synchronization object `id` (rendezvous, barrier
     /// or signal): a modulo on the server list, as for chunk homes.
     fn coordinator_of(&self, id: u32) -> Rank {
+        // A run with replicated homes keeps them at the seed, which no
+        // server's loss takes away (`server/failover.rs`).
+        if self.replicated() {
+            return SEED;
+        }
         self.servers[id as usize % self.servers.len()]
     }
 
@@ -394,7 +399,7 @@ impl ServerState<'_> {
         let due = self.waves.as_mut().and_then(|w| w.due(now));
         if let Some(wave) = due {
             tracing::trace!("quiescence: wave {wave}");
-            for s in self.servers.clone() {
+            for s in self.ring.alive().collect::<Vec<_>>() {
                 if s == SEED {
                     self.start_wave(out, wave);
                 } else {
@@ -484,7 +489,7 @@ impl ServerState<'_> {
                 r.wave,
                 r.sent
             );
-            for s in self.servers.clone() {
+            for s in self.ring.alive().collect::<Vec<_>>() {
                 if s == SEED {
                     self.stop_waiting_clients(out);
                 } else {

@@ -189,6 +189,14 @@ impl ServerState<'_> {
     /// A run with recovery outlives its clients too: there an unreachable
     /// client is lost.
     pub(super) fn survive(&mut self, e: TransportError) -> SatResult<()> {
+        let replaceable = match &e {
+            TransportError::PeerLost { rank, .. } => {
+                self.topology.get(*rank).is_some_and(|e| e.is_server())
+                    && self.recovery.is_some()
+                    && self.cannot_fail_over(*rank).is_none()
+            }
+            _ => false,
+        };
         match (&mut self.service, &mut self.recovery, &e) {
             (Some(side), _, TransportError::PeerLost { rank, reason })
                 if !self.topology.is_server(*rank) =>
@@ -202,6 +210,18 @@ impl ServerState<'_> {
             {
                 tracing::warn!("server {}: client {rank} unreachable: {reason}", self.rank);
                 r.unreachable.push(*rank);
+                Ok(())
+            }
+            (None, Some(_), TransportError::PeerLost { rank, reason }) if replaceable => {
+                // Replicated homes: the seed's watch hears of the loss too,
+                // and every server applies it when the seed says so
+                // (`server/failover.rs`); till then, what is sent to it is
+                // lost with it.
+                tracing::warn!(
+                    "server {}: server {rank} unreachable ({reason}): waiting for the seed's \
+                     word on its loss",
+                    self.rank
+                );
                 Ok(())
             }
             (None, Some(r), TransportError::PeerLost { rank, reason }) => {

@@ -179,8 +179,22 @@ impl<'t> Stack<'t> {
         clients: &[Client],
         busy: [Option<Rank>; 2],
     ) -> bool {
+        Stack::round_without(net, servers, clients, busy, None)
+    }
+
+    /// [`Stack::round`] in which server `dead` (an index) takes no step.
+    fn round_without(
+        net: &MemNetwork,
+        servers: &mut [(Server<'t>, MemTransport)],
+        clients: &[Client],
+        busy: [Option<Rank>; 2],
+        dead: Option<usize>,
+    ) -> bool {
         let mut moved = false;
-        for (server, ep) in servers.iter_mut() {
+        for (i, (server, ep)) in servers.iter_mut().enumerate() {
+            if dead == Some(i) {
+                continue;
+            }
             match server.step(ep).expect("a server step") {
                 Step::Busy => moved = true,
                 Step::Idle => {}
@@ -1376,4 +1390,97 @@ fn a_replicated_release_and_the_reads_after_it_wait_for_the_backup() {
     let (version, bytes, _, _) = s.servers[1].0.replica(0).expect("kept");
     assert_eq!(version, 1);
     assert_eq!(bytes.expect("bytes")[..8], 9u64.to_le_bytes());
+}
+
+/// Steps server 0 alone (server 1 is dead) and the clients but `busy`,
+/// while `op` runs on client `rank`, then until the clients are quiet.
+fn with_server_1_dead<R: Send>(
+    s: &mut Stack<'_>,
+    rank: Rank,
+    op: impl FnOnce(&Client) -> R + Send,
+) -> R {
+    let Stack {
+        net,
+        servers,
+        clients,
+        ..
+    } = s;
+    let first = servers.len() as Rank;
+    let dead = Some(1);
+    let r = std::thread::scope(|sc| {
+        let client = &clients[(rank - first) as usize];
+        let call = sc.spawn(move || op(client));
+        while !call.is_finished() {
+            Stack::round_without(net, servers, clients, [Some(rank), None], dead);
+            std::thread::yield_now();
+        }
+        call.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    // What the call set going (nothing reaches server 1 any more).
+    let last = first + clients.len() as Rank;
+    for _ in 0..SETTLE_ROUNDS {
+        let moved = Stack::round_without(net, servers, clients, [None, None], dead);
+        if !moved && (first..last).all(|c| net.in_flight_to(c) == 0) {
+            break;
+        }
+    }
+    r
+}
+
+/// A run with replicated homes and recovery loses server 1 (the test stops
+/// stepping it and tells the seed, as its watch would): server 0, the
+/// backup of every chunk server 1 homed and its stand-in, takes those
+/// chunks over at their last released version and serves server 1's
+/// clients. A write scope a client held on such a chunk ends without
+/// publishing; the copies and requests the lost home knew of are dropped;
+/// both clients read the chunk from its new home, and a client of the lost
+/// server writes on through the stand-in.
+#[test]
+fn a_lost_servers_chunks_and_clients_go_to_its_backup() {
+    let topology = replicated_topology();
+    let mut s = Stack::new(&topology);
+    for (server, _) in s.servers.iter_mut() {
+        server.recover(super::recovery::RunRecovery::unwatched());
+    }
+    // Chunk 1: home server 1, backup server 0. Client 6 is server 1's,
+    // client 2 server 0's.
+    for c in [2, 6] {
+        s.run(c, malloc(ProtocolId::HomeMesi, 1));
+    }
+    s.run(6, write(1));
+    s.run(6, write_back(1, 41));
+    s.run(2, read_sees(1, 41));
+    // Client 6 opens a write scope, and writes in it, when server 1 dies.
+    s.run(6, write(1));
+    s.clients[4]
+        .with_data_mut(1, |d| d[..8].copy_from_slice(&99u64.to_le_bytes()))
+        .unwrap();
+    {
+        let (seed, ep) = &mut s.servers[0];
+        seed.server_lost(ep, 1);
+    }
+    // The news reaches both clients.
+    for c in [2, 6] {
+        with_server_1_dead(&mut s, c, |c| c.try_recv().map(|_| ())).expect("the news");
+    }
+    assert_eq!(
+        s.clients[4].server(),
+        0,
+        "client 6 moved to server 1's stand-in"
+    );
+    // Its write scope ends without publishing: its home went with it.
+    let ended = with_server_1_dead(&mut s, 6, |c| c.release(1));
+    assert!(
+        matches!(&ended, Err(crate::error::SatError::ProcessLost(why)) if why.contains("nothing was published")),
+        "{ended:?}"
+    );
+    // Both read the last released version from the new home.
+    for c in [2, 6] {
+        with_server_1_dead(&mut s, c, read_sees(1, 41)).expect("read from the new home");
+    }
+    // And write on: with no other server left, a release needs no backup.
+    with_server_1_dead(&mut s, 6, write(1)).expect("WRITE at the new home");
+    with_server_1_dead(&mut s, 6, write_back(1, 42)).expect("RELEASE at the new home");
+    with_server_1_dead(&mut s, 2, read_sees(1, 42)).expect("the new version");
+    assert!(s.servers[0].0.st.homes.contains_key(&1));
 }

@@ -53,7 +53,7 @@ impl ServerState<'_> {
         if self.is_my_client(client) {
             client
         } else {
-            self.topology.server_of(client)
+            self.serving(client)
         }
     }
 

@@ -79,7 +79,7 @@ impl RunRecovery {
 
     /// Without a watch: the simulator's servers, whose clients it kills
     /// itself.
-    #[cfg(feature = "simulator")]
+    #[cfg(any(test, feature = "simulator"))]
     pub(crate) fn unwatched() -> RunRecovery {
         RunRecovery {
             watch: None,
@@ -109,18 +109,41 @@ impl ServerState<'_> {
             .as_ref()
             .map(SeedWatch::lost)
             .unwrap_or_default();
+        let finished = self
+            .recovery_mut()
+            .watch
+            .as_ref()
+            .map(SeedWatch::finished)
+            .unwrap_or_default();
+        for client in finished {
+            if self.topology.get(client).is_some_and(|e| !e.is_server()) {
+                self.said_goodbye(transport, client);
+            }
+        }
         for (rank, why) in lost {
             if self.topology.is_server(rank) {
-                if self.shutdown_sent {
-                    // It ended with the run.
+                if self.shutdown_sent || self.ring.is_lost(rank) {
+                    // It ended with the run, or is known lost.
                     continue;
                 }
-                return Err(self.recovery_mut().server_lost(rank, &why));
+                // With replicated homes its backups take its part over
+                // (`server/failover.rs`).
+                match self.cannot_fail_over(rank) {
+                    None => {
+                        self.seed_server_lost(transport, rank, &why);
+                        continue;
+                    }
+                    Some(why_not) if self.replicated() => {
+                        let why = format!("{why}; {why_not}");
+                        return Err(self.recovery_mut().server_lost(rank, &why));
+                    }
+                    Some(_) => return Err(self.recovery_mut().server_lost(rank, &why)),
+                }
             }
             if self.topology.get(rank).is_none() {
                 continue;
             }
-            let server = self.topology.server_of(rank);
+            let server = self.serving(rank);
             if server == self.rank {
                 if self.client_done[rank as usize] {
                     // Its connection closed as it exited after its run.
@@ -137,6 +160,14 @@ impl ServerState<'_> {
         for client in std::mem::take(&mut self.recovery_mut().unreachable) {
             if self.is_my_client(client) {
                 self.client_lost(transport, client, "the transport could not reach it");
+            }
+        }
+        for server in std::mem::take(&mut self.failover.forget) {
+            if let Err(e) = transport.remove_peer(server) {
+                tracing::warn!(
+                    "server {}: could not forget the endpoint of lost server {server}: {e}",
+                    self.rank
+                );
             }
         }
         for client in std::mem::take(&mut self.recovery_mut().leaving) {

@@ -45,10 +45,9 @@ pub(super) struct Replicas {
     gates: BTreeMap<u64, Gate>,
 }
 
-/// A version kept for another home. Only the simulator and the tests read
-/// it back so far: the takeover of a lost home by its backup is not built.
+/// A version kept for another home, which this server takes over if that
+/// home is lost (`server/failover.rs`).
 #[derive(Debug)]
-#[cfg_attr(not(any(test, feature = "simulator")), allow(dead_code))]
 struct Kept {
     version: u64,
     size: u64,
@@ -82,6 +81,20 @@ pub(super) enum Held {
 }
 
 impl Replicas {
+    /// The chunks kept here whose home `was_home` says.
+    pub(super) fn kept_from(&self, was_home: impl Fn(u64) -> bool) -> Vec<u64> {
+        self.kept.keys().copied().filter(|&c| was_home(c)).collect()
+    }
+
+    /// Takes the version of `chunk` kept here: (version, bytes (None:
+    /// zeros), size, protocol).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn take(&mut self, chunk: u64) -> Option<(u64, Option<Arc<[u8]>>, u64, ProtocolId)> {
+        self.kept
+            .remove(&chunk)
+            .map(|k| (k.version, k.data, k.size, k.protocol))
+    }
+
     /// The version of `chunk` kept here for its home: (version, bytes
     /// (None: zeros), size, protocol).
     #[cfg(any(test, feature = "simulator"))]
@@ -117,13 +130,13 @@ impl ServerState<'_> {
         self.topology.replication() > 1 && self.servers.len() > 1
     }
 
-    /// The backup of `chunk`: the server after its home in rank order.
+    /// The backup of `chunk`: the server alive after its home in rank order
+    /// (`topology/ring.rs`); None when it has none.
     pub(super) fn backup_of(&self, chunk: u64) -> Option<Rank> {
         if !self.replicated() {
             return None;
         }
-        let home = (chunk % self.servers.len() as u64) as usize;
-        Some(self.servers[(home + 1) % self.servers.len()])
+        self.ring.backup(chunk)
     }
 
     /// Sends `chunk`'s current version (homed here) to its backup; what
@@ -249,6 +262,25 @@ impl ServerState<'_> {
         }
     }
 
+    /// Sends `chunk` (homed here) to its backup as if for the first time:
+    /// its backup changed (a server was lost, or this one took the chunk
+    /// over). What the chunk holds back waits for the new backup; with no
+    /// backup left, it leaves now.
+    pub(super) fn rebackup(&mut self, out: &mut dyn Sender, chunk: u64) {
+        if let Some(gate) = self.replicas.gates.get_mut(&chunk) {
+            // The lost backup's acknowledgements will never come.
+            gate.acked = gate.sent;
+        }
+        self.replicate(out, chunk);
+        if let Some(gate) = self.replicas.gates.get_mut(&chunk) {
+            let sent = gate.sent;
+            for held in &mut gate.held {
+                held.0 = sent;
+            }
+        }
+        self.flush_acked(out, chunk);
+    }
+
     /// A home's replica of `chunk`, for this server to keep.
     pub(super) fn on_replica(
         &mut self,
@@ -265,10 +297,12 @@ impl ServerState<'_> {
             } else {
                 payload.len() as u64 == size
             };
-        if !fits || src != self.home_of(chunk) || self.backup_of(chunk) != Some(self.rank) {
+        // (The sender may have applied a server's loss before this one did:
+        // any server alive may be a chunk's home by then.)
+        if !fits || !self.replicated() || self.homes.contains_key(&chunk) {
             tracing::warn!(
-                "server {}: dropped a replica of chunk {chunk} from {src}: not its home's to \
-                 send here, or malformed ({} bytes for {size})",
+                "server {}: dropped a replica of chunk {chunk} from {src}: homed here, in a run \
+                 without replicas, or malformed ({} bytes for {size})",
                 self.rank,
                 payload.len()
             );
@@ -276,6 +310,21 @@ impl ServerState<'_> {
         }
         let data = (version > 0).then(|| Arc::from(payload));
         tracing::debug!("replica of chunk {chunk} version {version} from home {src}");
+        if self
+            .replicas
+            .kept
+            .get(&chunk)
+            .is_some_and(|k| k.version > version)
+        {
+            // An older home's, passed by the newer one's.
+            self.send(
+                out,
+                src,
+                &Message::ReplicaAck { chunk, version },
+                Payload::None,
+            );
+            return;
+        }
         self.replicas.kept.insert(
             chunk,
             Kept {
@@ -311,6 +360,14 @@ impl ServerState<'_> {
             return;
         };
         gate.acked += 1;
+        self.flush_acked(out, chunk);
+    }
+
+    /// Sends what `chunk` held back for replicas now acknowledged.
+    fn flush_acked(&mut self, out: &mut dyn Sender, chunk: u64) {
+        let Some(gate) = self.replicas.gates.get_mut(&chunk) else {
+            return;
+        };
         let acked = gate.acked;
         let mut ready = Vec::new();
         while gate.held.front().is_some_and(|&(needs, _)| needs <= acked) {

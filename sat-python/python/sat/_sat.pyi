@@ -51,7 +51,9 @@ class AccessDenied(SatError): ...
 class IntegrityError(SatError): ...
 class ProcessLostError(SatError):
     """A run with recovery (``satrun --enable-recovery``) lost a process that a barrier round
-    may count on; the call did not count: call it again with the count of the processes left."""
+    may count on; the call did not count: call it again with the count of the processes left.
+    Also a call a lost server took with it, in a run with replicated homes: call it again (a
+    release so failed may or may not have published: read the chunk to know)."""
 
 _BytesLike = Union[bytes, bytearray, memoryview]
 _Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]

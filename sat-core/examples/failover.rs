@@ -1,0 +1,188 @@
+//! A run with replicated homes that loses a server and goes on
+//! (`<topologies replication="2">`, and recovery: `SAT_RECOVERY=on`).
+//!
+//! ```text
+//! satrun --enable-recovery -n 6 --topology sat-core/topologies/replicated.xml \
+//!     -- target/release/examples/failover --rounds 200 --chunks 12
+//! ```
+//! Every client owns `--chunks` chunks of `--bytes` bytes (ids spread over
+//! every server's homes) and, for `--rounds` rounds, writes each of them in
+//! its own WRITE scope: a header (its rank, the chunk, the round) and bytes
+//! derived from it, so that a torn or invented version shows. A RELEASE
+//! that returns is a version two servers hold; one that fails with
+//! `ProcessLost` (a server was lost while it was under way) may or may not
+//! have been published, and the client notes it. Each round it also reads
+//! a chunk of the next client and checks it is whole and never older than
+//! one it read before. Every tenth round it prints `round N` (a test kills
+//! a server then).
+//!
+//! At the end, after a barrier of every client, each client reads back its
+//! own chunks: each must hold the round of its last release that returned
+//! (or of one under way when a server was lost), byte for byte. Calls that
+//! a server's loss caught are made again.
+
+use std::time::Duration;
+
+use sat_core::bootstrap::{run, RoleResult, Roles};
+use sat_core::client::Client;
+use sat_core::protocol::Access;
+use sat_core::SatError;
+
+/// The first client's first chunk; each client's chunks follow.
+const BASE: u64 = 1_000;
+const HEADER: usize = 16;
+
+struct Options {
+    rounds: u64,
+    chunks: u64,
+    bytes: usize,
+}
+
+/// The bytes of `rank`'s chunk `j` at `round`.
+fn fill(d: &mut [u8], rank: u32, j: u64, round: u64) {
+    d[..4].copy_from_slice(&rank.to_le_bytes());
+    d[4..8].copy_from_slice(&(j as u32).to_le_bytes());
+    d[8..16].copy_from_slice(&round.to_le_bytes());
+    for (i, b) in d[HEADER..].iter_mut().enumerate() {
+        *b = (round as usize * 31 + i * 7 + j as usize) as u8;
+    }
+}
+
+/// The (rank, chunk, round) a version holds; an error when its bytes are
+/// not exactly what that writer wrote (0 for a chunk never written).
+fn parse(d: &[u8], chunk: u64) -> Result<(u32, u64, u64), String> {
+    if d.iter().all(|&b| b == 0) {
+        return Ok((0, 0, 0));
+    }
+    let rank = u32::from_le_bytes(d[..4].try_into().unwrap());
+    let j = u64::from(u32::from_le_bytes(d[4..8].try_into().unwrap()));
+    let round = u64::from_le_bytes(d[8..16].try_into().unwrap());
+    let mut want = vec![0u8; d.len()];
+    fill(&mut want, rank, j, round);
+    if want != d {
+        return Err(format!(
+            "chunk {chunk} is not a version anyone wrote (it says rank {rank}, chunk {j}, \
+             round {round})"
+        ));
+    }
+    Ok((rank, j, round))
+}
+
+/// Calls `f` again while a server's loss fails it.
+fn again<T>(lost: &mut u64, mut f: impl FnMut() -> Result<T, SatError>) -> Result<T, SatError> {
+    loop {
+        match f() {
+            Err(SatError::ProcessLost(why)) => {
+                *lost += 1;
+                eprintln!("failover: a call failed for a loss, made again: {why}");
+            }
+            other => return other,
+        }
+    }
+}
+
+fn read(c: &Client, chunk: u64, lost: &mut u64) -> Result<(u32, u64, u64), SatError> {
+    let seen = again(lost, || {
+        c.acquire(chunk, Access::Read)?;
+        let seen = c.with_data(chunk, |d| parse(d, chunk));
+        c.release(chunk)?;
+        seen
+    })?;
+    seen.map_err(SatError::Usage)
+}
+
+fn role(c: &Client, o: &Options) -> RoleResult {
+    let rank = c.rank();
+    let clients = c.topology().clients();
+    let me = clients.iter().position(|&r| r == rank).unwrap() as u64;
+    let n = clients.len() as u64;
+    let own: Vec<u64> = (0..o.chunks).map(|j| BASE + me * o.chunks + j).collect();
+    let sizes = vec![o.bytes; own.len()];
+    c.malloc_lst(sat_core::protocol::ProtocolId::HomeMesi, &own, &sizes)?;
+    let next = (me + 1) % n;
+    let theirs: Vec<u64> = (0..o.chunks).map(|j| BASE + next * o.chunks + j).collect();
+    c.lookup_lst(&theirs, Duration::from_secs(60))?;
+    let mut lost = 0;
+    again(&mut lost, || c.barrier(1, n as u32))?;
+    println!("rank {rank} started");
+    // The round of each own chunk's last release that returned, and of one
+    // under way when a server was lost (published or not).
+    let mut acked = vec![0u64; own.len()];
+    let mut maybe = vec![0u64; own.len()];
+    let mut newest = vec![0u64; theirs.len()];
+    for round in 1..=o.rounds {
+        for (j, &chunk) in own.iter().enumerate() {
+            again(&mut lost, || c.acquire(chunk, Access::Write))?;
+            c.with_data_mut(chunk, |d| fill(d, rank, j as u64, round))?;
+            match c.release(chunk) {
+                Ok(()) => acked[j] = round,
+                Err(SatError::ProcessLost(why)) => {
+                    lost += 1;
+                    maybe[j] = round;
+                    eprintln!("failover: release of chunk {chunk} round {round}: {why}");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let k = (round % o.chunks) as usize;
+        let (_, _, seen) = read(c, theirs[k], &mut lost)?;
+        if seen < newest[k] {
+            return Err(format!(
+                "chunk {} went back from round {} to {seen}",
+                theirs[k], newest[k]
+            )
+            .into());
+        }
+        newest[k] = seen;
+        if round % 10 == 0 {
+            println!("rank {rank} round {round}");
+        }
+    }
+    again(&mut lost, || c.barrier(2, n as u32))?;
+    for (j, &chunk) in own.iter().enumerate() {
+        let (writer, k, round) = read(c, chunk, &mut lost)?;
+        let ok = writer == rank
+            && k == j as u64
+            && (round == acked[j] || (round == maybe[j] && maybe[j] > acked[j]));
+        if !ok {
+            return Err(format!(
+                "chunk {chunk} holds rank {writer}'s chunk {k} round {round}; its last release \
+                 that returned was round {} (one under way: {})",
+                acked[j], maybe[j]
+            )
+            .into());
+        }
+    }
+    again(&mut lost, || c.barrier(3, n as u32))?;
+    println!(
+        "rank {rank}: {} rounds of {} chunks, every released version read back ({lost} calls \
+         made again after a loss)",
+        o.rounds, o.chunks
+    );
+    Ok(())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let number = |name: &str, default: u64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let o = std::sync::Arc::new(Options {
+        rounds: number("--rounds", 100),
+        chunks: number("--chunks", 12).max(1),
+        bytes: (number("--bytes", 4096) as usize).max(HEADER),
+    });
+    let mut roles = Roles::new();
+    for id in 1..=8 {
+        let o = o.clone();
+        roles = roles.role(id, move |c| role(c, &o));
+    }
+    if let Err(e) = run(roles, args) {
+        eprintln!("failover: {e}");
+        std::process::exit(1);
+    }
+}

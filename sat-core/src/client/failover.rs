@@ -1,0 +1,129 @@
+//! The client's side of a server's loss in a run with replicated homes and
+//! recovery (`server/failover.rs`).
+//!
+//! Its server tells it `ServerLost` once every server alive has applied the
+//! loss (the lost server's own clients hear it from the stand-in, which
+//! serves them from then on). The lost server's homes, and, for its own
+//! clients, every path the client's messages took, are gone with what they
+//! knew of this process: its copies, scopes and requests. So:
+//! - a chunk of the lost server's (every chunk, for its own clients) that
+//!   no thread holds starts afresh: the next scope asks its new home;
+//! - a scope open on one ends when its thread ends it, with no message: a
+//!   READ as usual, a write with `ProcessLost` (nothing was published; the
+//!   chunk keeps its last released version, which its backup held);
+//! - a call waiting for such a chunk's grant fails with `ProcessLost`; so
+//!   does a RELEASE waiting for the home to say both servers hold it (it
+//!   may have been published or not: read the chunk to know), a MALLOC or
+//!   LOOKUP waiting for its home, and, for the lost server's clients, a
+//!   barrier waiting for its round (called again, it goes ahead as after a
+//!   lost process);
+//! - its subscriptions to those chunks are made again at the new homes;
+//! - it answers `LossSeen`, after which its server takes its requests about
+//!   those chunks again.
+
+use super::{ClientState, Mailbox};
+use crate::chunk::ChunkId;
+use crate::transport::{Payload, Rank, Sender, MAX_HEADER};
+use crate::wire::{self, Message};
+
+impl ClientState {
+    /// Message `ServerLost { server: lost }` from `src` (see the module's
+    /// doc). Returns whether it was taken.
+    pub(super) fn server_lost(&mut self, me: Rank, src: Rank, lost: Rank) -> bool {
+        if self.ring.is_lost(lost) || !self.ring.servers().contains(&lost) {
+            tracing::warn!(
+                "dropped news of the loss of server {lost} from {src}: known, or no server"
+            );
+            return false;
+        }
+        let moved = self.server == lost;
+        let mut after = self.ring.clone();
+        after.lose(lost);
+        let stand_in = after.stand_in(lost);
+        if src != if moved { stand_in } else { self.server } {
+            tracing::warn!(
+                "dropped news of the loss of server {lost} from {src}: not from this client's \
+                 server"
+            );
+            return false;
+        }
+        let why = if moved {
+            format!(
+                "server {lost}, this client's, was lost: its calls in progress went through it; \
+                 server {stand_in} serves it now"
+            )
+        } else {
+            format!("server {lost}, the home of the chunk, was lost")
+        };
+        tracing::warn!("{why}");
+        let affected: Vec<ChunkId> = (self.store.chunk_ids().into_iter())
+            .filter(|&c| moved || self.ring.home(c) == lost)
+            .collect();
+        for &chunk in &affected {
+            self.store.orphan(chunk, &why);
+        }
+        self.mail.home_lost(&affected, moved, &why);
+        self.ring = after;
+        if moved {
+            self.server = stand_in;
+        }
+        let server = self.server;
+        // What waits to go to it never will.
+        if let Err(e) = self.transport.remove_peer(lost) {
+            tracing::debug!("could not forget the endpoint of lost server {lost}: {e}");
+        }
+        let out: &mut dyn Sender = self.transport.as_mut();
+        send(out, server, &Message::LossSeen { server: lost });
+        for (chunk, with_data) in self.mail.events.subscribe_again(&affected) {
+            let msg = Message::Subscribe {
+                chunk,
+                client: me,
+                with_data,
+            };
+            send(out, server, &msg);
+        }
+        if moved {
+            if let Some((published, received)) =
+                self.mail.done_sent.filter(|_| !self.mail.done_acked)
+            {
+                // Its end went to the lost server: the stand-in hears it.
+                let msg = Message::ClientDone {
+                    published,
+                    received,
+                };
+                send(out, stand_in, &msg);
+            }
+        }
+        true
+    }
+}
+
+impl Mailbox {
+    /// The waits of this client that the loss ends (see the module's doc).
+    fn home_lost(&mut self, chunks: &[ChunkId], moved: bool, why: &str) {
+        for chunk in chunks {
+            if let Some((due, got)) = self.durable.get_mut(chunk) {
+                if *got < *due {
+                    self.durable_lost.insert(*chunk, (*due, why.to_owned()));
+                    *got = *due;
+                }
+            }
+        }
+        for (number, (chunk, answer)) in self.alloc.iter() {
+            if answer.is_none() && (moved || chunks.contains(chunk)) {
+                self.alloc_lost.insert(*number, why.to_owned());
+            }
+        }
+        if moved {
+            self.sync.arrivals_lost();
+        }
+    }
+}
+
+fn send(out: &mut dyn Sender, to: Rank, msg: &Message) {
+    let mut header = [0u8; MAX_HEADER];
+    let n = wire::encode(msg, &mut header).expect("fits a header");
+    if let Err(e) = out.send(to, &header[..n], Payload::None) {
+        tracing::warn!("could not send {} to server {to}: {e}", msg.kind());
+    }
+}
