@@ -143,6 +143,20 @@ struct HomeEntry {
 }
 
 impl HomeEntry {
+    /// A chunk of `protocol` whose home side is `side`, kept in the home's
+    /// own memory: no subscriber yet, no slot, no key epochs, not adaptive.
+    fn new(protocol: ProtocolId, side: Box<dyn HomeSide>) -> HomeEntry {
+        HomeEntry {
+            protocol,
+            side,
+            subscribers: Default::default(),
+            slot: None,
+            published: 0,
+            epochs: None,
+            adapt: None,
+        }
+    }
+
     /// The protocol the chunk runs now: its allocation's, or the one an
     /// adaptive chunk switched to.
     fn running(&self) -> ProtocolId {
@@ -1122,13 +1136,10 @@ impl ServerState<'_> {
                     self.homes.insert(
                         chunk,
                         HomeEntry {
-                            protocol,
-                            side,
-                            subscribers: Default::default(),
                             slot,
-                            published: 0,
                             epochs: protected.then(epochs::EpochLine::default),
                             adapt: adaptive.then(switch::Adapt::new),
+                            ..HomeEntry::new(protocol, side)
                         },
                     );
                     if self.homes[&chunk].slot.is_none() {

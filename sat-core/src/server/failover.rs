@@ -304,18 +304,7 @@ impl ServerState<'_> {
             "server {}: took chunk {chunk} over at version {version}",
             self.rank
         );
-        self.homes.insert(
-            chunk,
-            HomeEntry {
-                protocol,
-                side,
-                subscribers: Default::default(),
-                slot: None,
-                published: 0,
-                epochs: None,
-                adapt: None,
-            },
-        );
+        self.homes.insert(chunk, HomeEntry::new(protocol, side));
         let _ = self
             .alloc
             .malloc(chunk, size, protocol, crate::chunk::NO_LABEL);
