@@ -1020,6 +1020,24 @@ impl Client {
                 return Err(e);
             }
         }
+        // A chunk granted first may have lost its home while a later one
+        // was waited for (`client/failover.rs`): the chain is not one
+        // version any more.
+        let orphaned = {
+            let st = self.lock();
+            (ids.iter()).find_map(|&id| st.store.get(id).and_then(|c| c.orphaned.clone()))
+        };
+        if let Some(why) = orphaned {
+            for &id in &ids {
+                self.abort_retrying(id);
+            }
+            return Err(SatError::ProcessLost(format!(
+                "{} of the chain that starts at chunk {}: {why} while the chain was acquired; \
+                 call again",
+                access_name(access),
+                chain.first()
+            )));
+        }
         Ok(())
     }
 
@@ -1127,6 +1145,16 @@ impl Client {
                 st.store.leave_orphan(chunk, me);
             }
             let c = st.store.get_mut(chunk).expect("placed");
+            if let (Some(why), true) = (&c.orphaned, c.holders.contains(&me)) {
+                // Nested in a scope of this thread that its home's loss
+                // ended: the home no longer knows of it.
+                return Err(SatError::ProcessLost(format!(
+                    "{} of chunk {chunk}: {why} while this thread held a scope on it: end \
+                     that scope, then call again",
+                    access_name(access)
+                )));
+            }
+            let c = st.store.get_mut(chunk).expect("placed");
             // A diffing protocol's writers take a host slot's lock in turn
             // and publish whole versions there: a WRITE reads the current
             // version first, or it would publish stale copies of others'
@@ -1148,11 +1176,19 @@ impl Client {
             let switching = |c: &crate::store::LocalChunk| {
                 (c.switch_to.is_some() && !c.holders.contains(&me)) || c.reask.is_some()
             };
-            if (beside && must_wait(c.side.as_ref(), access)) || acking(c) || switching(c) {
+            // Scopes on a chunk whose home was lost end without it: a new
+            // one waits for them, then asks the new home
+            // (`client/failover.rs`).
+            let orphaned = |c: &crate::store::LocalChunk| c.orphaned.is_some();
+            if (beside && must_wait(c.side.as_ref(), access))
+                || acking(c)
+                || switching(c)
+                || (beside && orphaned(c))
+            {
                 drop(guard);
                 self.wait(None, |st| {
                     let c = st.store.get(chunk)?;
-                    let free = if switching(c) {
+                    let free = if switching(c) || (orphaned(c) && !c.holders.is_empty()) {
                         false
                     } else if c.holders.is_empty() {
                         !acking(c)
@@ -2034,6 +2070,8 @@ struct Mailbox {
     losses: Vec<(Rank, Rank)>,
     /// The counters this client's `ClientDone` carried, once sent.
     done_sent: Option<(u64, u64)>,
+    /// It told its server it waits for events only (`ClientIdle`).
+    idle_told: bool,
 }
 
 impl ClientState {

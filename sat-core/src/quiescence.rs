@@ -293,6 +293,12 @@ pub struct Waves {
     last: Option<(u64, u64)>,
     next_at: Option<Instant>,
     pause: Duration,
+    /// Per server: lost (a run with replicated homes outlived it,
+    /// `server/failover.rs`): it answers no wave, and the counts it held
+    /// are gone with it.
+    lost: Vec<bool>,
+    /// Waves in a row, not busy, with the same totals.
+    same: u32,
 }
 
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
@@ -308,7 +314,26 @@ impl Waves {
             last: None,
             next_at: None,
             pause: FIRST_PAUSE,
+            lost: vec![false; servers],
+            same: 0,
         }
+    }
+
+    /// Server number `i` is lost: it answers no wave, and the counters of
+    /// the publications and notifications it took in or sent are gone, so
+    /// the totals can no longer balance. From then on the run is quiescent
+    /// once three waves in a row, apart, find no client busy and nothing
+    /// moved: a notification on its way through all three could then be
+    /// missed (the weaker test a run pays for outliving a server).
+    pub fn server_lost(&mut self, i: usize) {
+        self.server_done(i);
+        if let Some(l) = self.lost.get_mut(i) {
+            *l = true;
+        }
+        // A wave still collecting (which it may have answered or not) is
+        // given up: the next one waits only for the servers left.
+        self.collecting = None;
+        self.next_at = None;
     }
 
     /// Server number `i` (its index in the server list) has no client
@@ -326,6 +351,14 @@ impl Waves {
         }
     }
 
+    /// Server number `i` has clients not done again (it took over a lost
+    /// server's).
+    pub fn server_undone(&mut self, i: usize) {
+        if let Some(d) = self.done.get_mut(i) {
+            *d = false;
+        }
+    }
+
     /// The next wave to send, if one is due at `now`.
     pub fn due(&mut self, now: Instant) -> Option<u64> {
         // Waves only while some client waits: otherwise the plain
@@ -339,7 +372,8 @@ impl Waves {
             return None;
         }
         self.wave += 1;
-        self.collecting = Some((self.quiet.len(), false, 0, 0));
+        let answering = self.lost.iter().filter(|&&l| !l).count();
+        self.collecting = Some((answering, false, 0, 0));
         Some(self.wave)
     }
 
@@ -362,11 +396,17 @@ impl Waves {
             "quiescence: wave {} busy {busy} sent {sent} received {received}",
             r.wave
         );
-        let over = !busy && sent == received && self.last == Some(totals);
+        let same = !busy && self.last == Some(totals);
+        self.same = if same { self.same + 1 } else { 0 };
+        let over = if self.lost.iter().any(|&l| l) {
+            self.same >= 2
+        } else {
+            same && sent == received
+        };
         self.last = (!busy).then_some(totals);
         if !over {
             // Back to back when the first of a pair of waves just passed.
-            let pause = if !busy && sent == received {
+            let pause = if !busy && sent == received && !self.lost.iter().any(|&l| l) {
                 Duration::ZERO
             } else {
                 let p = self.pause;

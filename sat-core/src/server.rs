@@ -467,6 +467,13 @@ impl<'t> Server<'t> {
         self.st.replicas.replica(chunk)
     }
 
+    /// Whether a version applied here waits for its backup (the moment a
+    /// server's death may take a version with it).
+    #[cfg(feature = "simulator")]
+    pub(crate) fn replicating(&self) -> bool {
+        self.st.replicas.in_flight()
+    }
+
     /// The protocol chunk `chunk`, homed here, was allocated with.
     #[cfg(feature = "simulator")]
     pub(crate) fn protocol_of(&self, chunk: u64) -> Option<ProtocolId> {
@@ -510,12 +517,19 @@ impl<'t> Server<'t> {
     /// The seed hears that server `server` is lost (as its watch would
     /// tell it), in a run whose backups take its part over
     /// (`server/failover.rs`).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "simulator"))]
     pub(crate) fn server_lost(&mut self, transport: &mut dyn Transport, server: Rank) {
         assert_eq!(self.st.rank, SEED, "only the seed hears of losses");
         assert!(self.st.cannot_fail_over(server).is_none());
         self.st
             .seed_server_lost(transport, server, "the test killed it");
+    }
+
+    /// The seed hears that `client` finished the run, as its watch would
+    /// when the process says goodbye.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn said_goodbye(&mut self, transport: &mut dyn Transport, client: Rank) {
+        self.st.said_goodbye(transport, client);
     }
 
     /// detaching: forget it everywhere, as the desk's (or the watch's)
@@ -758,6 +772,14 @@ impl ServerState<'_> {
         if !src_is_server && self.fenced_off(m.src, &msg) {
             return;
         }
+        // A chunk taken over from a lost server waits until no client can
+        // hold a copy its new home does not know of (`server/failover.rs`).
+        if let Message::Coherence { chunk, .. } = msg {
+            if self.homes.contains_key(&chunk) && self.sealed(chunk) {
+                self.park(&m);
+                return;
+            }
+        }
         if self.outlives_clients() && !src_is_server && self.client_done[m.src as usize] {
             // A message of a client that has detached or died, or a forged
             // one in the name of a free slot.
@@ -861,9 +883,26 @@ impl ServerState<'_> {
             Message::LossApplied { server } if src_is_server => {
                 self.loss_applied(out, m.src, server)
             }
-            Message::LossSeen { .. } if !src_is_server => {}
+            Message::LossSeen { server } if !src_is_server && self.is_my_client(m.src) => {
+                self.moved_client_ready(out, m.src, server)
+            }
+            Message::ClientsSeen { server } if src_is_server && self.ring.is_lost(server) => {
+                self.clients_seen(out, m.src, server)
+            }
+            Message::Moved { client }
+                if src_is_server
+                    && client < self.topology.len()
+                    && m.src == self.serving(client) =>
+            {
+                self.forget_client_at_homes(out, client)
+            }
             Message::ClientFinished { client } if m.src == SEED && self.is_my_client(client) => {
                 self.client_finished(out, client)
+            }
+            Message::Adopted { server, busy }
+                if self.rank == SEED && src_is_server && self.ring.is_lost(server) =>
+            {
+                self.adopted(m.src, server, busy)
             }
             Message::AllocReply { client, .. } if src_is_server && self.is_my_client(client) => {
                 self.send_to_client(out, client, &msg)
@@ -878,6 +917,7 @@ impl ServerState<'_> {
                     self.clients_left -= 1;
                 }
                 self.accounts.client_done(m.src, published, received);
+                self.unfence(out, m.src);
                 self.report_wave_if_complete(out);
                 if self.service.is_some() {
                     // A service's client is acknowledged once every server
@@ -929,7 +969,9 @@ impl ServerState<'_> {
             Message::Sync { client, op } => {
                 self.sync(out, (m.src, src_is_server), client, op, m.payload)
             }
-            Message::Subscribe { chunk, client, .. } | Message::Unsubscribe { chunk, client } => {
+            Message::Subscribe { chunk, client, .. }
+            | Message::Resubscribe { chunk, client, .. }
+            | Message::Unsubscribe { chunk, client } => {
                 self.subscription(out, m.src, src_is_server, chunk, client, &msg)
             }
             Message::Subscribed { client, .. } | Message::Notify { client, .. }

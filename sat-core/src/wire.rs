@@ -242,6 +242,30 @@ pub enum Message {
     /// Seed -> the server now serving `client`: the client finished the run
     /// (it said goodbye) while its own server was lost.
     ClientFinished { client: Rank },
+    /// Client -> the chunk's new home, once a lost server took the chunk's
+    /// subscriptions with it (`client/failover.rs`): as `Subscribe`, and
+    /// the home tells it the current version at once if it is newer than
+    /// `seen`, the newest it was told (a release may have come between the
+    /// loss and this).
+    Resubscribe {
+        chunk: u64,
+        client: Rank,
+        with_data: bool,
+        seen: u64,
+    },
+    /// Stand-in -> every other server: `client`, a lost server's, has
+    /// dropped every copy and scope it had (it said `LossSeen`): the homes
+    /// forget it as one that left, and stop waiting for it.
+    Moved { client: Rank },
+    /// Server -> the stand-in of lost server `server`: every client of
+    /// this server (and, from the stand-in itself, every client it took
+    /// over) has said `LossSeen`: none holds a copy of the lost server's
+    /// chunks any more, so their new home may write them.
+    ClientsSeen { server: Rank },
+    /// Stand-in -> seed: it serves lost server `server`'s clients now, for
+    /// the termination protocol; `busy` when some of them are not done (it
+    /// is then not done either, whatever it said before).
+    Adopted { server: Rank, busy: bool },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -525,6 +549,10 @@ impl Message {
             Message::LossApplied { .. } => "loss_applied",
             Message::LossSeen { .. } => "loss_seen",
             Message::ClientFinished { .. } => "client_finished",
+            Message::Adopted { .. } => "adopted",
+            Message::Resubscribe { .. } => "resubscribe",
+            Message::Moved { .. } => "moved",
+            Message::ClientsSeen { .. } => "clients_seen",
         }
     }
 }

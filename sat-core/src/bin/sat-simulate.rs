@@ -76,7 +76,7 @@ fn main() -> ExitCode {
     let end = o.from + o.seeds;
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     let totals = Mutex::new((
-        0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
+        0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
     ));
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(o.seeds.max(1)) {
@@ -101,6 +101,7 @@ fn main() -> ExitCode {
                         t.10 += out.lost;
                         t.11 += out.held;
                         t.12 += out.backed_up;
+                        t.13 += out.servers_lost;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -128,6 +129,7 @@ fn main() -> ExitCode {
         lost,
         held,
         backed_up,
+        servers_lost,
     ) = totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
@@ -135,7 +137,8 @@ fn main() -> ExitCode {
          {pushed} chunks pushed as barriers ended, {switches} protocol switches applied, {moved} \
          homes moved, {spilled} versions read back from spill files, {lost} clients lost by \
          runs with recovery, {held} notifications held back for subscribers behind, \
-         {backed_up} homes found whole at their backup; {host} \
+         {backed_up} homes found whole at their backup, {servers_lost} servers lost by runs with \
+         replicated homes that went on; {host} \
          passing runs kept their versions \
          in host slots",
         o.seeds,

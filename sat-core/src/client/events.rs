@@ -256,14 +256,14 @@ impl Queue {
     /// The home of `chunks` was lost with their subscriptions: the
     /// confirmations still due from it will never come, and each chunk some
     /// subscription includes is to be asked for again. Returns the
-    /// SUBSCRIBEs to send: (chunk, with data).
-    pub fn subscribe_again(&mut self, chunks: &[u64]) -> Vec<(u64, bool)> {
+    /// SUBSCRIBEs to send: (chunk, with data, the newest version told).
+    pub fn subscribe_again(&mut self, chunks: &[u64]) -> Vec<(u64, bool, u64)> {
         let mut asks = Vec::new();
         for chunk in chunks {
             if let Some(w) = self.wires.get_mut(chunk).filter(|w| !w.topics.is_empty()) {
                 w.confirmed = w.asked;
                 w.asked += 1;
-                asks.push((*chunk, w.with_data));
+                asks.push((*chunk, w.with_data, w.newest));
             }
         }
         asks
@@ -764,7 +764,6 @@ impl Client {
     /// runs handlers until no subscription and no event is left, or the run
     /// says nothing can notify this client any more.
     pub(crate) fn serve_subscriptions(&self) -> SatResult<()> {
-        let mut told_server = false;
         loop {
             self.run_pending_handlers()?;
             {
@@ -774,8 +773,7 @@ impl Client {
                 if (q.subscriptions.is_empty() && q.pending.is_empty()) || st.mail.stop {
                     return Ok(());
                 }
-                if !told_server {
-                    told_server = true;
+                if !std::mem::replace(&mut st.mail.idle_told, true) {
                     tracing::debug!(
                         "role returned: waiting for the events of {} subscriptions",
                         q.subscriptions.len()

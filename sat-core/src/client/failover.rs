@@ -62,7 +62,9 @@ impl ClientState {
         for &chunk in &affected {
             self.store.orphan(chunk, &why);
         }
-        self.mail.home_lost(&affected, moved, &why);
+        let ring = &self.ring;
+        let was_home = |chunk: ChunkId| moved || ring.home(chunk) == lost;
+        self.mail.home_lost(&affected, was_home, moved, &why);
         self.ring = after;
         if moved {
             self.server = stand_in;
@@ -74,24 +76,28 @@ impl ClientState {
         }
         let out: &mut dyn Sender = self.transport.as_mut();
         send(out, server, &Message::LossSeen { server: lost });
-        for (chunk, with_data) in self.mail.events.subscribe_again(&affected) {
-            let msg = Message::Subscribe {
+        for (chunk, with_data, seen) in self.mail.events.subscribe_again(&affected) {
+            let msg = Message::Resubscribe {
                 chunk,
                 client: me,
                 with_data,
+                seen,
             };
             send(out, server, &msg);
         }
+        if moved && self.mail.idle_told {
+            // It waits for events only: the stand-in hears it too.
+            send(out, server, &Message::ClientIdle);
+        }
         if moved {
-            if let Some((published, received)) =
-                self.mail.done_sent.filter(|_| !self.mail.done_acked)
-            {
-                // Its end went to the lost server: the stand-in hears it.
+            // Its end went to the lost server (acknowledged or not): the
+            // stand-in hears it.
+            if let Some((published, received)) = self.mail.done_sent {
                 let msg = Message::ClientDone {
                     published,
                     received,
                 };
-                send(out, stand_in, &msg);
+                send(out, server, &msg);
             }
         }
         true
@@ -100,7 +106,13 @@ impl ClientState {
 
 impl Mailbox {
     /// The waits of this client that the loss ends (see the module's doc).
-    fn home_lost(&mut self, chunks: &[ChunkId], moved: bool, why: &str) {
+    fn home_lost(
+        &mut self,
+        chunks: &[ChunkId],
+        was_home: impl Fn(ChunkId) -> bool,
+        moved: bool,
+        why: &str,
+    ) {
         for chunk in chunks {
             if let Some((due, got)) = self.durable.get_mut(chunk) {
                 if *got < *due {
@@ -110,7 +122,7 @@ impl Mailbox {
             }
         }
         for (number, (chunk, answer)) in self.alloc.iter() {
-            if answer.is_none() && (moved || chunks.contains(chunk)) {
+            if answer.is_none() && was_home(*chunk) {
                 self.alloc_lost.insert(*number, why.to_owned());
             }
         }

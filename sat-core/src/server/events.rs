@@ -157,6 +157,10 @@ impl ServerState<'_> {
             }
             return;
         }
+        // A version to tell comes back from its spill file first.
+        if matches!(msg, Message::Resubscribe { .. }) && !self.bring_in(chunk) {
+            return;
+        }
         let Some(entry) = self.homes.get_mut(&chunk) else {
             tracing::warn!(
                 "server {}: {} of chunk {chunk}, which nobody allocated: dropped",
@@ -173,6 +177,29 @@ impl ServerState<'_> {
                 entry.subscribers_changed();
                 tracing::debug!("chunk {chunk}: client {client} subscribed (data: {with_data})");
                 self.send_to_client(out, client, &Message::Subscribed { chunk, client });
+            }
+            Message::Resubscribe {
+                with_data, seen, ..
+            } => {
+                entry.subscribers.insert(client, with_data);
+                tracing::debug!(
+                    "chunk {chunk}: client {client} subscribed again (data: {with_data}, seen \
+                     version {seen})"
+                );
+                let (version, data) = entry.current();
+                self.send_to_client(out, client, &Message::Subscribed { chunk, client });
+                // A version it was not told of (applied since its home was
+                // lost, or whose notifications the lost home held back for
+                // its backup), once its backup holds it.
+                if version > seen {
+                    let notify = super::replicas::Held::NotifyOne {
+                        client,
+                        version,
+                        with_data,
+                        data,
+                    };
+                    self.send_or_hold(out, chunk, notify);
+                }
             }
             _ => {
                 entry.subscribers.remove(&client);
@@ -501,10 +528,12 @@ impl ServerState<'_> {
 
     /// The run is quiescent: every client still here waits in vain.
     pub(super) fn stop_waiting_clients(&mut self, out: &mut dyn Sender) {
-        for c in self.topology.clients_of(self.rank).to_vec() {
-            if !self.client_done[c as usize] {
-                self.send(out, c, &Message::Stop, Payload::None);
-            }
+        // (Those a lost server's stand-in serves too: `server/failover.rs`.)
+        let clients: Vec<Rank> = (0..self.topology.len())
+            .filter(|&c| self.is_my_client(c) && !self.client_done[c as usize])
+            .collect();
+        for c in clients {
+            self.send(out, c, &Message::Stop, Payload::None);
         }
     }
 }

@@ -49,9 +49,20 @@ pub(super) struct Failover {
     fenced: BTreeMap<Rank, BTreeSet<Rank>>,
     /// Lost servers whose endpoints go after the poll.
     pub(super) forget: Vec<Rank>,
-    /// Seed: the processes that said goodbye ([`crate::wire::ToSeed`]'s
-    /// `Bye`): a client of a lost server that had finished is done.
-    pub(super) finished: BTreeSet<Rank>,
+    /// The stand-in: the chunks it took over from each lost server, whose
+    /// coherence requests wait (`parked`) until every client has dropped its
+    /// copies of them (a copy their new home does not know of would be read
+    /// after a write it never invalidated), and the servers still to say so.
+    sealed: BTreeMap<Rank, (BTreeSet<u64>, BTreeSet<Rank>)>,
+    /// Coherence requests for sealed chunks: (source, header, payload).
+    parked: Vec<(Rank, Vec<u8>, Vec<u8>)>,
+    /// The stand-in: the lost server's clients that have not said
+    /// `LossSeen` yet, per lost server.
+    unseen: BTreeMap<Rank, BTreeSet<Rank>>,
+    /// Seed: the clients that are gone, having said goodbye (they finished
+    /// the run) or been lost: a lost server's client among them is done for
+    /// its stand-in.
+    pub(super) gone: BTreeSet<Rank>,
 }
 
 impl ServerState<'_> {
@@ -79,7 +90,12 @@ impl ServerState<'_> {
             "server {server} was lost ({why}); its chunks are served by their backups and its \
              clients by server {stand_in}: the run goes on without it"
         );
-        self.mark_server_done(server);
+        // It is done for the termination protocol once its stand-in says it
+        // serves its clients (`adopted`).
+        let i = self.servers.iter().position(|&s| s == server);
+        if let (Some(w), Some(i)) = (self.waves.as_mut(), i) {
+            w.server_lost(i);
+        }
         // It will not acknowledge the shutdown.
         self.acks_left = self.acks_left.saturating_sub(1);
         let others: Vec<Rank> = self
@@ -93,17 +109,17 @@ impl ServerState<'_> {
         self.apply_server_loss(out, server);
         let finished: Vec<Rank> = (self.topology.clients_of(server).iter())
             .copied()
-            .filter(|c| self.failover.finished.contains(c))
+            .filter(|c| self.failover.gone.contains(c))
             .collect();
         for client in finished {
             self.finished_elsewhere(out, client);
         }
     }
 
-    /// Seed: `client` said goodbye; if its server is lost, the server that
-    /// serves it now is told it finished.
+    /// Seed: `client` is gone (it said goodbye, or was lost); if its server
+    /// is lost, the server that serves it now is told it is done.
     pub(super) fn said_goodbye(&mut self, out: &mut dyn Sender, client: Rank) {
-        self.failover.finished.insert(client);
+        self.failover.gone.insert(client);
         let own = self.topology.server_of(client);
         if self.ring.is_lost(own) {
             self.finished_elsewhere(out, client);
@@ -130,6 +146,7 @@ impl ServerState<'_> {
         );
         self.clients_left -= 1;
         self.accounts.client_lost(client, true);
+        self.unfence(out, client);
         self.announce_departure(out, client, false);
     }
 
@@ -158,11 +175,12 @@ impl ServerState<'_> {
             "server {}: server {lost} is lost; server {stand_in} stands in for it",
             self.rank
         );
-        // Every home forgets the lost server's clients: what they held or
-        // asked for went through it.
+        // The lost server's clients: what they asked for went through it.
+        // The homes forget their copies and scopes once they have dropped
+        // them (`moved_client_ready`): till then a write of a chunk they
+        // hold waits, or one could read a copy its home no longer tracks.
         let moved: Vec<Rank> = self.topology.clients_of(lost).to_vec();
         for &client in &moved {
-            self.forget_client_at_homes(out, client);
             if self.rank == SEED {
                 let mut answers = Vec::new();
                 self.coordinator.client_lost(client, &mut answers);
@@ -171,18 +189,41 @@ impl ServerState<'_> {
                 }
             }
         }
+        let mut taken = BTreeSet::new();
         for chunk in orphans {
-            self.take_over_replica(out, chunk);
+            if self.take_over_replica(out, chunk) {
+                taken.insert(chunk);
+            }
+        }
+        if stand_in == self.rank {
+            let servers: BTreeSet<Rank> = self.ring.alive().collect();
+            self.failover.sealed.insert(lost, (taken, servers));
         }
         for chunk in rebackup {
             self.rebackup(out, chunk);
         }
         if stand_in == self.rank {
+            let mut busy = false;
             for &client in &moved {
                 if !self.client_done[client as usize] {
                     self.clients_left += 1;
+                    busy = true;
                 }
                 self.accounts.adopt(client);
+            }
+            let unseen: BTreeSet<Rank> = (moved.iter().copied())
+                .filter(|&c| !self.client_done[c as usize])
+                .collect();
+            self.failover.unseen.insert(lost, unseen);
+            // The seed counts this server done again once they are.
+            if busy {
+                self.told_seed = false;
+            }
+            let adopted = Message::Adopted { server: lost, busy };
+            if self.rank == SEED {
+                self.adopted(self.rank, lost, busy);
+            } else {
+                self.send(out, SEED, &adopted, Payload::None);
             }
         }
         // Our own clients' requests about the lost server's chunks, sent
@@ -209,6 +250,99 @@ impl ServerState<'_> {
             .or_default()
             .insert(self.rank);
         self.tell_clients_once_applied(out, lost);
+        self.clients_seen_if_all(out, lost);
+    }
+
+    /// Tells the stand-in of `lost` when every client of ours (and, on the
+    /// stand-in, every client it took over) has seen its loss.
+    fn clients_seen_if_all(&mut self, out: &mut dyn Sender, lost: Rank) {
+        let fenced = self.failover.fenced.values().any(|l| l.contains(&lost));
+        let unseen = self
+            .failover
+            .unseen
+            .get(&lost)
+            .is_some_and(|u| !u.is_empty());
+        if fenced || unseen || !self.ring.is_lost(lost) {
+            return;
+        }
+        let stand_in = self.ring.stand_in(lost);
+        if stand_in == self.rank {
+            self.clients_seen(out, self.rank, lost);
+        } else {
+            self.send(
+                out,
+                stand_in,
+                &Message::ClientsSeen { server: lost },
+                Payload::None,
+            );
+        }
+    }
+
+    /// Server `src` says its clients have all seen the loss of `lost`: once
+    /// every server has, the chunks taken over from it are opened, and the
+    /// requests that waited for them are handled.
+    pub(super) fn clients_seen(&mut self, out: &mut dyn Sender, src: Rank, lost: Rank) {
+        let Some((_, waiting)) = self.failover.sealed.get_mut(&lost) else {
+            return;
+        };
+        waiting.remove(&src);
+        if !waiting.iter().all(|&s| self.ring.is_lost(s)) {
+            return;
+        }
+        self.failover.sealed.remove(&lost);
+        tracing::debug!(
+            "server {}: every client saw the loss of server {lost}: its chunks are open",
+            self.rank
+        );
+        for (src, header, payload) in std::mem::take(&mut self.failover.parked) {
+            let m = crate::transport::Received {
+                src,
+                header: &header,
+                payload: &payload,
+            };
+            self.handle(out, m);
+        }
+    }
+
+    /// Whether a coherence request for `chunk` must wait: a chunk taken
+    /// over from a lost server, which some client may still hold a copy of.
+    pub(super) fn sealed(&self, chunk: u64) -> bool {
+        self.failover
+            .sealed
+            .values()
+            .any(|(chunks, _)| chunks.contains(&chunk))
+    }
+
+    /// Keeps a request for a sealed chunk until it opens.
+    pub(super) fn park(&mut self, m: &crate::transport::Received<'_>) {
+        (self.failover.parked).push((m.src, m.header.to_vec(), m.payload.to_vec()));
+    }
+
+    /// A client of ours is done or gone: it will say no `LossSeen`.
+    pub(super) fn unfence(&mut self, out: &mut dyn Sender, client: Rank) {
+        let mut lost: BTreeSet<Rank> = self.failover.fenced.remove(&client).unwrap_or_default();
+        for (l, unseen) in self.failover.unseen.iter_mut() {
+            if unseen.remove(&client) {
+                lost.insert(*l);
+            }
+        }
+        for l in lost {
+            self.clients_seen_if_all(out, l);
+        }
+    }
+
+    /// Seed: `stand_in` serves lost server `lost`'s clients now: `lost` is
+    /// done for the termination protocol, and `stand_in` is not while
+    /// `busy` (some of them are not done).
+    pub(super) fn adopted(&mut self, stand_in: Rank, lost: Rank, busy: bool) {
+        self.mark_server_done(lost);
+        if busy && std::mem::replace(&mut self.server_done[stand_in as usize], false) {
+            self.servers_left += 1;
+            let i = self.servers.iter().position(|&s| s == stand_in);
+            if let (Some(w), Some(i)) = (self.waves.as_mut(), i) {
+                w.server_undone(i);
+            }
+        }
     }
 
     /// Server `src` has applied the loss of `lost`.
@@ -254,13 +388,14 @@ impl ServerState<'_> {
             if lost.is_empty() {
                 self.failover.fenced.remove(&src);
             }
-            return true;
+            return false;
         }
         let chunk = match *msg {
             Message::Coherence { chunk, .. }
             | Message::Malloc { chunk, .. }
             | Message::Lookup { chunk, .. }
             | Message::Subscribe { chunk, .. }
+            | Message::Resubscribe { chunk, .. }
             | Message::Unsubscribe { chunk, .. } => chunk,
             _ => return false,
         };
@@ -281,12 +416,12 @@ impl ServerState<'_> {
 
     /// The stand-in makes a home of the replica of `chunk` that the lost
     /// server sent it.
-    fn take_over_replica(&mut self, out: &mut dyn Sender, chunk: u64) {
+    fn take_over_replica(&mut self, out: &mut dyn Sender, chunk: u64) -> bool {
         let Some((version, bytes, size, protocol)) = self.replicas.take(chunk) else {
-            return;
+            return false;
         };
         if self.home_of(chunk) != self.rank || self.homes.contains_key(&chunk) {
-            return;
+            return false;
         }
         let data = bytes.unwrap_or_else(|| vec![0u8; size as usize].into());
         let Some(side) = protocol
@@ -298,7 +433,7 @@ impl ServerState<'_> {
                 self.rank,
                 protocol.name()
             );
-            return;
+            return false;
         };
         tracing::debug!(
             "server {}: took chunk {chunk} over at version {version}",
@@ -311,12 +446,34 @@ impl ServerState<'_> {
         self.spill.used(chunk, size as usize);
         self.make_room(chunk);
         self.rebackup(out, chunk);
+        true
+    }
+
+    /// The stand-in hears `LossSeen` from `client` (one of ours): if it was
+    /// the lost server's, it has dropped every copy and scope it had, and
+    /// every home forgets it.
+    pub(super) fn moved_client_ready(&mut self, out: &mut dyn Sender, client: Rank, lost: Rank) {
+        // One of ours from the start: its fence is lifted (`fenced_off`).
+        let own = self.topology.server_of(client);
+        if !self.ring.is_lost(own) {
+            self.clients_seen_if_all(out, lost);
+            return;
+        }
+        if let Some(unseen) = self.failover.unseen.get_mut(&lost) {
+            unseen.remove(&client);
+        }
+        self.clients_seen_if_all(out, lost);
+        let others: Vec<Rank> = self.ring.alive().filter(|&s| s != self.rank).collect();
+        for s in others {
+            self.send(out, s, &Message::Moved { client }, Payload::None);
+        }
+        self.forget_client_at_homes(out, client);
     }
 
     /// Every home here forgets `client` as one that left: its scopes are
     /// revoked, its copies and requests forgotten, its subscriptions
     /// dropped (it subscribes again once told).
-    fn forget_client_at_homes(&mut self, out: &mut dyn Sender, client: Rank) {
+    pub(super) fn forget_client_at_homes(&mut self, out: &mut dyn Sender, client: Rank) {
         let chunks: Vec<u64> = self.homes.keys().copied().collect();
         let mut outs = std::mem::take(&mut self.home_out);
         for chunk in chunks {

@@ -96,6 +96,8 @@ impl ServerState<'_> {
         }
         self.bracket_drop(client);
         self.client_done[client as usize] = true;
+        // It will not say it saw a server's loss (`server/failover.rs`).
+        self.unfence(out, client);
         // First the departure, which may tell subscribers of a release it
         // made: a wave that completes below must count those notifications.
         self.announce_departure(out, client, true);

@@ -143,6 +143,8 @@ impl ServerState<'_> {
             if self.topology.get(rank).is_none() {
                 continue;
             }
+            // Should its server be lost, its stand-in counts it done.
+            self.failover.gone.insert(rank);
             let server = self.serving(rank);
             if server == self.rank {
                 if self.client_done[rank as usize] {

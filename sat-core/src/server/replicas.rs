@@ -70,6 +70,14 @@ pub(super) enum Held {
     Answers(Vec<Out<ToClient>>),
     /// The subscribers' notifications of `version`.
     Notify { version: u64, data: Arc<[u8]> },
+    /// One subscriber's notification of `version` (it subscribed again at
+    /// a new home: `server/failover.rs`).
+    NotifyOne {
+        client: Rank,
+        version: u64,
+        with_data: bool,
+        data: Arc<[u8]>,
+    },
     /// The writer's release is held by both servers.
     Durable { client: Rank, version: u64 },
     /// An allocation request's answer.
@@ -81,6 +89,12 @@ pub(super) enum Held {
 }
 
 impl Replicas {
+    /// Whether some replica sent from here waits for its acknowledgement.
+    #[cfg(feature = "simulator")]
+    pub(super) fn in_flight(&self) -> bool {
+        self.gates.values().any(|g| g.acked < g.sent)
+    }
+
     /// The chunks kept here whose home `was_home` says.
     pub(super) fn kept_from(&self, was_home: impl Fn(u64) -> bool) -> Vec<u64> {
         self.kept.keys().copied().filter(|&c| was_home(c)).collect()
@@ -142,6 +156,11 @@ impl ServerState<'_> {
     /// Sends `chunk`'s current version (homed here) to its backup; what
     /// the chunk sends from now on waits for the acknowledgement.
     pub(super) fn replicate(&mut self, out: &mut dyn Sender, chunk: u64) {
+        // A version spilled to a file comes back first (a new backup after
+        // a loss is sent every chunk).
+        if !self.homes.contains_key(&chunk) || !self.bring_in(chunk) {
+            return;
+        }
         let (Some(backup), Some(entry)) = (self.backup_of(chunk), self.homes.get(&chunk)) else {
             return;
         };
@@ -246,6 +265,26 @@ impl ServerState<'_> {
         match held {
             Held::Answers(mut outs) => self.send_home_answers(out, chunk, &mut outs),
             Held::Notify { version, data } => self.notify(out, chunk, version, Some(data)),
+            Held::NotifyOne {
+                client,
+                version,
+                with_data,
+                data,
+            } => {
+                self.accounts.count_notified();
+                let msg = Message::Notify {
+                    chunk,
+                    client,
+                    version,
+                    with_data,
+                };
+                let payload = if with_data {
+                    Payload::Shared(&data)
+                } else {
+                    Payload::None
+                };
+                self.send_to_client_with(out, client, &msg, payload);
+            }
             Held::Durable { client, version } => {
                 let msg = Message::Durable {
                     chunk,

@@ -104,6 +104,8 @@ pub struct Outcome {
     /// Chunks whose backup held their home's version at the end (runs
     /// with replicated homes).
     pub backed_up: u64,
+    /// Servers lost by runs with replicated homes, which went on.
+    pub servers_lost: u64,
 }
 
 /// A broken invariant, with what replays it.

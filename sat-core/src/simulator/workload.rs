@@ -75,6 +75,9 @@ pub(crate) struct Program {
     /// The run's barrier, which every API thread passes the same number of
     /// times, if the run has one.
     barrier: Option<Barrier>,
+    /// A server of the run dies (`server/failover.rs`): a call the loss
+    /// catches fails with `ProcessLost`, and is not a broken invariant.
+    server_loss: bool,
 }
 
 /// A barrier every API thread of a run passes `rounds` times, spread over
@@ -118,6 +121,8 @@ pub(crate) struct RunKind {
     /// Every home has a backup: only protocols a backup can take over
     /// ([`crate::server::can_replicate`]), no lanes, no advice.
     pub replicated: bool,
+    /// A server dies during the run.
+    pub server_loss: bool,
 }
 
 /// The programs of every client of a run.
@@ -189,6 +194,7 @@ pub(crate) fn plan(
                         role_fails: ti == 0 && role_fails,
                         send_faults,
                         barrier,
+                        server_loss: kind.server_loss,
                     })
                     .collect(),
             }
@@ -317,13 +323,30 @@ impl Thread {
             .note(|| format!("c{}t{}: {}", self.client_index, self.thread_index, what()));
     }
 
+    /// Whether `e` is a call a server's loss caught (in a run that loses
+    /// one): noted, not a broken invariant.
+    fn lost(&self, e: &crate::error::SatError, what: &str) -> bool {
+        let lost = self.program.server_loss && matches!(e, crate::error::SatError::ProcessLost(_));
+        if lost {
+            self.note(|| format!("{what}: {e}"));
+        }
+        lost
+    }
+
     fn run(&mut self, st: &mut State) {
         // Every thread MALLOCs the shared chunks (the same size and
         // protocol everywhere: joining) and its own.
         let chunks = self.program.chunks.clone();
         for &(id, size, protocol) in &chunks.shared {
             set_op(self, Some(format!("MALLOC {id}")));
-            match self.client.malloc_with(protocol, id, size) {
+            // Made again when a server's loss fails it.
+            let malloc = loop {
+                match self.client.malloc_with(protocol, id, size) {
+                    Err(e) if self.lost(&e, "MALLOC") => continue,
+                    other => break other,
+                }
+            };
+            match malloc {
                 Ok(chain) => st.chains.push(Known {
                     chain,
                     ids: vec![id],
@@ -339,10 +362,17 @@ impl Thread {
             }
         }
         set_op(self, Some(format!("MALLOC {}", st.private)));
-        if let Err(e) =
-            self.client
-                .malloc_with(ProtocolId::HomeMesi, st.private, content::MIN_CHUNK)
-        {
+        let malloc = loop {
+            let private = ProtocolId::HomeMesi;
+            match self
+                .client
+                .malloc_with(private, st.private, content::MIN_CHUNK)
+            {
+                Err(e) if self.lost(&e, "MALLOC") => continue,
+                other => break other,
+            }
+        };
+        if let Err(e) = malloc {
             self.shared
                 .fail("MALLOC works", format!("chunk {}: {e}", st.private));
         }
@@ -647,6 +677,7 @@ impl Thread {
                 self.note(|| format!("new chain {ids:?} (kind {kind})"));
                 st.chains.push(Known { chain, ids });
             }
+            Err(e) if self.lost(&e, "LOOKUP_LST") => {}
             Err(e) => self
                 .shared
                 .fail("LOOKUP_LST works", format!("chain {ids:?}: {e}")),
@@ -856,6 +887,7 @@ impl Thread {
                         );
                     }
                 }
+                Err(e) if self.lost(&e, "GET inside a closure") => {}
                 Err(e) => self
                     .shared
                     .fail("a closure may call the client", format!("GET {id}: {e}")),
@@ -922,11 +954,19 @@ impl Thread {
             }
         }
         let mut ended = vec![false; ids.len()];
+        // Ended by a server's loss: published or not.
+        let mut lost = vec![false; ids.len()];
         if whole {
             let r = self.client.release_chain(&known.chain);
             self.fault.clear();
             match r {
                 Ok(()) => ended.iter_mut().for_each(|e| *e = true),
+                // Every scope of the chain ended; what was published is
+                // for the homes to show.
+                Err(e) if self.lost(&e, "release of a chain") => {
+                    ended.iter_mut().for_each(|e| *e = true);
+                    lost.iter_mut().for_each(|l| *l = true);
+                }
                 Err(e) => self.shared.fail(
                     "a chain's release succeeds",
                     format!("release of chain {ids:?}: {e}"),
@@ -944,6 +984,10 @@ impl Thread {
             self.fault.clear();
             match r {
                 Ok(()) => ended[k] = true,
+                Err(e) if self.lost(&e, "the end of a scope") => {
+                    ended[k] = true;
+                    lost[k] = true;
+                }
                 Err(e) => self.note(|| format!("{end:?} of chunk {id} failed: {e}")),
             }
         }
@@ -963,6 +1007,10 @@ impl Thread {
             }
             let Some(token) = token else { continue };
             let mut o = Shared::lock(&self.shared.oracle);
+            if lost[k] {
+                o.lose(token);
+                continue;
+            }
             match end {
                 End::Release => {
                     if let Err(e) = o.commit(token) {
@@ -1025,6 +1073,7 @@ impl Thread {
                         );
                     }
                 }
+                Err(e) if self.lost(&e, "GET") => {}
                 Err(e) => self.shared.fail("GET works", format!("chunk {id}: {e}")),
             }
             return;
@@ -1058,6 +1107,8 @@ impl Thread {
                     self.shared.fail("each version has one release", e);
                 }
             }
+            // Its release may have been published, or not.
+            Err(e) if self.lost(&e, "PUT") => Shared::lock(&self.shared.oracle).lose(token),
             Err(e) => {
                 Shared::lock(&self.shared.oracle).abort(token);
                 self.shared.fail("PUT works", format!("chunk {id}: {e}"));
@@ -1114,6 +1165,7 @@ impl Thread {
                 ),
                 Err(e) => self.note(|| format!("WRITE [{}, {id}] refused: {e}", st.private)),
             },
+            Err(e) if self.lost(&e, "LOOKUP_LST") => {}
             Err(e) => self
                 .shared
                 .fail("LOOKUP_LST works", format!("[{}, {id}]: {e}", st.private)),
@@ -1182,6 +1234,7 @@ impl Thread {
         let unsubscribed = stopped.clone();
         let client = self.client_index;
         let of_chain = chain.clone();
+        let server_loss = self.program.server_loss;
         let handler = move |c: &Client, event: &Event| -> crate::client::HandlerResult {
             Shared::lock(&shared.oracle).notifications += 1;
             let heard = match event {
@@ -1237,7 +1290,13 @@ impl Thread {
             }
             for &(chunk, size) in &sizes {
                 let mut buf = vec![0u8; size];
-                c.get(chunk, &mut buf)?;
+                // Made again when a server's loss fails it.
+                loop {
+                    match c.get(chunk, &mut buf) {
+                        Err(crate::error::SatError::ProcessLost(_)) if server_loss => continue,
+                        other => break other,
+                    }
+                }?;
                 match shared.check_sees(client, chunk, &buf, true) {
                     Ok(seen) => {
                         let mut o = Shared::lock(&shared.oracle);
@@ -1283,6 +1342,7 @@ impl Thread {
                 drop(o);
                 self.note(|| format!("subscribed to {what} (data {with_data})"));
             }
+            Err(e) if self.lost(&e, "SUBSCRIBE") => {}
             Err(e) => {
                 if !e.to_string().contains("already subscribed") {
                     self.shared.fail("SUBSCRIBE works", format!("{what}: {e}"));

@@ -25,6 +25,9 @@ pub(crate) struct Token {
     pub version: Version,
     pub prev: u64,
     pub status: Status,
+    /// Its RELEASE returned Ok (a run with replicated homes: both servers
+    /// held it then, so no server's loss may take it away).
+    pub returned: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +156,7 @@ impl Oracle {
                 version: granted + 1,
                 prev,
                 status: Status::Open,
+                returned: false,
             },
         );
         t
@@ -169,6 +173,7 @@ impl Oracle {
             return Ok(());
         }
         t.status = Status::Committed;
+        t.returned = true;
         if let Some(other) = self.committed.insert((t.chunk, t.version), token) {
             return Err(format!(
                 "two releases of chunk {} were granted version {}: tokens {other} and {token}",
@@ -203,6 +208,50 @@ impl Oracle {
     /// A release of the whole chain of these tokens begins.
     pub fn chain_release(&mut self, client: usize, tokens: Vec<u64>) {
         self.chains.push((client, tokens));
+    }
+
+    /// A lost server's `chunk` was taken over by its backup at `version`
+    /// (`server/failover.rs`): the versions its lost home applied after
+    /// that never were, and their releases may be published again, or never.
+    /// An error names a release that returned and is gone.
+    pub fn rolled_back(&mut self, chunk: u64, version: Version) -> Result<(), String> {
+        let gone: Vec<u64> = (self.tokens.iter())
+            .filter(|(_, t)| t.chunk == chunk && t.version > version)
+            .filter(|(_, t)| matches!(t.status, Status::Committed | Status::Releasing))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            let t = self.tokens.get_mut(&id).expect("listed");
+            if t.returned && t.status == Status::Committed {
+                return Err(format!(
+                    "chunk {chunk}: the release of token {id} (version {}) returned, and its \
+                     backup took the chunk over at version {version}",
+                    t.version
+                ));
+            }
+            if self.committed.get(&(t.chunk, t.version)) == Some(&id) {
+                self.committed.remove(&(t.chunk, t.version));
+            }
+            t.status = Status::Lost;
+        }
+        Ok(())
+    }
+
+    /// A server was lost: the scopes of its clients, and every scope on
+    /// one of its chunks, end without their homes (`client/failover.rs`).
+    pub fn scopes_orphaned(&mut self, clients: &[usize], chunks: &BTreeSet<u64>) {
+        self.scopes
+            .retain(|s| !clients.contains(&s.client) && !chunks.contains(&s.chunk));
+    }
+
+    /// The release of `token` failed for a server's loss: it may be
+    /// published, or never.
+    pub fn lose(&mut self, token: u64) {
+        if let Some(t) = self.tokens.get_mut(&token) {
+            if matches!(t.status, Status::Open | Status::Releasing) {
+                t.status = Status::Lost;
+            }
+        }
     }
 
     /// The release of `token`'s scope begins.
@@ -343,10 +392,23 @@ struct Shape {
     /// Every home has a backup on the next server (`server/replicas.rs`):
     /// no host slots, no adaptive switches, replicable protocols only.
     replicated: bool,
+    /// A replicated run with recovery in which a server other than the seed
+    /// dies (`server/failover.rs`).
+    server_dies: bool,
 }
 
 impl Shape {
     fn pick(rng: &mut Rng) -> Shape {
+        let mut shape = Shape::pick_plain(rng);
+        // Half the replicated runs lose a server: they run with recovery.
+        if shape.replicated && !shape.service && rng.chance(50) {
+            shape.recovering = true;
+            shape.server_dies = true;
+        }
+        shape
+    }
+
+    fn pick_plain(rng: &mut Rng) -> Shape {
         let servers = 1 + rng.below(3) as u32;
         let clients = 2 + rng.below(3) as u32;
         let replicated = servers > 1 && rng.chance(30);
@@ -377,6 +439,7 @@ impl Shape {
             },
             recovering: !service && rng.chance(35),
             replicated,
+            server_dies: false,
         }
     }
 
@@ -477,10 +540,10 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             } else {
                 String::new()
             },
-            if shape.replicated {
-                ", replicated homes"
-            } else {
-                ""
+            match (shape.replicated, shape.server_dies) {
+                (true, true) => ", replicated homes, a server dies",
+                (true, false) => ", replicated homes",
+                _ => "",
             }
         )
     });
@@ -513,6 +576,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         deaths: shape.service || shape.recovering,
         switches: shape.switches.is_some(),
         replicated: shape.replicated,
+        server_loss: shape.server_dies,
     };
     let plans = workload::plan(&mut rng, &topology, kind, config);
     let mut clients: Vec<Arc<Client>> = Vec::new();
@@ -600,6 +664,17 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     // chain (its messages may still be on their way), from its `at` step on:
     // the moment that tears a chain's release if anything can.
     let on_chain_release = death_at.is_some() && pick.chance(70);
+    // A server other than the seed dies at a step of its own.
+    let server_death_at: Option<(u64, usize)> = shape.server_dies.then(|| {
+        (
+            200 + pick.below(4_000),
+            1 + pick.below(u64::from(shape.servers - 1)) as usize,
+        )
+    });
+    let mut dead_server: Option<usize> = None;
+    let mut said_bye: BTreeSet<usize> = BTreeSet::new();
+    // The lost server's chunks that its backup has not taken over yet.
+    let mut taking_over: BTreeSet<u64> = BTreeSet::new();
     let mut chains_seen = 0usize;
     let mut kill_at: Option<u64> = None;
     let mut result = Ok(());
@@ -676,8 +751,50 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                         }
                     }
                     let rank = client_rank(victim);
-                    let (server, ep, _) = &mut servers[topology.server_of(rank) as usize];
+                    // Its server, or the one that stands in for it.
+                    let mut own = topology.server_of(rank) as usize;
+                    while Some(own) == dead_server {
+                        own = (own + 1) % servers.len();
+                    }
+                    let (server, ep, _) = &mut servers[own];
                     server.client_lost(ep, rank);
+                    // The seed's watch knows it is gone.
+                    if own != 0 && shape.server_dies {
+                        let (seed, ep, _) = &mut servers[0];
+                        seed.said_goodbye(ep, rank);
+                    }
+                }
+            }
+        }
+        if let Some((at, victim)) = server_death_at {
+            // Mostly while a version it applied waits for its backup: the
+            // moment that loses a release if anything does.
+            let due = steps >= at && (servers[victim].0.replicating() || steps >= at + 2_000);
+            if due && dead_server.is_none() && !servers[victim].2 {
+                dead_server = Some(victim);
+                servers[victim].2 = true;
+                shared.note(|| format!("server {victim} dies"));
+                taking_over = servers[victim].0.homes().map(|(c, _, _)| c).collect();
+                let moved: Vec<usize> = (topology.clients_of(victim as u32).iter())
+                    .map(|&r| (r - shape.servers) as usize)
+                    .collect();
+                Shared::lock(&shared.oracle).scopes_orphaned(&moved, &taking_over);
+                let (seed, ep, _) = &mut servers[0];
+                seed.server_lost(ep, victim as u32);
+            }
+        }
+        // A client whose threads have all ended says goodbye to the seed,
+        // as its process would (what a lost server's stand-in learns it
+        // from: `server/failover.rs`).
+        if shape.recovering {
+            for (ci, d) in dead.iter().enumerate() {
+                let ended = thread_client
+                    .iter()
+                    .enumerate()
+                    .all(|(t, &c)| c != ci || threads[t].1);
+                if ended && !d.load(Ordering::Relaxed) && said_bye.insert(ci) {
+                    let (seed, ep, _) = &mut servers[0];
+                    seed.said_goodbye(ep, client_rank(ci));
                 }
             }
         }
@@ -727,6 +844,17 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                 if !shape.host_slots {
                     let mut homes = Shared::lock(&shared.homes);
                     for (chunk, version, data) in server.homes() {
+                        // A lost server's chunk, taken over by its backup
+                        // at the last version the backup held.
+                        if taking_over.remove(&chunk) {
+                            let mut o = Shared::lock(&shared.oracle);
+                            if let Err(e) = o.rolled_back(chunk, version) {
+                                drop(o);
+                                shared.fail("a release that returned survives a server's loss", e);
+                            }
+                            let token = content::read(&data, chunk).map_or(0, |t| t.0);
+                            seen.insert(chunk, (version, token));
+                        }
                         homes.insert(chunk, (version, data));
                     }
                 }
@@ -777,7 +905,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     }
     let mut backed_up = 0;
     if shape.replicated && !shared.failed() {
-        match check_backups(&servers) {
+        match check_backups(&servers, dead_server) {
             Ok(n) => backed_up = n,
             Err(detail) => shared.fail("every home's version is held by its backup", detail),
         }
@@ -813,6 +941,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         lost,
         held,
         backed_up,
+        servers_lost: u64::from(dead_server.is_some()),
     })
 }
 
@@ -1014,10 +1143,21 @@ fn check_scopes(shared: &Shared) {
 /// At the end of a run with replicated homes: each chunk's backup (the
 /// server after its home) holds the home's version, byte for byte, at its
 /// size and protocol. Returns how many chunks were checked.
-fn check_backups(servers: &[(Server<'_>, MemTransport, bool)]) -> Result<u64, String> {
+fn check_backups(
+    servers: &[(Server<'_>, MemTransport, bool)],
+    dead: Option<usize>,
+) -> Result<u64, String> {
     let mut checked = 0;
+    let n = servers.len();
     for (i, (server, _, _)) in servers.iter().enumerate() {
-        let backup = &servers[(i + 1) % servers.len()].0;
+        // The next server alive; none when this one is the last.
+        let Some(b) = (1..n).map(|k| (i + k) % n).find(|&b| Some(b) != dead) else {
+            continue;
+        };
+        if Some(i) == dead {
+            continue;
+        }
+        let backup = &servers[b].0;
         for (chunk, version, data) in server.homes() {
             let want = (version, data.len() as u64, server.protocol_of(chunk));
             match backup.replica(chunk) {
