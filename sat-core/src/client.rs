@@ -2092,25 +2092,24 @@ impl ClientState {
         let n = self
             .transport
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
-                if let Ok(Message::ServerLost { server: lost }) = wire::decode(m.header) {
-                    // Applied after the poll, with the whole state.
-                    mail.losses.push((m.src, lost));
-                    return;
-                }
-                if let Ok(Message::Coherence {
-                    chunk,
-                    client,
-                    op,
-                    epoch,
-                    ..
-                }) = wire::decode(m.header)
-                {
-                    if m.src == server && client == me {
+                match wire::decode(m.header) {
+                    Ok(Message::Coherence {
+                        chunk,
+                        client,
+                        op,
+                        epoch,
+                        ..
+                    }) if m.src == server && client == me => {
                         coherence((me, server), store, out, chunk, (op, epoch), m.payload);
                         return;
                     }
+                    // Applied after the poll, with the whole state.
+                    Ok(Message::ServerLost { server: lost }) => {
+                        mail.losses.push((m.src, lost));
+                        return;
+                    }
+                    _ => {}
                 }
-
                 handle(me, (server, stand_in), mail, out, m)
             })?;
         self.received += n as u64;
