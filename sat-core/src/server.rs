@@ -1354,6 +1354,7 @@ impl ServerState<'_> {
         if !self.bring_in(chunk) {
             return;
         }
+        let replicated = self.replicated();
         let Some(entry) = self.homes.get_mut(&chunk) else {
             tracing::warn!(
                 "server {}: coherence request for chunk {chunk}, which nobody allocated",
@@ -1398,7 +1399,7 @@ impl ServerState<'_> {
             Err(e) => tracing::warn!("server {}: chunk {chunk}: {e}; message dropped", self.rank),
         }
         let released = entry.side.version() > before;
-        if self.topology.replication() > 1 && self.servers.len() > 1 {
+        if replicated {
             // Nothing of this step leaves before the backup holds what it
             // applied (`server/replicas.rs`).
             let version = entry.side.version();

@@ -240,20 +240,33 @@ impl ServerState<'_> {
         let subscribers: Vec<(Rank, bool)> =
             entry.subscribers.iter().map(|(&c, &d)| (c, d)).collect();
         for (client, wants_data) in subscribers {
-            self.accounts.count_notified();
-            let with_data = wants_data && data.is_some();
-            let msg = Message::Notify {
-                chunk,
-                client,
+            self.notify_one(
+                out,
+                (chunk, client),
                 version,
-                with_data,
-            };
-            let payload = match (&data, with_data) {
-                (Some(d), true) => Payload::Shared(d),
-                _ => Payload::None,
-            };
-            self.send_to_client_with(out, client, &msg, payload);
+                data.as_ref().filter(|_| wants_data),
+            );
         }
+    }
+
+    /// Tells subscriber `client` of `version` of `chunk`, with `data` when
+    /// given (counted for the quiescence detection).
+    pub(super) fn notify_one(
+        &mut self,
+        out: &mut dyn Sender,
+        (chunk, client): (u64, Rank),
+        version: u64,
+        data: Option<&Arc<[u8]>>,
+    ) {
+        self.accounts.count_notified();
+        let msg = Message::Notify {
+            chunk,
+            client,
+            version,
+            with_data: data.is_some(),
+        };
+        let payload = data.map_or(Payload::None, Payload::Shared);
+        self.send_to_client_with(out, client, &msg, payload);
     }
 
     /// A client released `version` of `chunk` into its host slot: the

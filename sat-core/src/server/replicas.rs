@@ -271,19 +271,8 @@ impl ServerState<'_> {
                 with_data,
                 data,
             } => {
-                self.accounts.count_notified();
-                let msg = Message::Notify {
-                    chunk,
-                    client,
-                    version,
-                    with_data,
-                };
-                let payload = if with_data {
-                    Payload::Shared(&data)
-                } else {
-                    Payload::None
-                };
-                self.send_to_client_with(out, client, &msg, payload);
+                let data = with_data.then_some(&data);
+                self.notify_one(out, (chunk, client), version, data);
             }
             Held::Durable { client, version } => {
                 let msg = Message::Durable {
