@@ -289,7 +289,6 @@ static struct {
     uint32_t p;
     uint32_t done;
     struct channel in, out;
-    uint8_t *frame, *edge;
 } worker_state;
 
 /* IN(p) changed: take a new frame, compute, publish the result. */
@@ -304,12 +303,12 @@ static void worker_handler(Chunk_t *in, void *params) {
     }
     CHECK(READWRITE(in));
     struct in_header taken = *(struct in_header *)in->data;
+    Chunk_t *pixels = worker_state.in.pixels;
     if (taken.state == FULL) {
-        /* The pixels were released before this announcement. */
-        Chunk_t *pixels = worker_state.in.pixels;
+        /* The pixels were released before this announcement. The task
+         * computes straight from them: the input writes IN(p) again only
+         * once this frame's result was consumed. */
         CHECK(READ(pixels));
-        memcpy(worker_state.frame, pixels->data, video_frame_bytes(&fmt));
-        CHECK(RELEASE(pixels));
         ((struct in_header *)in->data)->state = TAKEN;
     }
     CHECK(RELEASE(in));
@@ -326,12 +325,15 @@ static void worker_handler(Chunk_t *in, void *params) {
     out.state = READY;
     out.r.frame = taken.f.frame;
     out.r.start_ns = taken.f.start_ns;
-    out.r.nlines = video_process_frame(&fmt, worker_state.frame, worker_state.edge, out.r.lines);
-    /* The input gives this task a frame only once its last result was
+    /* The result is computed into the output buffer itself (section 3.2:
+     * the task "calculates the resulting image into its output buffer").
+     * The input gives this task a frame only once its last result was
      * consumed, so OUT(p) is free. */
     CHECK(WRITE(worker_state.out.pixels));
-    memcpy(worker_state.out.pixels->data, worker_state.edge, video_frame_bytes(&fmt));
+    out.r.nlines = video_process_frame(&fmt, (const uint8_t *)pixels->data,
+                                       (uint8_t *)worker_state.out.pixels->data, out.r.lines);
     CHECK(RELEASE(worker_state.out.pixels));
+    CHECK(RELEASE(pixels));
     CHECK(WRITE(worker_state.out.ctl));
     memcpy(worker_state.out.ctl->data, &out, sizeof out);
     CHECK(RELEASE(worker_state.out.ctl));
@@ -350,9 +352,6 @@ static void worker(_SAT_Bootstrap_t *b) {
     worker_state.p = (uint32_t)p;
     worker_state.in = channel(IN_BASE, worker_state.p, sizeof(struct in_header));
     worker_state.out = channel(OUT_BASE, worker_state.p, sizeof(struct out_header));
-    worker_state.frame = malloc(video_frame_bytes(&fmt));
-    worker_state.edge = malloc(video_frame_bytes(&fmt));
-    EXPECT(worker_state.frame && worker_state.edge, "out of memory");
     printf("worker %u: rank %u\n", worker_state.p, b->rank);
     CHECK(SUBSCRIBE(worker_state.in.ctl, worker_handler, NULL));
     /* Look once: a frame given before the subscription is not missed. */
@@ -364,7 +363,6 @@ static void worker(_SAT_Bootstrap_t *b) {
 static struct {
     struct channel *out;
     uint32_t *index;
-    uint8_t *edge;
     struct video_collector results;
 } output_state;
 
@@ -380,18 +378,20 @@ static void output_handler(Chunk_t *out, void *params) {
     }
     CHECK(READWRITE(out));
     struct out_header got = *hd;
+    Chunk_t *pixels = output_state.out[p].pixels;
     if (got.state == READY) {
-        Chunk_t *pixels = output_state.out[p].pixels;
+        /* Read before the result is marked consumed: task p writes its
+         * next result into OUT(p) only once this scope is released. */
         CHECK(READ(pixels));
-        memcpy(output_state.edge, pixels->data, video_frame_bytes(&fmt));
-        CHECK(RELEASE(pixels));
         ((struct out_header *)out->data)->state = CONSUMED;
     }
     CHECK(RELEASE(out));
     if (got.state != READY) {
         return;
     }
-    if (!video_collect(&output_state.results, p, &got.r, output_state.edge)) {
+    int all = video_collect(&output_state.results, p, &got.r, (const uint8_t *)pixels->data);
+    CHECK(RELEASE(pixels));
+    if (!all) {
         return;
     }
     for (uint32_t q = 0; q < fmt.workers; q++) {
@@ -406,8 +406,7 @@ static void output(_SAT_Bootstrap_t *b) {
     uint32_t n = fmt.workers;
     output_state.out = calloc(n, sizeof *output_state.out);
     output_state.index = calloc(n, sizeof *output_state.index);
-    output_state.edge = malloc(video_frame_bytes(&fmt));
-    EXPECT(output_state.out && output_state.index && output_state.edge, "out of memory");
+    EXPECT(output_state.out && output_state.index, "out of memory");
     video_collector_init(&output_state.results, &opt, &fmt);
     for (uint32_t p = 0; p < n; p++) {
         output_state.index[p] = p;
