@@ -1680,7 +1680,7 @@ impl Client {
                         st.loans.lend(chunks, exclusive, me);
                         return Ok(Lent {
                             client: self,
-                            chunks: chunks.to_vec(),
+                            chunks: LentChunks::of(chunks),
                             exclusive,
                             bytes,
                         });
@@ -2000,7 +2000,7 @@ impl Client {
 /// does meanwhile concerns other chunks' bytes.
 struct Lent<'c> {
     client: &'c Client,
-    chunks: Vec<ChunkId>,
+    chunks: LentChunks,
     exclusive: bool,
     bytes: NonNull<[u8]>,
 }
@@ -2011,7 +2011,30 @@ impl Drop for Lent<'_> {
         self.client
             .lock()
             .loans
-            .give_back(&self.chunks, self.exclusive, me);
+            .give_back(self.chunks.as_slice(), self.exclusive, me);
+    }
+}
+
+/// The chunks of a loan: one, kept inline (a scope's `with_data`), or a
+/// chain's (no allocation for the first: it is paid on every hand-off).
+enum LentChunks {
+    One([ChunkId; 1]),
+    Many(Vec<ChunkId>),
+}
+
+impl LentChunks {
+    fn of(chunks: &[ChunkId]) -> LentChunks {
+        match chunks {
+            [one] => LentChunks::One([*one]),
+            many => LentChunks::Many(many.to_vec()),
+        }
+    }
+
+    fn as_slice(&self) -> &[ChunkId] {
+        match self {
+            LentChunks::One(one) => one,
+            LentChunks::Many(many) => many,
+        }
     }
 }
 
@@ -2214,9 +2237,20 @@ impl ClientState {
             c.side.state()
         );
         let place = self.store.scope_place(chunk).expect("known");
-        let host = self.store.get(chunk).and_then(|c| c.host.clone());
-        if let (Some(op), Some(slot)) = (sent, host) {
-            return self.end_host_scope(to, chunk, &slot, op, place);
+        if let Some(op) = sent.filter(|_| self.store.get(chunk).is_some_and(|c| c.host.is_some())) {
+            // Moved out for the call and back, not cloned (two atomic
+            // operations on the segment's count per scope): nothing
+            // `end_host_scope` calls looks at this chunk's slot in the store.
+            let slot = self
+                .store
+                .get_mut(chunk)
+                .and_then(|c| c.host.take())
+                .expect("checked");
+            let ended = self.end_host_scope(to, chunk, &slot, op, place);
+            if let Some(c) = self.store.get_mut(chunk) {
+                c.host = Some(slot);
+            }
+            return ended;
         }
         let twin = self.store.get_mut(chunk).and_then(|c| c.twin.take());
         if let Some(op) = sent {

@@ -187,14 +187,33 @@ impl HostPath {
 fn grant(
     store: &mut Store,
     events: &mut Queue,
+    who: (Rank, Reader),
+    chunk: ChunkId,
+    req: ToHome,
+) -> bool {
+    // Moved out for the call and back, not cloned: a clone is two atomic
+    // operations on the segment's count, paid on every scope of a small
+    // hand-off. Nothing `grant_on` calls looks at a chunk's slot.
+    let Some(slot) = store.get_mut(chunk).and_then(|c| c.host.take()) else {
+        tracing::warn!("chunk {chunk}: a request for a host slot it does not have: dropped");
+        return true;
+    };
+    let granted = grant_on(&slot, store, events, who, chunk, req);
+    if let Some(c) = store.get_mut(chunk) {
+        c.host = Some(slot);
+    }
+    granted
+}
+
+/// [`grant`] on `slot`, the chunk's slot.
+fn grant_on(
+    slot: &SlotRef,
+    store: &mut Store,
+    events: &mut Queue,
     (me, reader): (Rank, Reader),
     chunk: ChunkId,
     req: ToHome,
 ) -> bool {
-    let Some(slot) = store.get(chunk).and_then(|c| c.host.clone()) else {
-        tracing::warn!("chunk {chunk}: a request for a host slot it does not have: dropped");
-        return true;
-    };
     let s = slot.slot();
     let (msg, with_data) = match req {
         ToHome::ReadReq { have } => {
