@@ -2324,9 +2324,7 @@ impl ClientState {
             ToHome::Release { .. } => self.store.bytes(chunk, place),
             _ => None,
         };
-        let mut digested = None;
-        let copy = slot_copy(self.store.exposed(chunk), &mut digested);
-        let published = host::end_scope(slot, (chunk, self.host.reader()), op, data, copy)?;
+        let published = host::end_scope(slot, (chunk, self.host.reader()), op, data)?;
         if slot.slot().lock_waiters() > 0 {
             // Those waiting for the lock sleep on the slot: wake them.
             slot.slot().announce();
@@ -2335,7 +2333,7 @@ impl ClientState {
             self.store.forget_version(chunk);
         }
         if let Some(version) = published {
-            self.store.spread_digested(chunk, place, digested);
+            self.store.spread(chunk, place);
             if self.tell_subscribers_directly(to.0, chunk, slot, version) {
                 self.scope_ended(chunk);
                 return Ok(());
@@ -2407,11 +2405,13 @@ impl ClientState {
             // A scope opened by another thread and closed by this one.
             c.holders.swap_remove(0);
         }
+        let last = c.holders.is_empty();
         // The scope's entry in the statistics ends with its last holder.
-        if let Some((start, access, hit)) =
-            c.holders.is_empty().then(|| c.scope_stat.take()).flatten()
-        {
+        if let Some((start, access, hit)) = last.then(|| c.scope_stat.take()).flatten() {
             stats::access(chunk, access, hit, start);
+        }
+        if last {
+            self.store.distrust_exposed(chunk);
         }
     }
 }
@@ -2476,19 +2476,6 @@ enum Ending {
 
 /// Sends a coherence message about `chunk` from client `to.0` through its
 /// server `to.1` to the chunk's home, with the chunk data after a write.
-/// How a release copies a chunk's bytes into its host slot: exposed bytes
-/// (memory C and Python write at any time) are digested into `digested` as
-/// they are copied, one pass over a large version instead of two.
-fn slot_copy(exposed: bool, digested: &mut Option<u64>) -> impl FnOnce(&mut [u8], &[u8]) + '_ {
-    move |to, from| {
-        if exposed {
-            *digested = Some(crate::store::copy_and_digest(to, from));
-        } else {
-            to.copy_from_slice(from);
-        }
-    }
-}
-
 fn send_to_home(
     transport: &mut dyn Transport,
     header: &mut [u8; MAX_HEADER],

@@ -176,6 +176,9 @@ pub(crate) struct LocalChunk {
     /// are then opened on the slot (`client/host.rs`), and `side` is the
     /// home-only protocol's whatever `protocol` says.
     pub host: Option<SlotRef>,
+    /// Whether `host` is set: for the whole life of the chunk here (the
+    /// client moves `host` out while it works on the slot).
+    in_host_slot: bool,
     /// Its instances; the first is the one plain chunk calls use.
     places: Vec<Place>,
     /// The instance the open write scope was acquired through: its bytes
@@ -190,7 +193,8 @@ pub(crate) struct LocalChunk {
     /// next one (another thread's request may follow it at once).
     pub grants: u64,
     /// The digest of the version's bytes, kept while the chunk has an
-    /// exposed place: what an exposed place is checked against.
+    /// exposed place and no host slot ([`LocalChunk::keeps_digest`]): what
+    /// an exposed place is checked against.
     digest: Option<u64>,
     /// The bytes an open write scope of a diffing protocol opened on
     /// ([`crate::protocol::hlrc`]): its release publishes what differs.
@@ -214,6 +218,22 @@ pub(crate) struct LocalChunk {
     /// or waiting for one end it here, without a message (a write publishes
     /// nothing), and the last one starts the chunk afresh.
     pub orphaned: Option<String>,
+}
+
+impl LocalChunk {
+    /// Whether the chunk's bytes are digested (while copied in or out) and
+    /// checked against the digest before a scope trusts them: when code
+    /// outside SAT can write them (C's `chunk->data`, numpy views) and the
+    /// version comes from a home's messages, where fetching it again costs
+    /// a round trip. A chunk in a host slot keeps no digest: its exposed
+    /// places stop being valid when its last scope here ends
+    /// ([`Store::distrust_exposed`]), so the next scope that reads copies
+    /// the slot's bytes in again, which costs what hashing them would, and
+    /// no release hashes the version it copies out (a third of a large
+    /// hand-off's time).
+    fn keeps_digest(&self) -> bool {
+        !self.in_host_slot && self.places.iter().any(|p| p.exposed)
+    }
 }
 
 struct Region {
@@ -360,6 +380,7 @@ impl Store {
                     Some(_) => ProtocolId::HomeOnly.consistency().new_client(size),
                     None => protocols[i].starting().consistency().new_client(size),
                 },
+                in_host_slot: host.is_some(),
                 host,
                 places: Vec::new(),
                 scope_place: 0,
@@ -474,7 +495,7 @@ impl Store {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
-        let exposed = c.places.iter().any(|p| p.exposed);
+        let exposed = c.keeps_digest();
         let mut digested = None;
         for p in &mut c.places {
             p.valid = false;
@@ -577,7 +598,7 @@ impl Store {
         let c = self.chunks.get_mut(&chunk).expect("known");
         let (src, dst) = (c.places[from].clone(), c.places[to].clone());
         c.places[to].valid = true;
-        if dst.exposed && c.digest.is_none() {
+        if dst.exposed && c.digest.is_none() && !c.in_host_slot {
             let mem = self.regions.get(&src.region).and_then(|r| r.resident());
             let c = self.chunks.get_mut(&chunk).expect("known");
             c.digest = mem.map(|m| digest(&m.bytes()[src.range.clone()]));
@@ -667,32 +688,37 @@ impl Store {
         self.forget_version(chunk);
     }
 
+    /// The last scope of `chunk` here has ended. When its version is in a
+    /// host slot, code outside SAT may write its exposed places from now
+    /// on, and no digest is kept to tell ([`LocalChunk::keeps_digest`]):
+    /// they stop being valid, and the next scope that reads takes the
+    /// slot's bytes again (one copy, which costs what hashing them would).
+    pub fn distrust_exposed(&mut self, chunk: ChunkId) {
+        let Some(c) = self.chunks.get_mut(&chunk) else {
+            return;
+        };
+        if !c.in_host_slot {
+            return;
+        }
+        let mut distrusted = false;
+        for p in c.places.iter_mut().filter(|p| p.exposed && p.valid) {
+            p.valid = false;
+            distrusted = true;
+        }
+        if distrusted && !c.places.iter().any(|p| p.valid) {
+            self.forget_version(chunk);
+        }
+    }
+
     /// Copies instance `from` of `chunk` into its other resident instances
     /// (after a write scope, so every local instance shows the new version).
     pub fn spread(&mut self, chunk: ChunkId, from: usize) {
-        self.spread_digested(chunk, from, None)
-    }
-
-    /// Whether `chunk` has an instance that code outside SAT can write (its
-    /// bytes are then digested: [`copy_and_digest`] does it while copying).
-    pub fn exposed(&self, chunk: ChunkId) -> bool {
-        self.chunks
-            .get(&chunk)
-            .is_some_and(|c| c.places.iter().any(|p| p.exposed))
-    }
-
-    /// [`Store::spread`], with the digest of instance `from`'s bytes when
-    /// the caller computed it already (while copying them out).
-    pub fn spread_digested(&mut self, chunk: ChunkId, from: usize, digested: Option<u64>) {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
         c.places[from].valid = true;
         c.digest = None;
-        let exposed = c.places.iter().any(|p| p.exposed);
-        if let (true, Some(d)) = (exposed, digested) {
-            c.digest = Some(d);
-        } else if exposed {
+        if c.keeps_digest() {
             let src = c.places[from].clone();
             let mem = self.regions.get(&src.region).and_then(|r| r.resident());
             let d = mem.map(|m| digest(&m.bytes()[src.range]));
@@ -798,8 +824,19 @@ impl Store {
         self.resident_chunks += layout.len() as u64;
         self.resident_bytes += layout.total_size() as u64;
         for &(id, _) in layout.chunks() {
+            // The copy's source must hold the version: exposed places are
+            // checked first, since code outside SAT may have written them
+            // (a copy from one would make its bytes a trusted place's).
+            self.check_exposed(id);
             let c = &self.chunks[&id];
             if c.side.version().is_none() {
+                continue;
+            }
+            // Exposed places of a chunk in a host slot hold the version
+            // only inside scopes ([`Store::distrust_exposed`]): outside
+            // them, code outside SAT may write them before a scope comes.
+            let exposed = |p: &Place| p.region == region && p.exposed;
+            if c.in_host_slot && c.holders.is_empty() && c.places.iter().any(exposed) {
                 continue;
             }
             // Start from the version held elsewhere, if an instance holds it.

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def test_numpy_writes_in_a_write_scope_reach_another_process(satrun, provider):
     out = satrun(
@@ -131,6 +133,46 @@ def test_a_view_kept_after_its_scope(satrun):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(2) == ["reader sees b'in  '"]
     assert out.lines(1) == ["after the run the view still reads b'out '"]
+
+
+@pytest.mark.parametrize("host_segments", ["on", "off"])
+def test_bytes_written_outside_a_scope_give_way_to_the_version_in_this_process(satrun, host_segments):
+    """A view kept from a write scope and written outside any scope changes only local bytes:
+    this process's next READ and READWRITE scopes see the version the home holds, whether
+    the home keeps it in a host slot (each reading scope copies it in again) or in its own
+    memory (the local bytes are checked against the version's digest)."""
+    out = satrun(
+        """
+        import numpy as np
+        import sat
+
+        def role(client):
+            chain = client.malloc(6, 1 << 16)
+            with chain.write() as view:
+                view[:] = bytes(range(256)) * 256
+            kept = chain.array()
+            kept[:] = 9                        # outside any scope: local only
+            with chain.read() as view:
+                print("read sees", bytes(view[:4]), bytes(view[-2:]))
+            kept[:4] = 7                       # again, then a READWRITE publishes on the version
+            with chain.readwrite() as view:
+                print("readwrite sees", bytes(view[:4]))
+                view[0] = 100
+            kept[1] = 8                        # and after a READWRITE
+            with chain.read() as view:
+                print("read after readwrite sees", bytes(view[:4]))
+
+        sat.run({1: role})
+        """,
+        n=2,
+        env={"SAT_HOST_SEGMENTS": host_segments},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "read sees b'\\x00\\x01\\x02\\x03' b'\\xfe\\xff'",
+        "readwrite sees b'\\x00\\x01\\x02\\x03'",
+        "read after readwrite sees b'd\\x01\\x02\\x03'",
+    ]
 
 
 def test_chain_array_checks_its_shape(satrun):

@@ -146,11 +146,9 @@ impl ClientState {
         (slot, place): (&crate::segment::SlotRef, usize),
     ) -> SatResult<bool> {
         let bytes = self.store.bytes(chunk, place).unwrap_or(&[]);
-        let mut digested = None;
-        let copy = super::slot_copy(self.store.exposed(chunk), &mut digested);
         // SAFETY: the client side releases only a write scope it was
         // granted, so this process holds the slot's write lock.
-        let staged = unsafe { slot.slot().stage_held_with(bytes, copy) };
+        let staged = unsafe { slot.slot().stage_held(bytes) };
         let version = match staged {
             Ok(Some(v)) => v,
             Ok(None) => return Ok(false),
@@ -171,7 +169,7 @@ impl ClientState {
         self.bracket_unsent.push_back(msg);
         self.flush_bracket(to);
         self.mail.events.count_published();
-        self.store.spread_digested(chunk, place, digested);
+        self.store.spread(chunk, place);
         self.scope_ended(chunk);
         Ok(true)
     }

@@ -296,15 +296,13 @@ unsafe fn unlock(s: &crate::segment::Slot<'_>, req: ToHome, reader: Reader) {
 }
 
 /// Ends a scope on `chunk`'s slot: `op` is what the client side would send
-/// its home, `bytes` the scope's bytes after a write, which `copy(into,
-/// bytes)` copies into the slot. Returns the version published, if the
-/// scope published one.
+/// its home, `bytes` the scope's bytes after a write, which are copied into
+/// the slot. Returns the version published, if the scope published one.
 pub(super) fn end_scope(
     slot: &SlotRef,
     (chunk, reader): (ChunkId, Reader),
     op: ToHome,
     bytes: Option<&[u8]>,
-    copy: impl FnOnce(&mut [u8], &[u8]),
 ) -> SatResult<Option<u64>> {
     let s = slot.slot();
     match op {
@@ -312,7 +310,7 @@ pub(super) fn end_scope(
             let bytes = bytes.unwrap_or(&[]);
             // SAFETY: the client side releases only a write scope it was
             // granted, so this process holds the write lock.
-            let published = unsafe { s.publish_held_with(bytes, copy) };
+            let published = unsafe { s.publish_held(bytes) };
             // SAFETY: as above; the publication is done.
             unsafe { s.unlock_write() };
             match published {

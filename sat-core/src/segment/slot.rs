@@ -397,21 +397,7 @@ impl<'s> Slot<'s> {
     /// # Safety
     /// The caller holds the write lock.
     pub unsafe fn publish_held(&self, bytes: &[u8]) -> Result<u64, usize> {
-        // SAFETY: the caller's promise.
-        unsafe { self.publish_held_with(bytes, |to, from| to.copy_from_slice(from)) }
-    }
-
-    /// [`Slot::publish_held`], with the copy made by `copy(into, bytes)`
-    /// (one that does more as it goes, such as hashing the bytes).
-    ///
-    /// # Safety
-    /// The caller holds the write lock.
-    pub unsafe fn publish_held_with(
-        &self,
-        bytes: &[u8],
-        copy: impl FnOnce(&mut [u8], &[u8]),
-    ) -> Result<u64, usize> {
-        WriteGuard { slot: self }.publish_keeping_lock(bytes, copy)
+        WriteGuard { slot: self }.publish_keeping_lock(bytes)
     }
 
     /// Copies `bytes` into the next version's buffer and leaves the version
@@ -422,11 +408,7 @@ impl<'s> Slot<'s> {
     ///
     /// # Safety
     /// This process holds the write lock.
-    pub unsafe fn stage_held_with(
-        &self,
-        bytes: &[u8],
-        copy: impl FnOnce(&mut [u8], &[u8]),
-    ) -> Result<Option<u64>, usize> {
+    pub unsafe fn stage_held(&self, bytes: &[u8]) -> Result<Option<u64>, usize> {
         let size = self.size();
         if bytes.len() != size {
             return Err(size);
@@ -440,7 +422,7 @@ impl<'s> Slot<'s> {
         // the mapping.
         let into =
             unsafe { std::slice::from_raw_parts_mut(self.data.add(self.buffer(next)), size) };
-        copy(into, bytes);
+        into.copy_from_slice(bytes);
         Ok(Some(next))
     }
 
@@ -730,17 +712,13 @@ impl WriteGuard<'_, '_> {
     /// processes waiting for one; returns the new version. Refused (with
     /// the slot's size) when `bytes` is not the version's size.
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, usize> {
-        self.copy_and_move_on(bytes, |to, from| to.copy_from_slice(from))
+        self.copy_and_move_on(bytes)
     }
 
     /// [`WriteGuard::publish`], for a lock held beyond this guard: the
     /// guard is consumed without letting the lock go.
-    fn publish_keeping_lock(
-        self,
-        bytes: &[u8],
-        copy: impl FnOnce(&mut [u8], &[u8]),
-    ) -> Result<u64, usize> {
-        let published = self.copy_and_move_on(bytes, copy);
+    fn publish_keeping_lock(self, bytes: &[u8]) -> Result<u64, usize> {
+        let published = self.copy_and_move_on(bytes);
         std::mem::forget(self);
         published
     }
@@ -748,11 +726,7 @@ impl WriteGuard<'_, '_> {
     /// The copy into the next version's buffer, then the version moved on
     /// in one store: until then readers (after a writer's death) find the
     /// last version whole, when the slot has two buffers.
-    fn copy_and_move_on(
-        &self,
-        bytes: &[u8],
-        copy: impl FnOnce(&mut [u8], &[u8]),
-    ) -> Result<u64, usize> {
+    fn copy_and_move_on(&self, bytes: &[u8]) -> Result<u64, usize> {
         let s = self.slot;
         let size = s.size();
         if bytes.len() != size {
@@ -763,7 +737,7 @@ impl WriteGuard<'_, '_> {
         // SAFETY: the write lock makes this guard the only one to touch the
         // bytes; `buffer` keeps them inside the mapping.
         let into = unsafe { std::slice::from_raw_parts_mut(s.data.add(s.buffer(next)), size) };
-        copy(into, bytes);
+        into.copy_from_slice(bytes);
         h.version.store(next, SeqCst);
         h.published.fetch_add(1, SeqCst);
         if h.watchers.load(SeqCst) > 0 {

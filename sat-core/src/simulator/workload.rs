@@ -258,6 +258,33 @@ impl LocalMemory for FaceMemory {
 struct Known {
     chain: Chain,
     ids: Vec<ChunkId>,
+    /// The chain's memory, when the thread lent it as the C and Python
+    /// faces do: what it may write outside any scope, as their code can.
+    face: Option<FaceBytes>,
+}
+
+/// Where a [`FaceMemory`] keeps its bytes. The store owns the memory and
+/// never resizes or frees it while the chain is known (no chain is
+/// unmapped here; a discarded region keeps its bytes' address), so the
+/// thread can write them as C code writes `chunk->data`.
+#[derive(Clone, Copy)]
+struct FaceBytes {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl FaceMemory {
+    fn new(size: usize, discardable: bool, at: &std::cell::Cell<Option<FaceBytes>>) -> Box<Self> {
+        let mut m = Box::new(FaceMemory {
+            bytes: vec![0u8; size],
+            discardable,
+        });
+        at.set(Some(FaceBytes {
+            ptr: m.bytes.as_mut_ptr(),
+            len: size,
+        }));
+        m
+    }
 }
 
 /// A scope this thread holds: its chain, access and the tokens it wrote.
@@ -350,6 +377,7 @@ impl Thread {
                 Ok(chain) => st.chains.push(Known {
                     chain,
                     ids: vec![id],
+                    face: None,
                 }),
                 Err(e) => self.shared.fail("MALLOC works", format!("chunk {id}: {e}")),
             }
@@ -472,7 +500,8 @@ impl Thread {
             80..=84 => self.panic_in_scope(st),
             85..=88 => self.put_get(st),
             89..=91 => self.failing_write(st),
-            92..=96 => self.subscription(st),
+            92..=95 => self.subscription(st),
+            96 => self.stray_write(st),
             _ => self.signal(),
         }
     }
@@ -643,13 +672,11 @@ impl Thread {
         }
         let kind = self.program.rng.below(3);
         set_op(self, Some(format!("LOOKUP_LST {ids:?} (kind {kind})")));
+        let face = std::cell::Cell::new(None);
         let chain = match kind {
             0 => self.client.lookup_lst(&ids, LOOKUP_WAIT),
             1 => self.client.lookup_lst_into(&ids, LOOKUP_WAIT, |size| {
-                Some(Box::new(FaceMemory {
-                    bytes: vec![0u8; size],
-                    discardable: true,
-                }) as Box<dyn LocalMemory>)
+                Some(FaceMemory::new(size, true, &face) as Box<dyn LocalMemory>)
             }),
             _ => {
                 // MAP of the chain over the thread's own memory, when its
@@ -661,21 +688,18 @@ impl Thread {
                 }
                 let sizes: Vec<usize> = ids.iter().map(|&i| chunks.size(i)).collect();
                 let total = sizes.iter().sum();
-                self.client.map_lst(
-                    protocol,
-                    &ids,
-                    &sizes,
-                    Box::new(FaceMemory {
-                        bytes: vec![0u8; total],
-                        discardable: false,
-                    }),
-                )
+                self.client
+                    .map_lst(protocol, &ids, &sizes, FaceMemory::new(total, false, &face))
             }
         };
         match chain {
             Ok(chain) => {
                 self.note(|| format!("new chain {ids:?} (kind {kind})"));
-                st.chains.push(Known { chain, ids });
+                st.chains.push(Known {
+                    chain,
+                    ids,
+                    face: face.get(),
+                });
             }
             Err(e) if self.lost(&e, "LOOKUP_LST") => {}
             Err(e) => self
@@ -1052,6 +1076,43 @@ impl Thread {
         }));
         debug_assert!(unwound.is_err());
         self.note(|| format!("panicked inside WRITE {ids:?} (tokens {tokens:?})"));
+    }
+
+    /// Bytes written into a chain's memory outside any scope, as C code
+    /// writes `chunk->data` or Python a kept numpy array (Figure 5): they
+    /// are not the chain's data, and no scope of any process may see them
+    /// (the invariants check every byte a scope sees and a home publishes).
+    /// Only in a client of one thread, outside its scopes on the chain: a
+    /// scope another thread has open would see them, as in C.
+    fn stray_write(&mut self, st: &mut State) {
+        if self.threads != 1 {
+            return;
+        }
+        let held = self.held_ids(st);
+        let candidates: Vec<usize> = (0..st.chains.len())
+            .filter(|&i| {
+                st.chains[i].face.is_some() && !st.chains[i].ids.iter().any(|id| held.contains(id))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let i = candidates[self.program.rng.below(candidates.len() as u64) as usize];
+        let known = &st.chains[i];
+        let face = known.face.expect("filtered");
+        let k = self.program.rng.below(known.ids.len() as u64) as usize;
+        let range = known.chain.layout().range(k);
+        let value = 1 + self.program.rng.below(255) as u8;
+        assert!(
+            range.end <= face.len,
+            "a chunk lies inside its chain's memory"
+        );
+        // SAFETY: `face` points at the chain's memory, which lives as long
+        // as the chain (see `FaceBytes`); one thread runs at a time, and no
+        // scope of this client is open on the chunk.
+        unsafe { std::ptr::write_bytes(face.ptr.add(range.start), value, range.len()) };
+        let id = known.ids[k];
+        self.note(|| format!("wrote {value} over chunk {id}'s bytes outside any scope"));
     }
 
     /// PUT of new bytes into a shared chunk, or GET of one.

@@ -259,3 +259,45 @@ fn discardable_memory_counts_and_is_evicted_in_place() {
     assert_eq!(mem.bytes().as_ptr() as usize, addr);
     assert_eq!(s.footprint().0, 1);
 }
+
+/// Bytes written into an exposed place outside any scope (C's
+/// `chunk->data`, a kept numpy array) never become another place's: a
+/// place made resident again copies only from places checked first.
+#[test]
+fn bytes_written_outside_a_scope_never_reach_another_place() {
+    struct Face(Vec<u8>);
+    impl LocalMemory for Face {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+        fn exposed(&self) -> bool {
+            true
+        }
+    }
+    let mut s = Store::new(MemoryCapacity::Chunks(1));
+    s.add_chain(single(1, 4), &[MESI], Vec::new(), None);
+    let mut face = Box::new(Face(vec![0u8; 4]));
+    let outside = face.0.as_mut_ptr();
+    s.add_chain(single(1, 4), &[MESI], Vec::new(), Some(face));
+    fill(&mut s, 1, &[1; 4]);
+    // SAFETY: the store keeps the face's memory, unresized, while the chain
+    // lives; nothing else uses it now (as C code writing chunk->data).
+    unsafe { outside.write_bytes(9, 4) };
+    // Chunk 2 takes the only counted room: chunk 1's own place is evicted.
+    s.add_chain(single(2, 4), &[MESI], Vec::new(), None);
+    assert!(s.bytes(1, 0).is_none(), "the own place was evicted");
+    s.prepare(1, 0);
+    assert_ne!(
+        s.bytes(1, 0).unwrap(),
+        &[9; 4],
+        "the written bytes were copied in"
+    );
+    assert_eq!(
+        s.get(1).unwrap().side.version(),
+        None,
+        "no place holds the version: it is fetched again"
+    );
+}
