@@ -159,6 +159,10 @@ impl HomeSide for Home {
         Ok(())
     }
 
+    fn requests_void(&mut self, client: Rank) {
+        self.pending.retain(|&(c, _)| c != client);
+    }
+
     fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
         self.readers.remove(&client);
         self.pending.retain(|&(c, _)| c != client);

@@ -518,6 +518,15 @@ impl HomeSide for Home {
     /// Client `client` has left the run (its role returned; it released its
     /// scopes before): forget its copy and its waiting requests, and stop
     /// waiting for an acknowledgement it can no longer send.
+    fn requests_void(&mut self, client: Rank) {
+        self.pending.retain(|&(c, _)| c != client);
+        if let Some(g) = self.granting.as_mut().filter(|g| g.to == Some(client)) {
+            // The invalidations sent for it are still awaited, as when a
+            // requester leaves (`Granting::to`).
+            g.to = None;
+        }
+    }
+
     fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>) {
         self.copyset.remove(&client);
         self.updatees.remove(&client);

@@ -234,6 +234,16 @@ pub trait HomeSide: Send + Debug {
     ) -> Result<(), ProtocolViolation>;
     /// Client `client` has left the run: forget it and stop waiting for it.
     fn client_left(&mut self, client: Rank, out: &mut Vec<Out<ToClient>>);
+    /// Client `client`'s requests will never be answered: its server was
+    /// lost, they went through it, and the client fails them and asks again
+    /// once it knows (`server/failover.rs`). They are dropped, waiting or
+    /// being granted, so that no grant of one reaches the client later and
+    /// is taken for the answer to a new request. Its copies and scopes stay
+    /// until [`HomeSide::client_left`]. The protocols a run with replicated
+    /// homes refuses (`server/replicas.rs`) are never asked.
+    fn requests_void(&mut self, client: Rank) {
+        let _ = client;
+    }
     /// The last released version (0: never written).
     fn version(&self) -> Version;
     /// The data of that version.

@@ -180,6 +180,15 @@ impl ServerState<'_> {
         // them (`moved_client_ready`): till then a write of a chunk they
         // hold waits, or one could read a copy its home no longer tracks.
         let moved: Vec<Rank> = self.topology.clients_of(lost).to_vec();
+        // Their requests went through it too, and they ask again once they
+        // know: a grant of an old one, sent on after their loss, would be
+        // taken for the answer to a new one (a second writer, and a scope
+        // the home waits for that nobody holds). The simulator found it.
+        for entry in self.homes.values_mut() {
+            for &client in &moved {
+                entry.side.requests_void(client);
+            }
+        }
         for &client in &moved {
             if self.rank == SEED {
                 let mut answers = Vec::new();

@@ -460,6 +460,54 @@ fn a_departing_requester_leaves_no_stale_read_scopes() {
     );
 }
 
+/// A requester whose server was lost (its requests void, its copies kept):
+/// the grant being prepared for it and its waiting requests are dropped, so
+/// nothing answers them later, while its own copy is still invalidated
+/// before anyone writes.
+#[test]
+fn void_requests_are_never_granted() {
+    let mut home = Home::new(8);
+    let mut out = Vec::new();
+    let write = ToHome::WriteReq {
+        have: None,
+        need_data: false,
+    };
+    let granted = |out: &[Out<ToClient>], to: Rank| {
+        out.iter().any(|o| {
+            o.to == to
+                && matches!(
+                    o.msg,
+                    ToClient::WriteGrant { .. } | ToClient::ReadGrant { .. }
+                )
+        })
+    };
+    home.on_message(1, ToHome::ReadReq { have: None }, None, &mut out)
+        .unwrap();
+    home.on_message(2, ToHome::ReadReq { have: None }, None, &mut out)
+        .unwrap();
+    out.clear();
+    // Client 2 asks to write (client 1 is invalidated); client 3 waits.
+    home.on_message(2, write, None, &mut out).unwrap();
+    home.on_message(3, write, None, &mut out).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].to, out[0].msg), (1, ToClient::Inval));
+    out.clear();
+    home.requests_void(2);
+    // The invalidation is answered: the grant it waited for goes nowhere
+    // (client 2 gave its copy up to ask), and client 3 is next.
+    home.on_message(1, ToHome::InvalAck, None, &mut out)
+        .unwrap();
+    assert!(!granted(&out, 2), "a void request was answered: {out:?}");
+    assert!(granted(&out, 3), "{out:?}");
+    // Client 3 releases; client 2, told of its loss, is forgotten: nothing
+    // of its old requests comes back.
+    out.clear();
+    home.on_message(3, ToHome::Release { version: 1 }, Some(&[7; 8]), &mut out)
+        .unwrap();
+    home.client_left(2, &mut out);
+    assert!(!out.iter().any(|o| o.to == 2), "{out:?}");
+}
+
 /// Learned sets: a home pushes a wanted copy only when nothing holds the
 /// chunk and the client is no sharer; the client takes it only while its
 /// copy is invalid, held a version and is not asked for; a protocol
