@@ -1184,9 +1184,13 @@ impl Client {
                 || acking(c)
                 || switching(c)
                 || (beside && orphaned(c))
+                || st.mail.undurable(chunk)
             {
                 drop(guard);
                 self.wait(None, |st| {
+                    if st.mail.undurable(chunk) {
+                        return None;
+                    }
                     let c = st.store.get(chunk)?;
                     let free = if switching(c) || (orphaned(c) && !c.holders.is_empty()) {
                         false
@@ -2095,6 +2099,24 @@ struct Mailbox {
     done_sent: Option<(u64, u64)>,
     /// It told its server it waits for events only (`ClientIdle`).
     idle_told: bool,
+}
+
+impl Mailbox {
+    /// Whether a release of `chunk` made here waits for its `Durable` (a
+    /// run with replicated homes) and its home is not known lost: another
+    /// scope of the chunk here waits for it, since the loss of the home
+    /// would take the version back (the simulator saw a READ hit on such a
+    /// release, which its RELEASE then reported lost).
+    fn undurable(&self, chunk: ChunkId) -> bool {
+        let Some(&(due, got)) = self.durable.get(&chunk) else {
+            return false;
+        };
+        due > got
+            && self
+                .durable_lost
+                .get(&chunk)
+                .is_none_or(|(upto, _)| *upto < due)
+    }
 }
 
 impl ClientState {

@@ -183,6 +183,8 @@ pub(crate) struct Queue {
     wires: HashMap<u64, Wire>,
     /// Signal subscriptions the coordinator has confirmed, not yet taken.
     signals_confirmed: HashSet<u32>,
+    /// Signal subscriptions sent and not confirmed yet, per signal.
+    signal_asks: HashMap<u32, u32>,
     /// Events to handle, with the subscription each is for.
     pending: VecDeque<(Topic, Event)>,
     handling: bool,
@@ -203,7 +205,32 @@ impl Queue {
     }
 
     pub fn signal_subscribed(&mut self, id: u32) {
-        self.signals_confirmed.insert(id);
+        match self.signal_asks.get_mut(&id) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.signal_asks.remove(&id);
+                }
+                self.signals_confirmed.insert(id);
+            }
+            None => tracing::debug!("a confirmation of signal {id}, not awaited: dropped"),
+        }
+    }
+
+    /// The signals this process subscribes to, each to be asked for again:
+    /// its server was lost, and the coordinator forgot what it knew of the
+    /// process with it (`client/failover.rs`). A subscription still on its
+    /// way is among them; its confirmation comes from the new one.
+    pub fn signals_again(&mut self) -> Vec<u32> {
+        let ids: Vec<u32> = (self.subscriptions.keys())
+            .filter_map(|t| match t {
+                Topic::Signal(id) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        self.signal_asks = ids.iter().map(|&id| (id, 1)).collect();
+        self.signals_confirmed.clear();
+        ids
     }
 
     /// A notification: counted once, then handed to every subscription of
@@ -604,6 +631,7 @@ impl Client {
             let st = &mut *st;
             st.mail.events.add(topic, &[], false)?;
             self.handlers_lock().map.insert(topic, Arc::new(handler));
+            *st.mail.events.signal_asks.entry(id).or_default() += 1;
             let msg = Message::Sync {
                 client: self.rank,
                 op: SyncOp::SignalSubscribe { id },

@@ -85,6 +85,15 @@ impl ClientState {
             };
             send(out, server, &msg);
         }
+        if moved {
+            // The coordinator forgot this client's signal subscriptions
+            // with its server (`Coordinator::client_lost`): made again. A
+            // signal raised meanwhile is not told.
+            for id in self.mail.events.signals_again() {
+                let op = wire::SyncOp::SignalSubscribe { id };
+                send(out, server, &Message::Sync { client: me, op });
+            }
+        }
         if moved && self.mail.idle_told {
             // It waits for events only: the stand-in hears it too.
             send(out, server, &Message::ClientIdle);

@@ -96,6 +96,7 @@ impl ServerState<'_> {
         }
         self.bracket_drop(client);
         self.client_done[client as usize] = true;
+        self.drop_held_for(client);
         // It will not say it saw a server's loss (`server/failover.rs`).
         self.unfence(out, client);
         // First the departure, which may tell subscribers of a release it

@@ -106,6 +106,19 @@ impl ServerState<'_> {
         true
     }
 
+    /// Drops the notifications held for `client`, which is gone: the queue
+    /// they wait behind drains no more, and a server holding one stays
+    /// busy for ever (the simulator found a run with recovery that never
+    /// ended, its lost client's notification held).
+    pub(super) fn drop_held_for(&mut self, client: Rank) {
+        let before = self.held.0.len();
+        self.held.0.retain(|&(c, _), _| c != client);
+        for _ in self.held.0.len()..before {
+            self.accounts.count_dropped();
+        }
+        self.accounts.holding(self.held.any());
+    }
+
     /// Sends the held notifications whose next hop has caught up (after
     /// each poll, while any is held). One whose client left or unsubscribed
     /// meanwhile is dropped: it never arrives.
