@@ -204,6 +204,11 @@ impl Queue {
         }
     }
 
+    /// A subscription to signal `id` is sent: its confirmation is awaited.
+    pub fn signal_asked(&mut self, id: u32) {
+        *self.signal_asks.entry(id).or_default() += 1;
+    }
+
     pub fn signal_subscribed(&mut self, id: u32) {
         match self.signal_asks.get_mut(&id) {
             Some(n) => {
@@ -631,7 +636,7 @@ impl Client {
             let st = &mut *st;
             st.mail.events.add(topic, &[], false)?;
             self.handlers_lock().map.insert(topic, Arc::new(handler));
-            *st.mail.events.signal_asks.entry(id).or_default() += 1;
+            st.mail.events.signal_asked(id);
             let msg = Message::Sync {
                 client: self.rank,
                 op: SyncOp::SignalSubscribe { id },
@@ -816,5 +821,31 @@ impl Client {
                 (q.pending() || q.subscriptions.is_empty() || st.mail.stop).then_some(())
             })?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A confirmation counts only for a subscription on its way; one that
+    /// the loss of the client's server made again is confirmed by the new
+    /// request, once.
+    #[test]
+    fn signal_confirmations_answer_only_what_was_asked() {
+        let mut q = Queue::default();
+        q.signal_subscribed(7);
+        assert!(!q.signals_confirmed.contains(&7), "nobody asked");
+        q.add(Topic::Signal(7), &[], false).unwrap();
+        q.signal_asked(7);
+        // Its server is lost before the confirmation comes: asked again.
+        assert_eq!(q.signals_again(), vec![7]);
+        q.signal_subscribed(7);
+        assert!(q.signals_confirmed.remove(&7));
+        q.signal_subscribed(7);
+        assert!(
+            !q.signals_confirmed.contains(&7),
+            "a second confirmation answers nothing"
+        );
     }
 }
