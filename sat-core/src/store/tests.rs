@@ -10,6 +10,28 @@ fn single(id: ChunkId, size: usize) -> ChainLayout {
 
 const MESI: ProtocolId = ProtocolId::HomeMesi;
 
+/// Memory a face lends (C's chains, Python's buffers), as a test sets it.
+struct Lent {
+    bytes: Vec<u8>,
+    discardable: bool,
+    exposed: bool,
+}
+
+impl LocalMemory for Lent {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+    fn discardable(&self) -> bool {
+        self.discardable
+    }
+    fn exposed(&self) -> bool {
+        self.exposed
+    }
+}
+
 /// Makes `chunk` hold version 1 with `bytes`, as a read grant would.
 fn fill(store: &mut Store, chunk: ChunkId, bytes: &[u8]) {
     let c = store.get_mut(chunk).unwrap();
@@ -218,20 +240,12 @@ fn copying_and_hashing_in_one_pass_gives_the_same_digest() {
 /// comes back (counted again, invalid until filled) when next used.
 #[test]
 fn discardable_memory_counts_and_is_evicted_in_place() {
-    struct Lent(Vec<u8>);
-    impl LocalMemory for Lent {
-        fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-        fn bytes_mut(&mut self) -> &mut [u8] {
-            &mut self.0
-        }
-        fn discardable(&self) -> bool {
-            true
-        }
-    }
     let mut s = Store::new(MemoryCapacity::Chunks(2));
-    let lent: Box<dyn LocalMemory> = Box::new(Lent(vec![0u8; 4]));
+    let lent: Box<dyn LocalMemory> = Box::new(Lent {
+        bytes: vec![0u8; 4],
+        discardable: true,
+        exposed: false,
+    });
     let addr = lent.bytes().as_ptr() as usize;
     let chain = s.add_chain(single(1, 4), &[MESI], Vec::new(), Some(lent));
     assert_eq!(s.footprint(), (1, 4, 0), "lent memory is counted");
@@ -265,22 +279,14 @@ fn discardable_memory_counts_and_is_evicted_in_place() {
 /// place made resident again copies only from places checked first.
 #[test]
 fn bytes_written_outside_a_scope_never_reach_another_place() {
-    struct Face(Vec<u8>);
-    impl LocalMemory for Face {
-        fn bytes(&self) -> &[u8] {
-            &self.0
-        }
-        fn bytes_mut(&mut self) -> &mut [u8] {
-            &mut self.0
-        }
-        fn exposed(&self) -> bool {
-            true
-        }
-    }
     let mut s = Store::new(MemoryCapacity::Chunks(1));
     s.add_chain(single(1, 4), &[MESI], Vec::new(), None);
-    let mut face = Box::new(Face(vec![0u8; 4]));
-    let outside = face.0.as_mut_ptr();
+    let mut face = Box::new(Lent {
+        bytes: vec![0u8; 4],
+        discardable: false,
+        exposed: true,
+    });
+    let outside = face.bytes.as_mut_ptr();
     s.add_chain(single(1, 4), &[MESI], Vec::new(), Some(face));
     fill(&mut s, 1, &[1; 4]);
     // SAFETY: the store keeps the face's memory, unresized, while the chain
