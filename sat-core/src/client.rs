@@ -2260,18 +2260,11 @@ impl ClientState {
         );
         let place = self.store.scope_place(chunk).expect("known");
         if let Some(op) = sent.filter(|_| self.store.get(chunk).is_some_and(|c| c.host.is_some())) {
-            // Moved out for the call and back, not cloned (two atomic
-            // operations on the segment's count per scope): nothing
-            // `end_host_scope` calls looks at this chunk's slot in the store.
-            let slot = self
-                .store
-                .get_mut(chunk)
-                .and_then(|c| c.host.take())
-                .expect("checked");
+            // Moved out for the call and back (`Store::take_slot`): nothing
+            // `end_host_scope` calls looks at this chunk's slot handle.
+            let slot = self.store.take_slot(chunk).expect("checked");
             let ended = self.end_host_scope(to, chunk, &slot, op, place);
-            if let Some(c) = self.store.get_mut(chunk) {
-                c.host = Some(slot);
-            }
+            self.store.put_slot(chunk, slot);
             return ended;
         }
         let twin = self.store.get_mut(chunk).and_then(|c| c.twin.take());

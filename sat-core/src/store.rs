@@ -688,6 +688,22 @@ impl Store {
         self.forget_version(chunk);
     }
 
+    /// Moves `chunk`'s slot handle out, for a call that needs the store and
+    /// the slot at once: a clone would be two atomic operations on the
+    /// segment's count, paid on every scope of a small hand-off. Nothing in
+    /// the store looks at the handle meanwhile (`in_host_slot` says where
+    /// the version is). Given back with [`Store::put_slot`].
+    pub fn take_slot(&mut self, chunk: ChunkId) -> Option<SlotRef> {
+        self.chunks.get_mut(&chunk).and_then(|c| c.host.take())
+    }
+
+    /// Gives back a handle [`Store::take_slot`] moved out.
+    pub fn put_slot(&mut self, chunk: ChunkId, slot: SlotRef) {
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            c.host = Some(slot);
+        }
+    }
+
     /// The last scope of `chunk` here has ended. When its version is in a
     /// host slot, code outside SAT may write its exposed places from now
     /// on, and no digest is kept to tell ([`LocalChunk::keeps_digest`]):

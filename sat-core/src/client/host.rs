@@ -191,17 +191,12 @@ fn grant(
     chunk: ChunkId,
     req: ToHome,
 ) -> bool {
-    // Moved out for the call and back, not cloned: a clone is two atomic
-    // operations on the segment's count, paid on every scope of a small
-    // hand-off. Nothing `grant_on` calls looks at a chunk's slot.
-    let Some(slot) = store.get_mut(chunk).and_then(|c| c.host.take()) else {
+    let Some(slot) = store.take_slot(chunk) else {
         tracing::warn!("chunk {chunk}: a request for a host slot it does not have: dropped");
         return true;
     };
     let granted = grant_on(&slot, store, events, who, chunk, req);
-    if let Some(c) = store.get_mut(chunk) {
-        c.host = Some(slot);
-    }
+    store.put_slot(chunk, slot);
     granted
 }
 
