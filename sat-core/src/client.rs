@@ -45,6 +45,17 @@ const HOST_LOCK_SPIN: Duration = Duration::from_micros(5);
 /// Allocation requests in flight at once for one chain.
 const ALLOC_WINDOW: usize = 32;
 
+/// How far a chain's READ asks ahead of the chunk it waits for
+/// ([`Client::acquire_chain`]): at most this many chunks, and this many
+/// bytes, whose grants may be on their way at once. Enough to keep a
+/// network busy while one round trip is waited for (16 halve a 64 MiB GET
+/// over tcp), little enough that the grants of a large chain do not fill
+/// its home's queues. 64 large grants queued to one reader while another
+/// client released the same chain through the home stalled the shm
+/// transport (`docs/PERFORMANCE.md`, "Known stall"); 32 did not.
+const READ_AHEAD_CHUNKS: usize = 16;
+const READ_AHEAD_BYTES: usize = 8 << 20;
+
 /// How long a MALLOC waits for each answer of its chunks' homes. A home
 /// answers at once; no answer for this long means it has stopped or cannot
 /// be reached, and the MALLOC fails with a Timeout naming the server.
@@ -1009,10 +1020,22 @@ impl Client {
     /// order, so that two processes acquiring overlapping chains cannot
     /// each hold what the other waits for. On error, what was acquired is
     /// aborted: nothing is published, the homes keep their versions.
+    ///
+    /// A READ does not wait one round trip per chunk: while it waits for
+    /// one chunk, the requests of the next ones are on their way already
+    /// ([`ClientSide::read_ahead`], up to [`READ_AHEAD_CHUNKS`] and
+    /// [`READ_AHEAD_BYTES`] ahead). Their grants open no scope, so the
+    /// ascending order still rules out a deadlock: a chunk asked ahead is
+    /// held by nothing, and a writer that comes for it meanwhile is answered
+    /// at once (the READ then asks again in its turn).
     pub fn acquire_chain(&self, chain: &Chain, access: Access) -> SatResult<()> {
         let mut ids: Vec<ChunkId> = chain.ids().collect();
         ids.sort_unstable();
+        let mut asked_ahead = 0;
         for (i, &id) in ids.iter().enumerate() {
+            if access == Access::Read && ids.len() > 1 {
+                self.read_ahead(chain, &ids, i, &mut asked_ahead);
+            }
             if let Err(e) = self.acquire_at(id, Some(chain), access) {
                 for &done in &ids[..i] {
                     self.abort_retrying(done);
@@ -1039,6 +1062,33 @@ impl Client {
             )));
         }
         Ok(())
+    }
+
+    /// Sends the read requests of the chunks after `ids[next]` (the one
+    /// this READ of `chain` acquires now) that are not asked for yet, up to
+    /// [`READ_AHEAD_CHUNKS`] and [`READ_AHEAD_BYTES`] ahead of it;
+    /// `asked` is the index past the last one considered so far. Only the
+    /// chunks whose versions come in messages, under a protocol that reads
+    /// ahead ([`reads_ahead`]), and that nothing here holds or waits for
+    /// are asked: the others are acquired as before, in their turn. A
+    /// request that cannot be sent ends the asking ahead for this READ:
+    /// each chunk is then asked for in its turn, which reports the error if
+    /// it lasts.
+    fn read_ahead(&self, chain: &Chain, ids: &[ChunkId], next: usize, asked: &mut usize) {
+        *asked = (*asked).max(next + 1);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let size = |st: &ClientState, id: ChunkId| st.store.get(id).map_or(0, |c| c.size);
+        let mut bytes: usize = ids[next + 1..*asked].iter().map(|&id| size(st, id)).sum();
+        while *asked < ids.len() && *asked - next <= READ_AHEAD_CHUNKS && bytes < READ_AHEAD_BYTES {
+            let chunk = ids[*asked];
+            *asked += 1;
+            bytes += size(st, chunk);
+            if let Err(e) = st.ask_ahead(self.rank, chunk, chain) {
+                tracing::debug!("chunk {chunk}: not asked ahead of the chain's READ: {e}");
+                *asked = ids.len();
+            }
+        }
     }
 
     /// Aborts the scope this thread holds on `chunk`, trying again when the
@@ -1195,7 +1245,10 @@ impl Client {
                     let free = if switching(c) || (orphaned(c) && !c.holders.is_empty()) {
                         false
                     } else if c.holders.is_empty() {
-                        !acking(c)
+                        // A request its lost home took (one asked ahead,
+                        // `read_ahead`) is never answered: the chunk
+                        // starts afresh instead.
+                        !acking(c) || orphaned(c)
                     } else {
                         !must_wait(c.side.as_ref(), access)
                     };
@@ -1538,13 +1591,17 @@ impl Client {
         }
     }
 
-    /// How much chunk data this process holds in memory (the regions SAT
-    /// allocated; MAP'd memory is the caller's and not counted).
     /// How many chunks were pushed to this process as barriers ended, before
     /// its program asked for them (learned communication sets:
     /// [`crate::protocol::ProtocolId::learns`]).
     pub fn learned_pushes(&self) -> u64 {
         self.lock().store.pushed
+    }
+
+    /// How many read requests this process sent ahead of its chains' READs
+    /// ([`Client::acquire_chain`]).
+    pub fn reads_asked_ahead(&self) -> u64 {
+        self.lock().store.asked_ahead
     }
 
     /// How many protocol switches of adaptive chunks this process applied
@@ -1561,6 +1618,8 @@ impl Client {
         self.lock().store.get(chunk).map(|c| c.protocol)
     }
 
+    /// How much chunk data this process holds in memory (the regions SAT
+    /// allocated; MAP'd memory is the caller's and not counted).
     pub fn footprint(&self) -> Footprint {
         let (chunks, bytes, evictions) = self.lock().store.footprint();
         Footprint {
@@ -2044,6 +2103,20 @@ impl LentChunks {
 
 /// The calling thread's id, kept per thread: `std::thread::current()` clones
 /// a handle at every call, and a scope on a host slot asks several times.
+/// Whether a chain's READ asks ahead for the chunks `protocol` runs
+/// ([`Client::acquire_chain`]): the MESI family, whose read grants are the
+/// same whether a scope waits for them or not (an adaptive chunk while it
+/// runs one of them too). Not a registered protocol.
+fn reads_ahead(protocol: ProtocolId) -> bool {
+    matches!(
+        protocol,
+        ProtocolId::HomeMesi
+            | ProtocolId::MesiExclusive
+            | ProtocolId::UpdateMesi
+            | ProtocolId::LearnedMesi
+    )
+}
+
 fn this_thread() -> std::thread::ThreadId {
     thread_local! {
         static ID: std::thread::ThreadId = std::thread::current().id();
@@ -2177,6 +2250,56 @@ impl ClientState {
     /// Takes what releasers posted to this process's inbox: each chunk's
     /// slot version is told to its subscriptions. Returns how many chunks
     /// were looked at.
+    /// Asks `chunk`'s home for a valid copy before a READ of `chain`
+    /// wants it ([`Client::read_ahead`]), when it needs one and nothing
+    /// here holds it, waits for it or is about to change it.
+    fn ask_ahead(&mut self, me: Rank, chunk: ChunkId, chain: &Chain) -> SatResult<()> {
+        let Some(place) = self.store.place_index(chunk, Some(chain)) else {
+            return Ok(());
+        };
+        let c = self.store.get(chunk).expect("placed");
+        let busy = !c.holders.is_empty()
+            || c.orphaned.is_some()
+            || c.switch_to.is_some()
+            || c.reask.is_some();
+        if !reads_ahead(c.protocol) || c.host.is_some() || busy || self.mail.undurable(chunk) {
+            return Ok(());
+        }
+        // The grant's bytes go straight into the chain's memory.
+        self.store.prepare(chunk, place);
+        let c = self.store.get_mut(chunk).expect("placed");
+        let before = c.side.snapshot();
+        let Some(req) = c.side.read_ahead() else {
+            return Ok(());
+        };
+        // No thread waits for this grant: an adaptive chunk's switch drops
+        // the request instead of asking it again (`client/switch.rs`).
+        c.asking = None;
+        tracing::debug!(
+            "[{}] READ chunk {chunk}: asking the home ahead of the chain's READ",
+            c.protocol.name()
+        );
+        let msg = Message::Coherence {
+            chunk,
+            client: me,
+            op: req.into(),
+            epoch: c.epoch,
+            after_barrier: false,
+        };
+        let n = wire::encode(&msg, &mut self.header).expect("fits");
+        if let Err(e) = self
+            .transport
+            .send(self.server, &self.header[..n], Payload::None)
+        {
+            // The home never heard of it: nothing changed.
+            let c = self.store.get_mut(chunk).expect("placed");
+            c.side = before;
+            return Err(e.into());
+        }
+        self.store.asked_ahead += 1;
+        Ok(())
+    }
+
     fn take_hints(&mut self) -> usize {
         let Some(taken) = self.transport.take_hints() else {
             return 0;

@@ -206,7 +206,9 @@ pub(crate) struct LocalChunk {
     /// applied when the last one ends (epoch, protocol).
     pub switch_to: Option<(u32, ProtocolId)>,
     /// The access of the last request sent to the home: asked again under
-    /// the new protocol when a switch finds it unanswered.
+    /// the new protocol when a switch finds it unanswered. None for a
+    /// request asked ahead of a chain's READ (`Client::acquire_chain`),
+    /// which no thread waits for: a switch drops it.
     pub asking: Option<crate::protocol::Access>,
     /// A request to ask again after a switch, that could not leave yet.
     pub reask: Option<crate::protocol::Access>,
@@ -280,6 +282,8 @@ pub(crate) struct Store {
     pub silent_writes: u32,
     /// Chunks pushed as a barrier ended, taken in (`client/learned.rs`).
     pub pushed: u64,
+    /// Read requests sent ahead of a chain's READ (`Client::acquire_chain`).
+    pub asked_ahead: u64,
     /// Protocol switches of adaptive chunks applied (`client/switch.rs`).
     pub switches: u64,
     /// Chunks whose switch (or the request asked again after it) waits
@@ -307,6 +311,7 @@ impl Store {
         Store {
             silent_writes: 0,
             pushed: 0,
+            asked_ahead: 0,
             switches: 0,
             switching: Default::default(),
             chunks: HashMap::default(),

@@ -1276,3 +1276,110 @@ fn a_protocol_nobody_registered_is_refused_by_client_and_home() {
     });
     assert_eq!(answers.unwrap(), vec![AllocOutcome::Refused]);
 }
+
+/// A chain's READ does not wait one round trip per chunk: when the request
+/// of the chain's first chunk (the one the READ waits for first) leaves,
+/// the requests of the others are on their way already. The grants, which
+/// open no scope before the READ comes to their chunk, open one scope each
+/// as usual: the chain holds every granted version, the READ sent one
+/// request per chunk and nothing more, and its RELEASE sends nothing.
+/// The home here is this test's thread, which answers MALLOCs and grants
+/// reads of version 0.
+#[test]
+fn a_chain_read_asks_for_its_chunks_at_once() {
+    const CHUNKS: [ChunkId; 4] = [40, 41, 42, 43];
+    let bytes_of = |chunk: ChunkId| (chunk * 1000).to_le_bytes();
+    let Run {
+        mut server,
+        clients,
+        ..
+    } = Run::new(1, Schedule::Immediate);
+    let client = &clients[0];
+    let mut asked: Vec<ChunkId> = Vec::new();
+    // How many chunks had been asked for when the first chunk's request came.
+    let mut with_the_first = None;
+    let read = std::thread::scope(|s| {
+        let reader = s.spawn(|| -> SatResult<(Vec<u8>, u64)> {
+            let chain = client.malloc_lst(ProtocolId::HomeMesi, &CHUNKS, &[8; 4])?;
+            let before = client.messages_sent();
+            client.acquire_chain(&chain, Access::Read)?;
+            let bytes = client.with_chain(&chain, |b| b.to_vec())?;
+            client.release_chain(&chain)?;
+            Ok((bytes, client.messages_sent() - before))
+        });
+        let mut header = [0u8; MAX_HEADER];
+        while !reader.is_finished() {
+            let polled = server
+                .poll(&mut |out, m| {
+                    let (to, reply, data) = match wire::decode(m.header) {
+                        Ok(Message::Malloc {
+                            chunk,
+                            size,
+                            client,
+                            request,
+                            protocol,
+                            label,
+                        }) => {
+                            let outcome = AllocOutcome::Allocated {
+                                size,
+                                protocol,
+                                label,
+                            };
+                            let reply = Message::AllocReply {
+                                chunk,
+                                client,
+                                request,
+                                outcome,
+                                host: None,
+                            };
+                            (client, reply, None)
+                        }
+                        Ok(Message::Coherence {
+                            chunk,
+                            client,
+                            op: CoherenceOp::ReadReq { .. },
+                            ..
+                        }) => {
+                            asked.push(chunk);
+                            if chunk == CHUNKS[0] {
+                                with_the_first = Some(asked.len());
+                            }
+                            let op = CoherenceOp::ReadGrant {
+                                version: 0,
+                                with_data: true,
+                            };
+                            let grant = Message::Coherence {
+                                chunk,
+                                client,
+                                op,
+                                epoch: 0,
+                                after_barrier: false,
+                            };
+                            (client, grant, Some(bytes_of(chunk)))
+                        }
+                        other => panic!("the READ sent {other:?}"),
+                    };
+                    let n = wire::encode(&reply, &mut header).unwrap();
+                    let payload = data.as_ref().map_or(Payload::None, |d| Payload::Copy(d));
+                    out.send(to, &header[..n], payload).unwrap();
+                })
+                .unwrap();
+            if polled == 0 {
+                std::thread::yield_now();
+            }
+        }
+        reader.join().unwrap()
+    });
+    let (bytes, sent) = read.unwrap();
+    assert_eq!(
+        with_the_first,
+        Some(CHUNKS.len()),
+        "the requests in the order they came: {asked:?}"
+    );
+    let mut sorted = asked.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, CHUNKS, "one request per chunk: {asked:?}");
+    assert_eq!(sent, CHUNKS.len() as u64, "the READ and RELEASE sent");
+    let want: Vec<u8> = CHUNKS.iter().flat_map(|&c| bytes_of(c)).collect();
+    assert_eq!(bytes, want, "the chain holds the granted versions");
+}

@@ -832,6 +832,10 @@ pub struct Cache {
     /// an invalidation that crossed the drop is not answered (the drop
     /// answered it).
     dropped: bool,
+    /// The read request waited for was sent ahead of any scope
+    /// ([`ClientSide::read_ahead`]): its grant leaves a valid copy and
+    /// opens no scope.
+    ahead: bool,
 }
 
 impl Cache {
@@ -854,6 +858,7 @@ impl Cache {
             share_owed: false,
             ask: false,
             update_due: false,
+            ahead: false,
         }
     }
 
@@ -948,6 +953,19 @@ impl ClientSide for Cache {
         Ok(Acquire::Request(ToHome::ReadReq { have: self.version }))
     }
 
+    fn read_ahead(&mut self) -> Option<ToHome> {
+        if self.waiting.is_some() || self.in_scope() || self.state != State::Invalid {
+            return None;
+        }
+        // The request a READ would send, granted as one: the home queues
+        // it with the others, and nothing here holds the chunk meanwhile
+        // (an invalidation after the grant is answered at once).
+        self.update_due = false;
+        self.waiting = Some(Access::Read);
+        self.ahead = true;
+        Some(ToHome::ReadReq { have: self.version })
+    }
+
     fn on_message(
         &mut self,
         msg: ToClient,
@@ -1013,7 +1031,11 @@ impl ClientSide for Cache {
                 } else {
                     State::Shared
                 };
-                self.read_scopes += 1;
+                // A grant asked for ahead leaves the copy valid; the READ
+                // that wants it opens on it as a hit.
+                if !std::mem::take(&mut self.ahead) {
+                    self.read_scopes += 1;
+                }
                 Ok(Reaction {
                     reply: None,
                     take_data,

@@ -334,6 +334,19 @@ pub trait ClientSide: Send + Debug {
     /// The next write scope asks the home even if it could open with no
     /// message ([`mesi::EXCLUSIVE_BURST`]).
     fn ask_next_write(&mut self) {}
+    /// Asks for a valid copy before any READ wants it: a chain's READ
+    /// sends its next chunks' requests while it waits for the first
+    /// (`Client::acquire_chain`), instead of one round trip after another.
+    /// The grant opens no scope: it leaves the copy valid, and the READ
+    /// that comes for it later is a hit (a miss if it was invalidated
+    /// since). Nothing is held while the request waits or after its grant,
+    /// so asking ahead cannot add a deadlock to the chain's ascending
+    /// order. Returns the request to send; None when the copy is valid
+    /// already, asked for, in a scope, or when the protocol does not read
+    /// ahead (the default).
+    fn read_ahead(&mut self) -> Option<ToHome> {
+        None
+    }
     /// Whether a write scope publishes a diff against a twin of the bytes
     /// it opened on ([`hlrc`]): the client runtime then keeps the twin, and
     /// sends the diff with [`ToHome::ReleaseDiff`].

@@ -91,6 +91,8 @@ pub struct Outcome {
     pub notifications: u64,
     /// Chunks pushed as a barrier ended (learned communication sets).
     pub pushed: u64,
+    /// Read requests sent ahead of a chain's READ.
+    pub asked_ahead: u64,
     /// Protocol switches of adaptive chunks the clients applied.
     pub switches: u64,
     /// Adaptive chunks whose home moved to another server.

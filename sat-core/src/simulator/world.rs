@@ -935,6 +935,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         read_checks: oracle.read_checks,
         notifications: oracle.notifications,
         pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
+        asked_ahead: clients.iter().map(|c| c.reads_asked_ahead()).sum(),
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
         spilled,

@@ -179,6 +179,12 @@ impl Sim {
             if cache.waiting() {
             } else if cache.in_scope() {
                 self.release(c);
+            } else if rng.below(4) == 0 {
+                // A chain's READ asking for this copy ahead of its turn.
+                if let Some(req) = self.clients[c].read_ahead() {
+                    self.to_home[c].push_back((req, None));
+                    self.messages += 1;
+                }
             } else {
                 let access = if rng.below(2) == 0 {
                     Access::Read
@@ -576,4 +582,43 @@ fn a_wanted_push_is_made_and_taken_only_when_nothing_holds_the_chunk() {
     let push = out.pop().expect("a push");
     let ignored = reader.on_message(push.msg, push.data.as_deref()).unwrap();
     assert!(!ignored.take_data && reader.waiting());
+}
+
+/// A copy asked for ahead of a chain's READ: its grant opens no scope, so a
+/// writer that comes next is answered at once (nothing here holds the
+/// chunk); asked ahead again, the READ that comes for it is a hit on the
+/// newest release.
+#[test]
+fn a_copy_asked_ahead_opens_no_scope_and_gives_way_to_a_writer() {
+    let mut sim = Sim::new(2);
+    let req = sim.clients[0]
+        .read_ahead()
+        .expect("an invalid copy is asked for");
+    assert!(matches!(req, ToHome::ReadReq { have: None }), "{req:?}");
+    assert_eq!(sim.clients[0].read_ahead(), None, "asked for already");
+    sim.to_home[0].push_back((req, None));
+    sim.deliver_to_home(0);
+    sim.deliver_to_client(0);
+    assert!(!sim.clients[0].waiting() && !sim.clients[0].in_scope());
+    assert_eq!(sim.clients[0].state(), State::Shared);
+    assert_eq!(sim.clients[0].read_ahead(), None, "valid already");
+    // A writer: the invalidation is answered at once.
+    sim.acquire(1, Access::ReadWrite);
+    sim.deliver_to_home(1);
+    sim.deliver_to_client(0);
+    assert_eq!(sim.to_home[0].len(), 1, "the acknowledgement left at once");
+    sim.deliver_to_home(0);
+    sim.deliver_to_client(1);
+    assert!(sim.clients[1].writing);
+    sim.release(1);
+    sim.deliver_to_home(1);
+    // Asked ahead again, then READ: a hit on what the writer released.
+    let req = sim.clients[0].read_ahead().expect("invalidated");
+    sim.to_home[0].push_back((req, None));
+    sim.deliver_to_home(0);
+    sim.deliver_to_client(0);
+    assert_eq!(sim.acquire(0, Access::Read), Acquire::Hit);
+    assert_eq!(sim.clients[0].read_scopes, 1);
+    sim.release(0);
+    assert!(!sim.clients[0].in_scope());
 }
