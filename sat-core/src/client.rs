@@ -1324,11 +1324,13 @@ impl Client {
             if access == Access::Read {
                 c.read_pass = passes;
             }
+            // A copy asked for ahead of this READ came from the home: a miss.
+            let asked_ahead = std::mem::take(&mut c.asked_ahead);
             let req = match step {
                 Acquire::Hit => {
                     c.holders.push(me);
                     if stats::on() && c.scope_stat.is_none() {
-                        c.scope_stat = Some((started, access, true));
+                        c.scope_stat = Some((started, access, !asked_ahead));
                     }
                     let silent = access.exclusive() && c.host.is_none();
                     st.store.set_scope_place(chunk, place);
@@ -2275,6 +2277,7 @@ impl ClientState {
         // No thread waits for this grant: an adaptive chunk's switch drops
         // the request instead of asking it again (`client/switch.rs`).
         c.asking = None;
+        c.asked_ahead = true;
         tracing::debug!(
             "[{}] READ chunk {chunk}: asking the home ahead of the chain's READ",
             c.protocol.name()
@@ -2294,6 +2297,7 @@ impl ClientState {
             // The home never heard of it: nothing changed.
             let c = self.store.get_mut(chunk).expect("placed");
             c.side = before;
+            c.asked_ahead = false;
             return Err(e.into());
         }
         self.store.asked_ahead += 1;

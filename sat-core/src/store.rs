@@ -212,6 +212,10 @@ pub(crate) struct LocalChunk {
     pub asking: Option<crate::protocol::Access>,
     /// A request to ask again after a switch, that could not leave yet.
     pub reask: Option<crate::protocol::Access>,
+    /// The copy was asked for ahead of a chain's READ (`Client::acquire_chain`)
+    /// since the last scope opened here: that READ asked the home, and the
+    /// statistics count it as a miss even if the grant came before it.
+    pub asked_ahead: bool,
     /// The barrier pass (`client/learned.rs`) of the last READ of the chunk
     /// here: a read request is the first after a barrier when it differs.
     pub read_pass: u64,
@@ -398,6 +402,7 @@ impl Store {
                 switch_to: None,
                 asking: None,
                 reask: None,
+                asked_ahead: false,
                 read_pass: 0,
                 orphaned: None,
             });
@@ -688,6 +693,7 @@ impl Store {
             c.twin = None;
             c.asking = None;
             c.reask = None;
+            c.asked_ahead = false;
             c.scope_stat = None;
         }
         self.forget_version(chunk);
