@@ -50,9 +50,8 @@ const ALLOC_WINDOW: usize = 32;
 /// bytes, whose grants may be on their way at once. Enough to keep a
 /// network busy while one round trip is waited for (16 halve a 64 MiB GET
 /// over tcp), little enough that the grants of a large chain do not fill
-/// its home's queues. 64 large grants queued to one reader while another
-/// client released the same chain through the home stalled the shm
-/// transport (`docs/PERFORMANCE.md`, "Known stall"); 32 did not.
+/// its home's queues. 64 gained nothing more on the 64 MiB GET and
+/// hand-off (docs/PERFORMANCE.md).
 const READ_AHEAD_CHUNKS: usize = 16;
 const READ_AHEAD_BYTES: usize = 8 << 20;
 

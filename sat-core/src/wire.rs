@@ -15,9 +15,11 @@ use crate::transport::{Rank, MAX_HEADER};
 
 /// Bumped whenever the encoding of [`Message`] changes, or the layout of
 /// what processes share beside messages (host slots: 8 gave a service's
-/// slots two buffers and its readers their own bits); the bootstrap and a
-/// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 12;
+/// slots two buffers and its readers their own bits), or the transport's
+/// framing (13: one tag for every eager packet, its order number in the
+/// prefix); the bootstrap and a service's desk refuse processes built with
+/// another version.
+pub const WIRE_VERSION: u32 = 13;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

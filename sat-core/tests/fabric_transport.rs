@@ -488,11 +488,11 @@ fn burst_without_polling_tcp() {
     burst_without_polling(Provider::Tcp);
 }
 
-/// Messages whose header and payload just fit shm's 4096-byte inject size
-/// travel without the prefix (the compact form); around that boundary every
-/// header length and size must arrive intact and in order.
+/// Around shm's 4096-byte inject size (a packet with its prefix on either
+/// side of it) every header length and size must arrive intact and in
+/// order.
 #[test]
-fn compact_packets_around_the_inject_size() {
+fn packets_around_the_inject_size() {
     let _g = serial();
     for provider in [Provider::Shm, Provider::Tcp] {
         let mut ts = open_all(provider, 2);
