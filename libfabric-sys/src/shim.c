@@ -73,6 +73,12 @@ ssize_t sat_fi_tinject(struct fid_ep *ep, const void *buf, size_t len,
 	return fi_tinject(ep, buf, len, dest_addr, tag);
 }
 
+ssize_t sat_fi_tinjectdata(struct fid_ep *ep, const void *buf, size_t len,
+			   uint64_t data, fi_addr_t dest_addr, uint64_t tag)
+{
+	return fi_tinjectdata(ep, buf, len, data, dest_addr, tag);
+}
+
 ssize_t sat_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		     fi_addr_t src_addr, uint64_t tag, uint64_t ignore, void *context)
 {

@@ -38,6 +38,8 @@ ssize_t sat_fi_tsend(struct fid_ep *ep, const void *buf, size_t len, void *desc,
 		     fi_addr_t dest_addr, uint64_t tag, void *context);
 ssize_t sat_fi_tinject(struct fid_ep *ep, const void *buf, size_t len,
 		       fi_addr_t dest_addr, uint64_t tag);
+ssize_t sat_fi_tinjectdata(struct fid_ep *ep, const void *buf, size_t len,
+			   uint64_t data, fi_addr_t dest_addr, uint64_t tag);
 ssize_t sat_fi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		     fi_addr_t src_addr, uint64_t tag, uint64_t ignore, void *context);
 ssize_t sat_fi_cancel(fid_t fid, void *context);

@@ -169,6 +169,15 @@ const LARGE_TAG: u64 = 1 << 63;
 /// mask, an eager packet matches an eager receive, and a large payload
 /// (bit 63) never does.
 const EAGER_TAG: u64 = 0;
+/// Marks a *compact* eager packet in its remote CQ data: header and payload
+/// only, no prefix, its header length in data bits 32..43 and its order
+/// number in bits 0..19. Sent where the packet then fits shm's inject size
+/// (4096 bytes) and would not with the prefix: a 4 KiB message stays on
+/// shm's inject path instead of its slower cross-memory-attach path. The
+/// data, unlike the tag, plays no part in matching.
+const COMPACT_DATA: u64 = 1 << 63;
+const COMPACT_HLEN_SHIFT: u32 = 32;
+const COMPACT_HLEN_MASK: u64 = 0x7ff;
 const SEQ_MASK: u32 = 0x7fff_ffff;
 /// Pre-posted eager receives match every tag with bit 63 clear.
 const EAGER_IGNORE: u64 = !LARGE_TAG;
@@ -635,6 +644,28 @@ fn parse_prefix(packet: &[u8]) -> Result<Prefix, &'static str> {
     })
 }
 
+/// The prefix a compact packet of `len` bytes would have had, from the
+/// remote CQ data it came with ([`COMPACT_DATA`]).
+fn compact_prefix(len: usize, data: u64) -> Result<Prefix, &'static str> {
+    let header_len = ((data >> COMPACT_HLEN_SHIFT) & COMPACT_HLEN_MASK) as usize;
+    let order = (data & ((1 << sequence::SEQ_BITS) - 1)) as u32;
+    let known =
+        COMPACT_DATA | (COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT) | ((1 << sequence::SEQ_BITS) - 1);
+    if data & COMPACT_DATA == 0 || data & !known != 0 {
+        return Err("remote CQ data of no compact packet");
+    }
+    if header_len > MAX_HEADER || header_len > len {
+        return Err("compact header length out of range");
+    }
+    Ok(Prefix {
+        kind: KIND_INLINE,
+        header_len,
+        payload_len: len - header_len,
+        seq: 0,
+        order,
+    })
+}
+
 fn large_tag(src: Rank, seq: u32) -> u64 {
     LARGE_TAG | (u64::from(seq & SEQ_MASK) << 32) | u64::from(src)
 }
@@ -866,9 +897,10 @@ struct LargeRecv {
 /// A message of one sender waiting for delivery, in arrival order.
 #[derive(Debug, Clone, Copy)]
 enum Pending {
-    /// Complete in eager receive slot `slot`.
+    /// Complete in eager receive slot `slot` (with no prefix when `compact`).
     Eager {
         slot: u32,
+        compact: bool,
         header_len: u16,
         payload_len: u32,
     },
@@ -880,8 +912,9 @@ enum Pending {
 struct PeerQueue {
     pending: VecDeque<Pending>,
     dirty: bool,
-    /// Its eager packets put back in sending order: (slot, prefix).
-    order: Incoming<(u32, Prefix)>,
+    /// Its eager packets put back in sending order: (slot, prefix, whether
+    /// compact).
+    order: Incoming<(u32, Prefix, bool)>,
     /// The sequence numbers of the eager packets sent to it.
     sent: Outgoing,
 }
@@ -906,6 +939,9 @@ struct Core {
     /// The doorbells of the ranks of this host, by rank (empty: none).
     bells: Vec<Option<super::doorbell::Doorbell>>,
     inject_size: usize,
+    /// Whether compact packets may be sent ([`COMPACT_DATA`]): on shm, whose
+    /// remote CQ data holds 8 bytes.
+    compact: bool,
     address: Vec<u8>,
     rank: Rank,
     size: u32,
@@ -951,7 +987,7 @@ struct Core {
 
     next_seq: u32,
     /// Eager packets due for [`Core::take_eager`] (kept to reuse its room).
-    in_order: Vec<(u32, Prefix)>,
+    in_order: Vec<(u32, Prefix, bool)>,
     /// Messages accepted by `send`, for [`Transport::messages_sent`].
     messages_sent: u64,
     /// Sends posted or queued and not completed, in all and per
@@ -1094,11 +1130,14 @@ impl FabricEndpoint {
         } else {
             0
         };
+        // SAFETY: info is live for the endpoint's lifetime.
+        let cq_data_size = unsafe { (*(*h.info.0).domain_attr).cq_data_size };
         let mut core = Core {
             h,
             provider,
             bells: Vec::new(),
             inject_size,
+            compact: inject_size > 0 && cq_data_size >= 8,
             address,
             rank: 0,
             size: 0,
@@ -1585,7 +1624,10 @@ impl Core {
             return;
         };
         match op {
-            Op::EagerRecv(slot) => self.on_eager_recv(slot, e.len, e.tag, from),
+            Op::EagerRecv(slot) => {
+                let data = (e.flags & fi::FI_REMOTE_CQ_DATA != 0).then_some(e.data);
+                self.on_eager_recv(slot, (e.len, e.tag, data), from)
+            }
             Op::EagerSend(slot) => {
                 // A provider that moves data after the post (tcp's rxm)
                 // has now handed it on: the receiver may look again.
@@ -1728,14 +1770,21 @@ impl Core {
     /// dropped before it can take an order number. Large payloads need no
     /// such check: their receives are directed to the announcing rank's
     /// address, which the provider matches.
-    fn on_eager_recv(&mut self, slot: u32, len: usize, tag: u64, from: fi::fi_addr_t) {
+    fn on_eager_recv(
+        &mut self,
+        slot: u32,
+        (len, tag, data): (usize, u64, Option<u64>),
+        from: fi::fi_addr_t,
+    ) {
         self.recv_posted[slot as usize] = false;
         let src = self.rank_at.get(&from).copied();
         let checked = match (tag, src) {
             (EAGER_TAG, Some(src)) if src != self.rank => {
-                match self.recv_buf[slot as usize].as_deref() {
-                    Some(buf) if len <= buf.len() => parse_prefix(&buf[..len]).map(|p| (src, p)),
-                    _ => Err("length beyond the receive buffer"),
+                match (self.recv_buf[slot as usize].as_deref(), data) {
+                    (Some(buf), _) if len > buf.len() => Err("length beyond the receive buffer"),
+                    (Some(_), Some(data)) => compact_prefix(len, data).map(|p| (src, p, true)),
+                    (Some(buf), None) => parse_prefix(&buf[..len]).map(|p| (src, p, false)),
+                    (None, _) => Err("length beyond the receive buffer"),
                 }
             }
             // Never sent: a rank's messages to itself stay in its process
@@ -1744,7 +1793,7 @@ impl Core {
             (EAGER_TAG, None) => Err("sent from an endpoint that is no rank's"),
             _ => Err("tag is not an eager packet's"),
         };
-        let (src, prefix) = match checked {
+        let (src, prefix, compact) = match checked {
             Ok(taken) => taken,
             Err(reason) => {
                 warn!(tag, len, sender = ?src, reason, "malformed packet dropped");
@@ -1754,34 +1803,37 @@ impl Core {
             }
         };
         let mut ready = std::mem::take(&mut self.in_order);
-        let arrived =
-            self.peers[src as usize]
-                .order
-                .arrive(prefix.order, (slot, prefix), &mut ready);
+        let arrived = self.peers[src as usize].order.arrive(
+            prefix.order,
+            (slot, prefix, compact),
+            &mut ready,
+        );
         match arrived {
-            Err(((slot, _), why)) => {
+            Err(((slot, _, _), why)) => {
                 warn!(src, len, reason = why, "malformed packet dropped");
                 self.malformed += 1;
                 self.repost_eager(slot);
             }
             // Held for its turn: another slot takes its place.
-            Ok(()) if !ready.iter().any(|&(s, _)| s == slot) => self.add_eager_slot(),
+            Ok(()) if !ready.iter().any(|&(s, _, _)| s == slot) => self.add_eager_slot(),
             Ok(()) => {}
         }
-        for (slot, prefix) in ready.drain(..) {
-            self.take_eager(src, slot, prefix);
+        for (slot, prefix, compact) in ready.drain(..) {
+            self.take_eager(src, slot, prefix, compact);
         }
         self.in_order = ready;
     }
 
     /// Takes eager packet `slot` of `src`, whose prefix `prefix` was
-    /// checked, in its sender's order: queues it for delivery, or starts
-    /// receiving the large payload it announces.
-    fn take_eager(&mut self, src: Rank, slot: u32, prefix: Prefix) {
+    /// checked (read from its CQ data when `compact`), in its sender's
+    /// order: queues it for delivery, or starts receiving the large payload
+    /// it announces.
+    fn take_eager(&mut self, src: Rank, slot: u32, prefix: Prefix, compact: bool) {
         let i = slot as usize;
         if prefix.kind == KIND_INLINE {
             self.peers[src as usize].pending.push_back(Pending::Eager {
                 slot,
+                compact,
                 header_len: prefix.header_len as u16,
                 payload_len: prefix.payload_len as u32,
             });
@@ -1897,7 +1949,7 @@ impl Core {
         peer.sent = Outgoing::default();
         let early = peer.order.reset();
         let pending = std::mem::take(&mut peer.pending);
-        for (slot, _) in early {
+        for (slot, _, _) in early {
             self.repost_eager(slot);
         }
         // What the old process left undelivered is not the new one's: a
@@ -2257,6 +2309,40 @@ impl Core {
         seq: u32,
     ) -> Result<(), TransportError> {
         let tag = EAGER_TAG;
+        // Compact form: small enough to inject without the prefix.
+        let bare = header.len() + inline.len();
+        if self.compact
+            && kind == KIND_INLINE
+            && bare <= self.inject_size
+            && PREFIX_LEN + bare > self.inject_size
+            && self.queues[dest as usize].posts.is_empty()
+        {
+            let buf = &mut self.inject_buf[..bare];
+            buf[..header.len()].copy_from_slice(header);
+            buf[header.len()..].copy_from_slice(inline);
+            let data =
+                COMPACT_DATA | ((header.len() as u64) << COMPACT_HLEN_SHIFT) | u64::from(order);
+            // SAFETY: inject_buf holds `bare` initialised bytes; inject
+            // copies them before returning and reports no completion.
+            let ret = unsafe {
+                fi::sat_fi_tinjectdata(
+                    self.h.ep,
+                    self.inject_buf.as_ptr().cast::<c_void>(),
+                    bare,
+                    data,
+                    self.av_addr[dest as usize],
+                    tag,
+                )
+            };
+            if ret == 0 {
+                self.ring(dest);
+                return Ok(());
+            }
+            if ret != -(fi::FI_EAGAIN as isize) {
+                return Err(fabric_error("fi_tinjectdata", ret as i64));
+            }
+            // Refused: the prefixed form goes through the queue instead.
+        }
         let total = PREFIX_LEN + header.len() + inline.len();
         let fill = |buf: &mut [u8]| {
             write_prefix(buf, kind, header.len(), payload_len, seq);
@@ -2412,6 +2498,7 @@ impl FabricTransport {
                 match head {
                     Pending::Eager {
                         slot,
+                        compact,
                         header_len,
                         payload_len,
                     } => {
@@ -2421,10 +2508,11 @@ impl FabricTransport {
                             warn!(slot, "eager buffer missing at delivery; message dropped");
                             continue;
                         };
-                        let h_end = PREFIX_LEN + header_len as usize;
+                        let h_start = if compact { 0 } else { PREFIX_LEN };
+                        let h_end = h_start + header_len as usize;
                         let msg = Received {
                             src,
-                            header: &buf[PREFIX_LEN..h_end],
+                            header: &buf[h_start..h_end],
                             payload: &buf[h_end..h_end + payload_len as usize],
                         };
                         {
@@ -2743,6 +2831,37 @@ mod tests {
         let mut huge = vec![0u8; PREFIX_LEN];
         write_prefix(&mut huge, KIND_INLINE, 0, usize::MAX, 0);
         assert!(parse_prefix(&huge).is_err());
+    }
+
+    /// A compact packet's prefix comes from its remote CQ data; data that no
+    /// SAT sender writes is refused.
+    #[test]
+    fn compact_prefixes_from_cq_data() {
+        let data = COMPACT_DATA | (3 << COMPACT_HLEN_SHIFT) | 42;
+        assert_eq!(
+            compact_prefix(4090, data),
+            Ok(Prefix {
+                kind: KIND_INLINE,
+                header_len: 3,
+                payload_len: 4087,
+                seq: 0,
+                order: 42,
+            })
+        );
+        assert!(
+            compact_prefix(2, data).is_err(),
+            "a header longer than the packet"
+        );
+        let long = COMPACT_DATA | (((MAX_HEADER + 1) as u64) << COMPACT_HLEN_SHIFT);
+        assert!(
+            compact_prefix(4090, long).is_err(),
+            "a header over MAX_HEADER"
+        );
+        assert!(compact_prefix(4090, 42).is_err(), "no compact mark");
+        assert!(
+            compact_prefix(4090, data | (1 << 50)).is_err(),
+            "stray bits"
+        );
     }
 
     #[test]
