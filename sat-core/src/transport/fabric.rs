@@ -1787,10 +1787,11 @@ impl Core {
                     (None, _) => Err("length beyond the receive buffer"),
                 }
             }
-            // Never sent: a rank's messages to itself stay in its process
-            // (`FabricTransport::send_to_self`).
-            (EAGER_TAG, Some(_)) => Err("sent from this endpoint itself"),
-            (EAGER_TAG, None) => Err("sent from an endpoint that is no rank's"),
+            // This endpoint's own entry: a rank's messages to itself stay in
+            // its process (`FabricTransport::send_to_self`), and shm names
+            // its first entry, this one, as the source of a packet from an
+            // endpoint it has no entry for.
+            (EAGER_TAG, _) => Err("sent from an endpoint that is no rank's"),
             _ => Err("tag is not an eager packet's"),
         };
         let (src, prefix, compact) = match checked {
