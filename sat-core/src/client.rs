@@ -2102,8 +2102,6 @@ impl LentChunks {
     }
 }
 
-/// The calling thread's id, kept per thread: `std::thread::current()` clones
-/// a handle at every call, and a scope on a host slot asks several times.
 /// Whether a chain's READ asks ahead for the chunks `protocol` runs
 /// ([`Client::acquire_chain`]): the MESI family, whose read grants are the
 /// same whether a scope waits for them or not (an adaptive chunk while it
@@ -2118,6 +2116,8 @@ fn reads_ahead(protocol: ProtocolId) -> bool {
     )
 }
 
+/// The calling thread's id, kept per thread: `std::thread::current()` clones
+/// a handle at every call, and a scope on a host slot asks several times.
 fn this_thread() -> std::thread::ThreadId {
     thread_local! {
         static ID: std::thread::ThreadId = std::thread::current().id();
@@ -2248,9 +2248,6 @@ impl ClientState {
         Ok(n + granted + hinted)
     }
 
-    /// Takes what releasers posted to this process's inbox: each chunk's
-    /// slot version is told to its subscriptions. Returns how many chunks
-    /// were looked at.
     /// Asks `chunk`'s home for a valid copy before a READ of `chain`
     /// wants it ([`Client::read_ahead`]), when it needs one and nothing
     /// here holds it, waits for it or is about to change it.
@@ -2264,6 +2261,11 @@ impl ClientState {
             || c.switch_to.is_some()
             || c.reask.is_some();
         if !reads_ahead(c.protocol) || c.host.is_some() || busy || self.mail.undurable(chunk) {
+            return Ok(());
+        }
+        // A valid copy (a READ repeated, the usual case) or a request on its
+        // way needs nothing: no snapshot of the state, no place made ready.
+        if c.side.state() != mesi::State::Invalid || c.side.waiting() {
             return Ok(());
         }
         // The grant's bytes go straight into the chain's memory.
@@ -2281,28 +2283,29 @@ impl ClientState {
             "[{}] READ chunk {chunk}: asking the home ahead of the chain's READ",
             c.protocol.name()
         );
-        let msg = Message::Coherence {
-            chunk,
-            client: me,
-            op: req.into(),
-            epoch: c.epoch,
-            after_barrier: false,
-        };
-        let n = wire::encode(&msg, &mut self.header).expect("fits");
-        if let Err(e) = self
-            .transport
-            .send(self.server, &self.header[..n], Payload::None)
-        {
+        let to = (me, self.server);
+        let sent = send_to_home(
+            self.transport.as_mut(),
+            &mut self.header,
+            to,
+            (chunk, c.epoch),
+            req,
+            None,
+        );
+        if let Err(e) = sent {
             // The home never heard of it: nothing changed.
             let c = self.store.get_mut(chunk).expect("placed");
             c.side = before;
             c.asked_ahead = false;
-            return Err(e.into());
+            return Err(e);
         }
         self.store.asked_ahead += 1;
         Ok(())
     }
 
+    /// Takes what releasers posted to this process's inbox: each chunk's
+    /// slot version is told to its subscriptions. Returns how many chunks
+    /// were looked at.
     fn take_hints(&mut self) -> usize {
         let Some(taken) = self.transport.take_hints() else {
             return 0;

@@ -178,6 +178,9 @@ const EAGER_TAG: u64 = 0;
 const COMPACT_DATA: u64 = 1 << 63;
 const COMPACT_HLEN_SHIFT: u32 = 32;
 const COMPACT_HLEN_MASK: u64 = 0x7ff;
+/// The bits of an order number ([`super::sequence`]), in the prefix or a
+/// compact packet's CQ data.
+const ORDER_MASK: u64 = (1 << sequence::SEQ_BITS) - 1;
 const SEQ_MASK: u32 = 0x7fff_ffff;
 /// Pre-posted eager receives match every tag with bit 63 clear.
 const EAGER_IGNORE: u64 = !LARGE_TAG;
@@ -602,7 +605,7 @@ fn parse_prefix(packet: &[u8]) -> Result<Prefix, &'static str> {
         return Err("reserved bytes are not zero");
     }
     let order = u32::from_le_bytes(packet[20..24].try_into().expect("4 bytes"));
-    if order >= 1 << sequence::SEQ_BITS {
+    if u64::from(order) > ORDER_MASK {
         return Err("order number out of range");
     }
     let kind = packet[4];
@@ -648,9 +651,8 @@ fn parse_prefix(packet: &[u8]) -> Result<Prefix, &'static str> {
 /// remote CQ data it came with ([`COMPACT_DATA`]).
 fn compact_prefix(len: usize, data: u64) -> Result<Prefix, &'static str> {
     let header_len = ((data >> COMPACT_HLEN_SHIFT) & COMPACT_HLEN_MASK) as usize;
-    let order = (data & ((1 << sequence::SEQ_BITS) - 1)) as u32;
-    let known =
-        COMPACT_DATA | (COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT) | ((1 << sequence::SEQ_BITS) - 1);
+    let order = (data & ORDER_MASK) as u32;
+    let known = COMPACT_DATA | (COMPACT_HLEN_MASK << COMPACT_HLEN_SHIFT) | ORDER_MASK;
     if data & COMPACT_DATA == 0 || data & !known != 0 {
         return Err("remote CQ data of no compact packet");
     }
