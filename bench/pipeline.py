@@ -18,6 +18,14 @@ each, ...), so that a slow spell of the machine hits all of them; it prints
 the median frames/s of each, the range, and the ratios of SAT's medians to
 MPI's and ZeroMQ's, all from this one invocation.
 
+Each round also runs the sequential reference once (`videostream --reference`
+with the same frames: one plain process makes and processes every frame, no
+S-DSM, and prints its rate). The pipeline spreads that same work over the
+machine's cores, so no system can beat the **compute bound**: the usable
+CPUs times the reference's median rate. The table shows each system's share
+of it ("of bound"); the JSON has "reference", "compute_bound" and each
+system's "of_bound".
+
 Systems (--systems, comma-separated; the default is the first five):
   sat-shm        SAT over libfabric's shm provider
   sat-tcp        SAT over libfabric's tcp provider
@@ -104,6 +112,7 @@ RATE = re.compile(r"output: (\d+) frames in ([0-9.]+) s: ([0-9.]+) frames/s")
 SUMMARY = re.compile(r"output: (\d+) frames, each exactly once")
 GIVEN = re.compile(r"input: (\d+) frames given and consumed")
 PROCESSED = re.compile(r"worker (\d+): processed (\d+) frames")
+REFERENCE = re.compile(r"reference: (\d+) frames in ([0-9.]+) s: ([0-9.]+) frames/s")
 
 
 class BenchError(Exception):
@@ -226,18 +235,48 @@ def tail(out, err, lines=15):
     return f"--- stdout (end)\n{last(out)}\n--- stderr (end)\n{last(err)}"
 
 
+def run_reference(prog, prog_args, timeout, frames):
+    """Runs the sequential reference (`videostream --reference`: one plain
+    process makes and processes every frame, no S-DSM) and returns the
+    frames/s it reports. Times the same frames and code as the pipelines."""
+    cmd = [prog, "--reference"] + prog_args
+    try:
+        out = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"reference: no end after {timeout:g} s\n$ {' '.join(cmd)}")
+    rates = REFERENCE.findall(out.stdout)
+    if out.returncode != 0 or len(rates) != 1 or int(rates[0][0]) != frames:
+        raise BenchError(
+            f"reference: exit status {out.returncode}, {len(rates)} rate lines\n$ "
+            f"{' '.join(cmd)}\n{tail(out.stdout, out.stderr)}"
+        )
+    n, seconds = int(rates[0][0]), float(rates[0][1])
+    if seconds <= 0:
+        raise BenchError(f"reference: {n} frames in {seconds} s\n$ {' '.join(cmd)}")
+    return n / seconds
+
+
+def usable_cpus():
+    """The CPUs this process (and so each run) may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def frame_args(frames, width, height, check):
+    """The options every program gets (the sequential reference too)."""
+    prog_args = ["--frames", str(frames), "--width", str(width), "--height", str(height)]
+    if not check:
+        prog_args.append("--no-check")
+    return prog_args
+
+
 def commands(args, workers, nprocs, stats_dir):
     """The command line and environment of each system."""
-    prog_args = [
-        "--frames",
-        str(args["frames"]),
-        "--width",
-        str(args["width"]),
-        "--height",
-        str(args["height"]),
-    ]
-    if not args["check"]:
-        prog_args.append("--no-check")
+    prog_args = frame_args(args["frames"], args["width"], args["height"], args["check"])
     env = dict(os.environ)
     env.pop("SAT_STATS", None)
 
@@ -334,7 +373,16 @@ def run_all(
         samples = {s: [] for s in systems}
         seconds = {s: [] for s in systems}
         noises = {s: [] for s in systems}
+        # The sequential reference is videostream's own mode; without that
+        # program there is no compute bound to show.
+        reference = sat_prog and os.path.isfile(sat_prog) and os.access(sat_prog, os.X_OK)
+        reference_samples = []
         for r in range(runs):
+            if reference:
+                fps = run_reference(sat_prog, frame_args(frames, width, height, check), timeout, frames)
+                reference_samples.append(fps)
+                if log:
+                    log(f"run {r + 1}/{runs} reference (sequential): {fps:.1f} frames/s")
             for s in systems:
                 cmd, env = cmds[s]
                 fps, secs, noise = run_once(s, cmd, env, timeout, frames, workers)
@@ -367,7 +415,26 @@ def run_all(
         "topology": os.path.abspath(topology),
         "systems": {},
         "ratios": {},
+        # The sequential reference's frames/s in each round, and the bound
+        # they give: no pipeline of these frames on `usable_cpus` cores can
+        # run faster than that many times the sequential rate (every frame
+        # is made once and processed once; a perfect pipeline only spreads
+        # that work over the cores). None without the program.
+        "reference": None,
+        "compute_bound": None,
     }
+    if reference_samples:
+        cpus = usable_cpus()
+        median = statistics.median(reference_samples)
+        result["reference"] = {
+            "median": median,
+            "min": min(reference_samples),
+            "max": max(reference_samples),
+            "samples": reference_samples,
+            "cpus": cpus,
+            "command": [sat_prog, "--reference"] + frame_args(frames, width, height, check),
+        }
+        result["compute_bound"] = cpus * median
     for s in systems:
         v = samples[s]
         result["systems"][s] = {
@@ -382,6 +449,9 @@ def run_all(
             "others": [n["others"] if n else None for n in noises[s]],
             "command": cmds[s][0],
         }
+        if result["compute_bound"]:
+            # The share of the compute bound this system's median reached.
+            result["systems"][s]["of_bound"] = statistics.median(v) / result["compute_bound"]
     if "sat-shm-stats" in systems:
         result["systems"]["sat-shm-stats"]["stats_files"] = stats_files
     for s in systems:
@@ -405,7 +475,7 @@ def table(result):
         f"{result['loadavg']['before'][0]:.2f} before, {result['loadavg']['after'][0]:.2f} after",
         "",
         f"{'system':<15} {'median f/s':>10} {'min-max f/s':>15} {'SAT/MPI':>8} {'SAT/ZeroMQ':>10}"
-        f" {'stolen':>7} {'others':>7}",
+        f" {'of bound':>8} {'stolen':>7} {'others':>7}",
     ]
 
     def share(values):
@@ -417,9 +487,20 @@ def table(result):
         mpi = f"{r['mpi']:.2f}" if "mpi" in r else ""
         zmq = f"{r['zmq']:.2f}" if "zmq" in r else ""
         span = f"{d['min']:.1f}-{d['max']:.1f}"
+        bound = f"{d['of_bound']:.0%}" if "of_bound" in d else ""
         lines.append(
             f"{s:<15} {d['median']:>10.1f} {span:>15} {mpi:>8} {zmq:>10}"
-            f" {share(d['steal']):>7} {share(d['others']):>7}"
+            f" {bound:>8} {share(d['steal']):>7} {share(d['others']):>7}"
+        )
+    ref = result.get("reference")
+    if ref:
+        span = f"{ref['min']:.1f}-{ref['max']:.1f}"
+        lines.append(f"{'sequential':<15} {ref['median']:>10.1f} {span:>15}")
+        lines.append("")
+        lines.append(
+            f"compute bound: {ref['cpus']} CPUs x the sequential reference's {ref['median']:.1f}"
+            f" f/s = {result['compute_bound']:.1f} f/s (no pipeline of these frames runs faster;"
+            f" 'of bound' is each median's share of it)"
         )
     lines.append("")
     lines.append(

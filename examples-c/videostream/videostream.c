@@ -22,7 +22,10 @@
  *   --reference       no S-DSM and no satrun: one plain process makes the
  *                     same frames and processes them one after the other
  *                     with the same code, writing the same files (the
- *                     sequential reference the pipeline's output must equal)
+ *                     sequential reference the pipeline's output must equal),
+ *                     and prints its rate ("reference: N frames in S s: F
+ *                     frames/s"): with C cores the pipeline's compute bound
+ *                     is about C times that rate
  *   --protocol NAME   the consistency protocol of every channel object:
  *                     home-only (the default, see below), mesi, mesi-e,
  *                     update, hlrc, learned or adaptive (docs/PROTOCOLS.md;
@@ -430,6 +433,7 @@ static int reference(void) {
     uint8_t *frame = malloc(size), *edge = malloc(size);
     EXPECT(frame && edge, "out of memory");
     uint32_t found = 0;
+    uint64_t started = video_now_ns();
     for (uint32_t id = 0; id < fmt.frames; id++) {
         struct video_line lines[VIDEO_MAX_LINES];
         video_produce(&opt, &fmt, id, frame);
@@ -441,6 +445,7 @@ static int reference(void) {
             video_write_result(&opt, &fmt, id, edge, lines, n);
         }
     }
+    double seconds = (double)(video_now_ns() - started) / 1e9;
     free(frame);
     free(edge);
     printf("reference: %u frames of %ux%u, processed sequentially", fmt.frames, fmt.width,
@@ -449,6 +454,10 @@ static int reference(void) {
         printf("; the drawn line found in %u of %u", found, fmt.frames);
     }
     printf("\n");
+    /* The sequential rate: the pipeline's bound is about this times the
+     * number of cores (bench/pipeline.py measures it beside the runs). */
+    printf("reference: %u frames in %.3f s: %.1f frames/s\n", fmt.frames, seconds,
+           seconds > 0 ? fmt.frames / seconds : 0.0);
     return 0;
 }
 
