@@ -1048,7 +1048,9 @@ enum sat_status sat_write_symbol(const char *name, const void *data, size_t size
  * writes: it begins with a sealed version's header, "SATe" and its
  * format) is opened for this process's tenant: `*data` is then the
  * plaintext, or the call fails with `SAT_ERR_ACCESS_DENIED` (this tenant
- * may not read it, or no tenant key) or `SAT_ERR_INTEGRITY`. Any other
+ * may not read it, or no tenant key) or `SAT_ERR_INTEGRITY` (also for an
+ * older sealed value put back over a newer one: each protected write is
+ * numbered, and a reader takes only the name's latest). Any other
  * value is returned as it is, unless the symbol has ever been written
  * protected: such a value was written over it through the plain API, and
  * the call fails with `SAT_ERR_INTEGRITY`.

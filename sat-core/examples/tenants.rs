@@ -46,6 +46,10 @@
 //!     version under a record that does not verify, a process that knows no
 //!     read policy of D refuses to write it until D's owner writes again
 //!     ([`revoked_writer`]).
+//! 14. carl writes back the sealed bytes of an older value of a protected
+//!     symbol through the plain API: a reader that never opened the name
+//!     refuses them, as carl's own layer does; bytes read before a newer
+//!     write and opened after it give the newer value.
 
 use std::time::Duration;
 
@@ -522,6 +526,59 @@ fn tenant(c: &Client) -> RoleResult {
         revoked_writer(c, &v, std::path::Path::new(&write_only))?;
     }
     c.barrier(45, n)?;
+
+    // 14. A protected symbol put back: carl keeps the sealed bytes of
+    // alice's first value of FRESH (the plain API reads them as they are),
+    // alice writes a newer value (of another size: it takes new chunks),
+    // and carl writes the old bytes back through the plain API. rita, who
+    // never opened the name, refuses them, and so does carl's own layer;
+    // alice's next write reads again. Before that, the other way round:
+    // bytes rita read before alice's newer write, opened after it, are a
+    // read that met a writer, not a replay: she gets the newer value.
+    const FRESH: &str = "a-fresh";
+    const SECOND: &[u8] = b"a second, longer value";
+    if me == ALICE {
+        v.write_symbol(c, FRESH, b"the first value", &protection_a())?;
+    }
+    c.barrier(48, n)?;
+    let kept = if me == CARL || me == RITA {
+        Some(c.read_symbol(FRESH, WAIT)?)
+    } else {
+        None
+    };
+    c.barrier(49, n)?;
+    if me == ALICE {
+        v.write_symbol(c, FRESH, SECOND, &protection_a())?;
+    }
+    c.barrier(50, n)?;
+    if me == RITA {
+        let late = v.open_symbol(c, FRESH, kept.as_deref().expect("read above"))?;
+        assert_eq!(
+            late, SECOND,
+            "bytes read before a newer write open as the newer value"
+        );
+    }
+    c.barrier(51, n)?;
+    if me == CARL {
+        c.write_symbol(FRESH, &kept.expect("read above"))?;
+    }
+    c.barrier(52, n)?;
+    if me == RITA || me == CARL {
+        expect_integrity(
+            &format!("{FRESH} put back, read by rank {me}"),
+            v.read_symbol(c, FRESH, WAIT),
+        );
+    }
+    c.barrier(53, n)?;
+    if me == ALICE {
+        v.write_symbol(c, FRESH, b"the third value", &protection_a())?;
+    }
+    c.barrier(54, n)?;
+    if me == RITA {
+        assert_eq!(v.read_symbol(c, FRESH, WAIT)?, b"the third value");
+        println!("rank {me}: step 14 done");
+    }
+    c.barrier(55, n)?;
     println!("rank {me}: all steps passed");
     Ok(())
 }

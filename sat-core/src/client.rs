@@ -22,6 +22,8 @@ pub(crate) use bracket::MAX_BRACKETED;
 pub use events::{Event, HandlerResult};
 pub(crate) use learned::learned_set;
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
+#[cfg(feature = "abe")]
+pub(crate) use symbols::{ANCHORS, ANCHORS_BASE};
 
 mod bracket;
 mod events;

@@ -140,6 +140,9 @@ fn two_tenants(provider: &str) {
         "rank 2: step 9 done",
         "rank 4: step 9 done",
         "B by a tenant_a key: access denied",
+        "a-fresh put back, read by rank 4: integrity error",
+        "a-fresh put back, read by rank 5: integrity error",
+        "rank 4: step 14 done",
         "A by a tenant_b key: access denied",
     ] {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");

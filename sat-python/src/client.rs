@@ -478,7 +478,8 @@ impl PyClient {
     /// The bytes of symbol `name`, as written, waiting at most `timeout`
     /// seconds for a writer. Callbacks of subscriptions run meanwhile. A
     /// value the encryption layer sealed is opened (or refused with
-    /// `AccessDenied` or `IntegrityError`): a value is taken as sealed when
+    /// `AccessDenied` or `IntegrityError`, which an older sealed value put
+    /// back over a newer one raises too): a value is taken as sealed when
     /// it starts with a sealed version's header. A value that is not sealed
     /// under a name that has ever been written protected raises
     /// `IntegrityError`: it was written over through the plain API.

@@ -368,6 +368,24 @@ pub fn plain_symbol(client: &Client, name: &str, value: Vec<u8>) -> SatResult<Ve
     }
 }
 
+/// The anchor of protected symbol `name`: an 8-byte chunk in the range the
+/// symbol table reserves for it, picked by a digest of the name. Every
+/// protected write of the name publishes it once, holding it while the
+/// value is written, and seals the value with the number of that release;
+/// a reader takes a value only if it bears the anchor's number (or, read
+/// again, a newer one). Chunk versions are the homes' to advance, so no
+/// write through the plain API turns an anchor back: an older sealed value
+/// put back bears an older number than its anchor.
+fn symbol_anchor(name: &str) -> ChunkId {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(name.as_bytes());
+    let pick = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+    crate::client::ANCHORS_BASE + pick % crate::client::ANCHORS
+}
+
+/// An anchor's size: it holds the number of its last release.
+const ANCHOR_SIZE: usize = 8;
+
 fn epoch_name(epoch: u64) -> String {
     format!("sat.abe/epoch/{epoch:016x}")
 }
@@ -1306,21 +1324,55 @@ impl Vault {
             record: epoch.digest,
             kek: &kek,
         };
-        // Versions of a symbol are ordered by the writer's clock: a reader
-        // of one name cannot know the previous version without a read.
-        let version = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(1);
-        let mut sealed = vec![0u8; seal::sealed_len(data.len())];
-        seal::seal(&key, version, self.aead, &self.key, data, &mut sealed);
         // The mark first: a reader that finds this value or any later one
         // finds the mark too.
         if !self.lock().marked.contains(name) {
             client.write_symbol(&protected_mark(name), b"protected")?;
             self.lock().marked.insert(name.to_string());
         }
-        client.write_symbol(name, &sealed)
+        // The value is numbered as the anchor's release, and written while
+        // the anchor is held: writers of the name take turns, and the
+        // anchor moves on only once the value it numbers is in place. The
+        // anchor is taken before the bucket, whose id is lower; that cannot
+        // deadlock because nothing takes an anchor while it holds a bucket
+        // or a value (readers take it after theirs are released).
+        let anchor = self.open_anchor(client, name)?;
+        client.acquire(anchor, Access::Write)?;
+        let written = (|| {
+            let version = client
+                .local_version(anchor)
+                .map_or(1, |v| v.saturating_add(1));
+            let mut sealed = vec![0u8; seal::sealed_len(data.len())];
+            seal::seal(&key, version, self.aead, &self.key, data, &mut sealed);
+            client.write_symbol(name, &sealed)?;
+            client.with_data_mut(anchor, |d| d.copy_from_slice(&version.to_le_bytes()))
+        })();
+        match written {
+            Ok(()) => client.release(anchor),
+            Err(e) => {
+                // The value is not in place: the anchor must not move on,
+                // or the value before would look rolled back.
+                let _ = client.abort(anchor);
+                Err(e)
+            }
+        }
+    }
+
+    /// Joins (or allocates) the anchor of protected symbol `name`.
+    fn open_anchor(&self, client: &Client, name: &str) -> SatResult<ChunkId> {
+        let id = symbol_anchor(name);
+        client.malloc_lst_reserved(ProtocolId::HomeMesi, &[id], &[ANCHOR_SIZE])?;
+        Ok(id)
+    }
+
+    /// The number of the last release of the anchor of `name` (0: never
+    /// written).
+    fn anchor_version(&self, client: &Client, name: &str) -> SatResult<u64> {
+        let anchor = self.open_anchor(client, name)?;
+        client.acquire(anchor, Access::Read)?;
+        let version = client.local_version(anchor).unwrap_or(0);
+        client.release(anchor)?;
+        Ok(version)
     }
 
     /// Reads a protected symbol, waiting at most `timeout` for it to be
@@ -1336,8 +1388,44 @@ impl Vault {
     }
 
     /// Opens the value of symbol `name` already read (`sealed`, which must
-    /// be a sealed version).
+    /// be a sealed version), and checks it is the name's latest: it must
+    /// bear the number of the anchor's last release ([`symbol_anchor`]).
+    /// One that bears an older number may have met a writer that finished
+    /// meanwhile, so the value is read again, once: then it must bear that
+    /// number or a newer one, or it was put back over a newer value (a
+    /// replay, a rollback), which is an integrity error.
     pub fn open_symbol(&self, client: &Client, name: &str, sealed: &[u8]) -> SatResult<Vec<u8>> {
+        let (plain, version) = self.open_symbol_version(client, name, sealed)?;
+        let anchor = self.anchor_version(client, name)?;
+        if version == anchor {
+            return Ok(plain);
+        }
+        let what = format!("protected symbol {name:?}");
+        if version > anchor {
+            return Err(SatError::Integrity(format!(
+                "{what}: its value is numbered {version}, past the {anchor} writes the name has \
+                 had: it was not written by the encryption layer's write of the name"
+            )));
+        }
+        let again = client.read_symbol(name, Duration::ZERO)?;
+        let (plain, newer) = self.open_symbol_version(client, name, &again)?;
+        if newer >= anchor {
+            return Ok(plain);
+        }
+        Err(SatError::Integrity(format!(
+            "{what}: its value is write {newer} of the name, which has had {anchor}: an older \
+             value was put back over the newer one through the plain API (a replay or a rollback)"
+        )))
+    }
+
+    /// Opens a sealed value of symbol `name`; with the number it was
+    /// sealed under.
+    fn open_symbol_version(
+        &self,
+        client: &Client,
+        name: &str,
+        sealed: &[u8],
+    ) -> SatResult<(Vec<u8>, u64)> {
         let what = format!("protected symbol {name:?}");
         let h = Header::parse(sealed)
             .map_err(|e| seal_error(&what, e))?
@@ -1355,7 +1443,7 @@ impl Vault {
         let mut plain = vec![0u8; size];
         seal::open(&h, &key, &epoch.write, &writer, sealed, &mut plain)
             .map_err(|e| seal_error(&what, e))?;
-        Ok(plain)
+        Ok((plain, h.version))
     }
 
     // ---- epochs, certificates ----

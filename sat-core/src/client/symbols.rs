@@ -21,6 +21,10 @@
 //!   the bucket itself. A value is a chain of chunks of at most
 //!   [`MAX_CHUNK_SIZE`] (1 GiB) each, so a value of any size fits; an empty
 //!   value takes no chunk.
+//! - **anchors**: from `SYMBOL_TABLE_BASE + 2^38` to `+ 2^39`, one 8-byte
+//!   chunk per protected symbol name, at an id its digest picks
+//!   ([`ANCHORS_BASE`]): the encryption layer's count of the name's
+//!   protected writes, which nobody can turn back (`abe/vault.rs`).
 //!
 //! MALLOC and MAP refuse these ids, so user code cannot share them with the
 //! table. A clash that comes anyway (from another version of SAT, say) is
@@ -118,6 +122,19 @@ const VALUES_BASE: ChunkId = SYMBOL_TABLE_BASE + (1 << 39);
 /// The value chunk ids each bucket owns: the upper half of the reserved range
 /// split evenly, so the last bucket's range ends at `u64::MAX`.
 const IDS_PER_BUCKET: u64 = (1 << 39) / BUCKETS;
+
+/// Where the encryption layer's anchors start (`abe/vault.rs`): 2^38 ids
+/// between the buckets and the values. An anchor's id is picked by a
+/// digest of its name. Two names that share one (a chance of one in 2^38
+/// per pair) make each other's values look rolled back after each other's
+/// writes, until written again: lost availability, never a replay taken.
+pub(crate) const ANCHORS_BASE: ChunkId = SYMBOL_TABLE_BASE + (1 << 38);
+
+/// How many anchor ids there are.
+pub(crate) const ANCHORS: u64 = 1 << 38;
+
+const _: () = assert!(SYMBOL_TABLE_BASE + BUCKETS <= ANCHORS_BASE);
+const _: () = assert!(ANCHORS_BASE + ANCHORS <= VALUES_BASE);
 
 // Buckets sit below every value chunk, so a writer or reader, which takes a
 // bucket and then its value's chunks, acquires in ascending id order.
