@@ -174,7 +174,7 @@ bench-python:
 	$(CARGO) build -j $(JOBS) -p sat-core --features abe --bin sat-abe
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider shm
 	SAT_TARGET_DIR=$(abspath $(TARGET_DIR)) $(VENV)/bin/python sat-python/bench/share_numpy.py --provider tcp \
-		--only sat,shared_memory
+		--only sat,sat-scopes,shared_memory
 
 # include/sat.h from sat-capi/src, by the pinned cbindgen (sat-capi/tests/header.rs checks it is current).
 header: setup

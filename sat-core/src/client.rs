@@ -20,6 +20,7 @@ pub use crate::store::{Chain, LocalMemory};
 use crate::store::{Exposed, Store};
 pub(crate) use bracket::MAX_BRACKETED;
 pub use events::{Event, HandlerResult};
+pub use in_place::SlotView;
 pub(crate) use learned::learned_set;
 pub use symbols::{symbol_bucket, MAX_SYMBOL_NAME, SYMBOL_TABLE_BASE};
 #[cfg(feature = "abe")]
@@ -29,6 +30,7 @@ mod bracket;
 mod events;
 mod failover;
 mod host;
+mod in_place;
 mod learned;
 mod loans;
 mod switch;
@@ -287,6 +289,14 @@ struct ClientState {
     /// The run keeps a backup of every home: a release that publishes
     /// returns once the home says both hold it (`Message::Durable`).
     replicated: bool,
+    /// During one RELEASE of a PUT ([`Client::put`]): the chunk and the
+    /// caller's bytes (address, length), which the release publishes
+    /// instead of the chunk's local bytes. Set and cleared within one hold
+    /// of the client's lock, while the caller's slice is borrowed.
+    put_source: Option<(ChunkId, usize, usize)>,
+    /// Chunks this process reads in place ([`in_place`]): the thread that
+    /// does, and when its scope started (for the statistics stream).
+    in_place: HashMap<ChunkId, (std::thread::ThreadId, u64)>,
 }
 
 /// What a release waits for before it returns: the home's acknowledgement
@@ -373,6 +383,8 @@ impl Client {
                 staging: false,
                 bracket_unsent: std::collections::VecDeque::new(),
                 replicated,
+                put_source: None,
+                in_place: HashMap::new(),
             }),
         }
     }
@@ -1189,6 +1201,15 @@ impl Client {
                         ch.first()
                     )),
                 })?;
+            if st.in_place.get(&chunk).is_some_and(|&(t, _)| t == me) {
+                // Its read lock is this thread's: the scope would wait for
+                // the thread that is asking.
+                return Err(SatError::Usage(format!(
+                    "{} of chunk {chunk} while this thread reads it in place: end that scope \
+                     first",
+                    access_name(access)
+                )));
+            }
             let c = st.store.get_mut(chunk).expect("placed");
             // A chunk whose lost home took a request nobody waits for any
             // more starts afresh (`client/failover.rs`).
@@ -1441,7 +1462,7 @@ impl Client {
     /// goes home (one message); after a read, local changes are dropped.
     pub fn release(&self, chunk: ChunkId) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
-        self.end_scope(chunk, Ending::Release)
+        self.end_scope(chunk, Ending::Release, None)
     }
 
     /// Ends the scope on `chunk` without publishing: after a WRITE or
@@ -1450,13 +1471,15 @@ impl Client {
     /// home's). After a READ, the same as [`Client::release`].
     pub fn abort(&self, chunk: ChunkId) -> SatResult<()> {
         let _sat = stats::doing(Activity::Sdsm);
-        self.end_scope(chunk, Ending::Abort)
+        self.end_scope(chunk, Ending::Abort, None)
     }
 
     /// Ends a scope of `chunk` once no closure has its bytes: another
     /// thread's closure is waited for; this thread's own is misuse (the
     /// closure is still using the bytes the scope would publish or drop).
-    fn end_scope(&self, chunk: ChunkId, ending: Ending) -> SatResult<()> {
+    /// With `source`, a RELEASE publishes those bytes instead of the
+    /// chunk's local ones ([`Client::put`]).
+    fn end_scope(&self, chunk: ChunkId, ending: Ending, source: Option<&[u8]>) -> SatResult<()> {
         // A process the run was told to go on without publishes nothing.
         self.fatal()?;
         let me = this_thread();
@@ -1465,7 +1488,7 @@ impl Client {
             match st.loans.in_the_way_of_ending(chunk, me) {
                 loans::Conflict::None => {
                     let to = (self.rank, st.server);
-                    st.end_scope_acked(to, chunk, ending)?
+                    st.end_scope_from(to, chunk, ending, source)?
                 }
                 loans::Conflict::Mine => {
                     return Err(SatError::Usage(format!(
@@ -1483,7 +1506,7 @@ impl Client {
                         (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None).then(
                             || {
                                 let to = (self.rank, st.server);
-                                st.end_scope_acked(to, chunk, ending)
+                                st.end_scope_from(to, chunk, ending, source)
                             },
                         )
                     })?;
@@ -1510,12 +1533,50 @@ impl Client {
         }
     }
 
-    /// PUT: WRITE, copy `data` into `chunk`, RELEASE (Figure 6).
+    /// PUT: WRITE `data` into `chunk` and RELEASE it (Figure 6). Where the
+    /// chunk's home keeps its version in a host slot, `data` goes straight
+    /// into the slot (one copy) and the local bytes are left as they were,
+    /// no longer a version: the next scope that reads copies the version
+    /// in. Elsewhere `data` is copied into the local bytes, which are
+    /// published as usual.
     pub fn put(&self, chunk: ChunkId, data: &[u8]) -> SatResult<()> {
         self.check_size(chunk, data.len(), "PUT")?;
         self.acquire(chunk, Access::Write)?;
-        self.with_data_mut(chunk, |d| d.copy_from_slice(data))?;
-        self.release(chunk)
+        let _sat = stats::doing(Activity::Sdsm);
+        self.end_scope(chunk, Ending::Release, Some(data))
+    }
+
+    /// PUT on a chain from `data` (the chain's size): [`Client::put`] chunk
+    /// by chunk, under one write scope over the chain. A chain whose
+    /// releases are bracketed (all or nothing, in a service) gets `data`
+    /// copied into its memory and released as one.
+    pub fn put_chain_from(&self, chain: &Chain, data: &[u8]) -> SatResult<()> {
+        if data.len() != chain.size() {
+            return Err(SatError::Usage(format!(
+                "PUT of the chain that starts at chunk {} with {} bytes: the chain has {}; give \
+                 exactly the chain's size",
+                chain.first(),
+                data.len(),
+                chain.size()
+            )));
+        }
+        self.acquire_chain(chain, Access::Write)?;
+        if self.bracketed(chain) {
+            let copied = self.with_chain_mut(chain, |d| d.copy_from_slice(data));
+            let released = self.release_chain(chain);
+            return copied.and(released);
+        }
+        let _sat = stats::doing(Activity::Sdsm);
+        let mut first = None;
+        let mut at = 0;
+        for (id, size) in chain.layout().chunks().iter().copied() {
+            let part = &data[at..at + size];
+            at += size;
+            if let Err(e) = self.end_scope(id, Ending::Release, Some(part)) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// GET: READ, copy `chunk` into `data`, RELEASE (Figure 6).
@@ -1605,6 +1666,17 @@ impl Client {
     /// ([`Client::acquire_chain`]).
     pub fn reads_asked_ahead(&self) -> u64 {
         self.lock().store.asked_ahead
+    }
+
+    /// How many PUTs of this process went straight from the caller's bytes
+    /// into a host slot ([`Client::put`]).
+    pub fn puts_into_slots(&self) -> u64 {
+        self.lock().store.put_direct
+    }
+
+    /// How many READs in place this process made ([`Client::read_in_place`]).
+    pub fn reads_in_place(&self) -> u64 {
+        self.lock().store.read_in_place
     }
 
     /// How many protocol switches of adaptive chunks this process applied
@@ -2332,6 +2404,52 @@ impl ClientState {
     /// stop being a version. When the message cannot be sent the scope
     /// stays open, unchanged, and the error is returned: the home never
     /// heard of its end.
+    /// [`ClientState::end_scope_acked`], a RELEASE publishing `source`
+    /// instead of the chunk's local bytes when given (a PUT).
+    fn end_scope_from(
+        &mut self,
+        to: (Rank, Rank),
+        chunk: ChunkId,
+        ending: Ending,
+        source: Option<&[u8]>,
+    ) -> SatResult<Option<AckDue>> {
+        let Some(source) = source else {
+            return self.end_scope_acked(to, chunk, ending);
+        };
+        if self.store.get(chunk).is_some_and(|c| c.host.is_none()) {
+            // Messages carry the local bytes: the source goes there first.
+            let place = self
+                .store
+                .scope_place(chunk)
+                .ok_or_else(|| unknown(chunk))?;
+            let bytes = self
+                .store
+                .bytes_mut(chunk, place)
+                .ok_or_else(|| unknown(chunk))?;
+            if bytes.len() != source.len() {
+                return Err(SatError::Usage(format!(
+                    "PUT of chunk {chunk} with {} bytes: the chunk has {}",
+                    source.len(),
+                    bytes.len()
+                )));
+            }
+            bytes.copy_from_slice(source);
+            return self.end_scope_acked(to, chunk, ending);
+        }
+        self.put_source = Some((chunk, source.as_ptr() as usize, source.len()));
+        let ended = self.end_scope_acked(to, chunk, ending);
+        self.put_source = None;
+        ended
+    }
+
+    /// The bytes a PUT's release of `chunk` publishes, when it is one.
+    fn put_source<'a>(&self, chunk: ChunkId) -> Option<&'a [u8]> {
+        let (c, addr, len) = self.put_source?;
+        // SAFETY: set by `end_scope_from` from a slice it borrows, for the
+        // duration of the call that reaches here, and cleared after it.
+        (c == chunk).then(|| unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
+    }
+
     /// [`ClientState::end_scope`], then the grant count the home's
     /// acknowledgement of the release makes, when the release waits for one.
     fn end_scope_acked(
@@ -2466,8 +2584,11 @@ impl ClientState {
         {
             return Ok(());
         }
+        // A PUT publishes the caller's bytes: the local ones stay as they
+        // were, and stop being the version.
+        let source = self.put_source(chunk);
         let data = match op {
-            ToHome::Release { .. } => self.store.bytes(chunk, place),
+            ToHome::Release { .. } => source.or_else(|| self.store.bytes(chunk, place)),
             _ => None,
         };
         let published = host::end_scope(slot, (chunk, self.host.reader()), op, data)?;
@@ -2479,7 +2600,10 @@ impl ClientState {
             self.store.forget_version(chunk);
         }
         if let Some(version) = published {
-            self.store.spread(chunk, place);
+            match source {
+                Some(_) => self.store.drop_bytes(chunk),
+                None => self.store.spread(chunk, place),
+            }
             if self.tell_subscribers_directly(to.0, chunk, slot, version) {
                 self.scope_ended(chunk);
                 return Ok(());
@@ -2491,7 +2615,8 @@ impl ClientState {
             if subscribers > 0 {
                 self.mail.events.count_published();
                 let bytes = if with_data > 0 {
-                    self.store.bytes(chunk, place)
+                    self.put_source(chunk)
+                        .or_else(|| self.store.bytes(chunk, place))
                 } else {
                     None
                 };

@@ -288,6 +288,11 @@ pub(crate) struct Store {
     pub pushed: u64,
     /// Read requests sent ahead of a chain's READ (`Client::acquire_chain`).
     pub asked_ahead: u64,
+    /// PUTs published straight from the caller's bytes into a host slot
+    /// ([`Store::drop_bytes`]).
+    pub put_direct: u64,
+    /// READs in place (`client/in_place.rs`).
+    pub read_in_place: u64,
     /// Protocol switches of adaptive chunks applied (`client/switch.rs`).
     pub switches: u64,
     /// Chunks whose switch (or the request asked again after it) waits
@@ -316,6 +321,8 @@ impl Store {
             silent_writes: 0,
             pushed: 0,
             asked_ahead: 0,
+            put_direct: 0,
+            read_in_place: 0,
             switches: 0,
             switching: Default::default(),
             chunks: HashMap::default(),
@@ -650,6 +657,21 @@ impl Store {
             }
             c.digest = None;
             c.side.evict();
+        }
+    }
+
+    /// The local bytes of `chunk` do not hold the version the protocol
+    /// state records (a PUT published the caller's bytes straight into the
+    /// chunk's host slot): every place is invalid, so the next scope that
+    /// reads finds none valid and asks for the data ([`Store::make_valid`]).
+    /// The protocol keeps the version, which the home holds.
+    pub fn drop_bytes(&mut self, chunk: ChunkId) {
+        self.put_direct += 1;
+        if let Some(c) = self.chunks.get_mut(&chunk) {
+            for p in &mut c.places {
+                p.valid = false;
+            }
+            c.digest = None;
         }
     }
 

@@ -2,7 +2,7 @@
 
     make bench-python                     # set-up included
     .venv/bin/python sat-python/bench/share_numpy.py [--mb 100] [--repeat 7] [--provider shm|tcp]
-                                          [--only sat,shared_memory,redis,ray]
+                                          [--only sat,sat-scopes,shared_memory,redis,ray]
 
 One hand-off, timed in the writer: publish the array (the writer's bytes into the medium), tell the reader,
 the reader takes the array and reads every byte of it (a checksum, which the writer checks), the reader
@@ -11,9 +11,13 @@ counted. Printed: the median, the spread, the bandwidth, and the ratio to multip
 (one host's floor: the reader maps the writer's pages) and SAT's ratio to each peer.
 
 - sat: a service (`satrun --serve`, one server: the default, and what one host needs) with the writer and
-  the reader attached; the array lives in a chain of 16 MiB chunks; the writer writes it in a write scope,
-  the reader reads it in a read scope, both through zero-copy views. The bytes cross processes twice
-  (writer -> home server -> reader), as they do across hosts.
+  the reader attached; the array lives in a chain of one chunk; the writer publishes it with
+  `client.put(chain, array)` (as `ray.put`), which copies it once into the version the home keeps in
+  shared memory on this host, and the reader reads that version in place (`chain.read(copy=False)`, as
+  `ray.get` maps the object): one copy in all.
+- sat-scopes: the same service, the array in a chain of 16 MiB chunks written in a write scope and read in
+  a read scope through views of the chain's own bytes (what `sat` measured before PUT and reads in place
+  went straight to the version): the release copies the chain into the version, the read copies it out.
 - shared_memory: one SharedMemory block both map; the writer copies the array in, the reader reads in place.
 - redis: a local redis-server; SET from the writer, GET in the reader (redis-py).
 - ray: a local Ray instance; ray.put in the writer (the driver), ray.get in an actor (another process),
@@ -53,13 +57,15 @@ def free_port() -> int:
 
 # ------------------------------------------------------------------ readers (another process)
 
-def sat_reader(conn, address: str, base: int, nbchunks: int) -> None:
+def sat_reader(conn, address: str, base: int, nbchunks: int, copy: bool) -> None:
     import sat
 
     client = sat.connect(address)
     chain = client.lookup(base, nbchunks)
     while conn.recv() is not None:
-        with chain.read() as view:
+        with chain.read(copy=copy) as view:
+            if not copy and not view.obj.in_place:
+                raise AssertionError("sat: the read was not in place")
             conn.send(checksum(view))
     client.detach()
 
@@ -85,6 +91,8 @@ def redis_reader(conn, port: int) -> None:
 
 class Sat:
     name = "sat"
+    # One chunk: a read in place is one block of shared memory.
+    scopes = False
 
     def __init__(self, nbytes: int, provider: str, tmp: Path) -> None:
         import sat
@@ -103,18 +111,26 @@ class Sat:
             time.sleep(0.02)
         address = address_file.read_text().strip()
         self.client = sat.connect(address)
-        self.client.chunk_size = 16 << 20
+        self.client.chunk_size = 16 << 20 if self.scopes else max(nbytes, 1)
         self.chain = self.client.malloc(1, nbytes)
-        self.reader_args = (sat_reader, (address, 1, self.chain.nbchunks))
+        self.reader_args = (sat_reader, (address, 1, self.chain.nbchunks, self.scopes))
 
     def publish(self, data: np.ndarray) -> None:
-        with self.chain.write() as view:
-            np.frombuffer(view, dtype=np.uint8)[:] = data
+        if self.scopes:
+            with self.chain.write() as view:
+                np.frombuffer(view, dtype=np.uint8)[:] = data
+        else:
+            self.client.put(self.chain, data)
 
     def close(self) -> None:
         self.client.detach()
         self.service.send_signal(signal.SIGTERM)
         self.service.wait(timeout=30)
+
+
+class SatScopes(Sat):
+    name = "sat-scopes"
+    scopes = True
 
 
 class SharedMemory:
@@ -235,7 +251,8 @@ def main() -> None:
     p.add_argument("--mb", type=int, default=100, help="the array's size in MB (10^6 bytes)")
     p.add_argument("--repeat", type=int, default=7, help="hand-offs counted per system")
     p.add_argument("--provider", default="shm", help="SAT's libfabric provider: shm or tcp")
-    p.add_argument("--only", default="sat,shared_memory,redis,ray", help="systems to measure")
+    p.add_argument("--only", default="sat,sat-scopes,shared_memory,redis,ray",
+                   help="systems to measure")
     o = p.parse_args()
     nbytes = o.mb * 1000 * 1000
     data = np.frombuffer(np.random.default_rng(7).bytes(nbytes), dtype=np.uint8).copy()
@@ -250,7 +267,8 @@ def main() -> None:
             if name == "ray":
                 results[name] = measure_ray(data, sums, o.repeat)
                 continue
-            cls = {"sat": Sat, "shared_memory": SharedMemory, "redis": Redis}[name]
+            cls = {"sat": Sat, "sat-scopes": SatScopes, "shared_memory": SharedMemory,
+                   "redis": Redis}[name]
             system = cls(nbytes, o.provider, Path(tmp))
             try:
                 results[name] = measure_pipe(system, data, sums, o.repeat)

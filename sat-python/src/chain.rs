@@ -21,6 +21,7 @@ use pyo3::exceptions::{PyImportError, PyMemoryError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyMemoryView, PyTuple};
+use sat_core::client::SlotView;
 
 use sat_core::chunk::{check_chain_size, ChainLayout, ChunkError, MAX_CHUNK_SIZE};
 use sat_core::client::{Chain as CoreChain, LocalMemory};
@@ -484,6 +485,26 @@ impl PyChain {
         }
     }
 
+    /// PUT of `data` (the chain's data size): a write scope publishing it.
+    /// A plain chain's PUT goes straight into host slots where its homes
+    /// keep them (`Client::put_chain_from`); a protected one is sealed
+    /// from the chain's plaintext, which takes `data` first.
+    pub(crate) fn put_in(
+        &self,
+        c: &sat_core::client::Client,
+        data: &[u8],
+    ) -> Result<(), CoreError> {
+        match &self.secure {
+            Some(s) => {
+                abe::acquire(c, s, Access::Write)?;
+                let copied = self.with_bytes_mut(c, |d| d.copy_from_slice(data));
+                let released = abe::release(c, s);
+                copied.and(released)
+            }
+            None => c.put_chain_from(&self.chain, data),
+        }
+    }
+
     /// Ends the scope on the chain without publishing (the block raised).
     /// A protected chain's scope is released: the encryption layer seals
     /// at release and has no way yet to end a scope unchanged.
@@ -615,20 +636,31 @@ impl PyChain {
     /// memoryview of the chain's own bytes (no copy). Bytes changed outside
     /// a write scope (through a numpy array kept from an earlier one) are
     /// not the chain's data: the next scope sees the home's version.
-    fn read(slf: &Bound<'_, Self>) -> PyResult<PyScope> {
-        scope(slf, Access::Read)
+    ///
+    /// `copy=False` reads the version where it is: when the chain is one
+    /// chunk whose home keeps its version in shared memory on this host (a
+    /// service or a run on one host), the view is that version itself, and
+    /// nothing is copied into the chain's own bytes (`Chain.array` does not
+    /// see it). The view is released when the scope ends: keep no numpy
+    /// array made from it past the scope (it would show later versions).
+    /// Where the chain cannot be read so (several chunks, a version kept
+    /// elsewhere, a protected chain, a scope of this process already open
+    /// on it), the scope is the usual one; `view.obj.in_place` tells which.
+    #[pyo3(signature = (copy = true))]
+    fn read(slf: &Bound<'_, Self>, copy: bool) -> PyResult<PyScope> {
+        scope(slf, Access::Read, copy)
     }
 
     /// A WRITE scope: a writable memoryview of the chain's own bytes
     /// (possibly stale); what is written in it is published at exit, unless
     /// the block raises: then nothing is published.
     fn write(slf: &Bound<'_, Self>) -> PyResult<PyScope> {
-        scope(slf, Access::Write)
+        scope(slf, Access::Write, true)
     }
 
     /// A READWRITE scope: as `write`, on up-to-date bytes.
     fn readwrite(slf: &Bound<'_, Self>) -> PyResult<PyScope> {
-        scope(slf, Access::ReadWrite)
+        scope(slf, Access::ReadWrite, true)
     }
 
     /// A numpy array over the chain's own bytes (no copy), valid for the
@@ -693,7 +725,7 @@ impl PyChain {
             py,
             PyBuffer {
                 chain: slf.clone().unbind(),
-                region: me.region.clone(),
+                bytes: Bytes::Chain(me.region.clone()),
                 readonly: false,
             },
         )?;
@@ -726,11 +758,12 @@ impl PyChain {
     }
 }
 
-fn scope(chain: &Bound<'_, PyChain>, access: Access) -> PyResult<PyScope> {
+fn scope(chain: &Bound<'_, PyChain>, access: Access, copy: bool) -> PyResult<PyScope> {
     chain.get().h.check_process()?;
     Ok(PyScope {
         chain: chain.clone().unbind(),
         access,
+        copy,
         state: Mutex::new(ScopeState::New),
     })
 }
@@ -738,6 +771,8 @@ fn scope(chain: &Bound<'_, PyChain>, access: Access) -> PyResult<PyScope> {
 enum ScopeState {
     New,
     Open,
+    /// A READ in place of the chunk: its view, released at exit.
+    InPlace(u64, Py<PyMemoryView>),
     Closed,
 }
 
@@ -747,12 +782,22 @@ enum ScopeState {
 pub(crate) struct PyScope {
     chain: Py<PyChain>,
     access: Access,
+    /// False: a READ reads the version in place when it can.
+    copy: bool,
     state: Mutex<ScopeState>,
 }
 
 impl PyScope {
     fn state(&self) -> std::sync::MutexGuard<'_, ScopeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The chunk a `read(copy=False)` scope reads in place, when it may
+    /// try: a plain chain of one chunk.
+    fn in_place_chunk(&self) -> Option<u64> {
+        let chain = self.chain.get();
+        let one = chain.chain.len() == 1 && chain.secure.is_none();
+        (!self.copy && self.access == Access::Read && one).then(|| chain.chain.first())
     }
 }
 
@@ -772,6 +817,37 @@ impl PyScope {
             *st = ScopeState::Open;
         }
         let access = self.access;
+        if let Some(chunk) = self.in_place_chunk() {
+            match chain.h.blocking(py, |c| c.read_in_place(chunk)) {
+                Ok(Some(view)) => {
+                    let buffer = Bound::new(
+                        py,
+                        PyBuffer {
+                            chain: self.chain.clone_ref(py),
+                            bytes: Bytes::Version(view),
+                            readonly: true,
+                        },
+                    );
+                    let memory = buffer.and_then(|b| PyMemoryView::from(&b.into_any()));
+                    return match memory {
+                        Ok(m) => {
+                            *self.state() = ScopeState::InPlace(chunk, m.clone().unbind());
+                            Ok(m)
+                        }
+                        Err(e) => {
+                            *self.state() = ScopeState::Closed;
+                            let _ = chain.h.blocking(py, |c| c.end_read_in_place(chunk));
+                            Err(e)
+                        }
+                    };
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    *self.state() = ScopeState::Closed;
+                    return Err(e);
+                }
+            }
+        }
         if let Err(e) = chain.h.blocking(py, |c| chain.acquire_in(c, access)) {
             *self.state() = ScopeState::Closed;
             return Err(e);
@@ -780,7 +856,7 @@ impl PyScope {
             py,
             PyBuffer {
                 chain: self.chain.clone_ref(py),
-                region: chain.region.clone(),
+                bytes: Bytes::Chain(chain.region.clone()),
                 readonly: access == Access::Read,
             },
         )?;
@@ -796,12 +872,22 @@ impl PyScope {
         let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());
         let chain = self.chain.get();
         chain.h.check_process()?;
-        {
-            let mut st = self.state();
-            if !matches!(*st, ScopeState::Open) {
+        let state = std::mem::replace(&mut *self.state(), ScopeState::Closed);
+        match state {
+            ScopeState::Open => {}
+            ScopeState::InPlace(chunk, view) => {
+                // The view goes with the scope: using it after raises. A
+                // numpy array made from it keeps it exported (release then
+                // fails, harmlessly): the memory stays mapped, and shows
+                // whatever the slot holds next.
+                let _ = view.bind(py).call_method0("release");
+                chain.h.blocking(py, |c| c.end_read_in_place(chunk))?;
+                return Ok(false);
+            }
+            other => {
+                *self.state() = other;
                 return Err(usage("this scope is not open"));
             }
-            *st = ScopeState::Closed;
         }
         if raised {
             chain.h.blocking(py, |c| chain.abort_in(c))?;
@@ -818,8 +904,33 @@ impl PyScope {
 #[pyclass(name = "Buffer", module = "sat", frozen)]
 pub(crate) struct PyBuffer {
     chain: Py<PyChain>,
-    region: Arc<Region>,
+    bytes: Bytes,
     readonly: bool,
+}
+
+/// What a [`PyBuffer`] exports.
+enum Bytes {
+    /// The chain's own bytes.
+    Chain(Arc<Region>),
+    /// A version read in place, in its host slot (`Chain.read(copy=False)`);
+    /// the view keeps the slot's memory mapped.
+    Version(SlotView),
+}
+
+impl Bytes {
+    fn ptr(&self) -> *const u8 {
+        match self {
+            Bytes::Chain(r) => r.ptr.as_ptr(),
+            Bytes::Version(v) => v.bytes().as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Bytes::Chain(r) => r.len,
+            Bytes::Version(v) => v.bytes().len(),
+        }
+    }
 }
 
 #[pymethods]
@@ -833,15 +944,16 @@ impl PyBuffer {
         flags: c_int,
     ) -> PyResult<()> {
         let me = slf.get();
-        // SAFETY: `view` is the caller's Py_buffer; the region holds `len`
-        // bytes while `slf` lives, and FillInfo takes a reference to `slf`.
-        // It refuses a writable request on a read-only buffer.
+        // SAFETY: `view` is the caller's Py_buffer; the bytes (the region,
+        // or the slot's mapping) stay while `slf` lives, and FillInfo takes
+        // a reference to `slf`. It refuses a writable request on a
+        // read-only buffer (a version in place is always read-only).
         let status = unsafe {
             ffi::PyBuffer_FillInfo(
                 view,
                 slf.as_ptr(),
-                me.region.ptr.as_ptr().cast(),
-                me.region.len as ffi::Py_ssize_t,
+                me.bytes.ptr().cast_mut().cast(),
+                me.bytes.len() as ffi::Py_ssize_t,
                 c_int::from(me.readonly),
                 flags,
             )
@@ -865,7 +977,14 @@ impl PyBuffer {
     }
 
     fn __len__(&self) -> usize {
-        self.region.len
+        self.bytes.len()
+    }
+
+    /// True when these bytes are the home's version itself, read in place
+    /// (`Chain.read(copy=False)`), not the chain's own.
+    #[getter]
+    fn in_place(&self) -> bool {
+        matches!(self.bytes, Bytes::Version(_))
     }
 
     fn __repr__(&self) -> String {
@@ -874,9 +993,14 @@ impl PyBuffer {
         } else {
             "writable"
         };
+        let whose = if self.in_place() {
+            "the version in place"
+        } else {
+            "the chain"
+        };
         format!(
-            "<sat.Buffer {access}, {} bytes of the chain at chunk {}>",
-            self.region.len,
+            "<sat.Buffer {access}, {} bytes of {whose} at chunk {}>",
+            self.bytes.len(),
             self.chain.get().chain.first()
         )
     }

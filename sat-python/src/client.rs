@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
@@ -42,6 +43,39 @@ fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     }
     let b = data.py().get_type::<PyBytes>().call1((data,))?;
     Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+/// The bytes of a bytes-like object, read where they are when it exports a
+/// C-contiguous buffer (bytes, bytearray, a numpy array, a memoryview of
+/// one), else copied ([`bytes_of`]): a large value then costs no copy before
+/// SAT's own. The export keeps the object's memory where it is until this
+/// is dropped. SAT reads the bytes with the GIL released, so another Python
+/// thread that changes the object meanwhile races with that read, as with
+/// numpy's own copies.
+enum Source {
+    Export(PyUntypedBuffer),
+    Copied(Vec<u8>),
+}
+
+impl Source {
+    fn of(data: &Bound<'_, PyAny>) -> PyResult<Source> {
+        match PyUntypedBuffer::get(data) {
+            Ok(b) if b.is_c_contiguous() => Ok(Source::Export(b)),
+            _ => bytes_of(data).map(Source::Copied),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Source::Export(b) if b.len_bytes() == 0 => &[],
+            // SAFETY: a C-contiguous export of `len_bytes` bytes at
+            // `buf_ptr`, alive as long as `self` (which holds the export).
+            Source::Export(b) => unsafe {
+                std::slice::from_raw_parts(b.buf_ptr().cast::<u8>(), b.len_bytes())
+            },
+            Source::Copied(v) => v,
+        }
+    }
 }
 
 /// A list argument of ints (chunk ids, sizes), or an error that names it:
@@ -385,9 +419,16 @@ impl PyClient {
         self.h.blocking(py, |c| chain.release_in(c))
     }
 
-    /// PUT: a write scope on `chain`, `data` (exactly the chain's size)
-    /// copied in, released. Without `data`, what the chain's memory holds
-    /// is published as it is (C's PUT, after writing a mapped buffer).
+    /// PUT: a write scope on `chain` that publishes `data` (exactly the
+    /// chain's size). `data` is read where it is when it is a C-contiguous
+    /// buffer (a numpy array, bytes, bytearray, memoryview): do not change
+    /// it from another thread during the call. Where the chain's homes keep
+    /// its versions in shared memory on this host (a service or run on one
+    /// host), `data` is copied there once, and the chain's own bytes are
+    /// left as they were (the next scope that reads copies the version in);
+    /// elsewhere `data` is copied into the chain's bytes and released.
+    /// Without `data`, what the chain's memory holds is published as it is
+    /// (C's PUT, after writing a mapped buffer).
     #[pyo3(signature = (chain, data = None))]
     fn put(
         &self,
@@ -403,7 +444,8 @@ impl PyClient {
                 chain.release_in(c)
             });
         };
-        let data = bytes_of(data)?;
+        let source = Source::of(data)?;
+        let data = source.bytes();
         let size = chain.data_len();
         if data.len() != size {
             return Err(usage(format!(
@@ -412,24 +454,52 @@ impl PyClient {
                 data.len()
             )));
         }
-        self.h.blocking(py, |c| {
-            chain.acquire_in(c, Access::Write)?;
-            let copied = chain.with_bytes_mut(c, |d| d.copy_from_slice(&data));
-            let released = chain.release_in(c);
-            copied.and(released)
-        })
+        self.h.blocking(py, |c| chain.put_in(c, data))
     }
 
     /// GET: a copy of the chain's current data, read in a read scope.
     fn get<'py>(&self, py: Python<'py>, chain: &PyChain) -> PyResult<Bound<'py, PyBytes>> {
         let chain = self.own(chain)?;
-        let data = self.h.blocking(py, |c| {
-            chain.acquire_in(c, Access::Read)?;
-            let data = chain.with_bytes(c, |d| d.to_vec());
-            let released = chain.release_in(c);
-            data.and_then(|d| released.map(|()| d))
-        })?;
-        Ok(PyBytes::new(py, &data))
+        let size = chain.data_len();
+        // The bytes object is made first and filled in the scope, with the
+        // GIL released: one copy of the chain's bytes, straight into it.
+        // SAFETY: a NULL source asks for `size` uninitialized bytes, which
+        // are all written below before the object is shared with anyone.
+        let out = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(
+                    std::ptr::null(),
+                    size as pyo3::ffi::Py_ssize_t,
+                ),
+            )?
+            .cast_into::<PyBytes>()?
+        };
+        // SAFETY: the object's own buffer of `size` bytes (plus its NUL),
+        // which nothing else refers to yet; written only by the copy below.
+        let to = unsafe { pyo3::ffi::PyBytes_AsString(out.as_ptr()) } as usize;
+        self.h
+            .blocking(py, |c| {
+                chain.acquire_in(c, Access::Read)?;
+                let copied = chain.with_bytes(c, |d| {
+                    // SAFETY: `to` holds `size` bytes.
+                    let to = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, size) };
+                    let n = d.len().min(size);
+                    to[..n].copy_from_slice(&d[..n]);
+                    n == size
+                });
+                let released = chain.release_in(c);
+                copied.and_then(|whole| released.map(|()| whole))
+            })
+            .and_then(|whole| {
+                // A chain's size never changes: this would be a bug in SAT.
+                whole.then_some(out).ok_or_else(|| {
+                    usage(format!(
+                        "GET of the chain at chunk {}: its data is not its {size} bytes",
+                        chain.chain.first()
+                    ))
+                })
+            })
     }
 
     /// Waits until `count` clients have entered barrier `id`. Callbacks of
@@ -466,12 +536,13 @@ impl PyClient {
         read_policy: Option<&str>,
         write_policy: Option<&str>,
     ) -> PyResult<()> {
-        let data = bytes_of(data)?;
+        let source = Source::of(data)?;
+        let data = source.bytes();
         match policies(read_policy, write_policy)? {
-            None => self.h.blocking(py, |c| c.write_symbol(name, &data)),
+            None => self.h.blocking(py, |c| c.write_symbol(name, data)),
             Some((read, write)) => self
                 .h
-                .blocking(py, |c| abe::write_symbol(c, name, &data, read, write)),
+                .blocking(py, |c| abe::write_symbol(c, name, data, read, write)),
         }
     }
 

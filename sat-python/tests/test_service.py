@@ -423,3 +423,73 @@ def test_a_notebook_killed_inside_a_scope_blocks_nobody(service, tmp_path, kind)
     )
     assert out.returncode == 0, out.stdout + out.stderr + service.log()
     assert "before [1] after [5]" in out.stdout, out.stdout
+
+
+def test_a_put_goes_into_the_version_and_a_read_in_place_sees_it_without_copying(service):
+    """PUT publishes the caller's array straight into the version the homes keep on this host,
+    and a later scope of the writer still sees it (the chain's own bytes were left stale). A
+    read(copy=False) of a one-chunk chain is that version itself: the chain's own bytes stay
+    as they were, the view is released with the scope, and a scope of the same thread on the
+    chunk inside it is refused; a chain of several chunks gets the usual scope."""
+    writer = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        client.chunk_size = 1 << 20
+        one = client.malloc(1000, 1 << 20)
+        many = client.malloc(2000, 3 << 20)
+        assert (one.nbchunks, many.nbchunks) == (1, 3)
+        for round, seed in enumerate((1, 2)):
+            data = np.random.default_rng(seed).integers(0, 256, 1 << 20, dtype=np.uint8)
+            client.put(one, data)
+            # The chain's own bytes did not take the PUT: a READ brings the version in.
+            with one.read() as view:
+                assert bytes(view) == data.tobytes(), f"round {round}: the writer's READ is stale"
+        client.put(many, np.full(3 << 20, 7, dtype=np.uint8))
+        client.symbols["ready"] = b"1"
+        client.detach()
+        print("written")
+        """
+    )
+    assert writer.returncode == 0, writer.stdout + writer.stderr
+    reader = service.attach(
+        """
+        import os
+        import numpy as np
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        assert client.symbols["ready"] == b"1"
+        one = client.lookup(1000, 1)
+        many = client.lookup(2000, 3)
+        want = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
+        with one.read(copy=False) as view:
+            assert view.obj.in_place and view.readonly, view.obj
+            assert bytes(view) == want
+            assert not one.array().any(), "a READ in place copied into the chain's own bytes"
+            try:
+                with one.read():
+                    pass
+                raise AssertionError("a scope nested in a READ in place of the same thread")
+            except sat.UsageError as e:
+                assert "reads it in place" in str(e), e
+        try:
+            view[0]
+            raise AssertionError("the view outlived its scope")
+        except ValueError:
+            pass
+        with one.read() as view:       # the usual scope copies the version in
+            assert not view.obj.in_place and bytes(view) == want
+        assert bytes(one.array()) == want
+        with many.read(copy=False) as view:
+            assert not view.obj.in_place
+            assert bytes(view) == bytes([7]) * (3 << 20)
+        client.detach()
+        print("read")
+        """
+    )
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    assert "read" in reader.stdout.split()

@@ -77,6 +77,7 @@ fn main() -> ExitCode {
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     let totals = Mutex::new((
         0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
+        0u64, 0u64,
     ));
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(o.seeds.max(1)) {
@@ -103,6 +104,8 @@ fn main() -> ExitCode {
                         t.12 += out.backed_up;
                         t.13 += out.servers_lost;
                         t.14 += out.asked_ahead;
+                        t.15 += out.put_direct;
+                        t.16 += out.read_in_place;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -132,12 +135,15 @@ fn main() -> ExitCode {
         backed_up,
         servers_lost,
         asked_ahead,
+        put_direct,
+        in_place,
     ) = totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
          {committed} releases published, {aborted} scopes aborted, {reads} reads checked, \
          {pushed} chunks pushed as barriers ended, {asked_ahead} reads asked ahead of a chain's \
-         READ, {switches} protocol switches applied, {moved} \
+         READ, {put_direct} PUTs straight into host slots, {in_place} READs in place, {switches} protocol switches applied, \
+         {moved} \
          homes moved, {spilled} versions read back from spill files, {lost} clients lost by \
          runs with recovery, {held} notifications held back for subscribers behind, \
          {backed_up} homes found whole at their backup, {servers_lost} servers lost by runs with \

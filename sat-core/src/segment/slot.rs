@@ -389,6 +389,19 @@ impl<'s> Slot<'s> {
         unsafe { self.bytes_of(self.peek_version()) }
     }
 
+    /// The bytes of `version` where they are, for a reader that holds the
+    /// read lock (and knows the version it holds).
+    ///
+    /// # Safety
+    /// Nobody writes that buffer while the slice is used: the caller holds
+    /// a read lock, or takes the risk of reading a later version.
+    pub unsafe fn version_bytes(&self, version: u64) -> &'s [u8] {
+        // SAFETY: `buffer` keeps offset + size within the capacity, inside
+        // the mapping, which lives for 's; the caller's promise covers
+        // writers.
+        unsafe { std::slice::from_raw_parts(self.data.add(self.buffer(version)), self.size()) }
+    }
+
     /// Copies `bytes` in as the slot's next version, for the holder of the
     /// write lock taken by [`Slot::try_lock_write`], and wakes the
     /// processes waiting for one; returns the new version. Refused when

@@ -93,6 +93,10 @@ pub struct Outcome {
     pub pushed: u64,
     /// Read requests sent ahead of a chain's READ.
     pub asked_ahead: u64,
+    /// PUTs published straight from the caller's bytes into a host slot.
+    pub put_direct: u64,
+    /// READs of a version where it is, in its host slot.
+    pub read_in_place: u64,
     /// Protocol switches of adaptive chunks the clients applied.
     pub switches: u64,
     /// Adaptive chunks whose home moved to another server.

@@ -1122,6 +1122,10 @@ impl Thread {
         }
         let id = self.pick_shared();
         let size = self.program.chunks.size(id);
+        if self.program.rng.chance(25) {
+            self.read_in_place(id);
+            return;
+        }
         if self.program.rng.chance(50) {
             set_op(self, Some(format!("GET {id}")));
             let mut buf = vec![0u8; size];
@@ -1174,6 +1178,38 @@ impl Thread {
                 Shared::lock(&self.shared.oracle).abort(token);
                 self.shared.fail("PUT works", format!("chunk {id}: {e}"));
             }
+        }
+    }
+
+    /// A READ of `id` in place (`client/in_place.rs`), where its host slot
+    /// allows it: the bytes seen there must be the home's version, as a
+    /// scope's are.
+    fn read_in_place(&mut self, id: ChunkId) {
+        set_op(self, Some(format!("READ in place {id}")));
+        match self.client.read_in_place(id) {
+            Ok(Some(view)) => {
+                if let Err(e) = self
+                    .shared
+                    .check_sees(self.client_index, id, view.bytes(), true)
+                {
+                    self.shared.fail(
+                        "a scope sees the home's current version",
+                        format!("READ in place: {e}"),
+                    );
+                }
+                match self.client.end_read_in_place(id) {
+                    Ok(()) => {}
+                    Err(e) if self.lost(&e, "end of a READ in place") => {}
+                    Err(e) => self
+                        .shared
+                        .fail("a READ in place ends", format!("chunk {id}: {e}")),
+                }
+            }
+            Ok(None) => self.note(|| format!("chunk {id} cannot be read in place")),
+            Err(e) if self.lost(&e, "READ in place") => {}
+            Err(e) => self
+                .shared
+                .fail("READ in place works", format!("chunk {id}: {e}")),
         }
     }
 

@@ -936,6 +936,8 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         notifications: oracle.notifications,
         pushed: clients.iter().map(|c| c.learned_pushes()).sum(),
         asked_ahead: clients.iter().map(|c| c.reads_asked_ahead()).sum(),
+        put_direct: clients.iter().map(|c| c.puts_into_slots()).sum(),
+        read_in_place: clients.iter().map(|c| c.reads_in_place()).sum(),
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
         spilled,
