@@ -42,6 +42,12 @@ struct ServerState<'t> {
     acks_left: usize,
     /// Non-seed: the seed said shut down.
     shutdown: bool,
+    /// Messages this server sent to other servers and took in from them
+    /// (the termination protocol's own aside), for the drain ([`drain`]).
+    peer_sent: u64,
+    peer_received: u64,
+    /// Seed only: the drain before the shutdown.
+    drain: drain::Drain,
     /// The servers in rank order: the home of chunk c is `servers[c % len]`.
     servers: Vec<Rank>,
     /// The same, with the servers a run with replicated homes has lost:
@@ -99,6 +105,7 @@ struct ServerState<'t> {
 }
 
 mod bracket;
+mod drain;
 pub(crate) mod epochs;
 mod events;
 mod failover;
@@ -579,6 +586,9 @@ impl<'t> ServerState<'t> {
             shutdown_sent: false,
             acks_left: servers.len() - 1,
             shutdown: false,
+            peer_sent: 0,
+            peer_received: 0,
+            drain: drain::Drain::default(),
             ring: crate::topology::ring::Ring::new(servers.clone()),
             servers,
             alloc: AllocDirectory::default(),
@@ -649,7 +659,11 @@ impl ServerState<'_> {
     fn send(&mut self, out: &mut dyn Sender, dest: Rank, msg: &Message, payload: Payload<'_>) {
         let n = wire::encode(msg, &mut self.header).expect("server messages fit a header");
         match out.send(dest, &self.header[..n], payload) {
-            Ok(()) => {}
+            Ok(()) => {
+                if dest != self.rank && self.topology.is_server(dest) && drain::counted(msg) {
+                    self.peer_sent += 1;
+                }
+            }
             // A service's slot whose client left: nobody to tell.
             Err(e @ TransportError::NotAttached { .. }) if self.outlives_clients() => {
                 tracing::debug!(
@@ -701,7 +715,7 @@ impl ServerState<'_> {
                 self.send(out, SEED, &Message::ServerDone, Payload::None);
             }
         }
-        if self.rank == SEED && self.servers_left == 0 && !self.shutdown_sent {
+        if self.rank == SEED && self.servers_left == 0 && !self.shutdown_sent && self.drained(out) {
             self.shutdown_sent = true;
             tracing::debug!("seed: every server is done, shutting the S-DSM down");
             // (A lost server is not asked: `server/failover.rs`.)
@@ -713,6 +727,27 @@ impl ServerState<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Seed: whether the servers are drained ([`drain`]): nothing one sent
+    /// another is still on its way. Starts the next wave when one is due.
+    fn drained(&mut self, out: &mut dyn Transport) -> bool {
+        let others: Vec<Rank> = self.ring.alive().filter(|&s| s != SEED).collect();
+        let lost = others.len() + 1 < self.servers.len();
+        if self.drain.over() || lost || others.is_empty() {
+            return true;
+        }
+        if self.drain.give_up_at(self.clock.now()) {
+            return true;
+        }
+        if !self.drain.collecting() {
+            let own = (self.peer_sent, self.peer_received);
+            let wave = self.drain.start(others.len(), own, self.clock.now());
+            for s in others {
+                self.send(out, s, &Message::Drain { wave }, Payload::None);
+            }
+        }
+        self.drain.over()
     }
 
     fn mark_server_done(&mut self, server: Rank) {
@@ -759,6 +794,9 @@ impl ServerState<'_> {
         };
         tracing::debug!("Received message {} from {}", msg.kind(), m.src);
         let src_is_server = self.topology.is_server(m.src);
+        if src_is_server && m.src != self.rank && drain::counted(&msg) {
+            self.peer_received += 1;
+        }
         if src_is_server && self.ring.is_lost(m.src) {
             // Its loss is applied: what it sent since has no place here.
             tracing::debug!(
@@ -995,6 +1033,19 @@ impl ServerState<'_> {
                 self.shutdown = true;
                 self.send(out, SEED, &Message::ShutdownAck, Payload::None);
             }
+            Message::Drain { wave } if m.src == SEED && self.rank != SEED => {
+                let msg = Message::Drained {
+                    wave,
+                    sent: self.peer_sent,
+                    received: self.peer_received,
+                };
+                self.send(out, SEED, &msg, Payload::None);
+            }
+            Message::Drained {
+                wave,
+                sent,
+                received,
+            } if self.rank == SEED && src_is_server => self.drain.on_report(wave, sent, received),
             Message::ShutdownAck if self.rank == SEED && src_is_server && self.shutdown_sent => {
                 self.acks_left = self.acks_left.saturating_sub(1);
             }

@@ -17,9 +17,9 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits), or the transport's
 /// framing (13: one tag for every eager packet, its order number in the
-/// prefix); the bootstrap and a service's desk refuse processes built with
-/// another version.
-pub const WIRE_VERSION: u32 = 13;
+/// prefix; 14: the drain before a run's shutdown); the bootstrap and a
+/// service's desk refuse processes built with another version.
+pub const WIRE_VERSION: u32 = 14;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -268,6 +268,12 @@ pub enum Message {
     /// the termination protocol; `busy` when some of them are not done (it
     /// is then not done either, whatever it said before).
     Adopted { server: Rank, busy: bool },
+    /// Seed -> every other server, once every server's clients are done:
+    /// report how many messages you sent to and took in from other servers
+    /// (wave `wave` of the drain before the shutdown: `server::Drain`).
+    Drain { wave: u64 },
+    /// Server -> seed: the answer to a `Drain`.
+    Drained { wave: u64, sent: u64, received: u64 },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -555,6 +561,8 @@ impl Message {
             Message::Resubscribe { .. } => "resubscribe",
             Message::Moved { .. } => "moved",
             Message::ClientsSeen { .. } => "clients_seen",
+            Message::Drain { .. } => "drain",
+            Message::Drained { .. } => "drained",
         }
     }
 }
@@ -648,6 +656,12 @@ mod tests {
             Message::ServerDone,
             Message::Shutdown,
             Message::ShutdownAck,
+            Message::Drain { wave: 3 },
+            Message::Drained {
+                wave: 3,
+                sent: u64::MAX,
+                received: 0,
+            },
             Message::Malloc {
                 chunk: u64::MAX,
                 size: 1 << 40,
