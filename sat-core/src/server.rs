@@ -1841,8 +1841,9 @@ mod tests {
         // Every client sends to 4 clients per round: 2 of them via the other
         // server. Relay: 4 clients x 5 rounds x (4 + 2 forwarded + 4 delivered)
         // messages, plus termination: 4 x 2 (done, ack), 4 x 1 (the client
-        // left, told to the other server), 1 (server done), 2 (shutdown, ack).
-        assert_eq!(net.messages_sent(), 4 * 5 * (4 + 2 + 4) + 8 + 4 + 1 + 2);
+        // left, told to the other server), 1 (server done), 4 (the drain: two
+        // waves that agree, each a Drain and its Drained), 2 (shutdown, ack).
+        assert_eq!(net.messages_sent(), 4 * 5 * (4 + 2 + 4) + 8 + 4 + 1 + 4 + 2);
         assert_eq!(net.in_flight(), 0);
     }
 
