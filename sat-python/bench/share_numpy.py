@@ -104,16 +104,30 @@ class Sat:
              "--address-file", str(address_file)],
             stdout=subprocess.DEVNULL, start_new_session=True,
         )
-        deadline = time.monotonic() + 30
-        while not address_file.exists():
-            if self.service.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the SAT service did not start")
-            time.sleep(0.02)
-        address = address_file.read_text().strip()
-        self.client = sat.connect(address)
-        self.client.chunk_size = 16 << 20 if self.scopes else max(nbytes, 1)
-        self.chain = self.client.malloc(1, nbytes)
+        try:
+            deadline = time.monotonic() + 30
+            while not address_file.exists():
+                if self.service.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the SAT service did not start")
+                time.sleep(0.02)
+            address = address_file.read_text().strip()
+            self.client = sat.connect(address)
+            self.client.chunk_size = 16 << 20 if self.scopes else max(nbytes, 1)
+            self.chain = self.client.malloc(1, nbytes)
+        except BaseException:
+            # The service runs in a session of its own: nothing else would stop it.
+            self.stop_service()
+            raise
         self.reader_args = (sat_reader, (address, 1, self.chain.nbchunks, self.scopes))
+
+    def stop_service(self) -> None:
+        if self.service.poll() is None:
+            self.service.send_signal(signal.SIGTERM)
+            try:
+                self.service.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.service.pid, signal.SIGKILL)
+                self.service.wait()
 
     def publish(self, data: np.ndarray) -> None:
         if self.scopes:
@@ -123,9 +137,10 @@ class Sat:
             self.client.put(self.chain, data)
 
     def close(self) -> None:
-        self.client.detach()
-        self.service.send_signal(signal.SIGTERM)
-        self.service.wait(timeout=30)
+        try:
+            self.client.detach()
+        finally:
+            self.stop_service()
 
 
 class SatScopes(Sat):
