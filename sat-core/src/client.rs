@@ -2398,12 +2398,6 @@ impl ClientState {
         chunks.len().max(1)
     }
 
-    /// Ends one scope of `chunk`. A release after a write sends its bytes
-    /// home as the new version and makes them every local instance's; an
-    /// abort sends nothing but the end of the scope, and the local bytes
-    /// stop being a version. When the message cannot be sent the scope
-    /// stays open, unchanged, and the error is returned: the home never
-    /// heard of its end.
     /// [`ClientState::end_scope_acked`], a RELEASE publishing `source`
     /// instead of the chunk's local bytes when given (a PUT).
     fn end_scope_from(
@@ -2473,6 +2467,12 @@ impl ClientState {
         }))
     }
 
+    /// Ends one scope of `chunk`. A release after a write sends its bytes
+    /// home as the new version and makes them every local instance's; an
+    /// abort sends nothing but the end of the scope, and the local bytes
+    /// stop being a version. When the message cannot be sent the scope
+    /// stays open, unchanged, and the error is returned: the home never
+    /// heard of its end.
     fn end_scope(&mut self, to: (Rank, Rank), chunk: ChunkId, ending: Ending) -> SatResult<()> {
         let c = self.store.get_mut(chunk).ok_or_else(|| unknown(chunk))?;
         if let Some(why) = c.orphaned.clone() {
@@ -2601,7 +2601,10 @@ impl ClientState {
         }
         if let Some(version) = published {
             match source {
-                Some(_) => self.store.drop_bytes(chunk),
+                Some(_) => {
+                    self.store.put_direct += 1;
+                    self.store.drop_bytes(chunk);
+                }
                 None => self.store.spread(chunk, place),
             }
             if self.tell_subscribers_directly(to.0, chunk, slot, version) {
@@ -2615,8 +2618,7 @@ impl ClientState {
             if subscribers > 0 {
                 self.mail.events.count_published();
                 let bytes = if with_data > 0 {
-                    self.put_source(chunk)
-                        .or_else(|| self.store.bytes(chunk, place))
+                    source.or_else(|| self.store.bytes(chunk, place))
                 } else {
                     None
                 };

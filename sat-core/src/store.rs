@@ -289,7 +289,7 @@ pub(crate) struct Store {
     /// Read requests sent ahead of a chain's READ (`Client::acquire_chain`).
     pub asked_ahead: u64,
     /// PUTs published straight from the caller's bytes into a host slot
-    /// ([`Store::drop_bytes`]).
+    /// (`Client::put`).
     pub put_direct: u64,
     /// READs in place (`client/in_place.rs`).
     pub read_in_place: u64,
@@ -666,7 +666,6 @@ impl Store {
     /// reads finds none valid and asks for the data ([`Store::make_valid`]).
     /// The protocol keeps the version, which the home holds.
     pub fn drop_bytes(&mut self, chunk: ChunkId) {
-        self.put_direct += 1;
         if let Some(c) = self.chunks.get_mut(&chunk) {
             for p in &mut c.places {
                 p.valid = false;

@@ -484,9 +484,11 @@ impl PyClient {
                 let copied = chain.with_bytes(c, |d| {
                     // SAFETY: `to` holds `size` bytes.
                     let to = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, size) };
-                    let n = d.len().min(size);
-                    to[..n].copy_from_slice(&d[..n]);
-                    n == size
+                    let whole = d.len() == size;
+                    if whole {
+                        to.copy_from_slice(d);
+                    }
+                    whole
                 });
                 let released = chain.release_in(c);
                 copied.and_then(|whole| released.map(|()| whole))
