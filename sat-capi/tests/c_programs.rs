@@ -990,6 +990,78 @@ fn videostream_under_every_protocol() {
     );
 }
 
+/// The pipeline over shm with the balancing of `sat-core/src/balance.rs`:
+/// on a machine of 2 cores or more its three computing processes share the
+/// cores, and the processes about to sleep bring one over (the debug stream
+/// counts the moves); every frame still comes out once and right. With
+/// `SAT_BALANCE=off` nobody balances.
+#[test]
+fn videostream_balances_the_host_cores() {
+    let exe = example("videostream");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run_with = |balance: &str| {
+        satrun(
+            5,
+            ".",
+            &[
+                "-n",
+                "5",
+                "--topology",
+                "bench/pipeline/sat-1server.xml",
+                "--provider",
+                "shm",
+                "--",
+                &exe,
+                "--frames",
+                "100",
+                "--width",
+                "640",
+                "--height",
+                "480",
+            ],
+            &[
+                (
+                    "SAT_LOG",
+                    "sat_core::bootstrap=debug,sat_core::balance=debug",
+                ),
+                ("SAT_BALANCE", balance),
+            ],
+            false,
+        )
+    };
+    let moves = |run: &Run| -> Vec<u64> {
+        run.stderr
+            .lines()
+            .filter_map(|l| {
+                l.split("balance: brought a peer to this process's core ")
+                    .nth(1)
+            })
+            .map(|rest| rest.trim_end_matches(" times").parse().unwrap())
+            .collect()
+    };
+    let on = run_with("on");
+    on.succeeded()
+        .has(&["[4] output: 100 frames, each exactly once, 100 right"]);
+    let counts = moves(&on);
+    assert_eq!(
+        counts.len(),
+        4,
+        "each client's role thread reports: {}",
+        on.context()
+    );
+    if cores >= 2 {
+        assert!(
+            counts.iter().sum::<u64>() > 0,
+            "three computing processes on {cores} cores, and no move: {}",
+            on.context()
+        );
+    }
+    let off = run_with("off");
+    off.succeeded()
+        .has(&["[4] output: 100 frames, each exactly once, 100 right"]);
+    assert!(moves(&off).is_empty(), "SAT_BALANCE=off: {}", off.context());
+}
+
 #[test]
 fn videostream_section_3_2() {
     let exe = example("videostream");

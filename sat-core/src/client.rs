@@ -42,6 +42,20 @@ use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
 /// How long a wait for a reply that is due spins before micro-sleeping.
 const REPLY_SPIN: Duration = Duration::from_micros(500);
+
+/// What a client's wait waits for ([`Client::wait_inner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitFor {
+    /// A reply due within a round trip or two (a grant, an allocation's
+    /// answer, a slot's lock let go): spin up to [`REPLY_SPIN`].
+    Reply,
+    /// Other processes' applications (a notification, a message): spin as
+    /// the idle policy says, then sleep.
+    Peers,
+    /// As `Peers`, and the role's thread runs the handlers of events that
+    /// arrive meanwhile (section 2.5).
+    PeersRunningHandlers,
+}
 /// How long a request for a host slot's lock looks again without a system
 /// call before it waits ([`Client::spin_for_host_lock`]).
 const HOST_LOCK_SPIN: Duration = Duration::from_micros(5);
@@ -1419,7 +1433,7 @@ impl Client {
         if slot.is_some() && self.spin_for_host_lock(chunk, granted, access)? {
             return Ok(());
         }
-        let granted = self.wait_inner(None, false, slot.as_ref(), |st| {
+        let granted = self.wait_inner(None, WaitFor::Reply, slot.as_ref(), |st| {
             scope_granted(st, chunk, granted, access)
         })?;
         if let Some(Err(e)) = granted {
@@ -1517,7 +1531,7 @@ impl Client {
         // A release the home acknowledges returns once it has (a diff:
         // `protocol::hlrc`).
         if let Some(due) = acked {
-            self.wait_inner(None, false, None, |st| due.met(st, chunk))?
+            self.wait_inner(None, WaitFor::Reply, None, |st| due.met(st, chunk))?
                 .expect("a wait without a deadline ends with its value")?;
         }
         Ok(())
@@ -2043,7 +2057,22 @@ impl Client {
         deadline: Option<Instant>,
         ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
-        self.wait_inner(deadline, false, None, ready)
+        self.wait_inner(deadline, WaitFor::Reply, None, ready)
+    }
+
+    /// As [`Client::wait`], for what other processes' applications send
+    /// when they get to it (a notification, a user message): no reply is
+    /// due, so the wait spins only as long as the idle policy says before it
+    /// sleeps. Spinning longer (yielding the core in a loop) would keep this
+    /// core looking busy to the kernel's scheduler, which then leaves the
+    /// process that is computing what this one waits for sharing the other
+    /// core.
+    fn wait_for_peers<T>(
+        &self,
+        deadline: Option<Instant>,
+        ready: impl FnMut(&mut ClientState) -> Option<T>,
+    ) -> SatResult<Option<T>> {
+        self.wait_inner(deadline, WaitFor::Peers, None, ready)
     }
 
     /// As [`Client::wait`], for calls that wait on other processes
@@ -2054,7 +2083,7 @@ impl Client {
         deadline: Option<Instant>,
         ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
-        self.wait_inner(deadline, true, None, ready)
+        self.wait_inner(deadline, WaitFor::PeersRunningHandlers, None, ready)
     }
 
     /// The wait under [`Client::wait`] and [`Client::wait_running_handlers`].
@@ -2065,21 +2094,21 @@ impl Client {
     fn wait_inner<T>(
         &self,
         deadline: Option<Instant>,
-        handlers: bool,
+        waiting_for: WaitFor,
         sleep_on: Option<&crate::segment::SlotRef>,
         mut ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
         let _sat = stats::doing(Activity::Sdsm);
+        let handlers = waiting_for == WaitFor::PeersRunningHandlers;
         // A wait on the S-DSM itself (a grant, an allocation answer) has a
         // reply due within a round trip or two: spinning that long before
         // sleeping saves the sleep's wake-up latency on every miss.
-        let policy = if handlers {
-            self.policy
-        } else {
-            IdlePolicy {
+        let policy = match waiting_for {
+            WaitFor::Reply => IdlePolicy {
                 spin: self.policy.spin.max(REPLY_SPIN),
                 ..self.policy
-            }
+            },
+            WaitFor::Peers | WaitFor::PeersRunningHandlers => self.policy,
         };
         if self.finished.load(Ordering::Acquire) {
             return Err(SatError::Usage(

@@ -35,6 +35,7 @@
 #[cfg(feature = "abe")]
 pub mod abe;
 pub mod auth;
+pub(crate) mod balance;
 pub mod bootstrap;
 pub mod chunk;
 pub mod client;

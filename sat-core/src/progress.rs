@@ -200,7 +200,9 @@ impl Idle {
             }
             let _asleep = stats::doing(Activity::Sleep);
             let started = Instant::now();
+            crate::balance::before_sleep(now);
             bell.wait(now, self.bell_timeout);
+            crate::balance::after_sleep();
             self.slept += started.elapsed();
             self.bell_timeout = (self.bell_timeout * 2).min(BELL_TIMEOUT_MAX);
             return;

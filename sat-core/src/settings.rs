@@ -12,6 +12,7 @@
 //! | `SAT_SPIN_US` | microseconds | 50 |
 //! | `SAT_SLEEP_MIN_NS`, `SAT_SLEEP_MAX_NS` | nanoseconds | 1000, 1000000 |
 //! | `SAT_HOST_SEGMENTS` | `on` or `off` | `on` |
+//! | `SAT_BALANCE` | `on` or `off` | `on` |
 //! | `SAT_STATS_MAX_EVENTS` | a count | 1000000 |
 //! | `SAT_BOOTSTRAP_TIMEOUT` | seconds | 60 |
 //! | `SAT_RECOVERY` | `on`/`1` or `off`/`0` | `off` |
@@ -40,6 +41,9 @@ pub struct Settings {
     pub sleep_max_ns: u64,
     /// `SAT_HOST_SEGMENTS`: versions in shared memory on one host.
     pub host_segments: bool,
+    /// `SAT_BALANCE`: a process about to sleep on a core brings over one
+    /// of the run's processes that share another (`crate::balance`).
+    pub balance: bool,
     /// `SAT_STATS_MAX_EVENTS`: entries kept per list of the statistics stream.
     pub stats_max_events: usize,
     /// `SAT_BOOTSTRAP_TIMEOUT`: seconds the processes wait for each other.
@@ -62,6 +66,7 @@ impl Default for Settings {
             sleep_min_ns: 1_000,
             sleep_max_ns: 1_000_000,
             host_segments: true,
+            balance: true,
             stats_max_events: 1_000_000,
             bootstrap_timeout_s: 60,
             recovery: false,
@@ -153,6 +158,11 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
             "SAT_HOST_SEGMENTS={other:?} is neither 'on' nor 'off'"
         )),
     }
+    match value("SAT_BALANCE").as_deref() {
+        None | Some("on") => {}
+        Some("off") => s.balance = false,
+        Some(other) => bad.push(format!("SAT_BALANCE={other:?} is neither 'on' nor 'off'")),
+    }
     match value("SAT_RECOVERY").as_deref() {
         None | Some("off") | Some("0") => {}
         Some("on") | Some("1") => s.recovery = true,
@@ -214,6 +224,7 @@ mod tests {
             ("SAT_CHUNK_SIZE", "1024"),
             ("SAT_PROGRESS", "busy"),
             ("SAT_HOST_SEGMENTS", "off"),
+            ("SAT_BALANCE", "off"),
             ("SAT_SLEEP_MIN_NS", "5000"),
             ("SAT_SLEEP_MAX_NS", "10"),
             ("SAT_BOOTSTRAP_TIMEOUT", "5"),
@@ -224,7 +235,7 @@ mod tests {
         assert!(s.recovery);
         assert_eq!(s.lease_s, 3);
         assert_eq!(s.chunk_size, 1024);
-        assert!(s.busy && !s.host_segments);
+        assert!(s.busy && !s.host_segments && !s.balance);
         assert_eq!(
             (s.sleep_min_ns, s.sleep_max_ns),
             (5000, 5000),
@@ -239,6 +250,7 @@ mod tests {
             ("SAT_CHUNK_SIZE", "64k"),
             ("SAT_PROGRESS", "fast"),
             ("SAT_HOST_SEGMENTS", "yes"),
+            ("SAT_BALANCE", "always"),
             ("SAT_SPIN_US", "-1"),
             ("SAT_BOOTSTRAP_TIMEOUT", "0"),
             ("SAT_RECOVERY", "yes"),
@@ -248,6 +260,7 @@ mod tests {
         for part in [
             "SAT_CHUNK_SIZE=\"64k\" is not a size in bytes from 1 to 1073741824",
             "SAT_PROGRESS=\"fast\" is neither 'sleep' nor 'busy'",
+            "SAT_BALANCE=\"always\" is neither 'on' nor 'off'",
             "SAT_HOST_SEGMENTS=\"yes\" is neither 'on' nor 'off'",
             "SAT_SPIN_US=\"-1\"",
             "SAT_BOOTSTRAP_TIMEOUT=\"0\"",

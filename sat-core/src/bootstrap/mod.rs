@@ -296,7 +296,7 @@ fn ring_peers(
     use crate::transport::doorbell::{self, Doorbell};
     let mut segments = crate::segment::Segments::default();
     let mut all = true;
-    let opened = bells
+    let opened: Vec<Option<Doorbell>> = bells
         .iter()
         .enumerate()
         .map(|(rank, place)| {
@@ -314,6 +314,10 @@ fn ring_peers(
             bell
         })
         .collect();
+    if all {
+        let peers: Vec<Doorbell> = opened.iter().flatten().cloned().collect();
+        crate::balance::install(&own, &peers);
+    }
     transport.set_doorbells(opened, &own);
     if all {
         doorbell::install_own(own);
@@ -413,6 +417,7 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
         } else {
             client.finish_failed(bootstrap_timeout())
         };
+        crate::balance::leave_role();
         stop.store(true, std::sync::atomic::Ordering::Release);
         (outcome, finished)
     });

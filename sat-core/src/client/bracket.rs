@@ -11,7 +11,7 @@
 //! the write lock stays, and the home makes them the version when the
 //! commit comes (`Message::Staged`).
 
-use super::{this_thread, Chain, Client, ClientState};
+use super::{this_thread, Chain, Client, ClientState, WaitFor};
 use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::transport::{Payload, Rank};
@@ -75,7 +75,7 @@ impl Client {
         })?;
         let (acks, mut first) = released.expect("a wait without a deadline ends with its value")?;
         for (chunk, due) in acks {
-            let acked = self.wait_inner(None, false, None, |st| due.met(st, chunk))?;
+            let acked = self.wait_inner(None, WaitFor::Reply, None, |st| due.met(st, chunk))?;
             if let Some(Err(e)) = acked {
                 first.get_or_insert(e);
             }

@@ -754,6 +754,7 @@ impl Client {
     /// Marks the calling thread as the role's: the one that runs handlers.
     pub(crate) fn enter_role(&self) {
         let _ = self.role_thread.set(std::thread::current().id());
+        crate::balance::enter_role();
     }
 
     pub(crate) fn may_run_handlers(&self) -> bool {
@@ -816,7 +817,7 @@ impl Client {
                         .send(st.server, &st.header[..n], Payload::None)?;
                 }
             }
-            self.wait(None, |st| {
+            self.wait_for_peers(None, |st| {
                 let q = &st.mail.events;
                 (q.pending() || q.subscriptions.is_empty() || st.mail.stop).then_some(())
             })?;

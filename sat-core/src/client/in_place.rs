@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use super::{this_thread, Client};
+use super::{this_thread, Client, WaitFor};
 use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::protocol::Access;
@@ -91,7 +91,7 @@ impl Client {
             // Counted in the slot, so that the holder wakes this process
             // when it lets go.
             slot.slot().lock_waiter(true);
-            let got = self.wait_inner(None, false, Some(&slot), |_| {
+            let got = self.wait_inner(None, WaitFor::Reply, Some(&slot), |_| {
                 slot.slot().try_lock_read(reader).then_some(())
             });
             slot.slot().lock_waiter(false);

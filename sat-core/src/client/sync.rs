@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::thread::ThreadId;
 
 use super::events::Queue;
-use super::Client;
+use super::{Client, WaitFor};
 use crate::error::{SatError, SatResult};
 use crate::segment::barrier::{Arrival, HostBarrier, MAX_COUNT};
 use crate::segment::SlotPlace;
@@ -307,7 +307,7 @@ impl Client {
             Arrival::Counted { generation, .. } => generation,
         };
         // The last arrival announces the round's end in the slot.
-        match self.wait_inner(None, true, Some(b.slot()), |_| {
+        match self.wait_inner(None, WaitFor::PeersRunningHandlers, Some(b.slot()), |_| {
             b.passed(generation).then_some(())
         }) {
             Ok(_) => Ok(()),

@@ -16,13 +16,15 @@
 //!   between processes) and wakes when the holder lets go: nothing polls.
 //!
 //! `inbox.rs` is how a releaser tells the subscribers of a chunk that its
-//! slot moved, without a message. `shared.rs` names slots on the wire and maps segments once per process.
+//! slot moved, without a message; `card.rs`, which core a process is on and
+//! whether it sleeps (`crate::balance`). `shared.rs` names slots on the wire and maps segments once per process.
 //! Which chunks have a slot is decided by the layers above: a server homes
 //! its chunks' versions in slots when every process of the run is on its
 //! host (`server/host.rs`), and its clients then open scopes on them
 //! directly (`client/host.rs`).
 
 pub mod barrier;
+pub mod card;
 pub mod inbox;
 mod memory;
 mod shared;

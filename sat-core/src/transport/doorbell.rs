@@ -15,17 +15,19 @@
 //! The doorbell is a slot header of its own (`crate::segment`): the ring is
 //! its publication counter, the sleepers its watchers. The slot's data is
 //! the process's inbox (`segment/inbox.rs`), where its peers post the
-//! chunks it subscribed to that they have just released.
+//! chunks it subscribed to that they have just released, then its core card
+//! (`segment/card.rs`, read by `crate::balance`).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::segment::inbox::{Inbox, INBOX_BYTES};
+use crate::segment::card::{Card, DOORBELL_DATA};
+use crate::segment::inbox::Inbox;
 use crate::segment::{self, Segment, SegmentError, Segments, SlotPlace, SlotRef};
 
-/// The bytes of a doorbell's segment: its header and its inbox.
+/// The bytes of a doorbell's segment: its header, its inbox and its card.
 const DOORBELL_BYTES: usize = 4096;
-const _: () = assert!(segment::slot_footprint(INBOX_BYTES) <= DOORBELL_BYTES);
+const _: () = assert!(segment::slot_footprint(DOORBELL_DATA) <= DOORBELL_BYTES);
 
 /// Where a doorbell is, as the bootstrap carries it: (pid, descriptor).
 pub type BellPlace = (u32, i32);
@@ -34,6 +36,8 @@ pub type BellPlace = (u32, i32);
 #[derive(Clone)]
 pub struct Doorbell {
     slot: SlotRef,
+    /// The process it belongs to.
+    pid: u32,
 }
 
 impl Doorbell {
@@ -41,8 +45,14 @@ impl Doorbell {
     pub fn create() -> Result<(Doorbell, BellPlace), SegmentError> {
         let segment = Arc::new(Segment::create("sat-doorbell", DOORBELL_BYTES)?);
         let place = segment::publish(&segment);
-        let slot = SlotRef::new(segment, 0, INBOX_BYTES)?;
-        Ok((Doorbell { slot }, place))
+        let slot = SlotRef::new(segment, 0, DOORBELL_DATA)?;
+        Ok((
+            Doorbell {
+                slot,
+                pid: std::process::id(),
+            },
+            place,
+        ))
     }
 
     /// The doorbell of the process at `place`.
@@ -52,14 +62,24 @@ impl Doorbell {
             fd: place.1,
             segment_len: DOORBELL_BYTES as u64,
             offset: 0,
-            capacity: INBOX_BYTES as u64,
+            capacity: DOORBELL_DATA as u64,
         })?;
-        Ok(Doorbell { slot })
+        Ok(Doorbell { slot, pid: place.0 })
     }
 
     /// The inbox of the doorbell's process.
     pub fn inbox(&self) -> Inbox {
         Inbox::in_slot(self.slot.clone()).expect("a doorbell's slot holds an inbox")
+    }
+
+    /// The core card of the doorbell's process (`crate::balance`).
+    pub fn card(&self) -> Card {
+        Card::in_slot(self.slot.clone()).expect("a doorbell's slot holds a card")
+    }
+
+    /// The process the doorbell belongs to.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     pub fn ring(&self) {
