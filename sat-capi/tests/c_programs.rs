@@ -1045,8 +1045,8 @@ fn videostream_balances_the_host_cores() {
     let counts = moves(&on);
     assert_eq!(
         counts.len(),
-        4,
-        "each client's role thread reports: {}",
+        5,
+        "each client's role thread and the server's loop report: {}",
         on.context()
     );
     if cores >= 2 {

@@ -27,9 +27,9 @@
 //! left alone, and a peer of another user (`EPERM`) ends the balancing for
 //! this process.
 //!
-//! Only the role's thread of each process takes part (the thread that runs
-//! the application and its handlers); servers, the background progress
-//! thread and threads the application starts do not. A card may be stale: a
+//! One thread of each process takes part: a client's role thread (the one
+//! that runs the application and its handlers), a server's loop. The
+//! background progress thread and threads the application starts do not. A card may be stale: a
 //! peer that computes without SAT calls may have been moved by the kernel
 //! since it was last seen, and a wrong move costs one migration.
 //! `SAT_BALANCE=off` turns it off.
@@ -79,7 +79,8 @@ pub(crate) fn install(own: &Doorbell, peers: &[Doorbell]) {
     });
 }
 
-/// The calling thread is the role's: its process's card speaks for it.
+/// The calling thread is the role's (a client's role thread, a server's
+/// loop): its process's card speaks for it.
 pub(crate) fn enter_role() {
     if let Some(b) = BOARD.get() {
         b.own.claim(gettid(), current_cpu(), own_cores());

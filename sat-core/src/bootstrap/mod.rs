@@ -352,7 +352,10 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let host = host.filter(|_| joined.topology.replication() == 1);
     if role == 0 {
         let (topology, transport) = (&joined.topology, transport.as_mut());
-        return match watch {
+        // The server's loop takes part in the balancing of the host's cores
+        // (`crate::balance`) as a role's thread does.
+        crate::balance::enter_role();
+        let served = match watch {
             Some(w) if recovering => server::run_recovering(
                 topology,
                 transport,
@@ -366,6 +369,8 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
             }
             None => server::run_on_host(topology, transport, policy, host),
         };
+        crate::balance::leave_role();
+        return served;
     }
     let Some(f) = roles.take(role) else {
         return Err(SatError::Role(format!(
