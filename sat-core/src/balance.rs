@@ -32,7 +32,9 @@
 //! background progress thread and threads the application starts do not. A card may be stale: a
 //! peer that computes without SAT calls may have been moved by the kernel
 //! since it was last seen, and a wrong move costs one migration.
-//! `SAT_BALANCE=off` turns it off.
+//! It sees only its own run's processes: on a host shared with other work,
+//! a core this process leaves may not go idle, and the kernel balances
+//! against that work as before. `SAT_BALANCE=off` turns it off.
 //!
 //! This changes where processes run, not what they read or write: nothing of
 //! the protocols depends on it, and the whole-stack simulator's clock never
