@@ -387,8 +387,15 @@ mod tests {
                 }
             })
         };
+        // Polls what the worker says; a bounded wait, so a thread the kernel
+        // never runs there fails the test instead of hanging it.
         let wait_for = |cpu: u32| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             while seen.load(Ordering::SeqCst) != cpu {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the worker never ran on core {cpu}"
+                );
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         };

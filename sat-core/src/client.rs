@@ -49,8 +49,11 @@ enum WaitFor {
     /// A reply due within a round trip or two (a grant, an allocation's
     /// answer, a slot's lock let go): spin up to [`REPLY_SPIN`].
     Reply,
-    /// Other processes' applications (a notification, a message): spin as
-    /// the idle policy says, then sleep.
+    /// Other processes' applications (a notification, a message), which
+    /// send when they get to it: spin as the idle policy says, then sleep.
+    /// Spinning longer (yielding the core in a loop) would keep this core
+    /// looking busy to the kernel's scheduler, which then leaves the process
+    /// computing what this one waits for sharing the other core.
     Peers,
     /// As `Peers`, and the role's thread runs the handlers of events that
     /// arrive meanwhile (section 2.5).
@@ -2058,21 +2061,6 @@ impl Client {
         ready: impl FnMut(&mut ClientState) -> Option<T>,
     ) -> SatResult<Option<T>> {
         self.wait_inner(deadline, WaitFor::Reply, None, ready)
-    }
-
-    /// As [`Client::wait`], for what other processes' applications send
-    /// when they get to it (a notification, a user message): no reply is
-    /// due, so the wait spins only as long as the idle policy says before it
-    /// sleeps. Spinning longer (yielding the core in a loop) would keep this
-    /// core looking busy to the kernel's scheduler, which then leaves the
-    /// process that is computing what this one waits for sharing the other
-    /// core.
-    fn wait_for_peers<T>(
-        &self,
-        deadline: Option<Instant>,
-        ready: impl FnMut(&mut ClientState) -> Option<T>,
-    ) -> SatResult<Option<T>> {
-        self.wait_inner(deadline, WaitFor::Peers, None, ready)
     }
 
     /// As [`Client::wait`], for calls that wait on other processes

@@ -59,7 +59,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Client;
+use super::{Client, WaitFor};
 use crate::error::{SatError, SatResult};
 use crate::store::Chain;
 use crate::transport::Payload;
@@ -817,7 +817,7 @@ impl Client {
                         .send(st.server, &st.header[..n], Payload::None)?;
                 }
             }
-            self.wait_for_peers(None, |st| {
+            self.wait_inner(None, WaitFor::Peers, None, |st| {
                 let q = &st.mail.events;
                 (q.pending() || q.subscriptions.is_empty() || st.mail.stop).then_some(())
             })?;
