@@ -199,6 +199,13 @@ static void writer_allocates(void) {
     }
 }
 
+/* Never run: the data subscription it is given to is refused. */
+static void on_release(sat_chunk_t *c, const sat_release_t *r, void *params) {
+    (void)c;
+    (void)r;
+    (void)params;
+}
+
 static void writer_new_epoch(void) {
     sat_chunk_t *a = a_writer;
     CHECK_STATUS(sat_abe_new_epoch(NULL, NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
@@ -206,6 +213,8 @@ static void writer_new_epoch(void) {
         CHECK_STATUS(sat_abe_new_epoch(plain, NULL), SAT_ERR_USAGE, "not protected");
     }
     CHECK_STATUS(sat_abe_new_epoch(a, "tenant_a and ("), SAT_ERR_USAGE, "at character");
+    /* A protected chain's bytes are sealed: a notification cannot carry them. */
+    CHECK_STATUS(sat_subscribe_data(a, on_release, NULL), SAT_ERR_USAGE, "sealed");
     CHECK_OK(READ(a));
     CHECK_STATUS(sat_abe_new_epoch(a, NULL), SAT_ERR_USAGE, "inside a scope");
     CHECK_OK(RELEASE(a));

@@ -1,6 +1,7 @@
 /* SUBSCRIBE on chains of several chunks: a release of any chunk of a chain
  * runs the chain's handler, and handles whose chains start at the same
- * chunk are subscriptions of their own.
+ * chunk are subscriptions of their own; sat_subscribe_data gives the
+ * handler the released chunk's bytes.
  *
  *   satrun -n 5 --topology bindings-tests/topology.xml -- ./chain_subscribe
  *
@@ -10,7 +11,13 @@
  * their handlers run in the client loop, and the run ends by itself, since
  * they never unsubscribe A and B. The publisher releases chunks 2001, 2003
  * and 2002, each through a chain of its own, and never chunk 2000: only a
- * subscription to every chunk of A and B runs their handlers. */
+ * subscription to every chunk of A and B runs their handlers.
+ *
+ * Clients 1 and 2 also subscribe with data to D = [2010, 2011]; the
+ * publisher releases chunk 2011 DATA_RELEASES times, version v holding
+ * DATA_BASE + v. Each run of D's handler must be given chunk 2011 at
+ * offset 8, its 8 bytes, a version above the last one given, and the bytes
+ * of that very version; the last run must tell of the last release. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +27,7 @@
 #include "testing.h"
 
 enum { BAR_SUBSCRIBED = 1 };
+enum { DATA_RELEASES = 20, DATA_BASE = 100 };
 
 /* What a chain's handler saw, for main to check once the bootstrap returns. */
 struct watch {
@@ -31,6 +39,38 @@ struct watch {
 };
 
 static struct watch watch_a, watch_b, watch_c;
+
+/* What D's data handler saw. */
+struct data_watch {
+    sat_chunk_t *chain;
+    int runs;
+    int wrong; /* runs given another handle, chunk, offset or size */
+    int stale; /* runs whose version did not move forward */
+    int torn;  /* runs whose bytes were not those of their version */
+    uint64_t version, value; /* the last run's */
+};
+
+static struct data_watch watch_d;
+
+static void on_data(sat_chunk_t *c, const sat_release_t *r, void *params) {
+    struct data_watch *w = params;
+    w->runs++;
+    w->wrong += c != w->chain || r->chunk_id != 2011 || r->offset != 8 || r->size != 8 ||
+                r->data == NULL;
+    if (r->data == NULL || r->size != 8) {
+        return;
+    }
+    uint64_t value;
+    memcpy(&value, r->data, sizeof value);
+    w->stale += r->version <= w->version;
+    w->torn += value != DATA_BASE + r->version;
+    if (value != DATA_BASE + r->version) {
+        fprintf(stderr, "FAIL: chunk 2011 version %llu given as %llu\n",
+                (unsigned long long)r->version, (unsigned long long)value);
+    }
+    w->version = r->version;
+    w->value = value;
+}
 static int is_client, me;
 
 static void on_chain(sat_chunk_t *c, void *params) {
@@ -74,6 +114,17 @@ static void role(sat_bootstrap_t *b) {
     watch_a.chain = chain(3, a_ids);
     watch_b.chain = chain(2, b_ids);
     watch_c.chain = chain(1, c_ids);
+    unsigned long d_ids[] = {2010, 2011};
+    watch_d.chain = chain(2, d_ids);
+    if (me != 0 && watch_d.chain) {
+        CHECK_STATUS(sat_subscribe_data(NULL, on_data, &watch_d), SAT_ERR_ARGUMENT,
+                     "chunk is NULL");
+        CHECK_STATUS(sat_subscribe_data(watch_d.chain, NULL, &watch_d), SAT_ERR_ARGUMENT,
+                     "handler is NULL");
+        CHECK_OK(sat_subscribe_data(watch_d.chain, on_data, &watch_d));
+        CHECK_STATUS(sat_subscribe(watch_d.chain, on_chain, &watch_d), SAT_ERR_USAGE,
+                     "already subscribed");
+    }
     if (me != 0 && watch_a.chain && watch_b.chain && watch_c.chain) {
         CHECK_OK(sat_subscribe(watch_a.chain, on_chain, &watch_a));
         CHECK_STATUS(sat_subscribe(watch_a.chain, on_chain, &watch_a), SAT_ERR_USAGE,
@@ -89,6 +140,9 @@ static void role(sat_bootstrap_t *b) {
         publish(2001, 21); /* A's second chunk */
         publish(2003, 23); /* B's second chunk */
         publish(2002, 22); /* A's third chunk */
+        for (uint64_t v = 1; v <= DATA_RELEASES; v++) {
+            publish(2011, DATA_BASE + v); /* D's second chunk, version v */
+        }
     }
     /* The verdict so far; main's verdict counts these checks again, so a
      * failure here fails the process without hiding what the handlers saw. */
@@ -134,6 +188,18 @@ int main(int argc, char **argv) {
                "the handler of B last saw [%llu, %llu], not [0, 23]",
                (unsigned long long)watch_b.last[0], (unsigned long long)watch_b.last[1]);
     CHECK_TRUE(watch_c.runs == 0, "the handler of C, unsubscribed, ran %d times", watch_c.runs);
+    CHECK_TRUE(watch_d.runs >= 1 && watch_d.runs <= DATA_RELEASES,
+               "the data handler of D ran %d times after %d releases", watch_d.runs,
+               DATA_RELEASES);
+    CHECK_TRUE(watch_d.wrong == 0 && watch_d.stale == 0 && watch_d.torn == 0,
+               "the data handler of D: %d runs with the wrong handle, chunk, offset or size, %d "
+               "not past the last version, %d with bytes of another version",
+               watch_d.wrong, watch_d.stale, watch_d.torn);
+    CHECK_TRUE(watch_d.version == DATA_RELEASES && watch_d.value == DATA_BASE + DATA_RELEASES,
+               "the data handler of D last saw version %llu holding %llu, not version %d "
+               "holding %d",
+               (unsigned long long)watch_d.version, (unsigned long long)watch_d.value,
+               DATA_RELEASES, DATA_BASE + DATA_RELEASES);
     char name[64];
     snprintf(name, sizeof name, "chain_subscribe handlers (client %d)", me);
     return testing_done(name);

@@ -296,6 +296,113 @@ pub extern "C" fn sat_subscribe(
     })
 }
 
+/// What a data subscription's handler is told of a release
+/// (sat_subscribe_data). The library fills it in; the handler reads it.
+#[repr(C)]
+pub struct sat_release_t {
+    /// The chunk released: one of the handle's chain (the latest released,
+    /// when notifications merged).
+    pub chunk_id: u64,
+    /// The version its home had just applied when the notification left.
+    pub version: u64,
+    /// Where that chunk starts in the chain's data (`chunk->data +
+    /// offset` is where a scope would show these bytes).
+    pub offset: usize,
+    /// That version's bytes. They belong to the library: valid until the
+    /// handler returns, never to be written.
+    pub data: *const c_void,
+    /// How many bytes: the released chunk's size.
+    pub size: usize,
+}
+
+/// A data subscription's handler: the handle it was subscribed with, the
+/// release it is told of (valid until it returns) and the caller's
+/// parameters.
+pub type sat_chunk_data_handler =
+    Option<unsafe extern "C" fn(*mut sat_chunk_t, *const sat_release_t, *mut c_void)>;
+
+/// SUBSCRIBE with the data: as sat_subscribe, but each notification carries
+/// the bytes of the chunk released, at the version it tells of, and
+/// `handler(chunk, release, params)` gets them in `release`. A handler that
+/// only needs those bytes needs no READ: across hosts that saves a round
+/// trip to the home per notification.
+///
+/// The bytes are that version's, whatever happened since: a handler that
+/// must see the newest version READs the chain (its scope then sees at
+/// least the version told). Notifications merge as sat_subscribe's do: a
+/// run tells of the latest release of any chunk of the chain, with that
+/// chunk's bytes; earlier releases merged into it are not given one by one.
+/// The home sends the bytes to every data subscriber of a chunk, so a large
+/// chunk costs its size per subscriber and release; a chain's notification
+/// carries one chunk, never the whole chain.
+///
+/// sat_unsubscribe ends it, as it ends sat_subscribe's. A handle is
+/// subscribed once, with or without data.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL chunk or handler),
+/// SAT_ERR_USAGE (already subscribed through this handle, a protected
+/// chain, whose bytes are sealed: subscribe it with sat_subscribe and READ
+/// it; a handle that is not valid, no run), SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED.
+#[no_mangle]
+pub extern "C" fn sat_subscribe_data(
+    chunk: *mut sat_chunk_t,
+    handler: sat_chunk_data_handler,
+    params: *mut c_void,
+) -> sat_status {
+    const NAME: &str = "SUBSCRIBE with data";
+    boundary(NAME, || {
+        let chain = match chain_of(NAME, chunk) {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        #[cfg(feature = "abe")]
+        if crate::chunks::live(NAME, chunk).is_ok_and(|i| i.protected().is_some()) {
+            return crate::status::usage(&format!(
+                "{NAME} of chunk {}: the chain is protected and its chunks' bytes are sealed; \
+                 subscribe with sat_subscribe and READ the chain in the handler",
+                chain.first()
+            ));
+        }
+        let Some(h) = handler else {
+            return bad_argument(&format!(
+                "{NAME}: handler is NULL; give the function to run"
+            ));
+        };
+        let ptrs = Ptrs(chunk, params);
+        let layout = chain.layout().clone();
+        call(NAME, |c| {
+            c.subscribe_chain(&chain, true, move |_, event: &Event| {
+                let Event::Chunk {
+                    chunk: released,
+                    version,
+                    data: Some(data),
+                } = event
+                else {
+                    // A data subscription is only given events with their
+                    // bytes (`client/events.rs`).
+                    return Ok(());
+                };
+                let offset = layout
+                    .position(*released)
+                    .map_or(0, |i| layout.range(i).start);
+                let release = sat_release_t {
+                    chunk_id: *released,
+                    version: *version,
+                    offset,
+                    data: data.as_ptr().cast(),
+                    size: data.len(),
+                };
+                let p = ptrs;
+                // SAFETY: the caller's handler with its own arguments; the
+                // release and its bytes outlive the call.
+                unsafe { h(p.0, &release, p.1) };
+                Ok(())
+            })
+        })
+    })
+}
+
 /// UNSUBSCRIBE: the handler this handle was subscribed with will not run
 /// again, not even for releases already notified. Other handles'
 /// subscriptions go on, whatever chunks they share with it.

@@ -181,6 +181,17 @@ fn outside(variant: Variant) {
 /// Runs bindings-tests program `name` as 5 processes under `topology`, over
 /// each provider, and checks that it succeeded and printed `expected`.
 fn five_processes(variant: Variant, name: &str, topology: &str, expected: &[&str]) {
+    five_processes_with(variant, name, topology, &[], expected);
+}
+
+/// [`five_processes`] with `env` set for every process.
+fn five_processes_with(
+    variant: Variant,
+    name: &str,
+    topology: &str,
+    env: &[(&str, &str)],
+    expected: &[&str],
+) {
     let exe = bindings(variant).join(name);
     for provider in PROVIDERS {
         let run = satrun(
@@ -196,7 +207,7 @@ fn five_processes(variant: Variant, name: &str, topology: &str, expected: &[&str
                 "--",
                 path_str(&exe),
             ],
-            &[],
+            env,
             variant.sanitized(),
         );
         run.succeeded().has(expected);
@@ -258,10 +269,16 @@ fn integrity(variant: Variant) {
 /// chains start at the same chunk are subscriptions of their own, and the
 /// run ends by itself while the subscribers still wait.
 fn chain_subscribe(variant: Variant) {
-    five_processes(
+    chain_subscribe_with(variant, &[]);
+}
+
+/// [`chain_subscribe`] with `env` set for every process.
+fn chain_subscribe_with(variant: Variant, env: &[(&str, &str)]) {
+    five_processes_with(
         variant,
         "chain_subscribe",
         "bindings-tests/topology.xml",
+        env,
         &[
             "[2] PASS chain_subscribe role (client 0): ",
             "[3] PASS chain_subscribe role (client 1): ",
@@ -270,6 +287,13 @@ fn chain_subscribe(variant: Variant) {
             "[4] PASS chain_subscribe handlers (client 2): ",
         ],
     );
+}
+
+/// The same through the protocols' messages, as across hosts: there the
+/// data of a notification comes from the home, never from shared memory.
+#[test]
+fn chain_subscribe_through_messages() {
+    chain_subscribe_with(Shared, &[("SAT_HOST_SEGMENTS", "off")]);
 }
 
 /// Every built-in protocol (protocols.c: a migratory counter, a
