@@ -265,7 +265,9 @@ unsafe impl Sync for Ptrs {}
 /// handles whose chains start at the same chunk (LOOKUP(10, 4) and
 /// LOOKUP(10, 2), say) each have their handler, a release of a chunk both
 /// hold runs both, and UNSUBSCRIBE of one leaves the other. SUBSCRIBE twice
-/// with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`.
+/// with one handle, before UNSUBSCRIBE, is `SAT_ERR_USAGE`. A handler that
+/// wants the released bytes with the notification subscribes with
+/// sat_subscribe_data instead.
 ///
 /// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL chunk or handler),
 /// SAT_ERR_USAGE (already subscribed through this handle, a handle that is
