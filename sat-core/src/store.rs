@@ -40,6 +40,9 @@ use crate::chunk::{ChainLayout, ChunkId};
 use crate::protocol::{ClientSide, ProtocolId};
 use crate::segment::SlotRef;
 use crate::topology::MemoryCapacity;
+use memo::Memo;
+
+mod memo;
 
 /// Memory that chunk data can live in: SAT's own buffers, or the caller's
 /// memory given to MAP. A face (such as the C ABI) may implement it over
@@ -298,7 +301,7 @@ pub(crate) struct Store {
     /// Chunks whose switch (or the request asked again after it) waits
     /// for a message that could not leave (`client/switch.rs`).
     pub switching: std::collections::BTreeSet<ChunkId>,
-    chunks: HashMap<ChunkId, LocalChunk>,
+    chunks: Memo<ChunkId, LocalChunk>,
     regions: HashMap<RegionId, Region>,
     /// The region of each chain allocated here, so allocating the same
     /// chain again returns it.
@@ -325,7 +328,7 @@ impl Store {
             read_in_place: 0,
             switches: 0,
             switching: Default::default(),
-            chunks: HashMap::default(),
+            chunks: Memo::default(),
             regions: HashMap::default(),
             by_layout: HashMap::default(),
             next_region: 0,
@@ -389,7 +392,7 @@ impl Store {
         let mut hosts = hosts.into_iter();
         for (i, &(id, size)) in layout.chunks().iter().enumerate() {
             let host = hosts.next().flatten();
-            let chunk = self.chunks.entry(id).or_insert_with(|| LocalChunk {
+            let chunk = self.chunks.get_or_insert_with(id, || LocalChunk {
                 size,
                 protocol: protocols[i].starting(),
                 side: match host {
