@@ -14,7 +14,11 @@ Runs, one after another on this host:
    ``osc pt2pt``);
 
 and prints one table, a row per operation, size and transport, with each
-peer's time and SAT's time divided by it. Every figure is a median.
+peer's time and SAT's time divided by it. Every figure is a median. The 64 B
+hand-off and MPI's 64 B point-to-point are measured once more in rounds that
+alternate the two (``small_rounds``), and the 64 B rows give those rounds'
+figures: on this VM small messages run in a fast or a slow mode for minutes
+at a time, and only figures taken side by side can be divided.
 
     bench/micro.py --target-dir target [--mpi-bench bench/mpi/mpi_bench] [--json]
 
@@ -50,10 +54,16 @@ SMALL = 64
 LARGE = 64 << 20
 DEFAULT_CHUNK = 64 << 10
 BIG_CHUNK = 16 << 20
+# How many rounds alternate SAT's 64 B hand-off with MPI's 64 B point-to-point.
+SMALL_ROUNDS = 5
 
 # What each cell measures, printed under the table.
 NOTES = [
     "Every cell is a median time (64 MiB rows: ms and GB/s of the 64 MiB; 64 B rows: us); "
+    f"in the 64 B hand-off rows, SAT's and MPI pt2pt's figures are the medians of {SMALL_ROUNDS} "
+    "rounds that alternate the two (each round's figure a median), so that both see the "
+    "machine's same spells of fast and slow small messages (JSON: sat_round_us, "
+    "mpi_pt2pt_round_us); "
     "ratio columns divide SAT's time by the peer's (above 1: SAT is slower).",
     "SAT: two client processes of one server (satrun -n 3), default progress (spin, then "
     "sleep until a doorbell rings); every process is on one host, so the home keeps the "
@@ -161,7 +171,7 @@ def transport(bins, providers, size, iters, reps, timeout):
     return got
 
 
-def handoff(bins, providers, small_iters, large_iters, chunk, timeout):
+def handoff(bins, providers, small_iters, large_iters, chunk, timeout, large=LARGE):
     """{(provider, key, size): {median, min, max, sends, min_sends, protocol,
     server_sends}}: sends and server_sends are measured (per operation),
     min_sends and protocol are home-based MESI's figures."""
@@ -172,7 +182,7 @@ def handoff(bins, providers, small_iters, large_iters, chunk, timeout):
             "--results",
             "--small-iters", str(small_iters),
             "--large-iters", str(large_iters),
-            "--large", str(LARGE),
+            "--large", str(large),
             "--chunk-size", str(chunk),
         ],
         timeout,
@@ -204,7 +214,7 @@ MPI_TRANSPORTS = {
 }
 
 
-def mpi(mpi_bench, provider, small_iters, large_iters, timeout):
+def mpi(mpi_bench, provider, small_iters, large_iters, timeout, large=LARGE):
     """{(name, size): median us} of one mpi_bench run."""
     mpirun = shutil.which("mpirun")
     if not mpirun or not mpi_bench or not Path(mpi_bench).exists():
@@ -214,13 +224,47 @@ def mpi(mpi_bench, provider, small_iters, large_iters, timeout):
         cmd.append("--allow-run-as-root")
     cmd += ["-n", "2", "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1"]
     cmd += MPI_TRANSPORTS[provider]
-    cmd += [mpi_bench, "-s", str(SMALL), "-l", str(LARGE), "-n", str(small_iters), "-N", str(large_iters)]
+    cmd += [mpi_bench, "-s", str(SMALL), "-l", str(large), "-n", str(small_iters), "-N", str(large_iters)]
     got = {}
     for line in run(cmd, timeout).splitlines():
         f = line.split()
         if len(f) >= 5 and f[0] == "RESULT":
             got[(f[1], int(f[2]))] = num(f[3])
     return got
+
+
+def small_rounds(bins, mpi_bench, providers, small_iters, rounds, log):
+    """{provider: (SAT's results, MPI's pt2pt medians)}, one of each per round:
+    the 64 B hand-off and MPI's 64 B point-to-point, alternated round by round
+    (the 64 MiB parts of both programs shrunk to a token size). This machine
+    changes for minutes at a time between a fast and a slow mode for small
+    messages (docs/PERFORMANCE.md): two figures taken minutes apart, one
+    after the other's whole run, can fall in different modes, and their ratio
+    then says nothing about SAT. Alternated, both see the same spells."""
+    out = {p: ([], []) for p in providers}
+    for r in range(rounds):
+        for p in providers:
+            try:
+                got = handoff(bins, [p], small_iters, 1, DEFAULT_CHUNK, 120, large=DEFAULT_CHUNK)
+                if (p, "handoff", SMALL) in got:
+                    out[p][0].append(got[(p, "handoff", SMALL)])
+            except Failed as e:
+                log(f"64 B round {r + 1}, SAT over {p}: {e}")
+            if p not in MPI_TRANSPORTS:
+                continue
+            try:
+                m = mpi(mpi_bench, p, small_iters, 1, 120, large=4096)
+                if ("pt2pt.oneway", SMALL) in m:
+                    out[p][1].append(m[("pt2pt.oneway", SMALL)])
+            except Failed as e:
+                log(f"64 B round {r + 1}, MPI over {p}: {e}")
+    return out
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return (v[n // 2] + v[(n - 1) // 2]) / 2
 
 
 # ----------------------------------------------------------------- table
@@ -276,6 +320,15 @@ def run_all(
         for p in providers
         if p in MPI_TRANSPORTS
     }
+    have_mpi = shutil.which("mpirun") and mpi_bench and Path(mpi_bench).exists()
+    rounds = (
+        attempt(
+            f"64 B, SAT and MPI alternated, {SMALL_ROUNDS} rounds",
+            lambda: small_rounds(bins, mpi_bench, providers, small_iters, SMALL_ROUNDS, log),
+        )
+        if have_mpi
+        else {}
+    )
 
     def half(d, p, i):
         v = d.get(p, (None, None))[i]
@@ -314,6 +367,17 @@ def run_all(
                 "mpi_pt2pt_us": m.get(("pt2pt.oneway", size)) if peer_cells else None,
                 "mpi_rma_us": m.get((rma, size)) if rma else None,
             }
+            sat_runs, mpi_runs = rounds.get(p, ([], []))
+            if size == SMALL and sat_runs and mpi_runs:
+                # The alternated rounds' figures (small_rounds): the medians
+                # of their medians; min and max over every hand-off timed.
+                row["sat_us"] = median([r["median"] for r in sat_runs])
+                row["sat_min_us"] = min(r["min"] for r in sat_runs)
+                row["sat_max_us"] = max(r["max"] for r in sat_runs)
+                row["mpi_pt2pt_us"] = median(mpi_runs)
+                row["rounds"] = len(sat_runs)
+                row["sat_round_us"] = [r["median"] for r in sat_runs]
+                row["mpi_pt2pt_round_us"] = list(mpi_runs)
             for peer in ("raw", "fi_pingpong", "mpi_pt2pt", "mpi_rma"):
                 a, b = row["sat_us"], row[f"{peer}_us"]
                 row[f"sat_over_{peer}"] = a / b if a and b else None
