@@ -28,6 +28,7 @@ fn the_handoff_bench_measures_the_messages_of_every_operation() {
     // host segments unless told not to.
     check_messages(
         "off",
+        &[],
         [
             ("handoff", "64", 2 * SMALL_ITERS, 2 + 1 + 1, 2 + 1),
             (
@@ -46,11 +47,14 @@ fn the_handoff_bench_measures_the_messages_of_every_operation() {
 
 /// On one host the versions are in host segments: no operation of the
 /// bench sends a message (nobody subscribes, so releases tell the home
-/// nothing), and the data handed over is still checked.
+/// nothing), and the data handed over is still checked. The scopes timed
+/// alone (`--scope-iters`) are printed for both kinds, and send nothing
+/// either.
 #[test]
 fn on_one_host_the_handoff_bench_sends_no_message() {
-    check_messages(
+    let stdout = check_messages(
         "on",
+        &["--scope-iters", "1000"],
         [
             ("handoff", "64", 2 * SMALL_ITERS, 0, 0),
             ("put-release", "1048576", LARGE_ITERS, 0, 0),
@@ -59,12 +63,30 @@ fn on_one_host_the_handoff_bench_sends_no_message() {
             ("handoff", "1048576", LARGE_ITERS, 0, 0),
         ],
     );
+    for kind in ["read", "readwrite"] {
+        let ns: f64 = stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() == 4 && f[..3] == ["SCOPE", "shm", kind])
+            .unwrap_or_else(|| panic!("no SCOPE line for a {kind} scope in:\n{stdout}"))[3]
+            .parse()
+            .unwrap_or_else(|_| panic!("the {kind} scope's time is not a number in:\n{stdout}"));
+        assert!(
+            ns.is_finite() && ns > 0.0,
+            "a {kind} scope alone took {ns} ns"
+        );
+    }
 }
 
 /// Runs the bench with `SAT_HOST_SEGMENTS=segments` and checks, per
 /// operation (key, size, operations, client sends, server sends), the
-/// messages it measured.
-fn check_messages(segments: &str, expected: [(&str, &str, u64, u64, u64); 5]) {
+/// messages it measured; `extra` goes to the bench's command line. Returns
+/// what it printed.
+fn check_messages(
+    segments: &str,
+    extra: &[&str],
+    expected: [(&str, &str, u64, u64, u64); 5],
+) -> String {
     let out = run(Command::new(env!("CARGO_BIN_EXE_sat-handoff-bench"))
         .env("SAT_HOST_SEGMENTS", segments)
         .args([
@@ -79,7 +101,8 @@ fn check_messages(segments: &str, expected: [(&str, &str, u64, u64, u64); 5]) {
             "--chunk-size",
             "262144",
             "--results",
-        ]));
+        ])
+        .args(extra));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let lines: Vec<Vec<&str>> = stdout
@@ -117,4 +140,5 @@ fn check_messages(segments: &str, expected: [(&str, &str, u64, u64, u64); 5]) {
         assert_eq!(number(m[5]), server as f64, "{key}: server sends per op");
         assert_eq!(number(r[7]), client as f64, "{key}: RESULT's client sends");
     }
+    stdout
 }

@@ -4,13 +4,16 @@
 //!
 //! ```text
 //! sat-handoff-bench [--providers shm,tcp] [--small-iters 2000] [--large-iters 7]
-//!                   [--large BYTES] [--chunk-size BYTES] [--results]
+//!                   [--large BYTES] [--chunk-size BYTES] [--scope-iters N] [--results]
 //! ```
 //! Without `SAT_RANK` in its environment the program orchestrates: for each
 //! provider it starts `satrun -n 3` on itself (rank 0 the only server, home
 //! of every chunk; ranks 1 and 2 the clients A and B) and prints a table, or
 //! with `--results` one `RESULT` line per figure and one `MESSAGES` line per
 //! operation's measured message counts, for scripts (`bench/micro.py`).
+//! `--scope-iters N` also times N READ and N READWRITE scopes on the small
+//! chunk in A alone, B waiting (`SCOPE read|readwrite ns` lines with
+//! `--results`): the bookkeeping a hand-off's two scopes cost.
 //!
 //! What is measured (every figure a median, after unmeasured warm-up):
 //!
@@ -83,6 +86,8 @@ struct Options {
     large_iters: usize,
     large: usize,
     chunk_size: Option<usize>,
+    /// Scopes of each kind timed alone (0: none).
+    scope_iters: usize,
     results: bool,
     worker: bool,
 }
@@ -94,6 +99,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         large_iters: 7,
         large: 64 << 20,
         chunk_size: None,
+        scope_iters: 0,
         results: false,
         worker: false,
     };
@@ -104,6 +110,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--large-iters" => o.large_iters = bench_common::positive(a, &val()?)?,
             "--large" => o.large = bench_common::positive(a, &val()?)?.max(16),
             "--chunk-size" => o.chunk_size = Some(bench_common::positive(a, &val()?)?),
+            "--scope-iters" => o.scope_iters = bench_common::positive(a, &val()?)?,
             "--results" => o.results = true,
             "--worker" => o.worker = true,
             _ => return Ok(false),
@@ -239,6 +246,30 @@ fn small_handoff(co: &mut Coord, b: Rank, n: usize) -> SatResult<(Vec<f64>, Msgs
     }
     co.fence()?;
     Ok((times, co.msgs().since(m0)))
+}
+
+/// What a scope on the small chunk costs with nobody else using it: A
+/// times `n` of each kind (acquire, a look at the bytes through
+/// `with_data`, release) in 10 batches while B waits, and prints `SCOPE
+/// kind ns`, the median batch's time per scope. The hand-off is two such
+/// scopes and half a poll: this says how much of it is bookkeeping.
+fn scopes_alone(c: &Client, n: usize) -> SatResult<()> {
+    const BATCHES: usize = 10;
+    let per_batch = n.div_ceil(BATCHES);
+    for (access, kind) in [(Access::Read, "read"), (Access::ReadWrite, "readwrite")] {
+        let mut ns = Vec::with_capacity(BATCHES);
+        for _ in 0..BATCHES {
+            let t0 = Instant::now();
+            for _ in 0..per_batch {
+                c.acquire(SMALL_CHUNK, access)?;
+                std::hint::black_box(c.with_data(SMALL_CHUNK, counter)??);
+                c.release(SMALL_CHUNK)?;
+            }
+            ns.push(t0.elapsed().as_nanos() as f64 / per_batch as f64);
+        }
+        println!("SCOPE {kind} {:.1}", median(&mut ns));
+    }
+    Ok(())
 }
 
 /// Where each chunk of `chain` starts in its contiguous data.
@@ -442,6 +473,9 @@ fn bench_client(c: &Client, o: &Options) -> RoleResult {
     let (a, b) = (clients[0], clients[1]);
     let mut co = Coord::new(c);
     let (mut small, mut small_msgs) = small_handoff(&mut co, b, o.small_iters)?;
+    if o.scope_iters > 0 && c.rank() == a {
+        scopes_alone(c, o.scope_iters)?;
+    }
     let mut large = large_handoff(&mut co, a, b, o.large, o.large_iters, o.chunk_size)?;
     if c.rank() == b {
         let mut buf = Vec::new();
@@ -529,6 +563,9 @@ fn orchestrate(o: &Options) -> Result<(), String> {
     if let Some(s) = o.chunk_size {
         worker.extend(["--chunk-size".into(), s.to_string()]);
     }
+    if o.scope_iters > 0 {
+        worker.extend(["--scope-iters".into(), o.scope_iters.to_string()]);
+    }
     let worker: Vec<&str> = worker.iter().map(String::as_str).collect();
     if !o.results {
         println!(
@@ -552,10 +589,18 @@ fn orchestrate(o: &Options) -> Result<(), String> {
         );
     }
     for provider in &o.providers {
-        let lines = satrun.marked(3, None, provider, &worker, &["RESULT", "MESSAGES"])?;
+        let lines = satrun.marked(3, None, provider, &worker, &["RESULT", "MESSAGES", "SCOPE"])?;
         for (marker, f) in &lines {
             if o.results {
                 println!("{marker} {provider} {}", f.join(" "));
+                continue;
+            }
+            if marker == "SCOPE" {
+                println!(
+                    "{provider:<9} a {} scope alone (acquire, with_data, release): {} ns",
+                    f.first().map_or("?", String::as_str),
+                    f.get(1).map_or("?", String::as_str)
+                );
                 continue;
             }
             if marker != "RESULT" {
