@@ -462,6 +462,13 @@ impl Store {
     /// memory (evicting others if needed) and marked as just used.
     pub fn prepare(&mut self, chunk: ChunkId, place: usize) {
         let region = self.chunks[&chunk].places[place].region;
+        let r = self.regions.get_mut(&region).expect("known");
+        if r.mem.is_some() && !r.discarded {
+            // Resident already, as for nearly every scope: one look.
+            self.clock += 1;
+            r.last_use = self.clock;
+            return;
+        }
         self.make_resident(region);
         self.clock += 1;
         self.regions.get_mut(&region).expect("known").last_use = self.clock;
