@@ -1727,7 +1727,8 @@ impl Client {
     /// cannot end while `f` runs: a RELEASE from another thread waits for
     /// it, one from inside `f` is refused (see [`loans`]).
     pub fn with_data<R>(&self, chunk: ChunkId, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
-        let lent = self.lend(&[chunk], false, |st| {
+        let ids = [chunk];
+        let lent = self.lend(&ids, false, |st| {
             let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
             if !c.side.in_scope() {
                 return Err(SatError::Usage(format!(
@@ -1747,7 +1748,8 @@ impl Client {
     /// Runs `f` on the data of `chunk`, inside an open write scope; as
     /// [`Client::with_data`], `f` runs without the client's lock.
     pub fn with_data_mut<R>(&self, chunk: ChunkId, f: impl FnOnce(&mut [u8]) -> R) -> SatResult<R> {
-        let mut lent = self.lend(&[chunk], true, |st| {
+        let ids = [chunk];
+        let mut lent = self.lend(&ids, true, |st| {
             let c = st.store.get(chunk).ok_or_else(|| unknown(chunk))?;
             if !c.side.writing() {
                 return Err(SatError::Usage(format!(
@@ -1819,12 +1821,12 @@ impl Client {
     /// thread is in the way (waiting for it), and refused when one of this
     /// thread's is (a nested closure). The loan ends when the [`Lent`] is
     /// dropped, also by a panic.
-    fn lend(
-        &self,
-        chunks: &[ChunkId],
+    fn lend<'c>(
+        &'c self,
+        chunks: &'c [ChunkId],
         exclusive: bool,
         mut locate: impl FnMut(&mut ClientState) -> SatResult<NonNull<[u8]>>,
-    ) -> SatResult<Lent<'_>> {
+    ) -> SatResult<Lent<'c>> {
         let me = this_thread();
         loop {
             {
@@ -1835,7 +1837,7 @@ impl Client {
                         st.loans.lend(chunks, exclusive, me);
                         return Ok(Lent {
                             client: self,
-                            chunks: LentChunks::of(chunks),
+                            chunks,
                             exclusive,
                             bytes,
                         });
@@ -2155,7 +2157,8 @@ impl Client {
 /// does meanwhile concerns other chunks' bytes.
 struct Lent<'c> {
     client: &'c Client,
-    chunks: LentChunks,
+    /// The caller's: the loan cannot outlive them.
+    chunks: &'c [ChunkId],
     exclusive: bool,
     bytes: NonNull<[u8]>,
 }
@@ -2166,30 +2169,7 @@ impl Drop for Lent<'_> {
         self.client
             .lock()
             .loans
-            .give_back(self.chunks.as_slice(), self.exclusive, me);
-    }
-}
-
-/// The chunks of a loan: one, kept inline (a scope's `with_data`), or a
-/// chain's (no allocation for the first: it is paid on every hand-off).
-enum LentChunks {
-    One([ChunkId; 1]),
-    Many(Vec<ChunkId>),
-}
-
-impl LentChunks {
-    fn of(chunks: &[ChunkId]) -> LentChunks {
-        match chunks {
-            [one] => LentChunks::One([*one]),
-            many => LentChunks::Many(many.to_vec()),
-        }
-    }
-
-    fn as_slice(&self) -> &[ChunkId] {
-        match self {
-            LentChunks::One(one) => one,
-            LentChunks::Many(many) => many,
-        }
+            .give_back(self.chunks, self.exclusive, me);
     }
 }
 
