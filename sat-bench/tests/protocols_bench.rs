@@ -87,16 +87,9 @@ fn every_protocol_runs_every_workload_and_keeps_its_rules() {
     // neighbours. With one server, coordinator and home of every block,
     // every release is applied before the round ends, so every push is made.
     // Adaptive chunks (the MESI program with SAT_ADAPTIVE=1) leave MESI
-    // for a protocol that sends fewer messages on each workload: update,
-    // home-only (a counter passed round in turn), MESI with E or home-only
-    // (rows written at once: which one depends on how often the writers
-    // meet), learned sets.
-    for workload in [
-        "producer-consumer",
-        "migratory-counter",
-        "false-sharing",
-        "stencil",
-    ] {
+    // for a protocol that sends fewer messages: update, home-only (a
+    // counter passed round in turn), learned sets.
+    for workload in ["producer-consumer", "migratory-counter", "stencil"] {
         let (_, mesi, _) = cell(&json, workload, "mesi");
         let (_, adaptive, _) = cell(&json, workload, "mesi+adaptive");
         assert!(
@@ -104,6 +97,21 @@ fn every_protocol_runs_every_workload_and_keeps_its_rules() {
             "{workload}: adaptive {adaptive} messages an operation, MESI {mesi}\n{json}"
         );
     }
+    // Rows written at once go to MESI with E or to home-only, depending on
+    // how many of the first 8 write requests find another's under way,
+    // which the scheduling of 5 processes on 2 cores decides
+    // (docs/PROTOCOLS.md). In 14 runs of 100 writes a client, 10 chose E
+    // and sent 1.5 to 2.3 messages a write, 4 chose home-only and sent 3.5
+    // to 5.0, about MESI's 5 (a run of this test with 20 sent 5.2). Either way
+    // the switch must not cost more than MESI beyond its one round (a
+    // Switch and its acknowledgement per writer, and the held requests
+    // asked again: 0.2 a write over these 80).
+    let (_, mesi, _) = cell(&json, "false-sharing", "mesi");
+    let (_, adaptive, _) = cell(&json, "false-sharing", "mesi+adaptive");
+    assert!(
+        adaptive < mesi + 0.5,
+        "false-sharing: adaptive {adaptive} messages an operation, MESI {mesi}\n{json}"
+    );
     let (_, mesi, _) = cell(&json, "stencil", "mesi");
     let (_, learned, _) = cell(&json, "stencil", "learned");
     let saved = 4.0 * 18.0 / 20.0;
