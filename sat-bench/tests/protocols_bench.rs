@@ -97,15 +97,16 @@ fn every_protocol_runs_every_workload_and_keeps_its_rules() {
             "{workload}: adaptive {adaptive} messages an operation, MESI {mesi}\n{json}"
         );
     }
-    // Rows written at once go to MESI with E or to home-only, depending on
-    // how many of the first 8 write requests find another's under way,
-    // which the scheduling of 5 processes on 2 cores decides
-    // (docs/PROTOCOLS.md). In 14 runs of 100 writes a client, 10 chose E
-    // and sent 1.5 to 2.3 messages a write, 4 chose home-only and sent 3.5
-    // to 5.0, about MESI's 5 (a run of this test with 20 sent 5.2). Either way
-    // the switch must not cost more than MESI beyond its one round (a
-    // Switch and its acknowledgement per writer, and the held requests
-    // asked again: 0.2 a write over these 80).
+    // Rows written at once go to MESI with E (or to home-only, when few of
+    // the first 8 write requests find another's under way). E saves a
+    // writer's messages only when it writes again before another writer
+    // takes the chunk, which the scheduling of 5 processes on 2 cores
+    // decides: in 14 runs of 100 writes a client, every one chose E and
+    // sent from 1.7 to 3.6 messages a write (MESI: 5.05), and a run of this
+    // test with 20 sent 5.2. So the adaptive run must not cost more than
+    // MESI beyond the switch's one round (a Switch and its acknowledgement
+    // per writer, and the held requests asked again: 0.2 a write over these
+    // 80), and gains what the writers' timing allows.
     let (_, mesi, _) = cell(&json, "false-sharing", "mesi");
     let (_, adaptive, _) = cell(&json, "false-sharing", "mesi+adaptive");
     assert!(
