@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -261,12 +262,6 @@ def small_rounds(bins, mpi_bench, providers, small_iters, rounds, log):
     return out
 
 
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return (v[n // 2] + v[(n - 1) // 2]) / 2
-
-
 # ----------------------------------------------------------------- table
 
 
@@ -371,10 +366,10 @@ def run_all(
             if size == SMALL and sat_runs and mpi_runs:
                 # The alternated rounds' figures (small_rounds): the medians
                 # of their medians; min and max over every hand-off timed.
-                row["sat_us"] = median([r["median"] for r in sat_runs])
+                row["sat_us"] = statistics.median([r["median"] for r in sat_runs])
                 row["sat_min_us"] = min(r["min"] for r in sat_runs)
                 row["sat_max_us"] = max(r["max"] for r in sat_runs)
-                row["mpi_pt2pt_us"] = median(mpi_runs)
+                row["mpi_pt2pt_us"] = statistics.median(mpi_runs)
                 row["rounds"] = len(sat_runs)
                 row["sat_round_us"] = [r["median"] for r in sat_runs]
                 row["mpi_pt2pt_round_us"] = list(mpi_runs)
