@@ -243,6 +243,9 @@ pub struct Client {
     clock: Clock,
     chunk_size: AtomicUsize,
     state: Mutex<ClientState>,
+    /// The one loan of a chunk's bytes given back without the lock
+    /// ([`loans`]); the other loans are in the state.
+    quick_loan: loans::QuickLoan,
     /// The subscription handlers, apart from the state: a handler runs
     /// without any lock held, and may call the whole API.
     handlers: Mutex<events::Handlers>,
@@ -377,6 +380,7 @@ impl Client {
             handlers: Mutex::new(events::Handlers::default()),
             role_thread: std::sync::OnceLock::new(),
             finished: AtomicBool::new(false),
+            quick_loan: loans::QuickLoan::default(),
             host_sync: AtomicBool::new(false),
             fatal: std::sync::OnceLock::new(),
             layer: Mutex::new(None),
@@ -1499,10 +1503,10 @@ impl Client {
     fn end_scope(&self, chunk: ChunkId, ending: Ending, source: Option<&[u8]>) -> SatResult<()> {
         // A process the run was told to go on without publishes nothing.
         self.fatal()?;
-        let me = this_thread();
+        let me = loans::me();
         let acked = {
             let mut st = self.lock();
-            match st.loans.in_the_way_of_ending(chunk, me) {
+            match st.loans.in_the_way_of_ending(&self.quick_loan, chunk, me) {
                 loans::Conflict::None => {
                     let to = (self.rank, st.server);
                     st.end_scope_from(to, chunk, ending, source)?
@@ -1520,12 +1524,12 @@ impl Client {
                 loans::Conflict::Others => {
                     drop(st);
                     let ended = self.wait(None, |st| {
-                        (st.loans.in_the_way_of_ending(chunk, me) == loans::Conflict::None).then(
-                            || {
+                        (st.loans.in_the_way_of_ending(&self.quick_loan, chunk, me)
+                            == loans::Conflict::None)
+                            .then(|| {
                                 let to = (self.rank, st.server);
                                 st.end_scope_from(to, chunk, ending, source)
-                            },
-                        )
+                            })
                     })?;
                     ended.expect("a wait without a deadline ends with its value")?
                 }
@@ -1827,18 +1831,19 @@ impl Client {
         exclusive: bool,
         mut locate: impl FnMut(&mut ClientState) -> SatResult<NonNull<[u8]>>,
     ) -> SatResult<Lent<'c>> {
-        let me = this_thread();
+        let me = loans::me();
         loop {
             {
                 let mut st = self.lock();
                 let bytes = locate(&mut st)?;
-                match st.loans.conflict(chunks, exclusive, me) {
+                match st.loans.conflict(&self.quick_loan, chunks, exclusive, me) {
                     loans::Conflict::None => {
-                        st.loans.lend(chunks, exclusive, me);
+                        let taken = st.loans.lend(&self.quick_loan, chunks, exclusive, me);
                         return Ok(Lent {
                             client: self,
                             chunks,
                             exclusive,
+                            taken,
                             bytes,
                         });
                     }
@@ -1859,7 +1864,9 @@ impl Client {
                 }
             }
             self.wait(None, |st| {
-                (st.loans.conflict(chunks, exclusive, me) == loans::Conflict::None).then_some(())
+                (st.loans.conflict(&self.quick_loan, chunks, exclusive, me)
+                    == loans::Conflict::None)
+                    .then_some(())
             })?;
         }
     }
@@ -1992,7 +1999,7 @@ impl Client {
     fn finish_with(&self, timeout: Duration, open_scopes: Ending) -> SatResult<()> {
         // A closure of another thread still using a scope's bytes (a thread
         // the role left running): its scope ends after it.
-        self.wait(None, |st| st.loans.is_empty().then_some(()))?;
+        self.wait(None, |st| st.loans.is_empty(&self.quick_loan).then_some(()))?;
         {
             let mut st = self.lock();
             let st = &mut *st;
@@ -2160,16 +2167,21 @@ struct Lent<'c> {
     /// The caller's: the loan cannot outlive them.
     chunks: &'c [ChunkId],
     exclusive: bool,
+    taken: loans::Taken,
     bytes: NonNull<[u8]>,
 }
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        let me = this_thread();
-        self.client
-            .lock()
-            .loans
-            .give_back(self.chunks, self.exclusive, me);
+        match self.taken {
+            loans::Taken::Quick => self.client.quick_loan.give_back(),
+            loans::Taken::Listed => {
+                self.client
+                    .lock()
+                    .loans
+                    .give_back(self.chunks, self.exclusive, loans::me())
+            }
+        }
     }
 }
 

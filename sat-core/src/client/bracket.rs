@@ -11,7 +11,7 @@
 //! the write lock stays, and the home makes them the version when the
 //! commit comes (`Message::Staged`).
 
-use super::{this_thread, Chain, Client, ClientState, WaitFor};
+use super::{Chain, Client, ClientState, WaitFor};
 use crate::chunk::ChunkId;
 use crate::error::{SatError, SatResult};
 use crate::transport::{Payload, Rank};
@@ -48,7 +48,7 @@ impl Client {
     /// then the acknowledgements the releases wait for.
     pub(super) fn release_chain_bracketed(&self, chain: &Chain) -> SatResult<()> {
         self.fatal()?;
-        let me = this_thread();
+        let me = super::loans::me();
         let ids: Vec<ChunkId> = chain.ids().collect();
         let released = self.wait(None, |st| {
             // A bracket opens behind what the last one still has to send.
@@ -59,7 +59,7 @@ impl Client {
             }
             let mut mine = None;
             for &id in &ids {
-                match st.loans.in_the_way_of_ending(id, me) {
+                match st.loans.in_the_way_of_ending(&self.quick_loan, id, me) {
                     super::loans::Conflict::None => {}
                     super::loans::Conflict::Mine => mine = Some(id),
                     super::loans::Conflict::Others => return None,
