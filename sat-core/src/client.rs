@@ -2523,7 +2523,10 @@ impl ClientState {
             let slot = self.store.take_slot(chunk).expect("checked");
             let ended = self.end_host_scope(to, chunk, &slot, op, place);
             self.store.put_slot(chunk, slot);
-            return ended;
+            // Not `return ended`: a result held across a call is copied out
+            // whole (88 bytes, partly never written: a stall on every scope).
+            ended?;
+            return Ok(());
         }
         let twin = self.store.get_mut(chunk).and_then(|c| c.twin.take());
         if let Some(op) = sent {
