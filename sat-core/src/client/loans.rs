@@ -25,7 +25,6 @@
 //! eviction skips regions with a chunk in a scope, and an UNMAP is refused.
 //! That is the same promise the C and Python faces make for the pointers and
 //! arrays they hand out for a scope's lifetime.
-
 //!
 //! **The quick loan.** Most loans are one thread's single `with_data` inside
 //! its own scope. The first such loan out is kept apart, in atomics outside
