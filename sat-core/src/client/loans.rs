@@ -117,6 +117,17 @@ pub(crate) enum Conflict {
     Others,
 }
 
+impl Conflict {
+    /// A loan held by `holder`, in the way of thread `me`.
+    fn of(holder: Holder, me: Holder) -> Conflict {
+        if holder == me {
+            Conflict::Mine
+        } else {
+            Conflict::Others
+        }
+    }
+}
+
 /// The loans out, per chunk, besides the quick one.
 #[derive(Debug, Default)]
 pub(crate) struct Loans {
@@ -137,13 +148,7 @@ impl Loans {
         exclusive: bool,
         me: Holder,
     ) -> Conflict {
-        let blocking = |t: &Holder| {
-            if *t == me {
-                Conflict::Mine
-            } else {
-                Conflict::Others
-            }
-        };
+        let blocking = |t: &Holder| Conflict::of(*t, me);
         let mut seen = Conflict::None;
         if let Some((holder, chunk, writes)) = quick.out() {
             if (writes || exclusive) && chunks.contains(&chunk) {
@@ -185,11 +190,7 @@ impl Loans {
         };
         match quick.out() {
             Some((holder, c, _)) if c == chunk && listed != Conflict::Mine => {
-                if holder == me {
-                    Conflict::Mine
-                } else {
-                    Conflict::Others
-                }
+                Conflict::of(holder, me)
             }
             _ => listed,
         }
