@@ -97,6 +97,16 @@ ssize_t sat_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t
 	return fi_cq_readfrom(cq, buf, count, src_addr);
 }
 
+int sat_fi_control(struct fid *fid, int command, void *arg)
+{
+	return fi_control(fid, command, arg);
+}
+
+int sat_fi_trywait(struct fid_fabric *fabric, struct fid **fids, int count)
+{
+	return fi_trywait(fabric, fids, count);
+}
+
 ssize_t sat_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags)
 {
 	return fi_cq_readerr(cq, buf, flags);

@@ -47,6 +47,8 @@ ssize_t sat_fi_cancel(fid_t fid, void *context);
 ssize_t sat_fi_cq_read(struct fid_cq *cq, void *buf, size_t count);
 ssize_t sat_fi_cq_readfrom(struct fid_cq *cq, void *buf, size_t count, fi_addr_t *src_addr);
 ssize_t sat_fi_cq_readerr(struct fid_cq *cq, struct fi_cq_err_entry *buf, uint64_t flags);
+int sat_fi_control(struct fid *fid, int command, void *arg);
+int sat_fi_trywait(struct fid_fabric *fabric, struct fid **fids, int count);
 const char *sat_fi_cq_strerror(struct fid_cq *cq, int prov_errno, const void *err_data,
 			       char *buf, size_t len);
 

@@ -37,6 +37,7 @@ mod switch;
 mod symbols;
 mod sync;
 use crate::topology::Topology;
+use crate::transport::wakeup::Wakeup;
 use crate::transport::{Payload, Rank, Received, Sender, Transport, MAX_HEADER};
 use crate::wire::{self, AllocOutcome, CoherenceOp, Message};
 
@@ -503,20 +504,25 @@ impl Client {
             ..self.policy
         });
         while !stop.load(std::sync::atomic::Ordering::Acquire) {
-            let got = match self.state.try_lock() {
+            let (got, wakeup) = match self.state.try_lock() {
                 Ok(mut st) => {
                     let got = st.progress(self.rank).unwrap_or_else(|e| {
                         tracing::warn!("background progress: {e}");
                         0
-                    });
-                    got + usize::from(st.transport.sends_queued())
+                    }) + usize::from(st.transport.sends_queued());
+                    let wakeup = if got == 0 && idle.sleep_due() {
+                        st.transport.wakeup()
+                    } else {
+                        Wakeup::Usual
+                    };
+                    (got, wakeup)
                 }
-                Err(_) => 0,
+                Err(_) => (0, Wakeup::Usual),
             };
             if got > 0 {
                 idle.traffic();
             } else {
-                idle.idle();
+                idle.idle_until(wakeup);
             }
         }
     }
@@ -2119,7 +2125,7 @@ impl Client {
             self.fatal()?;
             // Read before looking: an announcement after this ends the sleep.
             let seen = sleep_on.map(|s| s.slot().announced());
-            let (events_pending, traffic) = {
+            let (events_pending, traffic, wakeup) = {
                 let mut st = self.lock();
                 let got = st.progress(self.rank)?;
                 if let Some(v) = ready(&mut st) {
@@ -2127,7 +2133,13 @@ impl Client {
                 }
                 // Queued sends leave only while this process polls.
                 let traffic = got > 0 || st.transport.sends_queued();
-                (st.mail.events.pending(), traffic)
+                // What to sleep on is asked with the endpoint held.
+                let wakeup = if !traffic && sleep_on.is_none() && idle.sleep_due() {
+                    st.transport.wakeup()
+                } else {
+                    Wakeup::Usual
+                };
+                (st.mail.events.pending(), traffic, wakeup)
             };
             // Events that arrive while the role waits in a blocking call
             // run their handlers now (section 2.5), on the role's thread.
@@ -2145,7 +2157,7 @@ impl Client {
                 (false, Some((slot, seen))) => {
                     idle.idle_on(|timeout| slot.slot().wait_announcement(seen, timeout))
                 }
-                (false, None) => idle.idle(),
+                (false, None) => idle.idle_until(wakeup),
             }
         }
     }

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::stats::{self, Activity};
+use crate::transport::wakeup::Wakeup;
 
 /// How idle waiting behaves; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,13 @@ pub struct Idle {
     bell_seen: u32,
     /// How long the next sleep on the doorbell may last at most.
     bell_timeout: Duration,
+    /// The last sleep on the transport's wait descriptor ended at once, or
+    /// the provider was busy ([`Idle::idle_until`]).
+    woke_for_nothing: bool,
+    /// Such rounds in a row, each followed by a poll that found nothing.
+    empty_wakeups: u32,
+    /// Idle rounds since the descriptor stopped being trusted.
+    rounds_distrusted: u32,
 }
 
 /// A sleep on the doorbell ends when it rings; its timeout is a safety net
@@ -134,6 +142,15 @@ pub struct Idle {
 /// idle process wakes a few times a second.
 const BELL_TIMEOUT_MIN: Duration = Duration::from_millis(1);
 const BELL_TIMEOUT_MAX: Duration = Duration::from_millis(250);
+
+/// A sleep on a wait descriptor this short ended at once.
+const AT_ONCE: Duration = Duration::from_micros(20);
+/// Rounds in a row whose sleep on the wait descriptor ended at once (or that
+/// found the provider busy) with nothing to take in, past which the wait
+/// stops trusting the descriptor ([`Idle::idle_until`]).
+const EMPTY_WAKEUPS: u32 = 8;
+/// While the descriptor is not trusted, one round in this many tries it.
+const EMPTY_WAKEUPS_PROBE: u32 = 64;
 
 impl Idle {
     pub fn new(policy: IdlePolicy) -> Idle {
@@ -153,6 +170,9 @@ impl Idle {
             slept: Duration::ZERO,
             bell_seen: crate::transport::doorbell::own().map_or(0, |b| b.rung()),
             bell_timeout: BELL_TIMEOUT_MIN,
+            woke_for_nothing: false,
+            empty_wakeups: 0,
+            rounds_distrusted: 0,
         }
     }
 
@@ -166,6 +186,7 @@ impl Idle {
         self.last_traffic = self.clock.now();
         self.sleep = self.policy.sleep_min;
         self.bell_timeout = BELL_TIMEOUT_MIN;
+        self.woke_for_nothing = false;
     }
 
     /// Nothing arrived: spin, yield or sleep, as the policy says.
@@ -213,6 +234,69 @@ impl Idle {
         self.sleep = (self.sleep * 2).min(self.policy.sleep_max);
     }
 
+    /// Whether the next idle round sleeps on the transport's wait
+    /// descriptor, if it has one (real time, not busy, past the spin, the
+    /// descriptor trusted): then the caller asks its transport what to
+    /// sleep on ([`crate::transport::Transport::wakeup`]) before it lets
+    /// the endpoint go, and passes the answer to [`Idle::idle_until`].
+    pub fn sleep_due(&self) -> bool {
+        !self.clock.is_simulated()
+            && !self.policy.busy
+            && self.last_traffic.elapsed() >= self.policy.spin
+            && (!self.distrusted()
+                || (self.rounds_distrusted + 1).is_multiple_of(EMPTY_WAKEUPS_PROBE))
+    }
+
+    fn distrusted(&self) -> bool {
+        self.empty_wakeups >= EMPTY_WAKEUPS
+    }
+
+    /// As [`Idle::idle`], with what the transport said a sleep may wait
+    /// on: its wait descriptor, until a message comes (the timeout, which
+    /// grows as the doorbell's does, is a safety net), or nothing yet
+    /// (the provider has work pending: poll again).
+    ///
+    /// A descriptor that wakes the sleeper at once, round after round, with
+    /// nothing to take in, would make the wait a busy loop: libfabric
+    /// 1.17's tcp provider keeps a connection its peer closed (one of two
+    /// that crossed, both sides connecting at once) in its epoll set,
+    /// readable for ever. After [`EMPTY_WAKEUPS`] such rounds in a row the
+    /// wait sleeps the usual way ([`Idle::sleep_due`] says no), and tries
+    /// the descriptor again every [`EMPTY_WAKEUPS_PROBE`] rounds.
+    pub fn idle_until(&mut self, wakeup: Wakeup) {
+        if self.woke_for_nothing {
+            // The last sleep ended at once and the poll after it found
+            // nothing (traffic would have cleared the flag).
+            self.empty_wakeups += 1;
+            self.woke_for_nothing = false;
+        }
+        if self.distrusted() {
+            self.rounds_distrusted = self.rounds_distrusted.wrapping_add(1);
+        }
+        match wakeup {
+            Wakeup::Usual => self.idle(),
+            Wakeup::Pending => {
+                self.woke_for_nothing = true;
+                let _asleep = stats::doing(Activity::Sleep);
+                std::thread::yield_now();
+            }
+            Wakeup::Sleep(sleeper) => {
+                let _asleep = stats::doing(Activity::Sleep);
+                let started = Instant::now();
+                sleeper.sleep(self.bell_timeout);
+                let slept = started.elapsed();
+                self.slept += slept;
+                if slept < AT_ONCE {
+                    self.woke_for_nothing = true;
+                } else {
+                    self.empty_wakeups = 0;
+                    self.rounds_distrusted = 0;
+                }
+                self.bell_timeout = (self.bell_timeout * 2).min(BELL_TIMEOUT_MAX);
+            }
+        }
+    }
+
     /// As [`Idle::idle`], but a round past the spin sleeps through `sleep`
     /// (given at most a millisecond), on what the caller waits for.
     pub fn idle_on(&mut self, sleep: impl FnOnce(Duration)) {
@@ -257,6 +341,63 @@ mod tests {
         assert!(idle.slept >= Duration::from_micros(1 + 2 + 4 + 8 + 16 + 16));
         idle.traffic();
         assert_eq!(idle.next_sleep(), Duration::from_nanos(1_000));
+    }
+
+    /// A wait descriptor that stays readable, as libfabric 1.17's tcp
+    /// provider leaves one with a closed connection in it: the wait stops
+    /// sleeping on it (no busy loop), tries it again now and then, and
+    /// trusts it again once a sleep on it lasts.
+    #[test]
+    fn a_descriptor_that_wakes_for_nothing_is_set_aside_and_tried_again() {
+        use crate::transport::wakeup::WaitSet;
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: two ints for the two ends; the result is checked.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: descriptors just created, owned here alone.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: one byte from a live buffer into the pipe: readable now.
+        unsafe { libc::write(write.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        let set = Arc::new(WaitSet::new(read.as_raw_fd()).unwrap());
+        let mut idle = Idle::new(IdlePolicy {
+            busy: false,
+            spin: Duration::ZERO,
+            sleep_min: Duration::from_nanos(1_000),
+            sleep_max: Duration::from_nanos(1_000),
+        });
+        // Each sleep on the readable pipe ends at once and the poll after
+        // it (here: none) finds nothing. A round preempted past the "at
+        // once" bound counts as a real sleep and starts the count over, so
+        // the test allows many rounds.
+        let mut rounds = 0;
+        while idle.sleep_due() {
+            idle.idle_until(Wakeup::Sleep(set.sleeper()));
+            rounds += 1;
+            assert!(rounds < 10_000, "the descriptor was never set aside");
+        }
+        // Set aside: the usual sleep, then a try of the descriptor after
+        // at most EMPTY_WAKEUPS_PROBE rounds.
+        let mut aside = 0;
+        while !idle.sleep_due() {
+            idle.idle_until(Wakeup::Usual);
+            aside += 1;
+            assert!(
+                aside <= EMPTY_WAKEUPS_PROBE,
+                "the descriptor was never tried again"
+            );
+        }
+        // The byte is taken: the try sleeps its whole timeout (1 ms at
+        // least), and the descriptor is trusted again.
+        let mut byte = 0u8;
+        // SAFETY: reads one byte into a u8.
+        assert_eq!(
+            unsafe { libc::read(read.as_raw_fd(), (&raw mut byte).cast(), 1) },
+            1
+        );
+        idle.idle_until(Wakeup::Sleep(set.sleeper()));
+        assert!(idle.sleep_due(), "a sleep that lasted restores the trust");
+        idle.idle_until(Wakeup::Usual);
+        assert!(idle.sleep_due());
     }
 
     #[test]

@@ -316,7 +316,14 @@ fn serve_with(
         match server.step(transport)? {
             Step::Finished => break,
             Step::Busy => idle.traffic(),
-            Step::Idle => idle.idle(),
+            Step::Idle => {
+                let wakeup = if idle.sleep_due() {
+                    transport.wakeup()
+                } else {
+                    crate::transport::wakeup::Wakeup::Usual
+                };
+                idle.idle_until(wakeup);
+            }
         }
     }
     // Let the last acknowledgements leave before the endpoint closes.

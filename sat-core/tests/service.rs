@@ -235,6 +235,57 @@ fn large_writes_of_a_late_client_arrive_tcp() {
     large_writes_of_a_late_client_arrive("tcp");
 }
 
+/// The wake-ups of process `pid` so far: the voluntary context switches of
+/// all its threads (each sleep that ends is one).
+fn wakeups(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue; // a thread that ended meanwhile
+        };
+        total += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("voluntary_ctxt_switches");
+    }
+    total
+}
+
+/// A client of a service over tcp has no doorbell: while it waits with
+/// nothing to do, its background progress sleeps on its endpoint's wait
+/// descriptor until a message comes, where it used to micro-sleep (up to a
+/// millisecond at a time: about a thousand wake-ups a second). Counted over
+/// 10 s of waiting; then the client detaches, which takes messages both
+/// ways, so a long sleep still wakes for them.
+#[test]
+fn an_idle_client_of_a_tcp_service_sleeps_until_a_message_comes() {
+    let service = Service::start("tcp", &[]);
+    let a = service.address.as_str();
+    let (mut holder, line) = start_holder(&["hold", a, "--chunk", "11", "--bytes", "64"]);
+    assert!(line.contains("attached in slot 1"), "{line}");
+    let (before, started) = (wakeups(holder.id()), Instant::now());
+    // The interval measured, not a wait for an event.
+    std::thread::sleep(Duration::from_secs(10));
+    let (woke, waited) = (wakeups(holder.id()) - before, started.elapsed());
+    drop(holder.stdin.take());
+    let status = holder.wait().unwrap();
+    let per_second = woke as f64 / waited.as_secs_f64();
+    assert!(
+        per_second < 100.0,
+        "the idle client woke {woke} times in {waited:?}: {}",
+        service.log()
+    );
+    assert!(
+        status.success(),
+        "the client did not detach: {}",
+        service.log()
+    );
+}
+
 /// 160 attach/detach cycles in slots dealt over two servers: the counter
 /// chunk sees every increment, the servers' memory stays bounded, and no
 /// /dev/shm file outlives its process.

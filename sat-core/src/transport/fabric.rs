@@ -938,6 +938,9 @@ enum Repost {
 struct Core {
     h: Handles,
     provider: Provider,
+    /// The completion queue's wait descriptor, where the provider gives one
+    /// (`wakeup.rs`).
+    wait_set: Option<Arc<super::wakeup::WaitSet>>,
     /// The doorbells of the ranks of this host, by rank (empty: none).
     bells: Vec<Option<super::doorbell::Doorbell>>,
     inject_size: usize,
@@ -1054,6 +1057,7 @@ impl FabricEndpoint {
             peers_left: false,
         };
         let info = h.info.0;
+        let mut wait_set = None;
         // SAFETY: info is the first entry of a live fi_getinfo list; every
         // object opened below is stored in `h` at once, so an early return
         // closes it. Attribute structs are valid for the list's lifetime.
@@ -1066,14 +1070,45 @@ impl FabricEndpoint {
             if ret != 0 {
                 return Err(fabric_error("fi_domain", ret));
             }
+            // On tcp, a completion queue with a wait descriptor, so that a
+            // process with nothing to do sleeps until a message comes
+            // (`wakeup.rs`). shm has none (`-FI_ENOSYS`); verbs would, but
+            // is not tried until it is tested on hardware: a wrong
+            // `fi_trywait` would cost every sleep its whole timeout.
+            let wait_obj = if provider == Provider::Tcp {
+                fi::FI_WAIT_FD
+            } else {
+                fi::FI_WAIT_NONE
+            };
             let mut cq_attr = fi::fi_cq_attr {
                 format: fi::FI_CQ_FORMAT_TAGGED,
-                wait_obj: fi::FI_WAIT_NONE,
+                wait_obj,
                 ..Default::default()
             };
-            let ret = fi::sat_fi_cq_open(h.domain, &mut cq_attr, &mut h.cq, ptr::null_mut());
+            let mut ret = fi::sat_fi_cq_open(h.domain, &mut cq_attr, &mut h.cq, ptr::null_mut());
+            if ret != 0 && wait_obj != fi::FI_WAIT_NONE {
+                debug!(error = %strerror(ret), "no completion queue with a wait descriptor: polling");
+                cq_attr.wait_obj = fi::FI_WAIT_NONE;
+                ret = fi::sat_fi_cq_open(h.domain, &mut cq_attr, &mut h.cq, ptr::null_mut());
+            }
             if ret != 0 {
                 return Err(fabric_error("fi_cq_open", ret));
+            }
+            if cq_attr.wait_obj == fi::FI_WAIT_FD {
+                let mut fd: c_int = -1;
+                let ret = fi::sat_fi_control(
+                    ptr::addr_of_mut!((*h.cq).fid),
+                    fi::FI_GETWAIT as c_int,
+                    ptr::addr_of_mut!(fd).cast(),
+                );
+                if ret == 0 && fd >= 0 {
+                    match super::wakeup::WaitSet::new(fd) {
+                        Ok(set) => wait_set = Some(Arc::new(set)),
+                        Err(e) => debug!(error = %e, "no eventfd for the wait set: polling"),
+                    }
+                } else {
+                    debug!(error = %strerror(ret), "fi_control(FI_GETWAIT) failed: polling");
+                }
             }
             let mut av_attr = fi::fi_av_attr {
                 type_: fi::FI_AV_TABLE,
@@ -1137,6 +1172,7 @@ impl FabricEndpoint {
         let mut core = Core {
             h,
             provider,
+            wait_set,
             bells: Vec::new(),
             inject_size,
             compact: inject_size > 0 && cq_data_size >= 8,
@@ -2674,10 +2710,45 @@ impl Transport for FabricTransport {
         let _mp = stats::doing(Activity::MessagePassing);
         self.core.progress()?;
         let n = self.deliver_loopback(on_message) + self.deliver(on_message);
+        if n > 0 {
+            if let Some(set) = &self.core.wait_set {
+                // What was taken in may be what a sleeping thread waits for.
+                set.nudge();
+            }
+        }
         if let Some(e) = self.core.deferred.take() {
             return Err(e);
         }
         Ok(n)
+    }
+
+    fn wakeup(&mut self) -> super::wakeup::Wakeup {
+        use super::wakeup::Wakeup;
+        // A process with a doorbell sleeps on it: its peers ring it.
+        let Some(set) = &self.core.wait_set else {
+            return Wakeup::Usual;
+        };
+        if super::doorbell::own().is_some() {
+            return Wakeup::Usual;
+        }
+        if self.sends_queued() {
+            return Wakeup::Pending;
+        }
+        let mut fids = [
+            // SAFETY: the queue is open for the endpoint's lifetime.
+            unsafe { ptr::addr_of_mut!((*self.core.h.cq).fid) },
+        ];
+        // SAFETY: the fabric and the queue are live; the caller holds the
+        // endpoint (this is `&mut self`), as FI_THREAD_DOMAIN asks.
+        let ret = unsafe { fi::sat_fi_trywait(self.core.h.fabric, fids.as_mut_ptr(), 1) };
+        if ret == 0 {
+            Wakeup::Sleep(set.sleeper())
+        } else if ret == -(fi::FI_EAGAIN as c_int) {
+            Wakeup::Pending
+        } else {
+            debug!(error = %strerror(ret), "fi_trywait failed: sleeping the usual way");
+            Wakeup::Usual
+        }
     }
 
     fn sends_queued(&self) -> bool {

@@ -17,6 +17,7 @@ pub mod doorbell;
 pub mod fabric;
 pub mod mem;
 pub(crate) mod sequence;
+pub mod wakeup;
 
 /// A process of the run: index in the address table, 0 is the seed server.
 pub type Rank = u32;
@@ -199,6 +200,13 @@ pub trait Transport: Sender + Send {
     /// provider or in a large-message window: only polling posts them, so a
     /// waiting process must not sleep meanwhile (a 64 MiB release of 64 KiB
     /// chunks is 1,024 large sends, four in flight at a time).
+    /// What a thread that polled and found nothing may sleep on (past its
+    /// spin, with the endpoint held): the endpoint's wait descriptor where
+    /// the provider has one and nothing is pending (`wakeup.rs`).
+    fn wakeup(&mut self) -> wakeup::Wakeup {
+        wakeup::Wakeup::Usual
+    }
+
     fn sends_queued(&self) -> bool {
         false
     }
