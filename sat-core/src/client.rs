@@ -473,6 +473,13 @@ impl Client {
         self.lock().server
     }
 
+    /// Whether this client has applied the loss of server `server`
+    /// (`client/failover.rs`), for the simulator's checks.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn knows_lost(&self, server: Rank) -> bool {
+        self.lock().ring.is_lost(server)
+    }
+
     /// The number of clients in the run (the report's `clientGetClientNr`).
     pub fn client_count(&self) -> u32 {
         self.topology.clients().len() as u32

@@ -855,13 +855,15 @@ impl Thread {
                 }
             };
             let mut oracle = Shared::lock(&self.shared.oracle);
-            oracle.scopes.push(OpenScope {
-                thread: self.id,
-                client: self.client_index,
-                thread_index: self.thread_index,
-                chunk: id,
-                version: sees,
-            });
+            if !oracle.opens_orphaned(self.client_index, id, |s| self.client.knows_lost(s)) {
+                oracle.scopes.push(OpenScope {
+                    thread: self.id,
+                    client: self.client_index,
+                    thread_index: self.thread_index,
+                    chunk: id,
+                    version: sees,
+                });
+            }
             if access.exclusive() {
                 let prev = if access == Access::ReadWrite {
                     content::read(mine, id).map_or(0, |(t, _)| t)
@@ -1243,13 +1245,17 @@ impl Thread {
                 return;
             }
         };
-        Shared::lock(&self.shared.oracle).scopes.push(OpenScope {
-            thread: self.id,
-            client: self.client_index,
-            thread_index: self.thread_index,
-            chunk: id,
-            version,
-        });
+        let mut oracle = Shared::lock(&self.shared.oracle);
+        if !oracle.opens_orphaned(self.client_index, id, |s| self.client.knows_lost(s)) {
+            oracle.scopes.push(OpenScope {
+                thread: self.id,
+                client: self.client_index,
+                thread_index: self.thread_index,
+                chunk: id,
+                version,
+            });
+        }
+        drop(oracle);
         let pair = self.client.lookup_lst(&[st.private, id], LOOKUP_WAIT);
         match pair {
             Ok(chain) => match self.client.acquire_chain(&chain, Access::Write) {

@@ -116,6 +116,11 @@ pub(crate) struct Oracle {
     pub applied: std::collections::HashSet<u64>,
     /// Clients that died.
     pub dead: BTreeSet<usize>,
+    /// The server that died (a run with replicated homes), its clients and
+    /// the chunks it was the home of: a scope of those clients, or on those
+    /// chunks, that opens before its process knows of the loss (on a grant
+    /// the server sent before it died) ends without its home as well.
+    pub lost_server: Option<(u32, Vec<usize>, BTreeSet<u64>)>,
 }
 
 impl Oracle {
@@ -237,11 +242,25 @@ impl Oracle {
         Ok(())
     }
 
-    /// A server was lost: the scopes of its clients, and every scope on
-    /// one of its chunks, end without their homes (`client/failover.rs`).
-    pub fn scopes_orphaned(&mut self, clients: &[usize], chunks: &BTreeSet<u64>) {
+    /// Server `server` was lost: the scopes of its clients, and every scope
+    /// on one of its chunks, end without their homes (`client/failover.rs`).
+    pub fn scopes_orphaned(&mut self, server: u32, clients: &[usize], chunks: &BTreeSet<u64>) {
         self.scopes
             .retain(|s| !clients.contains(&s.client) && !chunks.contains(&s.chunk));
+        self.lost_server = Some((server, clients.to_vec(), chunks.clone()));
+    }
+
+    /// Whether a scope of client `client` on `chunk`, opening now, ends
+    /// without its home: its grant came from a server that is lost, or
+    /// through one, and its process has not heard of the loss yet (it will
+    /// orphan the scope then). `knows` says whether it has heard of the
+    /// loss of a server.
+    pub fn opens_orphaned(&self, client: usize, chunk: u64, knows: impl Fn(u32) -> bool) -> bool {
+        self.lost_server
+            .as_ref()
+            .is_some_and(|(server, clients, chunks)| {
+                (clients.contains(&client) || chunks.contains(&chunk)) && !knows(*server)
+            })
     }
 
     /// The release of `token` failed for a server's loss: it may be
@@ -778,7 +797,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                 let moved: Vec<usize> = (topology.clients_of(victim as u32).iter())
                     .map(|&r| (r - shape.servers) as usize)
                     .collect();
-                Shared::lock(&shared.oracle).scopes_orphaned(&moved, &taking_over);
+                Shared::lock(&shared.oracle).scopes_orphaned(victim as u32, &moved, &taking_over);
                 let (seed, ep, _) = &mut servers[0];
                 seed.server_lost(ep, victim as u32);
             }
