@@ -809,6 +809,22 @@ impl Thread {
         });
     }
 
+    /// Records this thread's scope on `chunk`, which sees `version`, for
+    /// the checks that no home moves past it; unless it opened on a grant
+    /// of a lost server's, which its client will end without its home.
+    fn record_scope(&self, chunk: ChunkId, version: crate::protocol::Version) {
+        let mut oracle = Shared::lock(&self.shared.oracle);
+        if !oracle.opens_orphaned(self.client_index, chunk, |s| self.client.knows_lost(s)) {
+            oracle.scopes.push(OpenScope {
+                thread: self.id,
+                client: self.client_index,
+                thread_index: self.thread_index,
+                chunk,
+                version,
+            });
+        }
+    }
+
     /// A scope just opened on `chain`: check what it sees, record it, and
     /// write new tokens in a write scope.
     fn opened(
@@ -854,16 +870,7 @@ impl Thread {
                     }
                 }
             };
-            let mut oracle = Shared::lock(&self.shared.oracle);
-            if !oracle.opens_orphaned(self.client_index, id, |s| self.client.knows_lost(s)) {
-                oracle.scopes.push(OpenScope {
-                    thread: self.id,
-                    client: self.client_index,
-                    thread_index: self.thread_index,
-                    chunk: id,
-                    version: sees,
-                });
-            }
+            self.record_scope(id, sees);
             if access.exclusive() {
                 let prev = if access == Access::ReadWrite {
                     content::read(mine, id).map_or(0, |(t, _)| t)
@@ -871,7 +878,6 @@ impl Thread {
                     content::BLIND
                 };
                 let granted = self.client.local_version(id).unwrap_or(0);
-                drop(oracle);
                 let mut oracle = Shared::lock(&self.shared.oracle);
                 tokens.push((id, oracle.token(self.client_index, id, granted, prev)));
             }
@@ -1245,17 +1251,7 @@ impl Thread {
                 return;
             }
         };
-        let mut oracle = Shared::lock(&self.shared.oracle);
-        if !oracle.opens_orphaned(self.client_index, id, |s| self.client.knows_lost(s)) {
-            oracle.scopes.push(OpenScope {
-                thread: self.id,
-                client: self.client_index,
-                thread_index: self.thread_index,
-                chunk: id,
-                version,
-            });
-        }
-        drop(oracle);
+        self.record_scope(id, version);
         let pair = self.client.lookup_lst(&[st.private, id], LOOKUP_WAIT);
         match pair {
             Ok(chain) => match self.client.acquire_chain(&chain, Access::Write) {
