@@ -213,6 +213,8 @@ fn join_with(
     let opts = FabricOptions {
         provider: setup.provider,
         local_ip: Some(setup.local_ip),
+        // Doorbells wake the processes of a run on one host (below).
+        wait_descriptor: !(setup.one_host && bells_wanted),
     };
     let endpoint = match FabricEndpoint::open(&opts) {
         Ok(ep) => ep,

@@ -127,6 +127,8 @@ pub fn connect(address: &str) -> SatResult<Session> {
     let endpoint = FabricEndpoint::open(&FabricOptions {
         provider,
         local_ip: Some(local_ip),
+        // A service's processes have no doorbells.
+        wait_descriptor: true,
     })?;
     send(
         &mut control,
