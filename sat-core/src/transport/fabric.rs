@@ -1080,9 +1080,9 @@ impl FabricEndpoint {
             }
             // On tcp, a completion queue with a wait descriptor, so that a
             // process with nothing to do and no doorbell sleeps until a
-            // message comes (`wakeup.rs`). shm has none (`-FI_ENOSYS`); verbs would, but
-            // is not tried until it is tested on hardware: a wrong
-            // `fi_trywait` would cost every sleep its whole timeout.
+            // message comes (`wakeup.rs`). shm has none (`-FI_ENOSYS`);
+            // verbs would, but is not tried until it is tested on hardware:
+            // a wrong `fi_trywait` would cost every sleep its whole timeout.
             let wait_obj = if provider == Provider::Tcp && opts.wait_descriptor {
                 fi::FI_WAIT_FD
             } else {
@@ -1095,7 +1095,7 @@ impl FabricEndpoint {
             };
             let mut ret = fi::sat_fi_cq_open(h.domain, &mut cq_attr, &mut h.cq, ptr::null_mut());
             if ret != 0 && wait_obj != fi::FI_WAIT_NONE {
-                debug!(error = %strerror(ret), "no completion queue with a wait descriptor: polling");
+                debug!(error = %strerror(ret), "no completion queue with a wait descriptor: idle waits micro-sleep");
                 cq_attr.wait_obj = fi::FI_WAIT_NONE;
                 ret = fi::sat_fi_cq_open(h.domain, &mut cq_attr, &mut h.cq, ptr::null_mut());
             }
@@ -1112,10 +1112,12 @@ impl FabricEndpoint {
                 if ret == 0 && fd >= 0 {
                     match super::wakeup::WaitSet::new(fd) {
                         Ok(set) => wait_set = Some(Arc::new(set)),
-                        Err(e) => debug!(error = %e, "no eventfd for the wait set: polling"),
+                        Err(e) => {
+                            debug!(error = %e, "no eventfd for the wait set: idle waits micro-sleep")
+                        }
                     }
                 } else {
-                    debug!(error = %strerror(ret), "fi_control(FI_GETWAIT) failed: polling");
+                    debug!(error = %strerror(ret), "fi_control(FI_GETWAIT) failed: idle waits micro-sleep");
                 }
             }
             let mut av_attr = fi::fi_av_attr {
