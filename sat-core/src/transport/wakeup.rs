@@ -1,5 +1,6 @@
 //! Sleeping until a message comes, on providers whose completion queue has a
-//! wait descriptor (`FI_WAIT_FD`: tcp and verbs, through `ofi_rxm`).
+//! wait descriptor (`FI_WAIT_FD`: tcp through `ofi_rxm`; verbs has one too,
+//! but is not asked for it until it is tested, `fabric.rs`).
 //!
 //! On one host a waiting process sleeps on its doorbell (`doorbell.rs`),
 //! which its peers ring when they send to it. Across hosts, and in a service,
