@@ -258,9 +258,9 @@ impl Idle {
     ///
     /// A descriptor that wakes the sleeper at once, round after round, with
     /// nothing to take in, would make the wait a busy loop: libfabric
-    /// 1.17's tcp provider keeps a connection its peer closed (one of two
-    /// that crossed, both sides connecting at once) in its epoll set,
-    /// readable for ever. After [`EMPTY_WAKEUPS`] such rounds in a row the
+    /// 1.17's tcp provider keeps a connection its peer closed in its epoll
+    /// set, readable for ever (a client's knock on a server's endpoint
+    /// across hosts leaves one, `service/session.rs`). After [`EMPTY_WAKEUPS`] such rounds in a row the
     /// wait sleeps the usual way ([`Idle::sleep_due`] says no), and tries
     /// the descriptor again every [`EMPTY_WAKEUPS_PROBE`] rounds.
     pub fn idle_until(&mut self, wakeup: Wakeup) {
@@ -349,13 +349,9 @@ mod tests {
     /// trusts it again once a sleep on it lasts.
     #[test]
     fn a_descriptor_that_wakes_for_nothing_is_set_aside_and_tried_again() {
-        use crate::transport::wakeup::WaitSet;
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        let mut fds = [0; 2];
-        // SAFETY: two ints for the two ends; the result is checked.
-        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: descriptors just created, owned here alone.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        use crate::transport::wakeup::{tests::pipe, WaitSet};
+        use std::os::fd::AsRawFd;
+        let (read, write) = pipe();
         // SAFETY: one byte from a live buffer into the pipe: readable now.
         unsafe { libc::write(write.as_raw_fd(), b"x".as_ptr().cast(), 1) };
         let set = Arc::new(WaitSet::new(read.as_raw_fd()).unwrap());

@@ -126,11 +126,11 @@ impl Drop for Sleeper {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A pipe's read end stands in for the provider's descriptor.
-    fn pipe() -> (OwnedFd, OwnedFd) {
+    pub(crate) fn pipe() -> (OwnedFd, OwnedFd) {
         let mut fds = [0; 2];
         // SAFETY: two ints for the two ends; the result is checked.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
