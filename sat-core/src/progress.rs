@@ -258,9 +258,10 @@ impl Idle {
     ///
     /// A descriptor that wakes the sleeper at once, round after round, with
     /// nothing to take in, would make the wait a busy loop: libfabric
-    /// 1.17's tcp provider keeps a connection its peer closed in its epoll
-    /// set, readable for ever (a client's knock on a server's endpoint
-    /// across hosts leaves one, `service/session.rs`). After [`EMPTY_WAKEUPS`] such rounds in a row the
+    /// 1.17's tcp provider keeps a connection that closed before sending
+    /// its connection request in its epoll set, readable for ever (SAT's own
+    /// knock no longer leaves one, `transport::fabric::knock`, but any peer
+    /// that dies while it connects does). After [`EMPTY_WAKEUPS`] such rounds in a row the
     /// wait sleeps the usual way ([`Idle::sleep_due`] says no), and tries
     /// the descriptor again every [`EMPTY_WAKEUPS_PROBE`] rounds.
     pub fn idle_until(&mut self, wakeup: Wakeup) {

@@ -224,15 +224,10 @@ fn check_reachable(address: &str, control: &TcpStream, servers: &[Vec<u8>]) -> S
         }
         // A socket address is a listening TCP socket (tcp, verbs' rdma_cm
         // aside): knock once, so that a firewall or a wrong route shows
-        // now, not after the provider's minutes of retries. Not on this
-        // host's loopback, which has neither: libfabric 1.17's tcp
-        // provider keeps the knock's connection, closed by this side, in
-        // its epoll set, where it wakes the server's every sleep on its
-        // wait descriptor (`transport/wakeup.rs`).
-        if sa.ip().is_loopback() {
-            continue;
-        }
-        if let Err(e) = TcpStream::connect_timeout(&sa, REACH_TIMEOUT) {
+        // now, not after the provider's minutes of retries. On loopback
+        // too, where it finds neither, so that every client takes the same
+        // path (the knock leaves nothing behind in the server).
+        if let Err(e) = crate::transport::fabric::knock(sa, REACH_TIMEOUT) {
             return Err(SatError::Bootstrap(format!(
                 "the service at {address} has a server endpoint at {sa}, which this host cannot \
                  reach ({e}): check the route and the firewall between the two hosts, or start \

@@ -1406,8 +1406,29 @@ fn get_name(ep: *mut fi::fid_ep) -> Result<Vec<u8>, TransportError> {
     }
 }
 
-/// Checks that `addr` looks like an address of the endpoint's format before
-/// libfabric parses it.
+/// Knocks once on a tcp endpoint's listening socket at `sa`: a TCP
+/// connection within `timeout`, which shows a firewall or a wrong route at
+/// once where the provider would retry for minutes.
+///
+/// The knock does not just close its connection again. libfabric 1.17's tcp
+/// provider reads the first bytes of an accepted connection as a connection
+/// request; when the connection closes before sending any, its read returns
+/// 0 and the provider looks at a stale `errno`, which is often `EAGAIN` in a
+/// busy progress loop, so it keeps the socket (in CLOSE-WAIT) in its epoll
+/// set, where it wakes every sleep on the endpoint's wait descriptor
+/// (`transport/wakeup.rs`) for the rest of the endpoint's life. So the knock
+/// sends a request header the provider refuses (version 0, which no
+/// libfabric version uses): the provider then closes its side and forgets
+/// the socket, in 1.17 and in the versions after it.
+pub fn knock(sa: std::net::SocketAddr, timeout: std::time::Duration) -> std::io::Result<()> {
+    use std::io::Write;
+    // `struct ofi_ctrl_hdr` is 32 bytes; the refusal needs the whole header.
+    const REFUSED_REQUEST: [u8; 32] = [0; 32];
+    let mut stream = std::net::TcpStream::connect_timeout(&sa, timeout)?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&REFUSED_REQUEST)
+}
+
 /// The IP socket address an endpoint name holds (tcp, verbs), if it is one.
 pub fn socket_address(addr: &[u8]) -> Option<std::net::SocketAddr> {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
