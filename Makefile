@@ -73,7 +73,7 @@ miri:
 abe-test:
 	$(CARGO) test -j $(JOBS) -p sat-core --features abe,fuzz --lib -- abe fuzz
 	$(CARGO) build -j $(JOBS) -p sat-core --features abe --example tenants
-	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants --test sat_abe_cli
+	$(CARGO) test -j $(JOBS) -p sat-core --features abe --test tenants --test sat_abe_cli --test secrets_wiped
 # The C ABI's protected calls (bindings-tests/abe_tenants.c): the test links the libsat that cargo
 # builds with the feature next to it (target/debug/deps), and runs target/debug/satrun.
 	$(CARGO) build -j $(JOBS) -p sat-core --bin satrun

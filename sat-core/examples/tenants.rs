@@ -626,6 +626,7 @@ fn revoked_writer(c: &Client, v: &Vault, wanda_key: &std::path::Path) -> RoleRes
                 .map_err(|e| e.to_string())?;
         let kek: [u8; 32] = sat_core::abe::Abe::unwrap(&Ac17, key.abe_key(), &record.wrapped_kek)
             .map_err(|e| e.to_string())?
+            .as_slice()
             .try_into()
             .unwrap();
         old = Some((record, kek));

@@ -25,6 +25,7 @@
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{SatError, SatResult};
 
@@ -61,11 +62,7 @@ impl std::fmt::Debug for Secret {
 
 impl Drop for Secret {
     fn drop(&mut self) {
-        for b in self.0.iter_mut() {
-            // SAFETY: `b` is a valid, aligned byte of this secret; the
-            // volatile write keeps the compiler from eliding the wipe.
-            unsafe { std::ptr::write_volatile(b, 0) };
-        }
+        self.0.zeroize();
     }
 }
 
@@ -74,9 +71,13 @@ impl Secret {
     pub fn generate() -> SatResult<Secret> {
         let mut raw = [0u8; GENERATED_BYTES];
         fill_random(&mut raw)?;
-        let text: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        raw.fill(0);
-        Ok(Secret(text.into_bytes().into_boxed_slice()))
+        let mut text = Zeroizing::new(String::with_capacity(2 * GENERATED_BYTES));
+        for &b in &raw {
+            text.push(char::from_digit(u32::from(b >> 4), 16).expect("a hex digit"));
+            text.push(char::from_digit(u32::from(b & 15), 16).expect("a hex digit"));
+        }
+        raw.zeroize();
+        Ok(Secret(text.as_bytes().into()))
     }
 
     /// A secret given as text; `source` names where it came from (for the
@@ -103,7 +104,10 @@ impl Secret {
 
     /// [`Secret::from_env`] over any variable lookup.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> SatResult<Option<Secret>> {
-        match get(SECRET_VAR).filter(|s| !s.trim().is_empty()) {
+        match get(SECRET_VAR)
+            .map(Zeroizing::new)
+            .filter(|s| !s.trim().is_empty())
+        {
             Some(text) => Secret::parse(&text, SECRET_VAR).map(Some),
             None => Ok(None),
         }

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use zeroize::{Zeroize, Zeroizing};
 
 use super::{Abe, AbeError, Ac17, Policy};
 
@@ -77,7 +78,11 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// any text (a damaged file, a certificate another process published) is an
 /// error and never a panic; and one byte string has one spelling, so a
 /// certificate's id cannot be changed by re-spelling its signature.
-fn unhex(text: &str) -> Result<Vec<u8>, String> {
+///
+/// The bytes may be a secret key's: they are wiped when dropped, and the
+/// vector is made at its final size, so no smaller copy is left behind in
+/// freed memory as it grows.
+fn unhex(text: &str) -> Result<Zeroizing<Vec<u8>>, String> {
     let bytes = text.as_bytes();
     if bytes.len() & 1 == 1 {
         return Err("odd-length hex".into());
@@ -87,16 +92,50 @@ fn unhex(text: &str) -> Result<Vec<u8>, String> {
         b'a'..=b'f' => Ok(c - b'a' + 10),
         _ => Err("bad hex".to_string()),
     };
-    bytes
-        .chunks_exact(2)
-        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
+    let mut out = Zeroizing::new(Vec::with_capacity(bytes.len() / 2));
+    for p in bytes.chunks_exact(2) {
+        out.push(digit(p[0])? << 4 | digit(p[1])?);
+    }
+    Ok(out)
 }
 
-fn unhex_array<const N: usize>(field: &str, text: &str) -> Result<[u8; N], String> {
+fn unhex_array<const N: usize>(field: &str, text: &str) -> Result<Zeroizing<[u8; N]>, String> {
     let v = unhex(text).map_err(|e| format!("{field}: {e}"))?;
-    v.try_into()
-        .map_err(|v: Vec<u8>| format!("{field}: {} bytes, not {N}", v.len()))
+    let mut a = Zeroizing::new([0u8; N]);
+    if v.len() != N {
+        return Err(format!("{field}: {} bytes, not {N}", v.len()));
+    }
+    a.copy_from_slice(&v);
+    Ok(a)
+}
+
+/// `value` as JSON, in a buffer made at its final size and wiped when
+/// dropped: for what holds a secret key (a growing buffer would leave
+/// copies of its first part in freed memory).
+pub(crate) fn secret_json<T: Serialize>(value: &T, pretty: bool) -> Zeroizing<Vec<u8>> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    fn write<W: std::io::Write, T: Serialize>(w: W, value: &T, pretty: bool) {
+        let done = if pretty {
+            serde_json::to_writer_pretty(w, value)
+        } else {
+            serde_json::to_writer(w, value)
+        };
+        done.expect("a key serializes");
+    }
+    let mut count = Count(0);
+    write(&mut count, value, pretty);
+    let mut out = Zeroizing::new(Vec::with_capacity(count.0));
+    write(&mut *out, value, pretty);
+    out
 }
 
 /// The authority's public keys: what every process trusts.
@@ -109,9 +148,12 @@ pub struct AuthorityPublic {
 }
 
 /// The authority: CP-ABE master key and certificate-signing key.
+///
+/// Its secret keys are wiped when it is dropped (the master key here, the
+/// signing key by `ed25519-dalek`).
 pub struct AuthorityKeys {
     public: AuthorityPublic,
-    abe_master: Vec<u8>,
+    abe_master: Zeroizing<Vec<u8>>,
     signing: SigningKey,
 }
 
@@ -220,10 +262,13 @@ impl RevocationList {
 }
 
 /// What one tenant's process holds.
+///
+/// Its secret keys are wiped when it is dropped (the attribute key here, the
+/// signing key by `ed25519-dalek`).
 pub struct TenantKey {
     authority: AuthorityPublic,
     certificate: Certificate,
-    abe_key: Vec<u8>,
+    abe_key: Zeroizing<Vec<u8>>,
     signing: SigningKey,
 }
 
@@ -474,6 +519,16 @@ struct File {
     certificate: Option<Certificate>,
 }
 
+/// A key file's secret fields hold hex of secret keys: wiped when the
+/// parsed file is dropped.
+impl Drop for File {
+    fn drop(&mut self) {
+        self.abe_master.zeroize();
+        self.signing.zeroize();
+        self.abe_key.zeroize();
+    }
+}
+
 const AUTHORITY: &str = "authority";
 const PUBLIC: &str = "public";
 const TENANT: &str = "tenant";
@@ -498,16 +553,14 @@ impl File {
 
     fn public(&self) -> Result<AuthorityPublic, String> {
         Ok(AuthorityPublic {
-            abe_public: unhex(File::field(&self.abe_public, "abe_public")?)?,
-            verifying: unhex_array("verifying", File::field(&self.verifying, "verifying")?)?,
+            abe_public: unhex(File::field(&self.abe_public, "abe_public")?)?.to_vec(),
+            verifying: *unhex_array("verifying", File::field(&self.verifying, "verifying")?)?,
         })
     }
 
     fn signing(&self) -> Result<SigningKey, String> {
-        Ok(SigningKey::from_bytes(&unhex_array(
-            "signing",
-            File::field(&self.signing, "signing")?,
-        )?))
+        let raw = unhex_array("signing", File::field(&self.signing, "signing")?)?;
+        Ok(SigningKey::from_bytes(&raw))
     }
 }
 
@@ -581,15 +634,22 @@ fn parse(path: &Path) -> Result<File, KeyError> {
 }
 
 /// Reads at most [`MAX_KEY_FILE`] bytes of `path`, and more is an error.
-fn read_limited(path: &Path) -> Result<Vec<u8>, KeyError> {
+///
+/// A key file may hold secret keys: its bytes are wiped when dropped, and
+/// read into a buffer of the file's size, so that no smaller copy is left
+/// in freed memory as the buffer grows.
+fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>, KeyError> {
     use std::io::Read;
     let io = |source| KeyError::Io {
         path: path.to_path_buf(),
         source,
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_KEY_FILE + 1).read_to_end(&mut bytes))
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_KEY_FILE + 1);
+    // One byte more than the file: reading to its end then needs no growth.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(size as usize + 1));
+    file.take(MAX_KEY_FILE + 1)
+        .read_to_end(&mut bytes)
         .map_err(io)?;
     if bytes.len() as u64 > MAX_KEY_FILE {
         return Err(KeyError::Corrupt {
@@ -684,7 +744,7 @@ pub struct KeyFileInfo {
 /// checking its certificate or its secret fields (and without returning
 /// those): to check a file, load it with its kind's `load`.
 pub fn inspect(path: &Path) -> Result<KeyFileInfo, KeyError> {
-    let f = parse(path)?;
+    let mut f = parse(path)?;
     let bad = corrupt(path);
     let kind = match f.sat_abe.as_str() {
         AUTHORITY => KeyKind::Authority,
@@ -694,7 +754,11 @@ pub fn inspect(path: &Path) -> Result<KeyFileInfo, KeyError> {
     };
     let authority = f.public().map_err(&bad)?;
     let certificate = match kind {
-        KeyKind::Tenant => Some(f.certificate.ok_or_else(|| bad("no certificate".into()))?),
+        KeyKind::Tenant => Some(
+            f.certificate
+                .take()
+                .ok_or_else(|| bad("no certificate".into()))?,
+        ),
         _ => None,
     };
     Ok(KeyFileInfo {
@@ -711,8 +775,8 @@ impl AuthorityKeys {
         f.abe_public = Some(hex(&self.public.abe_public));
         f.verifying = Some(hex(&self.public.verifying));
         f.abe_master = Some(hex(&self.abe_master));
-        f.signing = Some(hex(&self.signing.to_bytes()));
-        write_new(path, &serde_json::to_vec_pretty(&f).expect("json"), true)
+        f.signing = Some(hex(Zeroizing::new(self.signing.to_bytes()).as_slice()));
+        write_new(path, &secret_json(&f, true), true)
     }
 
     pub fn load(path: &Path) -> Result<AuthorityKeys, KeyError> {
@@ -759,9 +823,9 @@ impl TenantKey {
         f.abe_public = Some(hex(&self.authority.abe_public));
         f.verifying = Some(hex(&self.authority.verifying));
         f.abe_key = Some(hex(&self.abe_key));
-        f.signing = Some(hex(&self.signing.to_bytes()));
+        f.signing = Some(hex(Zeroizing::new(self.signing.to_bytes()).as_slice()));
         f.certificate = Some(self.certificate.clone());
-        write_new(path, &serde_json::to_vec_pretty(&f).expect("json"), true)
+        write_new(path, &secret_json(&f, true), true)
     }
 
     /// Reads a tenant's file and checks it: the certificate is the
@@ -772,12 +836,15 @@ impl TenantKey {
     }
 
     /// A tenant's key from its parsed file, checked.
-    fn from_file(f: File, path: &Path) -> Result<TenantKey, KeyError> {
+    fn from_file(mut f: File, path: &Path) -> Result<TenantKey, KeyError> {
         let bad = corrupt(path);
         let authority = f.public().map_err(&bad)?;
         let abe_key = unhex(File::field(&f.abe_key, "abe_key").map_err(&bad)?).map_err(&bad)?;
         let signing = f.signing().map_err(&bad)?;
-        let certificate = f.certificate.ok_or_else(|| bad("no certificate".into()))?;
+        let certificate = f
+            .certificate
+            .take()
+            .ok_or_else(|| bad("no certificate".into()))?;
         certificate.verify(&authority)?;
         if certificate.verifying_key()?.to_bytes() != signing.verifying_key().to_bytes() {
             return Err(bad("its certificate is for another signing key".into()));
@@ -1029,8 +1096,8 @@ mod tests {
 
     #[test]
     fn hex_is_lowercase_digits_and_other_text_is_an_error_not_a_panic() {
-        assert_eq!(unhex("00ff7a").unwrap(), [0x00, 0xff, 0x7a]);
-        assert_eq!(unhex(&hex(&[1, 2, 254])).unwrap(), [1, 2, 254]);
+        assert_eq!(unhex("00ff7a").unwrap().as_slice(), [0x00, 0xff, 0x7a]);
+        assert_eq!(unhex(&hex(&[1, 2, 254])).unwrap().as_slice(), [1, 2, 254]);
         // A multi-byte character across a pair, other spellings of a byte.
         for bad in ["a\u{e9}a", "\u{e9}\u{e9}", "+f", "FF", "0x", "g0", "abc"] {
             assert!(unhex(bad).is_err(), "{bad:?}");

@@ -25,6 +25,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use rabe::schemes::ac17;
 use rabe::utils::policy::pest::PolicyLanguage;
+use zeroize::Zeroizing;
 
 pub use policy::{Policy, PolicyError};
 
@@ -52,16 +53,17 @@ pub enum AbeError {
 }
 
 /// A CP-ABE scheme, as the encryption layer uses it: keys and ciphertexts
-/// are opaque bytes, so another scheme can replace this one.
+/// are opaque bytes, so another scheme can replace this one. Secret keys
+/// and unwrapped secrets come in buffers wiped when dropped.
 pub trait Abe {
     /// A new authority: (public key, master key).
-    fn setup(&self) -> Result<(Vec<u8>, Vec<u8>), AbeError>;
+    fn setup(&self) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), AbeError>;
     /// A tenant's secret key for `attributes`.
-    fn keygen(&self, master: &[u8], attributes: &[&str]) -> Result<Vec<u8>, AbeError>;
+    fn keygen(&self, master: &[u8], attributes: &[&str]) -> Result<Zeroizing<Vec<u8>>, AbeError>;
     /// `secret` encrypted so that only keys satisfying `policy` open it.
     fn wrap(&self, public: &[u8], policy: &Policy, secret: &[u8]) -> Result<Vec<u8>, AbeError>;
     /// `secret` back, or [`AbeError::AccessDenied`].
-    fn unwrap(&self, key: &[u8], wrapped: &[u8]) -> Result<Vec<u8>, AbeError>;
+    fn unwrap(&self, key: &[u8], wrapped: &[u8]) -> Result<Zeroizing<Vec<u8>>, AbeError>;
 }
 
 /// AC17 over BN254 pairings, from `rabe`.
@@ -88,12 +90,15 @@ fn from_bytes<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T,
 }
 
 impl Abe for Ac17 {
-    fn setup(&self) -> Result<(Vec<u8>, Vec<u8>), AbeError> {
+    // The scheme's own structures (`rabe`'s keys and their serde forms)
+    // are not wiped when dropped: `rabe` offers no way to. What SAT keeps
+    // is the serialized form, in wiped buffers.
+    fn setup(&self) -> Result<(Vec<u8>, Zeroizing<Vec<u8>>), AbeError> {
         let (pk, msk) = guarded("setup", ac17::setup)?;
-        Ok((to_bytes(&pk)?, to_bytes(&msk)?))
+        Ok((to_bytes(&pk)?, keys::secret_json(&msk, false)))
     }
 
-    fn keygen(&self, master: &[u8], attributes: &[&str]) -> Result<Vec<u8>, AbeError> {
+    fn keygen(&self, master: &[u8], attributes: &[&str]) -> Result<Zeroizing<Vec<u8>>, AbeError> {
         if attributes.is_empty() {
             return Err(AbeError::NoAttributes);
         }
@@ -110,7 +115,7 @@ impl Abe for Ac17 {
         let msk: ac17::Ac17MasterKey = from_bytes("master key", master)?;
         let sk = guarded("keygen", || ac17::cp_keygen(&msk, attributes))?
             .map_err(|e| AbeError::Scheme(e.to_string()))?;
-        to_bytes(&sk)
+        Ok(keys::secret_json(&sk, false))
     }
 
     fn wrap(&self, public: &[u8], policy: &Policy, secret: &[u8]) -> Result<Vec<u8>, AbeError> {
@@ -123,7 +128,7 @@ impl Abe for Ac17 {
         to_bytes(&ct)
     }
 
-    fn unwrap(&self, key: &[u8], wrapped: &[u8]) -> Result<Vec<u8>, AbeError> {
+    fn unwrap(&self, key: &[u8], wrapped: &[u8]) -> Result<Zeroizing<Vec<u8>>, AbeError> {
         let sk: ac17::Ac17CpSecretKey = from_bytes("attribute key", key)?;
         let ct: ac17::Ac17CpCiphertext = from_bytes("wrapped key", wrapped)?;
         // Checked before the scheme runs: a clear answer, and no pairing work.
@@ -136,6 +141,7 @@ impl Abe for Ac17 {
             });
         }
         guarded("decrypt", || ac17::cp_decrypt(&sk, &ct))?
+            .map(Zeroizing::new)
             .map_err(|e| AbeError::Corrupt(format!("the attributes satisfy the policy, yet: {e}")))
     }
 }
@@ -146,7 +152,7 @@ mod tests {
 
     struct Authority {
         public: Vec<u8>,
-        master: Vec<u8>,
+        master: Zeroizing<Vec<u8>>,
     }
 
     fn authority() -> Authority {
@@ -163,8 +169,14 @@ mod tests {
             .unwrap();
         let a = Ac17.keygen(&auth.master, &["tenant_a", "analyst"]).unwrap();
         let admin = Ac17.keygen(&auth.master, &["admin"]).unwrap();
-        assert_eq!(Ac17.unwrap(&a, &wrapped).unwrap(), b"kek of tenant a");
-        assert_eq!(Ac17.unwrap(&admin, &wrapped).unwrap(), b"kek of tenant a");
+        assert_eq!(
+            Ac17.unwrap(&a, &wrapped).unwrap().as_slice(),
+            b"kek of tenant a"
+        );
+        assert_eq!(
+            Ac17.unwrap(&admin, &wrapped).unwrap().as_slice(),
+            b"kek of tenant a"
+        );
         for attrs in [
             &["tenant_b", "analyst"][..],
             &["tenant", "analyst"],
@@ -190,7 +202,7 @@ mod tests {
         let policy = Policy::parse("tenant_a").unwrap();
         let wrapped = Ac17.wrap(&auth.public, &policy, b"secret").unwrap();
         let b = Ac17.keygen(&auth.master, &["tenant_b"]).unwrap();
-        let forged = String::from_utf8(b)
+        let forged = String::from_utf8(b.to_vec())
             .unwrap()
             .replace("tenant_b", "tenant_a");
         assert!(Ac17.unwrap(forged.as_bytes(), &wrapped).is_err());
@@ -202,9 +214,9 @@ mod tests {
         let policy = Policy::parse("x-1 and y_2 and z.3 or (p or q or r)").unwrap();
         let wrapped = Ac17.wrap(&auth.public, &policy, b"k").unwrap();
         let k = Ac17.keygen(&auth.master, &["x-1", "y_2", "z.3"]).unwrap();
-        assert_eq!(Ac17.unwrap(&k, &wrapped).unwrap(), b"k");
+        assert_eq!(Ac17.unwrap(&k, &wrapped).unwrap().as_slice(), b"k");
         let r = Ac17.keygen(&auth.master, &["r"]).unwrap();
-        assert_eq!(Ac17.unwrap(&r, &wrapped).unwrap(), b"k");
+        assert_eq!(Ac17.unwrap(&r, &wrapped).unwrap().as_slice(), b"k");
         let y = Ac17.keygen(&auth.master, &["x-1", "y_2"]).unwrap();
         assert!(Ac17.unwrap(&y, &wrapped).is_err());
     }

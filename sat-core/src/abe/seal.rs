@@ -23,6 +23,7 @@ use hkdf::Hkdf;
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM, CHACHA20_POLY1305};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
 
 use super::keys::{random, Certificate, TenantKey};
 use super::Policy;
@@ -288,9 +289,9 @@ impl EpochRecord {
         parents: Vec<u64>,
         read: &Policy,
         write: &Policy,
-    ) -> Result<(EpochRecord, [u8; 32]), super::AbeError> {
-        let kek = random::<32>();
-        let wrapped_kek = abe.wrap(&author.authority().abe_public, read, &kek)?;
+    ) -> Result<(EpochRecord, Kek), super::AbeError> {
+        let kek = Kek::new(random::<32>());
+        let wrapped_kek = abe.wrap(&author.authority().abe_public, read, kek.as_slice())?;
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -556,17 +557,21 @@ impl Header {
 
 /// The data key of one version: HKDF-SHA256 of the KEK over the object,
 /// epoch and version. A version's key is used for that version only.
-fn data_key(kek: &[u8; 32], object: &Object, epoch: u64, version: u64) -> [u8; 32] {
+fn data_key(kek: &[u8; 32], object: &Object, epoch: u64, version: u64) -> Zeroizing<[u8; 32]> {
     let mut info = b"sat-abe data key 1\0".to_vec();
     info.extend_from_slice(&object.bytes());
     info.extend_from_slice(&epoch.to_le_bytes());
     info.extend_from_slice(&version.to_le_bytes());
-    let mut key = [0u8; 32];
+    let mut key = Zeroizing::new([0u8; 32]);
     Hkdf::<Sha256>::new(None, kek)
-        .expand(&info, &mut key)
+        .expand(&info, key.as_mut_slice())
         .expect("32 bytes is a valid HKDF-SHA256 length");
     key
 }
+
+/// A key-encryption key: an epoch's secret, from which each version's data
+/// key is derived. Wiped when dropped.
+pub type Kek = Zeroizing<[u8; 32]>;
 
 /// What a version is sealed under: its object, the epoch's record digest
 /// and KEK.
@@ -783,7 +788,7 @@ mod tests {
         }
     }
 
-    fn record(w: &World) -> (EpochRecord, [u8; 32], Policy) {
+    fn record(w: &World) -> (EpochRecord, Kek, Policy) {
         let read = Policy::parse("tenant_a").unwrap();
         let write = Policy::parse("tenant_a and writer").unwrap();
         let (r, kek) = EpochRecord::create(
@@ -820,7 +825,7 @@ mod tests {
             .is_err());
         // The reader unwraps the KEK with its own key.
         let unwrapped = Ac17.unwrap(w.reader.abe_key(), &rec.wrapped_kek).unwrap();
-        assert_eq!(unwrapped, kek);
+        assert_eq!(unwrapped.as_slice(), kek.as_slice());
         let object = Object::Chunk(7);
         let key = SealKey {
             object: &object,

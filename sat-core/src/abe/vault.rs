@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::keys::{Certificate, KeyError, RevocationList, TenantKey};
-use super::seal::{self, Aead, Cover, EpochRecord, Header, Object, SealError, SealKey};
+use super::seal::{self, Aead, Cover, EpochRecord, Header, Kek, Object, SealError, SealKey};
 use super::{Abe, AbeError, Ac17, Policy};
 use crate::chunk::{ChainLayout, ChunkId, Label, NO_LABEL};
 use crate::client::{Chain, Client};
@@ -108,7 +108,7 @@ struct Epoch {
     digest: [u8; 32],
     read: Policy,
     write: Policy,
-    kek: Option<[u8; 32]>,
+    kek: Option<Kek>,
 }
 
 /// What checking an epoch's line of parents found, for one object.
@@ -671,7 +671,7 @@ impl Vault {
         let parents = vec![0; headers.len()];
         let epoch =
             self.create_epoch(client, chain, parents, &protection.read, &protection.write)?;
-        let kek = epoch.kek.expect("made here");
+        let kek = epoch.kek.clone().expect("made here");
         let layout = chain.inner.sealed.layout();
         let plain_sizes = chain.sizes();
         // Numbered as the release that publishes them (see `seal_chunks`).
@@ -1109,7 +1109,7 @@ impl Vault {
             for (i, h) in headers.iter().enumerate() {
                 let id = chain.inner.plain.chunks()[i].0;
                 let epoch = epochs[i].as_ref().expect("chosen");
-                let kek = epoch.kek.expect("usable epochs have their KEK");
+                let kek = epoch.kek.clone().expect("usable epochs have their KEK");
                 let version = match coherent[i] {
                     Some(v) => v + 1,
                     None => h
@@ -1316,7 +1316,7 @@ impl Vault {
                 e
             }
         };
-        let kek = epoch.kek.expect("made here");
+        let kek = epoch.kek.clone().expect("made here");
         let key = SealKey {
             object: &object,
             epoch: epoch.record.epoch,
@@ -1458,7 +1458,7 @@ impl Vault {
         object: &Object,
         label: Option<&Label>,
         what: &str,
-    ) -> SatResult<(Arc<Epoch>, Arc<Certificate>, [u8; 32])> {
+    ) -> SatResult<(Arc<Epoch>, Arc<Certificate>, Kek)> {
         let epoch = self.epoch(client, h.epoch, object, label)?;
         let writer = self.certificate(client, &h.writer)?;
         let kek = self.kek(&epoch, what)?;
@@ -1724,13 +1724,13 @@ impl Vault {
     /// The KEK of `epoch`, unwrapped with this tenant's attribute key once
     /// and cached; access denied when the attributes do not satisfy the
     /// epoch's read policy.
-    fn kek(&self, epoch: &Arc<Epoch>, what: &str) -> SatResult<[u8; 32]> {
+    fn kek(&self, epoch: &Arc<Epoch>, what: &str) -> SatResult<Kek> {
         // The read policy first, even for a KEK this process holds: a
         // write-only tenant holds the KEK of the epochs it made, and may
         // still not read under them.
         let attrs: Vec<&str> = self.key.attributes().iter().map(String::as_str).collect();
-        if let (Some(k), true) = (epoch.kek, epoch.read.satisfied_by(&attrs)) {
-            return Ok(k);
+        if let (Some(k), true) = (&epoch.kek, epoch.read.satisfied_by(&attrs)) {
+            return Ok(k.clone());
         }
         if !epoch.read.satisfied_by(&attrs) {
             return Err(SatError::AccessDenied(format!(
@@ -1740,18 +1740,23 @@ impl Vault {
                 epoch.read
             )));
         }
-        let kek: [u8; 32] = self
+        let unwrapped = self
             .abe
             .unwrap(self.key.abe_key(), &epoch.record.wrapped_kek)
-            .map_err(|e| abe_error(what, e))?
-            .try_into()
-            .map_err(|_| SatError::Integrity(format!("{what}: the KEK has the wrong size")))?;
+            .map_err(|e| abe_error(what, e))?;
+        let mut kek = Kek::default();
+        if unwrapped.len() != kek.len() {
+            return Err(SatError::Integrity(format!(
+                "{what}: the KEK has the wrong size"
+            )));
+        }
+        kek.copy_from_slice(&unwrapped);
         let with_kek = Arc::new(Epoch {
             record: epoch.record.clone(),
             digest: epoch.digest,
             read: epoch.read.clone(),
             write: epoch.write.clone(),
-            kek: Some(kek),
+            kek: Some(kek.clone()),
         });
         self.lock().epochs.insert(epoch.record.epoch, with_kek);
         Ok(kek)
