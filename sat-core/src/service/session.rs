@@ -16,6 +16,7 @@ use crate::client::Client;
 use crate::error::{SatError, SatResult};
 use crate::observe;
 use crate::transport::fabric::{FabricEndpoint, FabricOptions};
+use crate::transport::Provider;
 use crate::wire::WIRE_VERSION;
 
 /// How long a detach waits for the server's acknowledgement.
@@ -153,7 +154,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
             "the service at {address} gave slot {rank}, which its topology does not have"
         )));
     }
-    check_reachable(address, &control, &servers)?;
+    check_reachable(address, &control, &servers, provider)?;
     let mut table = servers;
     table.resize(topology.len() as usize, Vec::new());
     table[rank as usize] = endpoint.address().to_vec();
@@ -207,8 +208,13 @@ const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Fails at once, rather than after the transport's minutes of retries,
 /// when a server endpoint of the service cannot be reached from here: one
 /// only its own host reaches (loopback) while this process came from
-/// elsewhere, or one that does not answer a TCP connection.
-fn check_reachable(address: &str, control: &TcpStream, servers: &[Vec<u8>]) -> SatResult<()> {
+/// elsewhere, or, over tcp, one that does not answer a TCP connection.
+fn check_reachable(
+    address: &str,
+    control: &TcpStream,
+    servers: &[Vec<u8>],
+    provider: Provider,
+) -> SatResult<()> {
     let from_afar = control.peer_addr().is_ok_and(|a| !a.ip().is_loopback());
     for endpoint in servers {
         let Some(sa) = crate::transport::fabric::socket_address(endpoint) else {
@@ -222,11 +228,15 @@ fn check_reachable(address: &str, control: &TcpStream, servers: &[Vec<u8>]) -> S
                  (satrun --serve --listen ADDR:PORT)"
             )));
         }
-        // A socket address is a listening TCP socket (tcp, verbs' rdma_cm
-        // aside): knock once, so that a firewall or a wrong route shows
-        // now, not after the provider's minutes of retries. On loopback
-        // too, where it finds neither, so that every client takes the same
-        // path (the knock leaves nothing behind in the server).
+        // The tcp provider's endpoint is a listening TCP socket: knock
+        // once, so that a firewall or a wrong route shows now, not after
+        // the provider's minutes of retries. On loopback too, where it
+        // finds neither, so that every client takes the same path (the
+        // knock leaves nothing behind in the server). verbs listens through
+        // rdma_cm, which a TCP connection does not reach.
+        if provider != Provider::Tcp {
+            continue;
+        }
         if let Err(e) = crate::transport::fabric::knock(sa, REACH_TIMEOUT) {
             return Err(SatError::Bootstrap(format!(
                 "the service at {address} has a server endpoint at {sa}, which this host cannot \

@@ -1406,7 +1406,7 @@ fn get_name(ep: *mut fi::fid_ep) -> Result<Vec<u8>, TransportError> {
     }
 }
 
-/// Knocks once on a tcp endpoint's listening socket at `sa`: a TCP
+/// Knocks once on a tcp provider endpoint's listening socket at `sa`: a TCP
 /// connection within `timeout`, which shows a firewall or a wrong route at
 /// once where the provider would retry for minutes.
 ///
