@@ -43,12 +43,13 @@ unsafe impl GlobalAlloc for Watching {
         // SAFETY: the block is `layout.size()` bytes at `ptr`, still
         // allocated until the call below.
         let block = unsafe { std::slice::from_raw_parts(ptr, layout.size()) };
-        for (p, n) in WATCHED.iter().zip(&WATCHED_LEN) {
+        let found = WATCHED.iter().zip(&WATCHED_LEN).any(|(p, n)| {
             let (p, n) = (p.load(SeqCst), n.load(SeqCst));
             // SAFETY: a watched string is leaked: it lives for ever.
-            if !p.is_null() && holds(block, unsafe { std::slice::from_raw_parts(p, n) }) {
-                FOUND.fetch_add(1, SeqCst);
-            }
+            !p.is_null() && holds(block, unsafe { std::slice::from_raw_parts(p, n) })
+        });
+        if found {
+            FOUND.fetch_add(1, SeqCst);
         }
         // SAFETY: forwarded as given.
         unsafe { System.dealloc(ptr, layout) }
@@ -89,18 +90,48 @@ fn unwatch_all() {
 }
 
 /// Watches a secret field of a key file: its hex (a window of 64 digits)
-/// and its bytes (a window of 32).
+/// and its bytes (a window of 32), at its start and in its middle (a copy
+/// left behind as a buffer grew holds the file's first part).
 fn watch_field(file: &serde_json::Value, field: &str) {
     let hex = file[field].as_str().unwrap_or_else(|| panic!("no {field}"));
-    // A window from the middle: the first bytes of a serialized CP-ABE key
-    // are its structure, the same in every key.
-    let from = (hex.len() / 2 - 32) & !1;
+    // The first part of a CP-ABE secret key repeats its public key (the
+    // group's generators): its start is past what it has in common with it.
+    let public = file["abe_public"].as_str().unwrap_or_default();
+    let common = hex
+        .bytes()
+        .zip(public.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    watch_window(hex, (common & !1).min(hex.len() - 64));
+    watch_window(hex, (hex.len() / 2).saturating_sub(32) & !1);
+}
+
+fn watch_window(hex: &str, from: usize) {
     let window = &hex[from..from + 64];
     let raw: Vec<u8> = (0..32)
         .map(|i| u8::from_str_radix(&window[2 * i..2 * i + 2], 16).unwrap())
         .collect();
     watch(window.as_bytes());
     watch_owned(raw);
+}
+
+/// A fresh folder for the key files, removed when dropped (a failed
+/// assertion included).
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new() -> Dir {
+        let d = std::env::temp_dir().join(format!("sat-secrets-wiped-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The fields of a key file, read before anything is watched.
@@ -110,10 +141,8 @@ fn fields(path: &PathBuf) -> serde_json::Value {
 
 #[test]
 fn secret_keys_and_the_run_secret_leave_no_copy_in_freed_memory() {
-    let dir = std::env::temp_dir().join(format!("sat-secrets-wiped-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (authority_file, tenant_file) = (dir.join("authority.key"), dir.join("alice.key"));
+    let dir = Dir::new();
+    let (authority_file, tenant_file) = (dir.0.join("authority.key"), dir.0.join("alice.key"));
     // Made before anything is watched: the CP-ABE scheme's own structures
     // (`rabe`'s) are not wiped, and making keys goes through them.
     {
@@ -188,6 +217,4 @@ fn secret_keys_and_the_run_secret_leave_no_copy_in_freed_memory() {
     drop(given);
     assert_eq!(FOUND.load(SeqCst), 0, "freed blocks held the run's secret");
     unwatch_all();
-
-    std::fs::remove_dir_all(&dir).unwrap();
 }
