@@ -1419,7 +1419,9 @@ fn get_name(ep: *mut fi::fid_ep) -> Result<Vec<u8>, TransportError> {
 /// (`transport/wakeup.rs`) for the rest of the endpoint's life. So the knock
 /// sends a request header the provider refuses (version 0, which no
 /// libfabric version uses): the provider then closes its side and forgets
-/// the socket, in 1.17 and in the versions after it.
+/// the socket, in 1.17 and in the versions after it. (With
+/// `FI_LOG_LEVEL=warn`, the server's libfabric logs "cm protocol version
+/// mismatch" once per attaching client: that is this knock.)
 pub fn knock(sa: std::net::SocketAddr, timeout: std::time::Duration) -> std::io::Result<()> {
     use std::io::Write;
     // `struct ofi_ctrl_hdr` is 32 bytes; the refusal needs the whole header.
