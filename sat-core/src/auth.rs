@@ -263,11 +263,19 @@ impl ServiceAddress {
     }
 
     /// The connection string, secret included: for the address file only.
-    pub fn connection_string(&self) -> String {
-        match &self.secret {
-            Some(s) => format!("{SCHEME}{}@{}", s.expose(), self.host_port),
-            None => self.host_port.clone(),
-        }
+    /// Wiped when dropped, as the secret is (and made at its final size).
+    pub fn connection_string(&self) -> Zeroizing<String> {
+        let Some(s) = &self.secret else {
+            return Zeroizing::new(self.host_port.clone());
+        };
+        let secret = s.expose();
+        let mut text =
+            String::with_capacity(SCHEME.len() + secret.len() + 1 + self.host_port.len() + 1);
+        text.push_str(SCHEME);
+        text.push_str(secret);
+        text.push('@');
+        text.push_str(&self.host_port);
+        Zeroizing::new(text)
     }
 }
 
@@ -372,7 +380,7 @@ mod tests {
         };
         let text = a.connection_string();
         assert!(text.starts_with("sat://") && text.ends_with("@127.0.0.1:7070"));
-        let back = ServiceAddress::parse_with(&format!("{text}\n"), |_| None).unwrap();
+        let back = ServiceAddress::parse_with(&format!("{}\n", text.as_str()), |_| None).unwrap();
         assert_eq!(back.host_port, "127.0.0.1:7070");
         assert_eq!(back.secret, Some(s));
         // Without a secret in the string, SAT_SECRET gives it.

@@ -993,11 +993,12 @@ fn open_service(
         host_port: address.to_string(),
         secret: Some(secret.clone()),
     };
-    write_private(&path, &format!("{}\n", connection.connection_string())).map_err(|error| {
-        LaunchError::System {
-            what: format!("writing the service's address to {}", path.display()),
-            error,
-        }
+    // The address file's one line; the string is wiped when dropped.
+    let mut line = connection.connection_string();
+    line.push('\n');
+    write_private(&path, &line).map_err(|error| LaunchError::System {
+        what: format!("writing the service's address to {}", path.display()),
+        error,
     })?;
     let mut out = io::stdout().lock();
     let _ = writeln!(

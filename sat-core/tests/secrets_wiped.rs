@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 
 use sat_core::abe::keys::{AuthorityKeys, TenantKey};
-use sat_core::auth::Secret;
+use sat_core::auth::{Secret, ServiceAddress};
 
 /// The system's allocator, which looks into each block it frees.
 struct Watching;
@@ -213,6 +213,16 @@ fn secret_keys_and_the_run_secret_leave_no_copy_in_freed_memory() {
         Some(value)
     })
     .unwrap();
+    // The service's address file line, as `satrun --serve` writes it.
+    let address = ServiceAddress {
+        host_port: "127.0.0.1:7070".into(),
+        secret: Some(made.clone()),
+    };
+    let mut line = address.connection_string();
+    line.push('\n');
+    assert!(line.contains(made.expose()));
+    drop(line);
+    drop(address);
     drop(made);
     drop(given);
     assert_eq!(FOUND.load(SeqCst), 0, "freed blocks held the run's secret");
