@@ -11,7 +11,7 @@
 //! live handles before it reads a field, so a stale one is refused.
 //!
 //! With feature `abe`, a handle may also be a protected chain (the
-//! encryption layer, [`crate::abe`]): its `data` is then the vault's
+//! encryption layer, `crate::abe`): its `data` is then the vault's
 //! plaintext buffer, which the vault owns and never moves, and its scopes go
 //! through the vault. Plain handles keep the plain path.
 

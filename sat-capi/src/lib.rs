@@ -5,7 +5,7 @@
 //! - Calls return a status (`SAT_OK` = 0, a negative `sat_status` on error)
 //!   or a pointer (NULL on error); on error, `sat_last_error()` gives this
 //!   thread's message. Out-parameters are written only on success.
-//! - No panic crosses the boundary: each call runs inside [`boundary`].
+//! - No panic crosses the boundary: each call runs inside `status::boundary`.
 //! - NULL arguments are errors, never crashes.
 //! - Calls are safe from several threads of one process, once the role
 //!   function runs (the API serializes what must be).
@@ -15,7 +15,7 @@
 //! bootstrap and the process's client), [`chunks`] (`sat_chunk_t`,
 //! allocation and scopes), [`protocols`] (consistency protocols defined in
 //! C and registered at run time), [`sync`] (rendezvous, barriers, symbols,
-//! publish-subscribe, topology queries); with feature `abe`, [`abe`] (the
+//! publish-subscribe, topology queries); with feature `abe`, `abe` (the
 //! encryption layer: protected chains and symbols, the tenant key).
 
 #![allow(non_camel_case_types)]

@@ -612,7 +612,7 @@ impl Client {
     }
 
     /// The chunk size MALLOC splits by: `SAT_CHUNK_SIZE` (bytes) when set,
-    /// else [`DEFAULT_CHUNK_SIZE`].
+    /// else [`crate::chunk::DEFAULT_CHUNK_SIZE`].
     pub fn chunk_size(&self) -> usize {
         self.chunk_size.load(Ordering::Relaxed)
     }
@@ -1070,8 +1070,8 @@ impl Client {
     ///
     /// A READ does not wait one round trip per chunk: while it waits for
     /// one chunk, the requests of the next ones are on their way already
-    /// ([`ClientSide::read_ahead`], up to [`READ_AHEAD_CHUNKS`] and
-    /// [`READ_AHEAD_BYTES`] ahead). Their grants open no scope, so the
+    /// ([`ClientSide::read_ahead`], up to `READ_AHEAD_CHUNKS` and
+    /// `READ_AHEAD_BYTES` ahead). Their grants open no scope, so the
     /// ascending order still rules out a deadlock: a chunk asked ahead is
     /// held by nothing, and a writer that comes for it meanwhile is answered
     /// at once (the READ then asks again in its turn).
@@ -1742,7 +1742,7 @@ impl Client {
     /// without the client's lock: it may call the whole API, and other
     /// threads and the background progress go on meanwhile. The scope
     /// cannot end while `f` runs: a RELEASE from another thread waits for
-    /// it, one from inside `f` is refused (see [`loans`]).
+    /// it, one from inside `f` is refused (see `loans`).
     pub fn with_data<R>(&self, chunk: ChunkId, f: impl FnOnce(&[u8]) -> R) -> SatResult<R> {
         let ids = [chunk];
         let lent = self.lend(&ids, false, |st| {

@@ -68,7 +68,7 @@ impl IdlePolicy {
 ///
 /// Clients and servers read deadlines from their clock and pass idle time
 /// through it, never through `Instant::now` or a sleep of their own: that is
-/// the seam through which the whole-stack simulator ([`crate::simulator`])
+/// the seam through which the whole-stack simulator (`crate::simulator`, feature `simulator`)
 /// runs the real code deterministically, choosing which thread or server
 /// runs next at every point where one would wait.
 #[derive(Clone, Default)]
@@ -261,9 +261,9 @@ impl Idle {
     /// 1.17's tcp provider keeps a connection that closed before sending
     /// its connection request in its epoll set, readable for ever (SAT's own
     /// knock no longer leaves one, `transport::fabric::knock`, but any peer
-    /// that dies while it connects does). After [`EMPTY_WAKEUPS`] such rounds in a row the
+    /// that dies while it connects does). After `EMPTY_WAKEUPS` such rounds in a row the
     /// wait sleeps the usual way ([`Idle::sleep_due`] says no), and tries
-    /// the descriptor again every [`EMPTY_WAKEUPS_PROBE`] rounds.
+    /// the descriptor again every `EMPTY_WAKEUPS_PROBE` rounds.
     pub fn idle_until(&mut self, wakeup: Wakeup) {
         if self.woke_for_nothing {
             // The last sleep ended at once and the poll after it found

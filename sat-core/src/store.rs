@@ -14,7 +14,7 @@
 //! place that joins later (a new chain over a chunk already held, memory a
 //! caller brings with MAP, a region brought back after eviction) is valid
 //! only once it holds those bytes: a scope that opens through an invalid
-//! place first copies them from a valid one ([`Store::make_valid`]). So a
+//! place first copies them from a valid one (`Store::make_valid`). So a
 //! chain added while one of its chunks is inside another chain's scope never
 //! passes the caller's bytes off as the chunk's version.
 //!

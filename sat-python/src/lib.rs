@@ -4,8 +4,8 @@
 //! every client process calls its role function with a `sat.Client`. Every
 //! call that can block releases the GIL (`py.detach`), so other Python
 //! threads run meanwhile. Chains live in memory this module owns, so scopes
-//! show their bytes with no copy ([`chain`]). Errors are `sat.SatError`
-//! subclasses, one per group of the core's errors ([`errors`]).
+//! show their bytes with no copy (`chain`). Errors are `sat.SatError`
+//! subclasses, one per group of the core's errors (`errors`).
 
 mod abe;
 mod chain;

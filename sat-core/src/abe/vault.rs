@@ -1389,7 +1389,7 @@ impl Vault {
 
     /// Opens the value of symbol `name` already read (`sealed`, which must
     /// be a sealed version), and checks it is the name's latest: it must
-    /// bear the number of the anchor's last release ([`symbol_anchor`]).
+    /// bear the number of the anchor's last release (`symbol_anchor`).
     /// One that bears an older number may have met a writer that finished
     /// meanwhile, so the value is read again, once: then it must bear that
     /// number or a newer one, or it was put back over a newer value (a

@@ -7,7 +7,7 @@
 //! the lease (`SAT_LEASE_S`, the seed's value). A process is lost when its
 //! connection closes (its kernel closes it as it dies, whatever killed it)
 //! or when the seed has heard nothing from it for a lease (stopped, hung,
-//! or cut off). The seed's server acts on the loss ([`SeedWatch::lost`]):
+//! or cut off). The seed's server acts on the loss (`SeedWatch::lost`):
 //! a lost client is forgotten as a service forgets a client that dies, so
 //! its write scope is revoked and the others go on; a lost server takes the
 //! chunks it homed with it, so the seed stops the run, telling everyone why.

@@ -184,7 +184,7 @@ impl Client {
     ///
     /// Chunks whose protocol learns ([`crate::protocol::ProtocolId::learns`])
     /// and that this process read after the same barrier last time are
-    /// pushed to it as the round ends ([`super::learned`]).
+    /// pushed to it as the round ends (`super::learned`).
     ///
     /// In a run with recovery, this process's first call after the run lost
     /// a process fails with [`SatError::ProcessLost`] and does not count,

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
 
 use super::SlotRef;
 
-/// Cells of an inbox. A post probes at most [`PROBES`] of them.
+/// Cells of an inbox. A post probes at most `PROBES` of them.
 pub const INBOX_CELLS: usize = 64;
 const PROBES: usize = 4;
 

@@ -9,7 +9,7 @@
 //! starts the servers (the topology's servers, ranks 0 to K-1); the
 //! topology's clients are *slots* (ranks K and up). A process attaches with
 //! [`connect`] (`sat_connect` in C, `sat.connect` in Python): the seed's
-//! admission desk ([`desk`]) gives it a free slot, the slot's server enters
+//! admission desk (`desk`) gives it a free slot, the slot's server enters
 //! its endpoint, and from then on it is a client like any other, talking to
 //! its server only. Chunks, symbols and synchronization objects live at the
 //! servers, so data written by one process is there for a process that

@@ -225,7 +225,7 @@ impl Rng {
 /// The bytes a simulated write scope leaves in a chunk: who wrote them and
 /// on what, so that any version a home publishes can be traced to exactly
 /// one release. `prev` is the token a READWRITE read (`BLIND` for a WRITE).
-/// Chunks are at least [`MIN_CHUNK`] bytes.
+/// Chunks are at least [`content::MIN_CHUNK`] bytes.
 pub mod content {
     /// The `prev` of a WRITE, which does not read.
     pub const BLIND: u64 = u64::MAX;

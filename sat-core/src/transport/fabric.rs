@@ -33,7 +33,7 @@
 //! `FI_ORDER_SAS` keeps each sender's eager packets in order as the provider
 //! processes them, but completion reports may come in another order. Every
 //! eager packet's tag carries a sequence number per (sender, receiver) pair
-//! (bits 43..62, see [`super::sequence`]); the receiver takes a sender's
+//! (bits 43..62, see `super::sequence`); the receiver takes a sender's
 //! packets by it, holding one that completes early. A large payload
 //! completes on its own receive, so each sender has a queue of pending
 //! messages: messages that arrive behind an unfinished large payload wait in
@@ -2658,7 +2658,7 @@ impl Sender for FabricTransport {
 
     /// Sends to `dest` queued here (refused by the provider for now, or
     /// waiting for room in its window of large payloads), or more than
-    /// [`BACKLOG_SENDS`] posted that it has not taken yet.
+    /// `BACKLOG_SENDS` posted that it has not taken yet.
     fn backlog(&self, dest: Rank) -> bool {
         let d = dest as usize;
         let queued = self.core.queues.get(d).is_some_and(|q| !q.posts.is_empty());

@@ -335,7 +335,7 @@ impl Sender for MemTransport {
         Ok(())
     }
 
-    /// [`BACKLOG`] or more messages from here wait for `dest`: under the
+    /// `BACKLOG` or more messages from here wait for `dest`: under the
     /// random schedule's delays a receiver falls behind now and then, as a
     /// busy process does, and what a server does about it is simulated.
     fn backlog(&self, dest: Rank) -> bool {
