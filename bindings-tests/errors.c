@@ -89,6 +89,14 @@ static void misuse(int idx) {
     CHECK_STATUS(sat_read(c), SAT_ERR_USAGE, "");
     CHECK_OK(sat_release(c));
     CHECK_STATUS(sat_release(c), SAT_ERR_USAGE, "RELEASE");
+    /* A READ inside this thread's READ (or a GET) is acquiring twice too:
+       refused, and one RELEASE still ends the scope. */
+    CHECK_OK(sat_read(c));
+    CHECK_STATUS(sat_read(c), SAT_ERR_USAGE, "RELEASE it first");
+    CHECK_STATUS(sat_get(c), SAT_ERR_USAGE, "RELEASE it first");
+    CHECK_STATUS(sat_write(c), SAT_ERR_USAGE, "");
+    CHECK_OK(sat_release(c));
+    CHECK_STATUS(sat_release(c), SAT_ERR_USAGE, "RELEASE");
 
     /* Synchronization and subscriptions out of order. */
     CHECK_STATUS(sat_barrier(9, 0), SAT_ERR_USAGE, "count of 0");
@@ -97,6 +105,16 @@ static void misuse(int idx) {
     CHECK_STATUS(sat_subscribe(c, chunk_handler, NULL), SAT_ERR_USAGE, "already subscribed");
     CHECK_OK(sat_unsubscribe(c));
     CHECK_STATUS(sat_signal_unsubscribe(5), SAT_ERR_USAGE, "not subscribed");
+
+    /* LOOKUP checks its consistency argument as MALLOC does (it does not
+       use it): a pointer SAT never handed out is an argument error. */
+    const sat_consistency_t *bogus = (const sat_consistency_t *)name;
+    unsigned long mine = 400 + (unsigned long)idx;
+    sat_ulong_list_t one = {1, &mine};
+    CHECK_NULL(sat_lookup(bogus, mine, 1), "not one this library hands out");
+    CHECK_TRUE(sat_last_status() == SAT_ERR_ARGUMENT, "the status of a bogus consistency");
+    CHECK_NULL(sat_lookup_lst(bogus, &one), "not one this library hands out");
+    CHECK_TRUE(sat_lookup(sat_home_only(), mine, 1) != NULL, "LOOKUP with a handle SAT gave");
 
     /* What nobody allocates or writes: a bounded wait, then an error. */
     CHECK_NULL(sat_lookup(NULL, 123456789, 1), "no process allocated it");
@@ -173,6 +191,15 @@ int main(int argc, char **argv) {
     int status = sat_bootstrap(roles, 2, NULL, argc, argv);
     if (status != SAT_OK) {
         fprintf(stderr, "errors: %s: %s\n", sat_status_string(status), sat_last_error());
+        return 1;
+    }
+    /* A process bootstraps once: a second call, the run over, is refused at
+       once (it used to try the spent launcher environment, or wait for a
+       seed that is gone). */
+    status = sat_bootstrap(roles, 2, NULL, argc, argv);
+    if (status != SAT_ERR_USAGE || strstr(sat_last_error(), "bootstraps once") == NULL) {
+        fprintf(stderr, "errors: a second sat_bootstrap gave %s: %s\n", sat_status_string(status),
+                sat_last_error());
         return 1;
     }
     return 0;

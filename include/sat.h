@@ -655,9 +655,10 @@ const struct sat_consistency_t *sat_adaptive(void);
  *
  * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (a
  * consistency SAT did not hand out), SAT_ERR_CHUNK (size 0 or over the
- * limit, an id out of range or reserved for the symbol table), SAT_ERR_USAGE
- * (no run, a fork() child, a chain over these chunks that exists with
- * another layout or protocol), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+ * limit, a chain past the end of the space), SAT_ERR_USAGE (no run, a
+ * fork() child, a chain over these chunks that exists with another layout
+ * or protocol, an id from 0xFFFFFF0000000000 up: those are the symbol
+ * table's, as in Rust and Python), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
  * SAT_ERR_ABORTED.
  */
 struct sat_chunk_t *sat_malloc(const struct sat_consistency_t *consistency,
@@ -680,12 +681,14 @@ struct sat_chunk_t *sat_malloc_lst(const struct sat_consistency_t *consistency,
 /**
  * LOOKUP: the chain of chunks `baseid` to `baseid + nbchunks - 1`, with
  * sizes from their homes; waits (up to `SAT_LOOKUP_TIMEOUT` s) for chunks
- * nobody has allocated yet. The consistency argument is ignored: a chunk
+ * nobody has allocated yet. The consistency argument is checked as
+ * sat_malloc checks it (NULL or one SAT handed out), then not used: a chunk
  * keeps the protocol it was allocated with.
  *
  * Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (nbchunks
  * 0 or over the limit, a chain past the end of the space, a consistency SAT
- * did not hand out), SAT_ERR_TIMEOUT (nobody allocated it within
+ * did not hand out, a `SAT_LOOKUP_TIMEOUT` that is not a number of
+ * seconds), SAT_ERR_TIMEOUT (nobody allocated it within
  * SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY,
  * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; with the encryption layer
  * SAT_ERR_ACCESS_DENIED and SAT_ERR_INTEGRITY.
@@ -696,7 +699,7 @@ struct sat_chunk_t *sat_lookup(const struct sat_consistency_t *consistency,
 
 /**
  * LOOKUP_LST: the chain of chunks `ids`, in that order (waits as LOOKUP
- * does). The consistency argument is ignored, as in LOOKUP.
+ * does). The consistency argument is checked, then not used, as in LOOKUP.
  *
  * Returns: NULL on error, with sat_last_status(): as sat_lookup, and
  * SAT_ERR_ARGUMENT for a NULL or empty list.
@@ -904,13 +907,16 @@ enum sat_status sat_protocol_register(const struct sat_protocol_ops *ops,
  *
  * Returns `SAT_ERR_ROLE` when the role called `sat_role_failed` (its open
  * scopes publish nothing) or failed inside SAT, `SAT_ERR_USAGE` when called
- * again while a run or a session (`sat_connect`) is going on, and the
+ * again (while a run or a session (`sat_connect`) is going on, or after an
+ * earlier call returned: a process bootstraps once), and the
  * statuses of joining the run (`SAT_ERR_BOOTSTRAP`, `SAT_ERR_TOPOLOGY`,
  * `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
  * from `main` when it is not `SAT_OK`, so that satrun reports the failure.
  *
  * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL roles, reserved not NULL),
- * SAT_ERR_USAGE (called twice, a fork() child, under a service),
+ * SAT_ERR_USAGE (called twice, a fork() child, under a service, a
+ * `SAT_CHUNK_SIZE` that is not valid, a role of this rank with no function
+ * in the table),
  * SAT_ERR_TOPOLOGY, SAT_ERR_BOOTSTRAP (no launcher, peers that never came),
  * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
  *
@@ -1092,8 +1098,9 @@ enum sat_status sat_write_symbol(const char *name, const void *data, size_t size
  * protected: such a value was written over it through the plain API, and
  * the call fails with `SAT_ERR_INTEGRITY`.
  *
- * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size),
- * SAT_ERR_TIMEOUT (nobody wrote it within SAT_LOOKUP_TIMEOUT),
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size, a
+ * `SAT_LOOKUP_TIMEOUT` that is not a number of seconds), SAT_ERR_TIMEOUT
+ * (nobody wrote it within SAT_LOOKUP_TIMEOUT),
  * SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
  * SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY (see above).
  *

@@ -628,9 +628,10 @@ fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -
 ///
 /// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (a
 /// consistency SAT did not hand out), SAT_ERR_CHUNK (size 0 or over the
-/// limit, an id out of range or reserved for the symbol table), SAT_ERR_USAGE
-/// (no run, a fork() child, a chain over these chunks that exists with
-/// another layout or protocol), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+/// limit, a chain past the end of the space), SAT_ERR_USAGE (no run, a
+/// fork() child, a chain over these chunks that exists with another layout
+/// or protocol, an id from 0xFFFFFF0000000000 up: those are the symbol
+/// table's, as in Rust and Python), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
 /// SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_malloc(
@@ -782,12 +783,14 @@ const MAX_CHAIN_CHUNKS: u64 = 1 << 20;
 
 /// LOOKUP: the chain of chunks `baseid` to `baseid + nbchunks - 1`, with
 /// sizes from their homes; waits (up to `SAT_LOOKUP_TIMEOUT` s) for chunks
-/// nobody has allocated yet. The consistency argument is ignored: a chunk
+/// nobody has allocated yet. The consistency argument is checked as
+/// sat_malloc checks it (NULL or one SAT handed out), then not used: a chunk
 /// keeps the protocol it was allocated with.
 ///
 /// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (nbchunks
 /// 0 or over the limit, a chain past the end of the space, a consistency SAT
-/// did not hand out), SAT_ERR_TIMEOUT (nobody allocated it within
+/// did not hand out, a `SAT_LOOKUP_TIMEOUT` that is not a number of
+/// seconds), SAT_ERR_TIMEOUT (nobody allocated it within
 /// SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY,
 /// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; with the encryption layer
 /// SAT_ERR_ACCESS_DENIED and SAT_ERR_INTEGRITY.
@@ -797,8 +800,10 @@ pub extern "C" fn sat_lookup(
     baseid: u64,
     nbchunks: u32,
 ) -> *mut sat_chunk_t {
-    let _ = consistency;
     boundary("sat_lookup", || {
+        if protocol_of("LOOKUP", consistency).is_err() {
+            return std::ptr::null_mut();
+        }
         if nbchunks == 0 {
             bad_argument("LOOKUP: nbchunks is 0; ask for at least one chunk");
             return std::ptr::null_mut();
@@ -823,7 +828,7 @@ pub extern "C" fn sat_lookup(
 }
 
 /// LOOKUP_LST: the chain of chunks `ids`, in that order (waits as LOOKUP
-/// does). The consistency argument is ignored, as in LOOKUP.
+/// does). The consistency argument is checked, then not used, as in LOOKUP.
 ///
 /// Returns: NULL on error, with sat_last_status(): as sat_lookup, and
 /// SAT_ERR_ARGUMENT for a NULL or empty list.
@@ -832,8 +837,10 @@ pub extern "C" fn sat_lookup_lst(
     consistency: *const sat_consistency_t,
     ids: *const sat_ulong_list_t,
 ) -> *mut sat_chunk_t {
-    let _ = consistency;
     boundary("sat_lookup_lst", || {
+        if protocol_of("LOOKUP_LST", consistency).is_err() {
+            return std::ptr::null_mut();
+        }
         let Some(ids) = list("LOOKUP_LST", "idlst", ids) else {
             return std::ptr::null_mut();
         };

@@ -189,13 +189,16 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 ///
 /// Returns `SAT_ERR_ROLE` when the role called `sat_role_failed` (its open
 /// scopes publish nothing) or failed inside SAT, `SAT_ERR_USAGE` when called
-/// again while a run or a session (`sat_connect`) is going on, and the
+/// again (while a run or a session (`sat_connect`) is going on, or after an
+/// earlier call returned: a process bootstraps once), and the
 /// statuses of joining the run (`SAT_ERR_BOOTSTRAP`, `SAT_ERR_TOPOLOGY`,
 /// `SAT_ERR_TRANSPORT`, `SAT_ERR_ABORTED`). A program should return non-zero
 /// from `main` when it is not `SAT_OK`, so that satrun reports the failure.
 ///
 /// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL roles, reserved not NULL),
-/// SAT_ERR_USAGE (called twice, a fork() child, under a service),
+/// SAT_ERR_USAGE (called twice, a fork() child, under a service, a
+/// `SAT_CHUNK_SIZE` that is not valid, a role of this rank with no function
+/// in the table),
 /// SAT_ERR_TOPOLOGY, SAT_ERR_BOOTSTRAP (no launcher, peers that never came),
 /// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
 ///
@@ -212,6 +215,12 @@ pub unsafe extern "C" fn sat_bootstrap(
 ) -> sat_status {
     /// Set while a bootstrap runs in this process: a second one is refused.
     static RUNNING: AtomicBool = AtomicBool::new(false);
+    /// Set by the first bootstrap that got as far as joining: a process
+    /// takes part in one run (the launcher's environment, such as the
+    /// seed's socket, is spent by the first), so a later call is refused
+    /// at once instead of failing on that environment, or waiting for a
+    /// seed that is gone.
+    static CALLED: AtomicBool = AtomicBool::new(false);
     /// Clears `RUNNING` however the bootstrap ends.
     struct Running;
     impl Drop for Running {
@@ -236,6 +245,13 @@ pub unsafe extern "C" fn sat_bootstrap(
             );
         }
         let _running = Running;
+        if CALLED.swap(true, Ordering::AcqRel) {
+            return usage(
+                "sat_bootstrap: this process called sat_bootstrap before (its run is over, or \
+                 it could not join one); a process bootstraps once: start the program again \
+                 (under satrun) to join another run",
+            );
+        }
         let args: Vec<String> = if argv.is_null() || argc <= 0 {
             std::env::args().collect()
         } else {

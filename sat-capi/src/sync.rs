@@ -168,8 +168,9 @@ pub extern "C" fn sat_write_symbol(
 /// protected: such a value was written over it through the plain API, and
 /// the call fails with `SAT_ERR_INTEGRITY`.
 ///
-/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size),
-/// SAT_ERR_TIMEOUT (nobody wrote it within SAT_LOOKUP_TIMEOUT),
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or size, a
+/// `SAT_LOOKUP_TIMEOUT` that is not a number of seconds), SAT_ERR_TIMEOUT
+/// (nobody wrote it within SAT_LOOKUP_TIMEOUT),
 /// SAT_ERR_USAGE, SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
 /// SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY (see above).
 ///

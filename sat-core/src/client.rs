@@ -1261,6 +1261,20 @@ impl Client {
                 )));
             }
             let c = st.store.get_mut(chunk).expect("placed");
+            if access == Access::Read && c.holders.contains(&me) && !c.side.writing() {
+                // The API's rule (sat.h, README): a thread acquiring what it
+                // holds is an error, not a deadlock, and not a second scope
+                // either: a READ inside this thread's READ would otherwise
+                // be counted as one, and the first RELEASE would leave the
+                // chunk held. (Any access inside a write scope, and a
+                // WRITE or READWRITE inside a read scope, the protocol's
+                // client side refuses, below.)
+                return Err(SatError::Usage(format!(
+                    "{} of chunk {chunk} while this thread holds it in a scope: RELEASE it \
+                     first (a thread acquires a chunk once at a time; GET and PUT acquire too)",
+                    access_name(access)
+                )));
+            }
             // A diffing protocol's writers take a host slot's lock in turn
             // and publish whole versions there: a WRITE reads the current
             // version first, or it would publish stale copies of others'
@@ -2000,16 +2014,23 @@ impl Client {
     /// acknowledgement, so no message of ours is in flight when we close.
     /// A scope left open is released (with a warning).
     pub(crate) fn finish(&self, timeout: Duration) -> SatResult<()> {
-        self.finish_with(timeout, Ending::Release)
+        self.finish_with(timeout, Ending::Release, "the role returned")
     }
 
     /// As [`Client::finish`] after a role that failed: a scope left open is
     /// aborted, so a half-done write publishes nothing.
     pub(crate) fn finish_failed(&self, timeout: Duration) -> SatResult<()> {
-        self.finish_with(timeout, Ending::Abort)
+        self.finish_with(timeout, Ending::Abort, "the role failed")
     }
 
-    fn finish_with(&self, timeout: Duration, open_scopes: Ending) -> SatResult<()> {
+    /// As [`Client::finish`] for a session that detaches from a service.
+    pub(crate) fn finish_session(&self, timeout: Duration) -> SatResult<()> {
+        self.finish_with(timeout, Ending::Release, "the session detached")
+    }
+
+    /// Ends the scopes left open (`when`: what ended the client, for the
+    /// warning), then tells the server.
+    fn finish_with(&self, timeout: Duration, open_scopes: Ending, when: &str) -> SatResult<()> {
         // A closure of another thread still using a scope's bytes (a thread
         // the role left running): its scope ends after it.
         self.wait(None, |st| st.loans.is_empty(&self.quick_loan).then_some(()))?;
@@ -2017,26 +2038,40 @@ impl Client {
             let mut st = self.lock();
             let st = &mut *st;
             // A scope left open would block every other process forever.
+            let mut open = Vec::new();
             for chunk in st.store.chunk_ids() {
                 let in_scope =
                     |st: &ClientState| st.store.get(chunk).is_some_and(|c| c.side.in_scope());
                 if in_scope(st) {
-                    tracing::warn!(
-                        "chunk {chunk} was still acquired when the role {}: {}",
-                        match open_scopes {
-                            Ending::Release => "returned",
-                            Ending::Abort => "failed",
-                        },
-                        match open_scopes {
-                            Ending::Release => "released",
-                            Ending::Abort => "aborted (nothing published)",
-                        }
-                    );
+                    open.push(chunk);
                 }
                 while in_scope(st) {
                     let to = (self.rank, st.server);
                     st.end_scope(to, chunk, open_scopes)?;
                 }
+            }
+            // One line for them all: a chain of a thousand chunks left
+            // acquired is one mistake.
+            if !open.is_empty() {
+                const NAMED: usize = 8;
+                let mut named: Vec<String> = open.iter().take(NAMED).map(u64::to_string).collect();
+                if open.len() > NAMED {
+                    named.push(format!("and {} more", open.len() - NAMED));
+                }
+                tracing::warn!(
+                    "{} still acquired when {when} (chunk{} {}): {}",
+                    if open.len() == 1 {
+                        "a scope was".to_string()
+                    } else {
+                        format!("{} scopes were", open.len())
+                    },
+                    if open.len() == 1 { "" } else { "s" },
+                    named.join(", "),
+                    match open_scopes {
+                        Ending::Release => "released",
+                        Ending::Abort => "aborted (nothing published)",
+                    }
+                );
             }
         }
         // The home hears of every release before it hears that we are done.

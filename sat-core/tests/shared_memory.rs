@@ -56,8 +56,9 @@ fn four_clients_of_two_threads_on_two_servers_lose_no_increment() {
             stdout.contains("[2] rank 2: wrote after the other clients left"),
             "{provider}"
         );
-        assert!(stdout
-            .contains("[5] WARN: chunk 8 was still acquired when the role returned: released"));
+        assert!(stdout.contains(
+            "[5] WARN: a scope was still acquired when the role returned (chunk 8): released"
+        ));
     }
 }
 

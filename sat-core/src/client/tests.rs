@@ -303,6 +303,56 @@ fn word(c: &Client, chunk: ChunkId) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// A thread acquiring what it holds gets a usage error, whatever the
+/// accesses (a READ inside its READ was taken as a second scope, so that
+/// its first RELEASE left the chunk held), and the scope it holds is the
+/// same after: one RELEASE ends it, and a writer elsewhere then goes on.
+#[test]
+fn a_thread_acquiring_what_it_holds_is_refused_and_its_scope_unchanged() {
+    Run::new(2, Schedule::Immediate).serve(|c| {
+        c[0].malloc(41, 8).unwrap();
+        c[1].malloc(41, 8).unwrap();
+        c[1].put(41, &5u64.to_le_bytes()).unwrap();
+        c[0].acquire(41, Access::Read).unwrap();
+        for access in [Access::Read, Access::Write, Access::ReadWrite] {
+            let again = c[0].acquire(41, access);
+            assert!(
+                matches!(&again, Err(SatError::Usage(m)) if m.to_lowercase().contains("release it")),
+                "{access:?} again: {again:?}"
+            );
+        }
+        let mut buf = [0u8; 8];
+        let get = c[0].get(41, &mut buf);
+        assert!(
+            matches!(get, Err(SatError::Usage(_))),
+            "GET inside: {get:?}"
+        );
+        let put = c[0].put(41, &6u64.to_le_bytes());
+        assert!(
+            matches!(put, Err(SatError::Usage(_))),
+            "PUT inside: {put:?}"
+        );
+        assert_eq!(
+            c[0].with_data(41, |d| d.to_vec()).unwrap(),
+            5u64.to_le_bytes()
+        );
+        c[0].release(41).unwrap();
+        let twice = c[0].release(41);
+        assert!(matches!(twice, Err(SatError::Usage(_))), "{twice:?}");
+        // Nothing left held: the other process writes, this one sees it.
+        c[1].put(41, &9u64.to_le_bytes()).unwrap();
+        assert_eq!(word(&c[0], 41), 9);
+        // A write scope likewise.
+        c[0].acquire(41, Access::Write).unwrap();
+        let again = c[0].acquire(41, Access::Read);
+        assert!(matches!(again, Err(SatError::Usage(_))), "{again:?}");
+        c[0].with_data_mut(41, |d| d.copy_from_slice(&10u64.to_le_bytes()))
+            .unwrap();
+        c[0].release(41).unwrap();
+        assert_eq!(word(&c[1], 41), 10);
+    });
+}
+
 /// An acquire whose request cannot be sent changes nothing: the chunk is
 /// not left waiting for an answer that will never come.
 #[test]

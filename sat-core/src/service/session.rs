@@ -281,7 +281,7 @@ impl Session {
         let Some(control) = self.control.take() else {
             return Ok(());
         };
-        let finished = self.client.finish(DETACH_TIMEOUT);
+        let finished = self.client.finish_session(DETACH_TIMEOUT);
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.progress.take() {
             let _ = t.join();
