@@ -30,9 +30,13 @@ pub extern "C" fn sat_rendezvous(id: u32) -> sat_status {
 }
 
 /// Wakes every process sleeping on rendezvous `id`; remembered for the next
-/// one to come. Wakeups not consumed in between count as one.
+/// one to come. Wakeups not consumed in between count as one. Returns once
+/// the rendezvous' coordinator has applied it (one round trip): a
+/// rendezvous called after it returned, in any process, sees it.
 ///
-/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
+/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED,
+/// SAT_ERR_PROCESS_LOST (a run with recovery lost this process's server
+/// before the answer: call again).
 #[no_mangle]
 pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
     call("wakeup", |c| c.wakeup(id))

@@ -1938,7 +1938,7 @@ mod tests {
             // a notification sent by a client, and the seed's own messages.
             Message::Sync {
                 client: 3,
-                op: crate::wire::SyncOp::Wakeup { id: 0 },
+                op: crate::wire::SyncOp::Wakeup { id: 0, ticket: 0 },
             },
             Message::Sync {
                 client: 2,
@@ -2115,7 +2115,7 @@ mod tests {
                 },
                 Message::Sync {
                     client: c,
-                    op: crate::wire::SyncOp::Wakeup { id: 0 },
+                    op: crate::wire::SyncOp::Wakeup { id: 0, ticket: 0 },
                 },
                 Message::Sync {
                     client: c,

@@ -15,7 +15,13 @@
 //!   and wakes every sleeper; `rendezvous` returns once the generation is
 //!   past the last one this client consumed. So a wakeup sent before the
 //!   matching rendezvous is remembered, and several wakeups before one
-//!   rendezvous release it once (they are not counted).
+//!   rendezvous release it once (they are not counted). A `wakeup` returns
+//!   once its coordinator has applied it ([`SyncOp::WakeupDone`]): "before"
+//!   is then what the program's order says. Were it sent and forgotten, a
+//!   rendezvous called after three wakeups had returned (in another process
+//!   told of them through a chunk, or in another client of the same one)
+//!   could overtake the last two on its way to the coordinator, return on
+//!   the first, and let the next rendezvous return on the others.
 //! - **Barriers** release a round when `count` arrivals of the same id have
 //!   come (an arrival is one call: two threads of one process are two). The
 //!   first arrival of a round fixes its count; an arrival with another count
@@ -103,13 +109,14 @@ impl Coordinator {
                     r.sleepers.push((client, seen));
                 }
             }
-            SyncOp::Wakeup { id } => {
+            SyncOp::Wakeup { id, ticket } => {
                 let r = self.rendezvous.entry(id).or_default();
                 r.generation += 1;
                 let generation = r.generation;
                 for (sleeper, _) in r.sleepers.drain(..) {
                     out.push((sleeper, SyncOp::Awake { id, generation }));
                 }
+                out.push((client, SyncOp::WakeupDone { id, ticket }));
             }
             SyncOp::Barrier {
                 id,
@@ -230,7 +237,7 @@ impl Coordinator {
     pub fn request_id(op: &SyncOp) -> Option<u32> {
         match *op {
             SyncOp::Sleep { id, .. }
-            | SyncOp::Wakeup { id }
+            | SyncOp::Wakeup { id, .. }
             | SyncOp::Barrier { id, .. }
             | SyncOp::BarrierPlace { id }
             | SyncOp::SignalSubscribe { id }
@@ -251,10 +258,22 @@ mod tests {
         out
     }
 
+    /// A wakeup by `client`: what it sends to the others. Its own answer,
+    /// that the wakeup is applied, comes last, with its ticket.
+    fn wake(c: &mut Coordinator, client: Rank, id: u32) -> Vec<(Rank, SyncOp)> {
+        let mut out = run(c, client, SyncOp::Wakeup { id, ticket: 9 });
+        assert_eq!(
+            out.pop(),
+            Some((client, SyncOp::WakeupDone { id, ticket: 9 })),
+            "the waker hears its wakeup is applied"
+        );
+        out
+    }
+
     #[test]
     fn a_wakeup_before_the_rendezvous_is_remembered() {
         let mut c = Coordinator::default();
-        assert!(run(&mut c, 2, SyncOp::Wakeup { id: 7 }).is_empty());
+        assert!(wake(&mut c, 2, 7).is_empty());
         assert_eq!(
             run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 0 }),
             vec![(
@@ -268,7 +287,7 @@ mod tests {
         // Consumed: the next rendezvous waits for the next wakeup.
         assert!(run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 1 }).is_empty());
         assert_eq!(
-            run(&mut c, 2, SyncOp::Wakeup { id: 7 }),
+            wake(&mut c, 2, 7),
             vec![(
                 3,
                 SyncOp::Awake {
@@ -284,11 +303,8 @@ mod tests {
         let mut c = Coordinator::default();
         assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
         assert!(run(&mut c, 4, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
-        assert!(
-            run(&mut c, 4, SyncOp::Wakeup { id: 2 }).is_empty(),
-            "another id"
-        );
-        let woken = run(&mut c, 2, SyncOp::Wakeup { id: 1 });
+        assert!(wake(&mut c, 4, 2).is_empty(), "another id");
+        let woken = wake(&mut c, 2, 1);
         assert_eq!(
             woken,
             vec![
@@ -438,7 +454,7 @@ mod tests {
         assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
         assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
         assert_eq!(
-            run(&mut c, 2, SyncOp::Wakeup { id: 1 }),
+            wake(&mut c, 2, 1),
             vec![(
                 3,
                 SyncOp::Awake {

@@ -290,9 +290,12 @@ pub enum SyncOp {
         id: u32,
         seen: u64,
     },
-    /// wakeup(id).
+    /// wakeup(id). `ticket` numbers the client's calls (with its barrier
+    /// arrivals); the coordinator answers [`SyncOp::WakeupDone`] with it
+    /// once the wakeup is applied.
     Wakeup {
         id: u32,
+        ticket: u64,
     },
     /// The rendezvous `id` is at `generation`: the sleeper may go.
     Awake {
@@ -358,6 +361,13 @@ pub enum SyncOp {
         id: u32,
         ticket: u64,
         losses: u32,
+    },
+    /// wakeup call `ticket` on rendezvous `id` is applied: every
+    /// rendezvous that reaches the coordinator after this answer left
+    /// sees it.
+    WakeupDone {
+        id: u32,
+        ticket: u64,
     },
 }
 

@@ -27,13 +27,13 @@ fn figure_8_tasks_see_each_others_writes_whichever_comes_first() {
         for (order, first, second) in [
             (
                 "wakeup-first",
-                "[0] [sync] Wakeup { id: 2 } from 2",
+                "[0] [sync] Wakeup { id: 2, ticket: 0 } from 2",
                 "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
             ),
             (
                 "sleep-first",
                 "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
-                "[0] [sync] Wakeup { id: 2 } from 2",
+                "[0] [sync] Wakeup { id: 2, ticket: 0 } from 2",
             ),
         ] {
             let out = run(Command::new(satrun())

@@ -170,6 +170,13 @@ pub struct Certificate {
     /// Seconds since 1970 (UTC) after which it no longer certifies.
     #[serde(default)]
     pub not_after: u64,
+    /// SHA-256 of the tenant's attribute key (the CP-ABE key issued with
+    /// this certificate), hex: what lets a tenant's file be refused when
+    /// that key was edited or damaged, since a CP-ABE key cannot be checked
+    /// against the public key alone. Empty in certificates made before it
+    /// existed (their key files are read unchecked, as then).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    abe_key_digest: String,
     /// The authority's signature over the fields above, hex.
     signature: String,
 }
@@ -342,6 +349,7 @@ impl AuthorityKeys {
             // Never 0: 0 is the mark of a certificate made without one.
             serial: u64::from_le_bytes(random::<8>()) | 1,
             not_after: now_secs().saturating_add(validity.as_secs()),
+            abe_key_digest: abe_key_digest(&abe_key),
             signature: String::new(),
         };
         certificate.signature = hex(&self.signing.sign(&certificate.signed_bytes()).to_bytes());
@@ -379,7 +387,13 @@ impl Certificate {
     /// What the authority signs: every field but the signature, each
     /// length-prefixed so that no two certificates share these bytes.
     fn signed_bytes(&self) -> Vec<u8> {
-        let mut b = b"sat-abe certificate 2\0".to_vec();
+        // Version 3 adds the attribute key's digest; a certificate without
+        // one signs what version 2 did, so that older ones still verify.
+        let mut b = if self.abe_key_digest.is_empty() {
+            b"sat-abe certificate 2\0".to_vec()
+        } else {
+            b"sat-abe certificate 3\0".to_vec()
+        };
         let mut field = |f: &[u8]| {
             b.extend_from_slice(&(f.len() as u32).to_le_bytes());
             b.extend_from_slice(f);
@@ -392,7 +406,16 @@ impl Certificate {
         field(self.key.as_bytes());
         field(&self.serial.to_le_bytes());
         field(&self.not_after.to_le_bytes());
+        if !self.abe_key_digest.is_empty() {
+            field(self.abe_key_digest.as_bytes());
+        }
         b
+    }
+
+    /// Whether `abe_key` is the attribute key issued with this certificate
+    /// (true for a certificate that names none: made before the digest).
+    fn issued_with(&self, abe_key: &[u8]) -> bool {
+        self.abe_key_digest.is_empty() || self.abe_key_digest == abe_key_digest(abe_key)
     }
 
     /// The certificate's id: SHA-256 of its encoding. Versions name their
@@ -710,6 +733,11 @@ fn of_kind(
     Ok(file)
 }
 
+/// The digest a certificate keeps of its attribute key, hex.
+fn abe_key_digest(abe_key: &[u8]) -> String {
+    hex(&Sha256::digest(abe_key))
+}
+
 fn corrupt(path: &Path) -> impl Fn(String) -> KeyError + '_ {
     move |why| KeyError::Corrupt {
         path: path.to_path_buf(),
@@ -848,6 +876,14 @@ impl TenantKey {
         certificate.verify(&authority)?;
         if certificate.verifying_key()?.to_bytes() != signing.verifying_key().to_bytes() {
             return Err(bad("its certificate is for another signing key".into()));
+        }
+        if !certificate.issued_with(&abe_key) {
+            return Err(bad(
+                "its attribute key (abe_key) is not the one the authority issued with its \
+                 certificate: the file was edited or damaged; have the authority issue the key \
+                 again (sat-abe keygen)"
+                    .into(),
+            ));
         }
         Ok(TenantKey {
             authority,
@@ -1048,6 +1084,30 @@ mod tests {
         );
         let e = TenantKey::load(&d.join("bob2.key")).unwrap_err();
         assert!(matches!(e, KeyError::BadCertificate { .. }), "{e}");
+        // A tenant file whose attribute key was edited: one hex digit, or
+        // the key of another tenant put in its place. Its certificate still
+        // verifies; the key's digest in it does not match.
+        let key_hex = |text: &str| -> String {
+            let v: serde_json::Value = serde_json::from_str(text).unwrap();
+            v["abe_key"].as_str().unwrap().to_string()
+        };
+        let k = key_hex(&text);
+        let at = k.len() / 2;
+        let flipped = if &k[at..at + 1] == "0" { "1" } else { "0" };
+        let digit = format!("{}{flipped}{}", &k[..at], &k[at + 1..]);
+        let alice = auth.issue("alice", &["tenant_a"]).unwrap();
+        alice.save(&d.join("alice3.key")).unwrap();
+        let other = key_hex(&std::fs::read_to_string(d.join("alice3.key")).unwrap());
+        for (name, replaced) in [("bob3.key", digit), ("bob4.key", other)] {
+            write_private(name, text.replace(&k, &replaced).as_bytes());
+            let e = TenantKey::load(&d.join(name)).unwrap_err();
+            assert!(
+                matches!(&e, KeyError::Corrupt { why, .. } if why.contains("abe_key")),
+                "{name}: {e}"
+            );
+        }
+        // The file as written still loads.
+        assert!(TenantKey::load(&d.join("bob.key")).is_ok());
         // A certificate of another authority.
         let other = AuthorityKeys::setup().unwrap();
         assert!(t.certificate().verify(other.public()).is_err());

@@ -18,10 +18,15 @@ pub(crate) struct Answers {
     /// The newest generation heard of, per rendezvous.
     awake: HashMap<u32, u64>,
     /// The generation this client last consumed, per rendezvous.
-    consumed: HashMap<u32, u64>,
-    /// The ticket of this client's next barrier arrival: the coordinator
-    /// echoes it, so each answer reaches the call it answers.
+    pub(super) consumed: HashMap<u32, u64>,
+    /// The ticket of this client's next barrier arrival or wakeup: the
+    /// coordinator echoes it, so each answer reaches the call it answers.
     next_ticket: u64,
+    /// Wakeups sent and not answered yet: ticket -> rendezvous.
+    wakeups: HashMap<u64, u32>,
+    /// Wakeup answers not taken yet, by ticket: applied (true), or lost
+    /// with this client's server (false).
+    wakeups_done: HashMap<u64, bool>,
     /// Barrier answers not taken yet, by ticket.
     barriers: HashMap<u64, BarrierAnswer>,
     /// Barrier arrivals sent and not answered yet: ticket -> barrier.
@@ -76,6 +81,11 @@ impl Answers {
             SyncOp::BarrierAt { id, place } => {
                 self.places.insert(id, place);
             }
+            SyncOp::WakeupDone { ticket, .. } => {
+                if self.wakeups.remove(&ticket).is_some() {
+                    self.wakeups_done.insert(ticket, true);
+                }
+            }
             SyncOp::SignalSubscribed { id } => events.signal_subscribed(id),
             SyncOp::Signal { id } => events.signalled(id),
             other => tracing::warn!("dropped {other:?}: a request, not an answer"),
@@ -89,6 +99,12 @@ impl Answers {
         let pending: Vec<(u64, u32)> = self.pending.drain().collect();
         for (ticket, id) in pending {
             self.barrier_answer(id, ticket, BarrierAnswer::Lost(self.losses));
+        }
+        // A wakeup the lost server carried may or may not have been
+        // applied: its call fails with the loss, as other calls in flight
+        // do, and the program calls it again.
+        for (ticket, _) in self.wakeups.drain() {
+            self.wakeups_done.insert(ticket, false);
         }
     }
 
@@ -134,9 +150,35 @@ impl Client {
     /// wakeup: wakes every process sleeping on rendezvous `id`, and is
     /// remembered for the next one to come (a rendezvous after a wakeup
     /// returns at once). Wakeups that no rendezvous consumed in between
-    /// count as one.
+    /// count as one. Returns once the rendezvous' coordinator has applied
+    /// it (one round trip), so that a rendezvous called after it returned,
+    /// in any process, sees it ([`crate::sync`]).
     pub fn wakeup(&self, id: u32) -> SatResult<()> {
-        self.sync_send(SyncOp::Wakeup { id })
+        let ticket = {
+            let mut st = self.lock();
+            let sync = &mut st.mail.sync;
+            let ticket = sync.next_ticket;
+            sync.next_ticket += 1;
+            sync.wakeups.insert(ticket, id);
+            ticket
+        };
+        if let Err(e) = self.sync_send(SyncOp::Wakeup { id, ticket }) {
+            self.lock().mail.sync.wakeups.remove(&ticket);
+            return Err(e);
+        }
+        let applied = self
+            .wait_inner(None, WaitFor::Reply, None, |st| {
+                st.mail.sync.wakeups_done.remove(&ticket)
+            })?
+            .expect("a wait without a deadline ends with its value");
+        if applied {
+            Ok(())
+        } else {
+            Err(SatError::ProcessLost(format!(
+                "wakeup({id}): this process's server was lost before the rendezvous' \
+                 coordinator answered, so the wakeup may not have been applied: call it again"
+            )))
+        }
     }
 
     /// rendezvous (the report's `sleep`): waits for a wakeup on `id` that

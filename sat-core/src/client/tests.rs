@@ -608,6 +608,68 @@ fn a_barrier_whose_handler_failed_answers_during_the_handler_not_the_next_round(
     barrier_after_a_failed_handler(RoundCloses::WhileTheHandlerRuns).unwrap();
 }
 
+/// Wakeups that returned before a rendezvous was called count as one for
+/// it, whatever order their messages and the rendezvous' take to the
+/// coordinator (deliveries reordered across senders under many seeds): the
+/// rendezvous consumes all of them, and the next one waits for a wakeup
+/// sent after it. Before a wakeup waited for its coordinator, a rendezvous
+/// could overtake the last wakeups, consume only the first, and let the
+/// next rendezvous return on the others.
+#[test]
+fn wakeups_that_returned_before_a_rendezvous_count_as_one_in_any_delivery_order() {
+    for seed in 0..24 {
+        let schedule = Schedule::Random {
+            seed,
+            max_delay_polls: 4,
+        };
+        Run::new(2, schedule).serve(|c| {
+            c[0].malloc(6, 8).unwrap();
+            for _ in 0..3 {
+                c[0].wakeup(5).unwrap();
+            }
+            c[1].rendezvous(5).unwrap();
+            let consumed = c[1].lock().mail.sync.consumed.get(&5).copied();
+            assert_eq!(
+                consumed,
+                Some(3),
+                "seed {seed}: the rendezvous consumed all three"
+            );
+            // The next rendezvous waits for the wakeup sent after the flag.
+            let fourth = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    c[1].rendezvous(5).unwrap();
+                    fourth.load(Ordering::SeqCst)
+                });
+                // A round trip through the server before the flag: time for
+                // a rendezvous that returned early to be seen doing so.
+                c[0].put(6, &1u64.to_le_bytes()).unwrap();
+                fourth.store(true, Ordering::SeqCst);
+                c[0].wakeup(5).unwrap();
+                assert!(
+                    waiter.join().unwrap(),
+                    "seed {seed}: the second rendezvous returned before the fourth wakeup"
+                );
+            });
+        });
+    }
+}
+
+/// The other way round: a rendezvous that waits returns on a wakeup sent
+/// after it, and the wakeup's return means it was applied.
+#[test]
+fn a_rendezvous_that_waits_returns_on_the_next_wakeup() {
+    Run::new(2, Schedule::Immediate).serve(|c| {
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| c[1].rendezvous(8));
+            // The sleeper is at the coordinator once its Sleep is: a wakeup
+            // before that is remembered, so either order returns.
+            c[0].wakeup(8).unwrap();
+            waiter.join().unwrap().unwrap();
+        });
+        assert_eq!(c[1].lock().mail.sync.consumed.get(&8).copied(), Some(1));
+    });
+}
 /// When the wakeup comes, seen from the process whose rendezvous failed.
 #[derive(Debug, Clone, Copy)]
 enum WakeupComes {
