@@ -353,6 +353,13 @@ fn child_holds_shm_endpoint() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
+    // No core file for the deaths the tests ask for (signals, an abort, a fault).
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: setrlimit with a valid struct.
+    unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
     let ep = FabricEndpoint::open(&FabricOptions::new(Provider::Shm)).unwrap();
     let addr = String::from_utf8_lossy(ep.address())
         .trim_end_matches('\0')
@@ -360,6 +367,28 @@ fn child_holds_shm_endpoint() {
     println!("READY {addr}");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
+    match line.trim() {
+        // Dies as a process that calls abort() does.
+        "abort" => std::process::abort(),
+        // Dies of a real fault: a write to a page that allows none.
+        "fault" => {
+            // SAFETY: a fresh anonymous mapping of one page; the write to
+            // it faults (PROT_NONE), which is the point.
+            unsafe {
+                let page = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(page, libc::MAP_FAILED);
+                std::ptr::write_volatile(page.cast::<u8>(), 1);
+            }
+        }
+        _ => {}
+    }
     drop(ep);
 }
 
@@ -429,6 +458,43 @@ fn sigterm_removes_the_shm_region() {
     let left = shm_files_of(pid).unwrap();
     remove_shm_leftovers(pid).unwrap();
     assert!(left.is_empty(), "SIGTERM left {left:?}");
+}
+
+/// A process that aborts or crashes outside satrun (nobody would remove its
+/// region after it) leaves none either, and still fails as it would have.
+#[test]
+fn an_abort_or_a_crash_removes_the_shm_region() {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    for (how, sig) in [
+        ("abort", libc::SIGABRT),
+        ("fault", libc::SIGSEGV),
+        ("kill -ABRT", libc::SIGABRT),
+    ] {
+        let _g = serial();
+        let (mut child, pid) = spawn_child();
+        if how == "kill -ABRT" {
+            let sent = Command::new("kill")
+                .args(["-ABRT", &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+        } else {
+            let mut stdin = child.stdin.take().unwrap();
+            writeln!(stdin, "{how}").unwrap();
+        }
+        let status = child.wait().unwrap();
+        let left = shm_files_of(pid).unwrap();
+        remove_shm_leftovers(pid).unwrap();
+        // It dies of the signal, or exits with 1 where a library loaded
+        // with libfabric's providers (libpsm2, libinfinipath) has its own
+        // handler, which prints a backtrace and exits: either way it fails.
+        assert!(
+            status.signal() == Some(sig) || status.code() == Some(1),
+            "{how}: dies of the signal: {status:?}"
+        );
+        assert!(left.is_empty(), "{how} left {left:?}");
+    }
 }
 
 /// A rank may send to itself (a server that is also the home of a chunk).

@@ -492,7 +492,8 @@ static SHM_PATHS: [ShmPathSlot; SHM_SLOTS] = [const {
 
 static INSTALL_HANDLERS: Once = Once::new();
 
-extern "C" fn unlink_shm_and_reraise(sig: c_int) {
+/// Unlinks this process's shm regions (from a signal handler).
+fn unlink_shm_regions() {
     for slot in &SHM_PATHS {
         if slot.state.load(Ordering::Acquire) == SLOT_READY {
             // SAFETY: a READY slot holds a NUL-terminated path; unlink is
@@ -500,6 +501,10 @@ extern "C" fn unlink_shm_and_reraise(sig: c_int) {
             unsafe { libc::unlink(slot.path.get().cast::<c_char>()) };
         }
     }
+}
+
+extern "C" fn unlink_shm_and_reraise(sig: c_int) {
+    unlink_shm_regions();
     // SAFETY: signal and raise are async-signal-safe; the signal is blocked
     // while this handler runs, so the default action (termination) happens
     // as soon as it returns.
@@ -509,11 +514,83 @@ extern "C" fn unlink_shm_and_reraise(sig: c_int) {
     }
 }
 
+/// The signals of a process that crashes or aborts: their handlers unlink
+/// the shm regions, then hand the signal to the action that was there
+/// before (the default's core dump, Rust's stack overflow report, a
+/// sanitizer's or Python's `faulthandler`'s report).
+const CRASH_SIGNALS: [c_int; 5] = [
+    libc::SIGABRT,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+];
+
+/// The actions [`CRASH_SIGNALS`] had before ours, in the same order:
+/// written once, before our handler is installed, and only read after.
+struct OldActions(UnsafeCell<[libc::sigaction; CRASH_SIGNALS.len()]>);
+
+// SAFETY: written only inside `INSTALL_HANDLERS.call_once`, before the
+// handlers that read it are installed (the sigaction call orders the two).
+unsafe impl Sync for OldActions {}
+
+// SAFETY: an all-zero sigaction is valid (SIG_DFL, empty mask, no flags).
+static OLD_ACTIONS: OldActions = OldActions(UnsafeCell::new(unsafe { std::mem::zeroed() }));
+
+extern "C" fn unlink_shm_and_chain(sig: c_int, info: *mut libc::siginfo_t, _: *mut c_void) {
+    unlink_shm_regions();
+    let Some(i) = CRASH_SIGNALS.iter().position(|&s| s == sig) else {
+        return;
+    };
+    // SAFETY: sigaction and raise are async-signal-safe; OLD_ACTIONS was
+    // written before this handler could run; `info` is the kernel's.
+    unsafe {
+        let old = &(*OLD_ACTIONS.0.get())[i];
+        libc::sigaction(sig, old, ptr::null_mut());
+        // A fault (SIGSEGV from a bad access, ...) happens again when the
+        // handler returns, now to the action before. A signal sent (kill,
+        // raise, abort) would not: it is sent again, and taken once this
+        // handler returns (it is blocked meanwhile).
+        let sent = info.is_null() || (*info).si_code <= 0;
+        if sent || sig == libc::SIGABRT {
+            libc::raise(sig);
+        }
+    }
+}
+
 /// Installs, once per process, handlers that unlink this process's shm
 /// regions on SIGTERM, SIGINT and SIGHUP and then die of the signal as
-/// before. A signal the process ignores (`nohup`) stays ignored.
+/// before. A signal the process ignores (`nohup`) stays ignored. And the
+/// same on a crash or an abort ([`CRASH_SIGNALS`]), whose handlers then
+/// hand the signal on: a process that dies so outside satrun (under
+/// mpirun, srun, or launched by hand) leaves no region in /dev/shm
+/// either.
 fn install_shm_signal_handlers() {
     INSTALL_HANDLERS.call_once(|| {
+        // SAFETY: sigaction with valid structs; OLD_ACTIONS is written here
+        // only, before our handlers (its readers) are installed.
+        unsafe {
+            let old = &mut *OLD_ACTIONS.0.get();
+            for (i, &sig) in CRASH_SIGNALS.iter().enumerate() {
+                if libc::sigaction(sig, ptr::null(), &mut old[i]) != 0 {
+                    continue;
+                }
+                if old[i].sa_sigaction == libc::SIG_IGN {
+                    continue;
+                }
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = unlink_shm_and_chain
+                    as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)
+                    as usize;
+                // On the alternate stack where there is one: a stack
+                // overflow is a SIGSEGV with no stack left.
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut action.sa_mask);
+                if libc::sigaction(sig, &action, ptr::null_mut()) != 0 {
+                    warn!(sig, "could not install the shm cleanup crash handler");
+                }
+            }
+        }
         for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
             // SAFETY: sigaction with valid, zero-initialised structs; the
             // handler only calls async-signal-safe functions.
