@@ -185,10 +185,7 @@ pub(crate) fn recv_frame(
     deadline: Instant,
     from: &str,
 ) -> SatResult<Vec<u8>> {
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    stream.set_read_timeout(Some(left)).ok();
+    let mut stream = ByDeadline { stream, deadline };
     let io = |e: std::io::Error| {
         if matches!(
             e.kind(),
@@ -210,11 +207,66 @@ pub(crate) fn recv_frame(
     // Grown as bytes come, not allocated at the length a peer claims: a
     // frame that announces 64 MiB and sends nothing costs nothing.
     let mut body = Vec::new();
-    let got = stream.take(len as u64).read_to_end(&mut body).map_err(io)?;
+    let got = (&mut stream)
+        .take(len as u64)
+        .read_to_end(&mut body)
+        .map_err(io)?;
     if got < len {
         return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
     }
     Ok(body)
+}
+
+/// A stream read until a deadline, whatever comes before it: each read
+/// waits only for the time left. (A timeout set once would be the limit of
+/// each read, and a peer sending a byte now and then would never reach it.)
+struct ByDeadline<'s> {
+    stream: &'s mut TcpStream,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that sends a frame a byte at a time, each well within the
+    /// time left, is cut off at the deadline, not given its time per byte.
+    #[test]
+    fn a_frame_that_drips_in_is_cut_off_at_the_deadline() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = listener.local_addr().unwrap();
+        let dripper = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(at).unwrap();
+            let frame: Vec<u8> = 16u32.to_le_bytes().into_iter().chain([7u8; 16]).collect();
+            for b in frame {
+                if s.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let (mut stream, _) = listener.accept().unwrap();
+        // The whole frame takes 2 s to come; the deadline is 0.5 s away.
+        let got = recv_frame(
+            &mut stream,
+            Instant::now() + Duration::from_millis(500),
+            "a peer",
+        );
+        assert!(matches!(got, Err(SatError::Timeout(_))), "{got:?}");
+        drop(stream);
+        dripper.join().unwrap();
+    }
 }
 
 /// Decodes a frame's body.

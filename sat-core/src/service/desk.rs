@@ -21,16 +21,17 @@
 //! so the slot table needs no lock.
 
 use std::collections::VecDeque;
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::io::Read;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
 
 use crate::auth::{self, Nonce, Proof, Secret, Side};
-use crate::bootstrap::seed::{recv, send};
+use crate::bootstrap::seed::{decode, hello_version, send};
 use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
 use crate::topology::Topology;
@@ -41,15 +42,29 @@ use crate::wire::WIRE_VERSION;
 /// the desk waits for the servers to admit it.
 pub(crate) const ADMISSION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long a connection has to say hello: an attaching process does so as
-/// soon as it connects, and a socket that never speaks must not hold its
-/// thread for long.
-const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection has to say hello, counted from its accept whatever
+/// bytes come: an attaching process does so as soon as it connects, and a
+/// socket that never speaks, or drips a byte at a time, must not hold its
+/// thread for long. It then has as long again to prove the secret.
+pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(10);
 
-/// Connections not admitted yet (before their `Welcome`), at most: past
-/// this, new ones are closed at once, so a flood of sockets costs a bounded
-/// number of threads. Admitted ones are bounded by the slots.
+/// Connections that have not proved they hold the secret, at most: past
+/// this, the oldest of them is closed to make room for a new one, so that
+/// a flood of sockets costs a bounded number of threads and still cannot
+/// keep a process that holds the secret out (unless it connects faster
+/// than that process says hello and proves itself).
+pub(crate) const MAX_UNPROVEN: usize = 256;
+
+/// Connections that proved the secret and are not admitted yet (before
+/// their `Welcome`), at most: past this, a new one is refused, and told
+/// why. Admitted ones are bounded by the slots.
 const MAX_ADMITTING: usize = 256;
+
+/// The largest frame of a connection that has not proved the secret (a
+/// hello, a proof: a few hundred bytes), and of anything else (topology and
+/// address table, as the seed's).
+const MAX_UNPROVEN_FRAME: usize = 64 << 10;
+pub(crate) const MAX_FRAME: usize = 64 << 20;
 
 /// Attaching process -> desk.
 #[derive(Debug, Encode, Decode)]
@@ -338,30 +353,126 @@ impl Desk {
 }
 
 fn accept_loop(listener: TcpListener, events: Sender<Event>, offer: Arc<Offer>) {
+    let unproven = Arc::new(Unproven::default());
     let admitting = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("desk: accept failed: {e}");
+                // Out of descriptors, most likely: not one line per try.
+                refusal(format_args!("accept failed: {e}"));
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
-        if admitting.load(Ordering::SeqCst) >= MAX_ADMITTING {
-            tracing::warn!(
-                "desk: {MAX_ADMITTING} connections are being admitted already: closing a new one"
-            );
-            continue;
-        }
-        admitting.fetch_add(1, Ordering::SeqCst);
-        let counted = Admitting(admitting.clone());
-        let (events, offer) = (events.clone(), offer.clone());
+        let pending = match unproven.enter(&stream) {
+            Ok(p) => p,
+            Err(e) => {
+                refusal(format_args!("a new connection closed at once: {e}"));
+                continue;
+            }
+        };
+        let (events, offer, admitting) = (events.clone(), offer.clone(), admitting.clone());
         let spawned = std::thread::Builder::new()
             .name("sat-session".into())
-            .spawn(move || session(stream, events, &offer, counted));
+            .spawn(move || session(stream, events, &offer, pending, admitting));
         if let Err(e) = spawned {
-            tracing::warn!("desk: cannot start a session thread: {e}");
+            refusal(format_args!("cannot start a session thread: {e}"));
+        }
+    }
+}
+
+/// The connections that have not proved the secret yet, oldest first.
+#[derive(Default)]
+struct Unproven {
+    queue: Mutex<UnprovenQueue>,
+}
+
+#[derive(Default)]
+struct UnprovenQueue {
+    entries: VecDeque<UnprovenEntry>,
+    next_id: u64,
+}
+
+struct UnprovenEntry {
+    id: u64,
+    /// The connection's socket (a second descriptor of it), to wake its
+    /// session's read when it is closed to make room.
+    stream: TcpStream,
+    evicted: Arc<AtomicBool>,
+}
+
+impl Unproven {
+    /// Counts a new connection in, closing the oldest unproven one if there
+    /// are [`MAX_UNPROVEN`] already.
+    fn enter(self: &Arc<Self>, stream: &TcpStream) -> std::io::Result<Pending> {
+        let handle = stream.try_clone()?;
+        let evicted = Arc::new(AtomicBool::new(false));
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.entries.len() >= MAX_UNPROVEN {
+            let Some(oldest) = q.entries.pop_front() else {
+                break;
+            };
+            oldest.evicted.store(true, Ordering::SeqCst);
+            // Its session's read returns at once; the session tells the
+            // process why and closes.
+            let _ = oldest.stream.shutdown(Shutdown::Read);
+        }
+        let id = q.next_id;
+        q.next_id += 1;
+        q.entries.push_back(UnprovenEntry {
+            id,
+            stream: handle,
+            evicted: Arc::clone(&evicted),
+        });
+        Ok(Pending {
+            id,
+            unproven: Arc::clone(self),
+            evicted,
+            accepted: Instant::now(),
+            proven: false,
+        })
+    }
+
+    /// Takes connection `id` out; false if it was closed to make room.
+    fn leave(&self, id: u64) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        match q.entries.iter().position(|e| e.id == id) {
+            Some(i) => {
+                q.entries.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A connection counted in [`Unproven`] until it proves the secret or ends.
+struct Pending {
+    id: u64,
+    unproven: Arc<Unproven>,
+    evicted: Arc<AtomicBool>,
+    accepted: Instant,
+    proven: bool,
+}
+
+impl Pending {
+    /// The connection proved the secret: it no longer counts as unproven.
+    /// False if it was closed to make room just before.
+    fn proved(&mut self) -> bool {
+        self.proven = self.unproven.leave(self.id);
+        self.proven
+    }
+
+    fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.proven {
+            self.unproven.leave(self.id);
         }
     }
 }
@@ -369,6 +480,14 @@ fn accept_loop(listener: TcpListener, events: Sender<Event>, offer: Arc<Offer>) 
 /// Counts a connection in the desk's [`MAX_ADMITTING`] until it is admitted
 /// or gone.
 struct Admitting(Arc<AtomicUsize>);
+
+impl Admitting {
+    fn enter(count: &Arc<AtomicUsize>) -> Option<Admitting> {
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        let entered = Admitting(Arc::clone(count));
+        (before < MAX_ADMITTING).then_some(entered)
+    }
+}
 
 impl Drop for Admitting {
     fn drop(&mut self) {
@@ -388,21 +507,322 @@ impl ToDesk {
     }
 }
 
+/// Why a message did not come (the desk's and an attaching process's
+/// reads, [`recv_by`]). Says what came only by its size and a short,
+/// escaped prefix.
+#[derive(Debug)]
+pub(crate) enum Unread {
+    /// No whole message by the deadline; `got` bytes of one came.
+    Late {
+        got: usize,
+    },
+    /// The connection closed (or was shut) after `got` bytes of a message.
+    Closed {
+        got: usize,
+    },
+    Io {
+        error: std::io::Error,
+    },
+    /// A frame length past what this step takes.
+    TooLong {
+        len: usize,
+        max: usize,
+        prefix: Vec<u8>,
+    },
+    /// A whole frame that is no message of this step; `version`, the wire
+    /// version it claims if it is a hello.
+    Undecodable {
+        len: usize,
+        prefix: Vec<u8>,
+        version: Option<u32>,
+    },
+}
+
+/// How many bytes of what a peer sent a log line may show.
+const PREFIX: usize = 16;
+
+/// `bytes` as printable ASCII (`\r`, `\xff`...), for a log line.
+fn escaped(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(PREFIX)
+        .flat_map(|b| std::ascii::escape_default(*b))
+        .map(char::from)
+        .collect()
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::Late { got: 0 } => f.write_str("nothing came in time"),
+            Unread::Late { got } => write!(f, "{got} bytes came in time, not a whole message"),
+            Unread::Closed { got: 0 } => f.write_str("the connection closed"),
+            Unread::Closed { got } => {
+                write!(f, "the connection closed after {got} bytes of a message")
+            }
+            Unread::Io { error } => write!(f, "{error}"),
+            Unread::TooLong { len, max, prefix } => write!(
+                f,
+                "a frame of {len} bytes, more than the {max} taken here (it starts with \"{}\")",
+                escaped(prefix)
+            ),
+            Unread::Undecodable {
+                len,
+                prefix,
+                version,
+            } => {
+                write!(
+                    f,
+                    "a frame of {len} bytes that is no SAT message here (it starts with \"{}\")",
+                    escaped(prefix)
+                )?;
+                match version {
+                    Some(v) if *v != WIRE_VERSION => write!(
+                        f,
+                        ", a hello of wire version {v} (this SAT speaks {WIRE_VERSION})"
+                    ),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Fills `buf` from `stream` by `deadline`, whatever comes in between: the
+/// deadline holds against a peer that drips bytes, which a read timeout
+/// alone (renewed by every byte) does not.
+fn read_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+    got: &mut usize,
+) -> Result<(), Unread> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Unread::Late { got: *got });
+        }
+        let _ = stream.set_read_timeout(Some(left));
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => return Err(Unread::Closed { got: *got }),
+            Ok(n) => {
+                filled += n;
+                *got += n;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(error) => return Err(Unread::Io { error }),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one message of a frame of at most `max` bytes, by `deadline`.
+pub(crate) fn recv_by<T: Decode<()>>(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    max: usize,
+) -> Result<T, Unread> {
+    let mut got = 0;
+    let mut head = [0u8; 4];
+    read_by(stream, &mut head, deadline, &mut got)?;
+    let len = u32::from_le_bytes(head) as usize;
+    if len > max {
+        // What is already there, for the log: the connection is refused.
+        let mut prefix = head.to_vec();
+        let mut more = [0u8; PREFIX - 4];
+        if stream.set_nonblocking(true).is_ok() {
+            if let Ok(n) = stream.read(&mut more) {
+                prefix.extend_from_slice(&more[..n]);
+            }
+            let _ = stream.set_nonblocking(false);
+        }
+        return Err(Unread::TooLong { len, max, prefix });
+    }
+    // Grown as bytes come, not allocated at the length a peer claims.
+    let mut body = Vec::new();
+    while body.len() < len {
+        let start = body.len();
+        body.resize(start + (len - start).min(64 << 10), 0);
+        read_by(stream, &mut body[start..], deadline, &mut got)?;
+    }
+    decode::<T>(&body, "").map_err(|_| Unread::Undecodable {
+        len,
+        prefix: [&head[..], &body[..body.len().min(PREFIX - 4)]].concat(),
+        version: hello_version(&body),
+    })
+}
+
+/// The desk's warnings about refused connections: every one is logged at
+/// the default level (`SAT_LOG=warn`), but at most [`LOG_LINES`] lines per
+/// [`LOG_WINDOW`], then one line that counts the others, so that a flood
+/// fills no disk and does not slow the desk.
+struct RefusalLog {
+    state: Mutex<LogState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// When the current window began (its first refusal).
+    since: Option<Instant>,
+    lines: u32,
+    /// Refusals of the window not logged one by one.
+    more: u64,
+}
+
+const LOG_WINDOW: Duration = Duration::from_secs(10);
+const LOG_LINES: u32 = 5;
+
+fn refusals() -> &'static RefusalLog {
+    static LOG: OnceLock<RefusalLog> = OnceLock::new();
+    LOG.get_or_init(|| {
+        // Counts the refusals of a window that ends with no other: without
+        // it they would be told only at the next refusal.
+        let _ = std::thread::Builder::new()
+            .name("sat-desk-log".into())
+            .spawn(|| refusals().summarize());
+        RefusalLog {
+            state: Mutex::new(LogState::default()),
+            wake: Condvar::new(),
+        }
+    })
+}
+
+/// Logs a refused connection (or another event of the desk that anyone who
+/// reaches the port can cause), rate-limited.
+fn refusal(why: std::fmt::Arguments<'_>) {
+    refusals().log(why);
+}
+
+impl RefusalLog {
+    fn log(&self, why: std::fmt::Arguments<'_>) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if s.since.is_none_or(|t| now.duration_since(t) >= LOG_WINDOW) {
+            Self::flush(&mut s);
+            s.since = Some(now);
+            s.lines = 0;
+        }
+        if s.lines < LOG_LINES {
+            s.lines += 1;
+            drop(s);
+            tracing::warn!("desk: {why}");
+        } else {
+            s.more += 1;
+            if s.more == 1 {
+                self.wake.notify_one();
+            }
+        }
+    }
+
+    fn flush(s: &mut LogState) {
+        if s.more > 0 {
+            tracing::warn!(
+                "desk: ... and {} more refused connections in the last {} s",
+                s.more,
+                LOG_WINDOW.as_secs()
+            );
+            s.more = 0;
+        }
+    }
+
+    /// The logging thread: at the end of a window with refusals not logged,
+    /// counts them.
+    fn summarize(&self) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            while s.more == 0 {
+                s = self.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
+            }
+            let end = s.since.map_or_else(Instant::now, |t| t + LOG_WINDOW);
+            let now = Instant::now();
+            if now >= end {
+                Self::flush(&mut s);
+                s.since = None;
+                continue;
+            }
+            s = self
+                .wake
+                .wait_timeout(s, end - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// What the desk tells a connection it closed to make room, and logs.
+fn evicted_reason() -> String {
+    format!(
+        "the service had {MAX_UNPROVEN} connections that had not proved its secret, and closed \
+         the oldest, this one, to make room: try again; if it keeps happening, something floods \
+         the service's port"
+    )
+}
+
 /// One attaching process, from `Hello` until its connection closes.
-fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted: Admitting) {
+fn session(
+    mut stream: TcpStream,
+    events: Sender<Event>,
+    offer: &Offer,
+    mut pending: Pending,
+    admitting: Arc<AtomicUsize>,
+) {
     let peer = stream
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| "?".into());
     let _ = stream.set_nodelay(true);
-    let deadline = Instant::now() + ADMISSION_TIMEOUT;
-    let who = format!("the process attaching from {peer}");
+    // A peer that does not read cannot hold the thread in a write.
+    let _ = stream.set_write_timeout(Some(HELLO_WAIT));
+    let deadline = pending.accepted + ADMISSION_TIMEOUT;
+    let who = format!("the connection from {peer}");
     let refuse = |stream: &mut TcpStream, why: String| {
-        tracing::warn!("desk: {who} refused: {why}");
+        refusal(format_args!("{who} refused: {why}"));
         let _ = send(stream, &FromDesk::Refused(why));
     };
-    let hello_by = deadline.min(Instant::now() + HELLO_WAIT);
-    let (pid, host, theirs) = match recv::<ToDesk>(&mut stream, hello_by, &who) {
+    // Before the proof, whatever fails is refused: a connection closed to
+    // make room, or one too slow, is told why; the rest is logged only.
+    let unproven =
+        |stream: &mut TcpStream, pending: &Pending, (step, within): (&str, Duration), e: Unread| {
+            if pending.evicted() {
+                return refuse(stream, evicted_reason());
+            }
+            match e {
+                Unread::Late { .. } => refuse(
+                    stream,
+                    format!(
+                        "no {step} within {} s of connecting ({e})",
+                        within.as_secs()
+                    ),
+                ),
+                Unread::Undecodable {
+                    version: Some(v), ..
+                } if v != WIRE_VERSION => refuse(
+                    stream,
+                    format!(
+                        "it speaks wire version {v}, the service {WIRE_VERSION}: use the same SAT \
+                     version on both sides"
+                    ),
+                ),
+                // A process whose secret is not the service's closes after the
+                // challenge, having checked the desk's proof.
+                Unread::Closed { got: 0 } if within > HELLO_WAIT => refusal(format_args!(
+                    "{who} refused: no {step}: {e} after the challenge (a process whose secret is \
+                 not the service's?)"
+                )),
+                e => refusal(format_args!("{who} refused: no {step}: {e}")),
+            }
+        };
+    let hello = ("hello", HELLO_WAIT);
+    let hello_by = pending.accepted + HELLO_WAIT;
+    let (pid, host, theirs) = match recv_by::<ToDesk>(&mut stream, hello_by, MAX_UNPROVEN_FRAME) {
         Ok(ToDesk::Hello {
             wire_version,
             pid,
@@ -422,10 +842,7 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
             (pid, host, nonce)
         }
         Ok(other) => return refuse(&mut stream, format!("expected Hello, got {}", other.kind())),
-        Err(e) => {
-            tracing::debug!("desk: {e}");
-            return;
-        }
+        Err(e) => return unproven(&mut stream, &pending, hello, e),
     };
     // The secret, before anything about the service leaves the desk.
     let Ok(ours) = auth::nonce() else {
@@ -436,10 +853,12 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
         nonce: ours,
         proof: auth::prove(secret, Side::Admitter, &theirs, &ours),
     };
-    if send(&mut stream, &challenge).is_err() {
-        return;
+    if let Err(e) = send(&mut stream, &challenge) {
+        return unproven(&mut stream, &pending, hello, Unread::Io { error: e });
     }
-    match recv::<ToDesk>(&mut stream, deadline.min(Instant::now() + HELLO_WAIT), &who) {
+    let proving = ("proof of the secret", 2 * HELLO_WAIT);
+    let proof_by = pending.accepted + proving.1;
+    match recv_by::<ToDesk>(&mut stream, proof_by, MAX_UNPROVEN_FRAME) {
         Ok(ToDesk::Proof(proof)) => {
             if let Err(refusal) = auth::check(secret, Side::Joiner, &theirs, &ours, proof.as_ref())
             {
@@ -447,11 +866,22 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
             }
         }
         Ok(other) => return refuse(&mut stream, format!("expected Proof, got {}", other.kind())),
-        Err(e) => {
-            tracing::debug!("desk: {e}");
-            return;
-        }
+        Err(e) => return unproven(&mut stream, &pending, proving, e),
     }
+    if !pending.proved() {
+        return refuse(&mut stream, evicted_reason());
+    }
+    drop(pending);
+    let _ = stream.set_write_timeout(None);
+    let Some(counted) = Admitting::enter(&admitting) else {
+        return refuse(
+            &mut stream,
+            format!(
+                "{MAX_ADMITTING} processes are being admitted at once already: try again in a \
+                 moment"
+            ),
+        );
+    };
     if send(
         &mut stream,
         &FromDesk::Offer {
@@ -462,13 +892,10 @@ fn session(mut stream: TcpStream, events: Sender<Event>, offer: &Offer, counted:
     {
         return;
     }
-    let address = match recv::<ToDesk>(&mut stream, deadline, &who) {
+    let address = match recv_by::<ToDesk>(&mut stream, deadline, MAX_FRAME) {
         Ok(ToDesk::Join { address }) => address,
         Ok(other) => return refuse(&mut stream, format!("expected Join, got {}", other.kind())),
-        Err(e) => {
-            tracing::debug!("desk: {e}");
-            return;
-        }
+        Err(e) => return refuse(&mut stream, format!("no Join: {e}")),
     };
     let (tx, rx) = mpsc::channel();
     let dropped = Dropped::default();
@@ -675,6 +1102,25 @@ mod tests {
         assert_eq!(client, c);
         d.admitted(client, Ok(()));
         assert_eq!(answer.try_recv().unwrap(), Ok(c));
+    }
+
+    /// What a refused connection sent is logged by its size and a short,
+    /// escaped prefix, never more.
+    #[test]
+    fn a_refusal_shows_an_escaped_prefix_only() {
+        let http = b"GET /0123456789abcdef HTTP/1.1\r\n";
+        let e = Unread::TooLong {
+            len: 542393671,
+            max: MAX_UNPROVEN_FRAME,
+            prefix: http.to_vec(),
+        };
+        let shown = e.to_string();
+        assert!(
+            shown.contains(r#"starts with "GET /0123456789a""#),
+            "{shown}"
+        );
+        assert!(!shown.contains("HTTP"), "{shown}");
+        assert_eq!(escaped(&[0, b'\r', 0xff]), r"\x00\r\xff");
     }
 
     #[test]

@@ -8,9 +8,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::desk::{FromDesk, ToDesk, ADMISSION_TIMEOUT};
+use super::desk::{
+    recv_by, FromDesk, ToDesk, Unread, ADMISSION_TIMEOUT, HELLO_WAIT, MAX_FRAME, MAX_UNPROVEN,
+};
 use crate::auth::{self, Refusal, ServiceAddress, Side};
-use crate::bootstrap::seed::{recv, send};
+use crate::bootstrap::seed::send;
 use crate::bootstrap::watch::{Fatal, PeerWatch};
 use crate::client::Client;
 use crate::error::{SatError, SatResult};
@@ -76,12 +78,10 @@ pub fn connect(address: &str) -> SatResult<Session> {
         TcpStream::connect_timeout(&target, Duration::from_secs(10)).map_err(unreachable)?;
     let _ = control.set_nodelay(true);
     let local_ip = control.local_addr().map_err(unreachable)?.ip();
-    let lost = |e: std::io::Error| {
-        SatError::Bootstrap(format!(
-            "lost the connection to the service at {address}: {e}"
-        ))
+    let lost = |error: std::io::Error| cut_off(address, Unread::Io { error });
+    let hear = |control: &mut TcpStream| {
+        recv_by::<FromDesk>(control, deadline, MAX_FRAME).map_err(|e| cut_off(address, e))
     };
-    let from = format!("the service at {address}");
     let mine = auth::nonce()?;
     send(
         &mut control,
@@ -93,7 +93,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
         },
     )
     .map_err(lost)?;
-    let (theirs, their_proof) = match recv::<FromDesk>(&mut control, deadline, &from)? {
+    let (theirs, their_proof) = match hear(&mut control)? {
         FromDesk::Challenge { nonce, proof } => (nonce, proof),
         FromDesk::Refused(why) => return Err(refused(address, why)),
         other => return Err(unexpected(address, &other)),
@@ -120,7 +120,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
         &ToDesk::Proof(auth::prove(secret, Side::Joiner, &mine, &theirs)),
     )
     .map_err(lost)?;
-    let provider = match recv::<FromDesk>(&mut control, deadline, &from)? {
+    let provider = match hear(&mut control)? {
         FromDesk::Offer { provider } => provider,
         FromDesk::Refused(why) => return Err(refused(address, why)),
         other => return Err(unexpected(address, &other)),
@@ -138,7 +138,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
         },
     )
     .map_err(lost)?;
-    let (rank, topology, servers, lease) = match recv::<FromDesk>(&mut control, deadline, &from)? {
+    let (rank, topology, servers, lease) = match hear(&mut control)? {
         FromDesk::Welcome {
             rank,
             topology,
@@ -246,6 +246,28 @@ fn check_reachable(
         }
     }
     Ok(())
+}
+
+/// The service did not answer as one: it closed or reset the connection,
+/// was too slow, or sent what is not a SAT message.
+fn cut_off(address: &str, e: Unread) -> SatError {
+    match e {
+        Unread::Late { .. } => SatError::Timeout(format!(
+            "the service at {address} did not answer within {} s ({e}): is it overloaded, or \
+             stopped (SIGSTOP)?",
+            ADMISSION_TIMEOUT.as_secs()
+        )),
+        Unread::Closed { .. } | Unread::Io { .. } => SatError::Bootstrap(format!(
+            "the service at {address} closed or reset the connection before admitting this \
+             process ({e}): try again. A service closes the oldest of the connections that have \
+             not proved its secret when {MAX_UNPROVEN} are open, and those that do not prove it \
+             within {} s; its log (at the default level) says why it refused a connection",
+            2 * HELLO_WAIT.as_secs()
+        )),
+        Unread::TooLong { .. } | Unread::Undecodable { .. } => SatError::Bootstrap(format!(
+            "what answers at {address} sent {e}: is it a SAT service, of the same SAT version?"
+        )),
+    }
 }
 
 fn refused(address: &str, why: String) -> SatError {
