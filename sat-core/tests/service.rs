@@ -586,7 +586,8 @@ fn only_processes_that_hold_the_secret_attach() {
     let wrong = format!("sat://{}@{port}", "0".repeat(64));
     let (ok, _, err) = attach(&["cycle", &wrong, "--chunk", "5", "--times", "1"]);
     assert!(
-        !ok && err.contains("is not the service of this connection string"),
+        !ok && err.contains("is not the service of this connection string")
+            && err.contains("check the secret"),
         "a wrong secret: {err}"
     );
     assert!(

@@ -105,14 +105,20 @@ pub fn connect(address: &str) -> SatResult<Session> {
         if let Err(refusal) =
             auth::check(secret, Side::Admitter, &mine, &theirs, their_proof.as_ref())
         {
-            return Err(SatError::Bootstrap(format!(
-                "the process at {address} is not the service of this connection string ({}): \
-                 check the address",
-                match refusal {
-                    Refusal::Missing => "it proved no secret",
-                    _ => "it does not hold the secret",
-                }
-            )));
+            // From here a wrong secret in the string and a process that
+            // is not the service look the same: the message names both,
+            // the likelier first.
+            return Err(SatError::Bootstrap(match refusal {
+                Refusal::Missing => format!(
+                    "the process at {address} is not the service of this connection string (it \
+                     proved no secret): check the address"
+                ),
+                _ => format!(
+                    "the process at {address} is not the service of this connection string (it \
+                     does not hold this secret): check the secret (the `sat://SECRET@...` line of \
+                     the service's address file, or SAT_SECRET), then the address"
+                ),
+            }));
         }
     }
     send(
