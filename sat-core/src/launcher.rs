@@ -23,6 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -48,18 +49,22 @@ Usage:
 
 Options:
   -n, -np N          run N processes of PROG; with ':' several programs share one run
-                     and take the ranks in the order they are written
+                     and take the ranks in the order they are written; at most 256
+                     processes in all
   --topology FILE    the topology of the run (XML, the SAT report's Figure 11); it is
                      also found in PROG's own arguments (--topology FILE or
-                     --topology=FILE); without one, rank 0 is the only server and
-                     every other rank a client of it with role 1
+                     --topology=FILE), else in $SAT_TOPOLOGY; without one, rank 0
+                     is the only server and every other rank a client of it with
+                     role 1
   --provider NAME    the libfabric provider: shm (this host), tcp or verbs;
                      default: $SAT_PROVIDER, else shm
   --enable-recovery  the run outlives a client process that dies or stops answering
                      for $SAT_LEASE_S seconds (default 10): its write scopes are
                      revoked, its chunks keep their last released versions, and the
                      others go on (sets SAT_RECOVERY=on; under mpirun or srun, set
-                     it yourself). A lost server ends the run, unless the topology
+                     it yourself; SAT_RECOVERY=on asks the same, and
+                     SAT_RECOVERY=off with this option is an error). A lost
+                     server ends the run, unless the topology
                      keeps replicated homes (<topologies replication=\"2\">) and it
                      is not the seed (rank 0): its backups then take its chunks
                      over and its clients move to the next server.
@@ -69,15 +74,19 @@ Options:
 Service mode (--serve): start the S-DSM's servers and keep them running;
 processes attach and detach at any time (sat_connect in C, sat.connect in
 Python, sat_core::service::connect in Rust) and find the data others left.
-  --servers K        the number of server processes (default 1)
+  --servers K        the number of server processes (default 1, at most 256)
   --slots M          how many clients may be attached at once (default 16)
   --topology FILE    instead of --servers/--slots: its servers must have the
-                     first ids, and each client entry is a slot
+                     first ids, and each client entry is a slot; without any of
+                     the three, $SAT_TOPOLOGY when set
   --listen HOST:PORT where clients attach (default 127.0.0.1 and a free port;
                      0.0.0.0 to accept other hosts)
   --address-file F   where to write the connection string clients attach with,
                      sat://SECRET@HOST:PORT (mode 0600); default
                      $XDG_RUNTIME_DIR/sat/service-PORT, else ~/.sat/service-PORT
+                     (a folder made 0700). The service keeps the file locked
+                     (flock) while it runs: a second service given the same
+                     file refuses to start
 The service's secret is $SAT_SECRET, else a new random one. A process attaches
 only if it proves it holds the secret (the connection string, or HOST:PORT with
 $SAT_SECRET set); the secret itself never crosses the network. The service
@@ -89,11 +98,16 @@ in $SAT_SECRET; a process that cannot prove it holds it gets no rank. Under
 another launcher (mpirun, srun) set $SAT_SECRET for every process yourself: it
 is required when the seed's address is not loopback. See docs/SECURITY.md.
 
+The tuning variables of README's \"Environment\" (SAT_CHUNK_SIZE, SAT_LEASE_S,
+...) are checked before anything starts: a value that does not parse stops
+satrun with status 2, naming it.
+
 Every line a process prints is prefixed with its rank: \"[2] ...\".
 Exit status: 0 when every process exits with 0; otherwise the status of the
 first process that failed (1 if a signal killed it), also when the run went on
-without it (--enable-recovery); 128+N when satrun was stopped by signal N; 2
-when the run could not start.
+without it (--enable-recovery); 128+N when satrun was stopped by signal N
+(SIGINT, SIGTERM or SIGHUP, whenever it comes: a service stopped so exits
+with 0); 2 when the run could not start.
 ";
 
 /// How long the ranks have to exit after SIGTERM before SIGKILL.
@@ -108,6 +122,24 @@ const MAX_LINE: usize = 1 << 20;
 
 /// Exit status when the run could not start.
 pub const EXIT_NOT_STARTED: i32 = 2;
+
+/// The most processes satrun starts (the ranks of a run, the servers of a
+/// service). They all run on this host, and 256 is where two limits meet:
+/// libfabric's shm provider, the default here, addresses at most 256 peers
+/// from one endpoint (`SMR_MAX_PEERS` in every release since 1.6), so a
+/// server over shm could not reach more processes than that; and satrun
+/// itself holds two pipes per rank, which is 512 of the 1024 descriptors
+/// a process may open by default (`ulimit -n`). A larger run is one for
+/// several hosts, started by mpirun or srun.
+pub const MAX_PROCESSES: u32 = 256;
+
+/// Set in every rank's environment unless the user set them: libinfinipath
+/// and libhfi (loaded by libfabric's psm and psm2 providers) otherwise
+/// install SIGINT and SIGTERM handlers that call `exit(1)`, which can
+/// deadlock on a lock of libfabric the signal interrupted (a process then
+/// survives SIGTERM), and turn a stop by signal into status 1. Open MPI
+/// sets them for the same reason.
+const NO_BACKTRACE_VARS: [&str; 2] = ["IPATH_NO_BACKTRACE", "HFI_NO_BACKTRACE"];
 
 /// Why satrun could not start the run; printed as `satrun: <error>`.
 #[derive(Debug, thiserror::Error)]
@@ -133,6 +165,66 @@ pub enum LaunchError {
     /// The operating system refused something satrun needs.
     #[error("{what}: {error}")]
     System { what: String, error: io::Error },
+    /// An environment variable, or the state of a file, that stops the
+    /// run before it starts; the message says which and what to do.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The environment variables satrun reads itself (the others pass through
+/// to the processes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchEnv {
+    /// `SAT_PROVIDER`.
+    pub provider: Option<OsString>,
+    /// `SAT_TOPOLOGY`: the topology file when no option names one.
+    pub topology: Option<OsString>,
+    /// `SAT_RECOVERY`.
+    pub recovery: Option<OsString>,
+}
+
+impl LaunchEnv {
+    /// This process's environment.
+    pub fn from_process() -> LaunchEnv {
+        LaunchEnv {
+            provider: std::env::var_os("SAT_PROVIDER"),
+            topology: std::env::var_os("SAT_TOPOLOGY"),
+            recovery: std::env::var_os("SAT_RECOVERY"),
+        }
+    }
+
+    /// `SAT_TOPOLOGY`, when set and not empty.
+    fn topology_file(&self) -> Option<PathBuf> {
+        self.topology
+            .as_ref()
+            .filter(|t| !t.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// `SAT_RECOVERY`: `None` when unset or empty, else whether it says on;
+    /// a value that does not parse is the processes' own error.
+    fn recovery(&self) -> Result<Option<bool>, LaunchError> {
+        let Some(value) = self
+            .recovery
+            .as_ref()
+            .map(|v| v.to_string_lossy().trim().to_owned())
+            .filter(|v| !v.is_empty())
+        else {
+            return Ok(None);
+        };
+        crate::settings::parse(|name| (name == "SAT_RECOVERY").then(|| value.clone()))
+            .map(|s| Some(s.recovery))
+            .map_err(LaunchError::Refused)
+    }
+}
+
+/// Checks the tuning variables every process reads (README, "Environment")
+/// with the processes' own parser, so a bad one stops satrun, with the
+/// message the processes would give, before anything starts.
+pub fn check_settings(var: impl Fn(&str) -> Option<String>) -> Result<(), LaunchError> {
+    crate::settings::parse(var)
+        .map(drop)
+        .map_err(LaunchError::Refused)
 }
 
 /// One program of the command line and how many processes run it.
@@ -169,6 +261,8 @@ pub enum Invocation {
 pub struct ServeArgs {
     pub servers: u32,
     pub slots: u32,
+    /// `--servers` or `--slots` was given (then `SAT_TOPOLOGY` is not read).
+    pub sized: bool,
     pub topology: Option<PathBuf>,
     pub provider: Option<String>,
     pub listen: String,
@@ -180,6 +274,7 @@ impl Default for ServeArgs {
         ServeArgs {
             servers: 1,
             slots: 16,
+            sized: false,
             topology: None,
             provider: None,
             listen: "127.0.0.1:0".into(),
@@ -240,8 +335,16 @@ fn parse_serve_args(args: &[OsString]) -> Result<Invocation, LaunchError> {
             "--topology gives the servers and slots: do not add --servers or --slots",
         ));
     }
+    out.sized = servers.is_some() || slots.is_some();
     out.servers = servers.unwrap_or(out.servers);
     out.slots = slots.unwrap_or(out.slots);
+    if out.servers > MAX_PROCESSES {
+        return Err(usage(format!(
+            "--servers {}: satrun starts at most {MAX_PROCESSES} processes, all on this \
+             host (libfabric's shm provider reaches at most 256 peers); give fewer",
+            out.servers
+        )));
+    }
     Ok(Invocation::Serve(out))
 }
 
@@ -331,6 +434,7 @@ where
     if count.is_some() {
         return Err(usage("-n N must be followed by the program to run"));
     }
+    check_process_count(out.apps.iter().map(|a| u64::from(a.count)).sum())?;
     Ok(Invocation::Run(out))
 }
 
@@ -366,6 +470,18 @@ fn take_program(
         }
     }
     Ok(end)
+}
+
+/// At most [`MAX_PROCESSES`] ranks.
+fn check_process_count(total: u64) -> Result<(), LaunchError> {
+    if total > u64::from(MAX_PROCESSES) {
+        return Err(usage(format!(
+            "{total} processes: satrun starts at most {MAX_PROCESSES}, all on this host \
+             (libfabric's shm provider reaches at most 256 peers); a larger run spans \
+             several hosts: start it with mpirun or srun"
+        )));
+    }
+    Ok(())
 }
 
 fn set_count(count: &mut Option<u32>, value: &OsStr) -> Result<(), LaunchError> {
@@ -439,22 +555,39 @@ pub struct ServicePlan {
 
 /// Checks a service's command line and plans its server processes: each is
 /// satrun itself, in its server role.
-pub fn plan_service(args: &ServeArgs, env_provider: Option<&OsStr>) -> Result<Plan, LaunchError> {
+pub fn plan_service(args: &ServeArgs, env: &LaunchEnv) -> Result<Plan, LaunchError> {
     let system = |what: &str| {
         let what = what.to_owned();
         move |error| LaunchError::System { what, error }
     };
-    let (topology, topology_file) = match &args.topology {
-        Some(path) => (
-            Topology::from_file(path)?,
-            Some(std::fs::canonicalize(path).map_err(system(&format!(
+    // --topology, else (without --servers and --slots) SAT_TOPOLOGY.
+    let file = match (&args.topology, args.sized) {
+        (Some(path), _) => Some((path.clone(), false)),
+        (None, false) => env.topology_file().map(|p| (p, true)),
+        (None, true) => None,
+    };
+    let (topology, topology_file) = match file {
+        Some((path, from_env)) => {
+            let topology = Topology::from_file(&path)
+                .and_then(|t| t.check_service().map(|()| t))
+                .map_err(|e| from_env_topology(e, from_env))?;
+            let canonical = std::fs::canonicalize(&path).map_err(system(&format!(
                 "{}: cannot resolve the path",
                 path.display()
-            )))?),
-        ),
+            )))?;
+            (topology, Some(canonical))
+        }
         None => (Topology::service(args.servers, args.slots)?, None),
     };
     topology.check_service()?;
+    let servers = topology.servers().len() as u32;
+    if servers > MAX_PROCESSES {
+        return Err(LaunchError::Refused(format!(
+            "{}: {servers} servers; satrun starts at most {MAX_PROCESSES} processes, all on \
+             this host (libfabric's shm provider reaches at most 256 peers)",
+            topology.source()
+        )));
+    }
     let me = std::env::current_exe().map_err(system("finding satrun's own program"))?;
     let ranks = topology
         .servers()
@@ -465,7 +598,7 @@ pub fn plan_service(args: &ServeArgs, env_provider: Option<&OsStr>) -> Result<Pl
             args: vec![crate::service::SERVER_PROCESS_ARG.into()],
         })
         .collect();
-    let provider = choose_provider(args.provider.as_ref(), env_provider)?;
+    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref())?;
     let slots = topology.clients().len() as u32;
     Ok(Plan {
         ranks,
@@ -543,7 +676,23 @@ impl Plan {
 /// Checks everything before a process starts: the topology (read, validated,
 /// sized against the ranks), the provider (`--provider`, else the
 /// `env_provider` value of `SAT_PROVIDER`, else shm) and the programs.
-pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, LaunchError> {
+pub fn plan(args: &LaunchArgs, env: &LaunchEnv) -> Result<Plan, LaunchError> {
+    check_process_count(args.apps.iter().map(|a| u64::from(a.count)).sum())?;
+    // --enable-recovery, or SAT_RECOVERY=on; the two must agree.
+    let recovery = match (args.recovery, env.recovery()?) {
+        (true, Some(false)) => {
+            return Err(LaunchError::Refused(format!(
+                "--enable-recovery asks for recovery but SAT_RECOVERY={} says off: unset \
+                 SAT_RECOVERY (or set it to on), or drop --enable-recovery",
+                env.recovery
+                    .as_deref()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .trim()
+            )))
+        }
+        (flag, from_env) => flag || from_env == Some(true),
+    };
     let mut ranks = Vec::new();
     for app in &args.apps {
         for _ in 0..app.count {
@@ -557,13 +706,15 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
     }
     let size = u32::try_from(ranks.len()).map_err(|_| usage("too many processes"))?;
 
-    let file = find_topology_file(args)?;
+    let file = find_topology_file(args, env)?;
     let topology = match &file {
-        Some(path) => Topology::from_file(path)?,
+        Some((path, from_env)) => Topology::from_file(path)
+            .and_then(|t| t.check_size(size).map(|()| t))
+            .map_err(|e| from_env_topology(e, *from_env))?,
         None => Topology::default_for(size),
     };
     topology.check_size(size)?;
-    let topology_file = match file {
+    let topology_file = match file.map(|(path, _)| path) {
         Some(path) => Some(
             std::fs::canonicalize(&path).map_err(|error| LaunchError::System {
                 what: format!("{}: cannot resolve the path", path.display()),
@@ -573,7 +724,7 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
         None => None,
     };
 
-    let provider = choose_provider(args.provider.as_ref(), env_provider)?;
+    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref())?;
 
     let mut first = 0u32;
     for app in &args.apps {
@@ -594,13 +745,29 @@ pub fn plan(args: &LaunchArgs, env_provider: Option<&OsStr>) -> Result<Plan, Lau
         topology_file,
         provider,
         service: None,
-        recovery: args.recovery,
+        recovery,
     })
 }
 
-/// satrun's `--topology`, else the first found in the programs' arguments;
-/// two different files are an error.
-fn find_topology_file(args: &LaunchArgs) -> Result<Option<PathBuf>, LaunchError> {
+/// A topology error; one about the file `SAT_TOPOLOGY` names says so.
+fn from_env_topology(error: TopologyError, from_env: bool) -> LaunchError {
+    if from_env {
+        LaunchError::Refused(format!(
+            "{error} (the topology file SAT_TOPOLOGY names: fix it, unset SAT_TOPOLOGY or \
+             give --topology FILE)"
+        ))
+    } else {
+        error.into()
+    }
+}
+
+/// satrun's `--topology`, else the first found in the programs' arguments
+/// (two different files are an error), else `SAT_TOPOLOGY`; with whether
+/// it came from `SAT_TOPOLOGY`.
+fn find_topology_file(
+    args: &LaunchArgs,
+    env: &LaunchEnv,
+) -> Result<Option<(PathBuf, bool)>, LaunchError> {
     let mut found: Option<(PathBuf, String)> = args
         .topology
         .clone()
@@ -622,7 +789,10 @@ fn find_topology_file(args: &LaunchArgs) -> Result<Option<PathBuf>, LaunchError>
             Some(_) => {}
         }
     }
-    Ok(found.map(|(p, _)| p))
+    Ok(match found {
+        Some((path, _)) => Some((path, false)),
+        None => env.topology_file().map(|path| (path, true)),
+    })
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -762,20 +932,41 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         move |error| LaunchError::System { what, error }
     };
     // Before any thread exists, so every thread inherits the blocked mask
-    // and only the watcher below receives these signals.
+    // and only the watcher below receives these signals (`main` blocked
+    // them already, at its start; blocking again changes nothing).
     let signals = sys::block_forwarded_signals().map_err(system("blocking signals"))?;
     sys::become_subreaper();
     let (events, inbox) = mpsc::channel::<Event>();
+    // The first signal received, 0 before: no rank starts once it is set.
+    // A signal that came before `run` (while `main` checked the run, with
+    // the signals blocked) is taken here, before anything starts.
+    let stopped = Arc::new(AtomicI32::new(
+        sys::take_pending(&signals).map_or(0, |(sig, _)| sig),
+    ));
     {
         let events = events.clone();
+        let stopped = stopped.clone();
         spawn_thread("satrun-signals".into(), move || loop {
             let (sig, from_terminal) = sys::wait_signal(&signals);
+            let _ = stopped.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
             if events.send(Event::Signal { sig, from_terminal }).is_err() {
                 return;
             }
         })
         .map_err(system("starting the signal thread"))?;
     }
+    // What satrun exits with when a signal stops it before any rank runs.
+    let stopped_before_start = |sig: i32| {
+        notice(&format!(
+            "received {} before any process started; none was started",
+            sys::signal_name(sig)
+        ));
+        if plan.service.is_some() {
+            0
+        } else {
+            128 + sig
+        }
+    };
 
     // One secret per run, or per service: only the processes satrun starts
     // (and, for a service, those given its connection string) hold it, so
@@ -791,6 +982,9 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         what: "making the run's secret".into(),
         error: io::Error::other(e.to_string()),
     })?;
+    if let sig @ 1.. = stopped.load(Ordering::SeqCst) {
+        return Ok(stopped_before_start(sig));
+    }
     let (mut service_listener, address_file, seed_ip) = match &plan.service {
         Some(service) => {
             let (listener, file, host) = open_service(plan, service, &secret)?;
@@ -814,6 +1008,11 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     let mut start_failure: Option<i32> = None;
 
     for rank in &plan.ranks {
+        if stopped.load(Ordering::SeqCst) != 0 {
+            // A signal came: start no more; the supervisor stops the
+            // ranks already started.
+            break;
+        }
         let mut cmd = Command::new(&rank.program);
         cmd.args(&rank.args)
             .env("SAT_RANK", rank.rank.to_string())
@@ -831,6 +1030,11 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             Some(path) => cmd.env("SAT_TOPOLOGY", path),
             None => cmd.env_remove("SAT_TOPOLOGY"),
         };
+        for var in NO_BACKTRACE_VARS {
+            if std::env::var_os(var).is_none() {
+                cmd.env(var, "1");
+            }
+        }
         cmd.env_remove(crate::service::SERVICE_FD_VAR);
         if let Some(service) = &plan.service {
             cmd.env(crate::service::SERVICE_SLOTS_VAR, service.slots.to_string());
@@ -928,14 +1132,22 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     drop(service_listener);
     drop(events);
 
+    if running.is_empty() && start_failure.is_none() {
+        if let sig @ 1.. = stopped.load(Ordering::SeqCst) {
+            if let Some(file) = address_file {
+                file.remove();
+            }
+            return Ok(stopped_before_start(sig));
+        }
+    }
     let mode = match (&plan.service, plan.recovery) {
         (Some(_), _) => Mode::Service,
         (None, true) => Mode::Recovering(&plan.topology),
         (None, false) => Mode::Run,
     };
     let code = supervise(&mut running, &inbox, start_failure, mode);
-    if let Some(path) = &address_file {
-        let _ = std::fs::remove_file(path);
+    if let Some(file) = address_file {
+        file.remove();
     }
 
     for r in &running {
@@ -964,14 +1176,15 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
 
 /// Opens the socket where processes attach to a service, writes its
 /// connection string (`sat://SECRET@host:port`) to the address file, which
-/// only its owner may read, and prints where it listens and where the
-/// connection string is (never the secret: satrun's output often ends in a
-/// log). Returns the socket and the address file.
+/// only its owner may read and which stays locked while the service runs,
+/// and prints where it listens and where the connection string is (never
+/// the secret: satrun's output often ends in a log). Returns the socket and
+/// the address file.
 fn open_service(
     plan: &Plan,
     service: &ServicePlan,
     secret: &Secret,
-) -> Result<(TcpListener, PathBuf, IpAddr), LaunchError> {
+) -> Result<(TcpListener, AddressFile, IpAddr), LaunchError> {
     let listener = TcpListener::bind(&service.listen).map_err(|error| LaunchError::System {
         what: format!(
             "cannot listen for clients on {} (--listen HOST:PORT; port 0 picks a free one)",
@@ -996,10 +1209,22 @@ fn open_service(
     // The address file's one line; the string is wiped when dropped.
     let mut line = connection.connection_string();
     line.push('\n');
-    write_private(&path, &line).map_err(|error| LaunchError::System {
-        what: format!("writing the service's address to {}", path.display()),
-        error,
-    })?;
+    let file = match write_private(&path, &line) {
+        Ok(file) => file,
+        Err(Published::InUse) => {
+            return Err(LaunchError::Refused(format!(
+                "{}: another service is using this address file (it holds it locked while \
+                 it runs): stop that service, or give this one another --address-file",
+                path.display()
+            )))
+        }
+        Err(Published::Failed(error)) => {
+            return Err(LaunchError::System {
+                what: format!("writing the service's address to {}", path.display()),
+                error,
+            })
+        }
+    };
     let mut out = io::stdout().lock();
     let _ = writeln!(
         out,
@@ -1012,12 +1237,37 @@ fn open_service(
         path.display()
     );
     let _ = out.flush();
-    Ok((listener, path, host))
+    Ok((listener, AddressFile { path, file }, host))
+}
+
+/// A service's address file, locked (`flock`) through `file` for as long
+/// as the service runs, so that a second service given the same file
+/// refuses to start instead of replacing it.
+struct AddressFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl AddressFile {
+    /// Removes the file, if it is still the one this service wrote; the
+    /// lock goes with it.
+    fn remove(self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours = match (std::fs::symlink_metadata(&self.path), self.file.metadata()) {
+            (Ok(at_path), Ok(mine)) => at_path.dev() == mine.dev() && at_path.ino() == mine.ino(),
+            _ => false,
+        };
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Where a service's connection string goes when no `--address-file` is
 /// given: `$XDG_RUNTIME_DIR/sat/service-PORT`, else `~/.sat/service-PORT`,
-/// in a folder only the user may enter.
+/// in a folder only the user may enter: made so when it does not exist,
+/// tightened to 0700 (said on stderr) when it is the user's and others may
+/// enter it, refused when it is another user's.
 fn default_address_file(port: u16) -> Result<PathBuf, LaunchError> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .filter(|d| !d.is_empty() && Path::new(d).is_dir())
@@ -1042,12 +1292,76 @@ fn default_address_file(port: u16) -> Result<PathBuf, LaunchError> {
             what: format!("creating {}", base.display()),
             error,
         })?;
+    private_folder(&base)?;
     Ok(base.join(format!("service-{port}")))
+}
+
+/// Checks that `dir` (which exists) is a folder of this user's that nobody
+/// else may enter, making it so when it is this user's.
+fn private_folder(dir: &Path) -> Result<(), LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).map_err(|error| LaunchError::System {
+        what: format!("reading {}", dir.display()),
+        error,
+    })?;
+    if !meta.is_dir() {
+        return Err(LaunchError::Refused(format!(
+            "{} is not a folder (a symbolic link or a file), where the service's address \
+             file goes: remove it, or give --address-file FILE",
+            dir.display()
+        )));
+    }
+    let me = sys::my_uid();
+    if meta.uid() != me {
+        return Err(LaunchError::Refused(format!(
+            "{} belongs to user {}, not to you (user {me}): its owner could read the \
+             service's connection string there; remove it, or give --address-file FILE",
+            dir.display(),
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|error| {
+            LaunchError::System {
+                what: format!("making {} private (mode 0700)", dir.display()),
+                error,
+            }
+        })?;
+        notice(&format!(
+            "{} had mode {mode:04o}: made it 0700, so that only you may enter the folder \
+             that holds the services' connection strings",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Why [`write_private`] did not write.
+enum Published {
+    /// The file is locked by a service that runs.
+    InUse,
+    Failed(io::Error),
+}
+
+impl From<io::Error> for Published {
+    fn from(error: io::Error) -> Published {
+        Published::Failed(error)
+    }
 }
 
 /// Writes `text` to `path` readable and writable by its owner only,
 /// whole: a reader never sees half of it, and nobody else sees any of it.
-fn write_private(path: &Path, text: &str) -> io::Result<()> {
+/// Returns the file, locked (`flock`, exclusive) until it is closed; a
+/// `path` that another process holds locked is left as it is.
+///
+/// The text goes to a new file, locked before it gets its name, so the file
+/// at `path` is always locked while its service runs. It takes the name by
+/// `link`, which never replaces a file (two services starting at the same
+/// moment cannot both succeed); a file already there is replaced (by
+/// `rename`) only once this process holds its lock, so no running service's
+/// file is replaced, and the one a dead service left is.
+fn write_private(path: &Path, text: &str) -> Result<std::fs::File, Published> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
@@ -1057,12 +1371,49 @@ fn write_private(path: &Path, text: &str) -> io::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        .and_then(|mut f| {
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            sys::try_lock(&f)?;
+            Ok(f)
+        });
+    let file = match written {
+        Ok(file) => file,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
+    };
+    let placed = place_locked(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    placed.map(|()| file)
+}
+
+/// Gives the locked file `tmp` the name `path` (see [`write_private`]).
+fn place_locked(tmp: &Path, path: &Path) -> Result<(), Published> {
+    if std::fs::hard_link(tmp, path).is_ok() {
+        return Ok(());
     }
-    written
+    // A file is there (or links are not supported here):
+    // O_NONBLOCK: a FIFO put there does not block the open; O_NOFOLLOW: a
+    // symbolic link is replaced, never followed.
+    let existing = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    // Held locked until the rename is done.
+    let _held = match existing {
+        Ok(f) => match sys::try_lock(&f) {
+            Ok(()) => Some(f),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(Published::InUse),
+            Err(e) => return Err(e.into()),
+        },
+        // Nothing there, a symbolic link, or a file we may not read: the
+        // rename says whether it may be replaced.
+        Err(_) => None,
+    };
+    std::fs::rename(tmp, path)?;
+    Ok(())
 }
 
 /// Waits for every rank; on the first failure (or a signal to satrun, or a
@@ -1246,6 +1597,13 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
+/// Blocks the signals satrun forwards (SIGINT, SIGTERM, SIGHUP), before
+/// anything else runs in the process (`satrun`'s `.preinit_array`); [`main`]
+/// unblocks them again where satrun plays a service's server.
+pub fn block_signals_at_start() {
+    let _ = sys::block_forwarded_signals();
+}
+
 /// The whole of satrun: parse, check, run. Returns the exit status; errors
 /// are printed as `satrun: <error>`.
 pub fn main<I>(args: I) -> i32
@@ -1258,7 +1616,13 @@ where
         .first()
         .is_some_and(|a| a == crate::service::SERVER_PROCESS_ARG)
     {
-        // satrun started this process as a server of a service.
+        // satrun started this process as a server of a service: the
+        // signals take their usual course (satrun sets IPATH_NO_BACKTRACE
+        // and HFI_NO_BACKTRACE for it, so no library's handler is there).
+        if let Err(e) = sys::unblock_forwarded_signals() {
+            notice(&format!("service server: unblocking signals: {e}"));
+            return 1;
+        }
         return match crate::service::serve() {
             Ok(()) => 0,
             Err(e) => {
@@ -1267,6 +1631,17 @@ where
             }
         };
     }
+    // First of all, before any thread exists and before libfabric is
+    // loaded (checking the provider loads it, and some of its providers'
+    // libraries install SIGINT and SIGTERM handlers): from here on these
+    // signals wait, blocked, for the thread of `run` that handles them, so
+    // a signal that comes while satrun checks the run still stops it with
+    // the documented status.
+    if let Err(e) = sys::block_forwarded_signals() {
+        notice(&format!("blocking signals: {e}"));
+        return EXIT_NOT_STARTED;
+    }
+    let env = LaunchEnv::from_process();
     let outcome = parse_args(args).and_then(|invocation| match invocation {
         Invocation::Help => {
             let mut out = io::stdout().lock();
@@ -1275,12 +1650,12 @@ where
             Ok(None)
         }
         Invocation::Run(args) => {
-            let plan = plan(&args, std::env::var_os("SAT_PROVIDER").as_deref())?;
-            Ok(Some(plan))
+            check_settings(|name| std::env::var(name).ok())?;
+            Ok(Some(plan(&args, &env)?))
         }
         Invocation::Serve(args) => {
-            let plan = plan_service(&args, std::env::var_os("SAT_PROVIDER").as_deref())?;
-            Ok(Some(plan))
+            check_settings(|name| std::env::var(name).ok())?;
+            Ok(Some(plan_service(&args, &env)?))
         }
     });
     let plan = match outcome {

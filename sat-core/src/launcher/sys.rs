@@ -39,6 +39,18 @@ pub(super) fn block_forwarded_signals() -> io::Result<SignalSet> {
     }
 }
 
+/// Unblocks [`FORWARDED`] in the calling thread (a pending one is then
+/// delivered).
+pub(super) fn unblock_forwarded_signals() -> io::Result<()> {
+    let set = block_forwarded_signals()?;
+    // SAFETY: `set.0` is an initialised signal set.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set.0, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Waits for one signal of `set`; returns it and whether the kernel sent it
 /// on behalf of the terminal (Ctrl-C, hangup), in which case every process of
 /// the foreground process group, the ranks included, received it too.
@@ -53,6 +65,29 @@ pub(super) fn wait_signal(set: &SignalSet) -> (i32, bool) {
             return (sig, code == libc::SI_KERNEL);
         }
         // EINTR (a signal outside the set, for example SIGSTOP/SIGCONT): wait again.
+    }
+}
+
+/// Takes one signal of `set` already pending, without waiting: a signal
+/// that came while it was blocked, before anything waited for it.
+pub(super) fn take_pending(set: &SignalSet) -> Option<(i32, bool)> {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: `set` is an initialised signal set, `info` a writable
+        // siginfo_t and `zero` a valid timespec.
+        let sig = unsafe { libc::sigtimedwait(&set.0, info.as_mut_ptr(), &zero) };
+        if sig > 0 {
+            // SAFETY: sigtimedwait succeeded, so it filled `info`.
+            let code = unsafe { info.assume_init() }.si_code;
+            return Some((sig, code == libc::SI_KERNEL));
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None; // EAGAIN: none pending
+        }
     }
 }
 
@@ -274,4 +309,28 @@ pub(super) fn first_interface(ipv4: bool) -> Option<std::net::IpAddr> {
     // SAFETY: list came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(list) };
     found
+}
+
+/// This process's effective user id.
+pub(super) fn my_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Takes an exclusive advisory lock (`flock`) on `file` without waiting;
+/// `WouldBlock` when another open file holds one. The lock lasts until the
+/// file is closed (every descriptor of its open file description).
+pub(super) fn try_lock(file: &std::fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock takes a descriptor `file` owns and plain flags.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }

@@ -14,6 +14,13 @@ fn usage_error(args: &[&str]) -> String {
     }
 }
 
+fn provider_env(name: &str) -> LaunchEnv {
+    LaunchEnv {
+        provider: Some(name.into()),
+        ..LaunchEnv::default()
+    }
+}
+
 fn os(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
 }
@@ -153,7 +160,7 @@ fn figure11() -> PathBuf {
 #[test]
 fn plan_numbers_ranks_across_programs() {
     let a = run_args(&["-n", "1", "/bin/sh", ":", "-n", "2", "/bin/echo", "hi"]);
-    let p = plan(&a, None).unwrap();
+    let p = plan(&a, &LaunchEnv::default()).unwrap();
     assert_eq!(p.size(), 3);
     assert_eq!(p.ranks[0].program, "/bin/sh");
     assert_eq!(p.ranks[2].rank, 2);
@@ -167,7 +174,7 @@ fn plan_numbers_ranks_across_programs() {
 fn plan_reads_the_topology() {
     let t = figure11();
     let a = run_args(&["-n", "3", "--topology", t.to_str().unwrap(), "/bin/true"]);
-    let p = plan(&a, None).unwrap();
+    let p = plan(&a, &LaunchEnv::default()).unwrap();
     assert_eq!(p.topology.role(2), 2);
     assert_eq!(
         p.topology_file.as_deref(),
@@ -177,11 +184,14 @@ fn plan_reads_the_topology() {
     // Found in the program's arguments, as in Figure 12.
     let arg = format!("--topology={}", t.display());
     let a = run_args(&["-n", "3", "/bin/true", &arg]);
-    assert!(plan(&a, None).unwrap().topology_file.is_some());
+    assert!(plan(&a, &LaunchEnv::default())
+        .unwrap()
+        .topology_file
+        .is_some());
 
     // Sized against -n.
     let a = run_args(&["-n", "2", "--topology", t.to_str().unwrap(), "/bin/true"]);
-    match plan(&a, None) {
+    match plan(&a, &LaunchEnv::default()) {
         Err(LaunchError::Topology(TopologyError::SizeMismatch {
             entries: 3,
             ranks: 2,
@@ -201,21 +211,21 @@ fn plan_reads_the_topology() {
         "--topology",
         two.to_str().unwrap(),
     ]);
-    assert!(matches!(plan(&a, None), Err(LaunchError::Usage(_))));
+    assert!(matches!(
+        plan(&a, &LaunchEnv::default()),
+        Err(LaunchError::Usage(_))
+    ));
 }
 
 #[test]
 fn plan_chooses_the_provider() {
     let a = run_args(&["-n", "1", "/bin/true"]);
     assert_eq!(
-        plan(&a, Some(OsStr::new("tcp"))).unwrap().provider,
+        plan(&a, &provider_env("tcp")).unwrap().provider,
         Provider::Tcp
     );
-    assert_eq!(
-        plan(&a, Some(OsStr::new(""))).unwrap().provider,
-        Provider::Shm
-    );
-    let m = plan(&a, Some(OsStr::new("carrier-pigeon")))
+    assert_eq!(plan(&a, &provider_env("")).unwrap().provider, Provider::Shm);
+    let m = plan(&a, &provider_env("carrier-pigeon"))
         .unwrap_err()
         .to_string();
     assert!(
@@ -225,12 +235,12 @@ fn plan_chooses_the_provider() {
 
     let a = run_args(&["--provider", "shm", "-n", "1", "/bin/true"]);
     assert_eq!(
-        plan(&a, Some(OsStr::new("tcp"))).unwrap().provider,
+        plan(&a, &provider_env("tcp")).unwrap().provider,
         Provider::Shm
     );
     let a = run_args(&["--provider", "ib", "-n", "1", "/bin/true"]);
     assert!(matches!(
-        plan(&a, None),
+        plan(&a, &LaunchEnv::default()),
         Err(LaunchError::UnknownProvider(_))
     ));
 }
@@ -246,7 +256,7 @@ fn plan_checks_the_programs() {
         "2",
         "no-such-program-xyz",
     ]);
-    let m = plan(&a, None).unwrap_err().to_string();
+    let m = plan(&a, &LaunchEnv::default()).unwrap_err().to_string();
     assert!(
         m.contains("no-such-program-xyz") && m.contains("ranks 1 to 2"),
         "{m}"
@@ -255,16 +265,16 @@ fn plan_checks_the_programs() {
     std::fs::write(&data, "data").unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o644)).unwrap();
     let a = run_args(&["-n", "1", data.to_str().unwrap()]);
-    let m = plan(&a, None).unwrap_err().to_string();
+    let m = plan(&a, &LaunchEnv::default()).unwrap_err().to_string();
     std::fs::remove_file(&data).unwrap();
     assert!(m.contains("not executable"), "{m}");
     let a = run_args(&["-n", "1", "/"]);
-    assert!(plan(&a, None)
+    assert!(plan(&a, &LaunchEnv::default())
         .unwrap_err()
         .to_string()
         .contains("not a file"));
     let a = run_args(&["-n", "1", "sh"]);
-    assert!(plan(&a, None).is_ok());
+    assert!(plan(&a, &LaunchEnv::default()).is_ok());
 }
 
 #[test]
@@ -279,4 +289,38 @@ fn descriptions() {
     );
     assert_eq!(sys::signal_name(15), "SIGTERM");
     assert_eq!(sys::signal_name(77), "signal 77");
+}
+
+#[test]
+fn at_most_max_processes() {
+    assert_eq!(run_args(&["-n", "256", "sh"]).apps[0].count, MAX_PROCESSES);
+    assert!(usage_error(&["-n", "257", "sh"]).contains("at most 256"));
+    assert!(usage_error(&["-n", "128", "a", ":", "-n", "129", "b"]).contains("at most 256"));
+    match parse_args(["--serve", "--servers", "256"]) {
+        Ok(Invocation::Serve(s)) => assert!(s.servers == 256 && s.sized),
+        other => panic!("{other:?}"),
+    }
+    assert!(usage_error(&["--serve", "--servers", "257"]).contains("at most 256"));
+}
+
+#[test]
+fn recovery_from_the_flag_and_the_environment() {
+    let env = |v: &str| LaunchEnv {
+        recovery: Some(v.into()),
+        ..LaunchEnv::default()
+    };
+    let plain = run_args(&["-n", "1", "/bin/true"]);
+    let flag = run_args(&["--enable-recovery", "-n", "1", "/bin/true"]);
+    assert!(!plan(&plain, &LaunchEnv::default()).unwrap().recovery);
+    assert!(plan(&plain, &env("on")).unwrap().recovery);
+    assert!(!plan(&plain, &env("0")).unwrap().recovery);
+    assert!(plan(&flag, &env("")).unwrap().recovery);
+    assert!(plan(&flag, &env("1")).unwrap().recovery);
+    let m = plan(&flag, &env("off")).unwrap_err().to_string();
+    assert!(
+        m.contains("--enable-recovery") && m.contains("SAT_RECOVERY=off"),
+        "{m}"
+    );
+    let m = plan(&plain, &env("yes")).unwrap_err().to_string();
+    assert!(m.contains("SAT_RECOVERY=\"yes\""), "{m}");
 }

@@ -1,0 +1,528 @@
+//! The environment variables satrun reads itself (README, "Environment"):
+//! `SAT_TOPOLOGY`, `SAT_RECOVERY` and the tuning variables it checks before
+//! anything starts. Real satrun processes, with /bin/sh programs as ranks
+//! (and the `exchange` example where a real run tells more).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The satrun under test: `SATRUN_UNDER_TEST` (an installed one, or an
+/// older build to compare), else the one this crate builds.
+fn satrun_bin() -> PathBuf {
+    std::env::var_os("SATRUN_UNDER_TEST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_satrun")))
+}
+
+/// Anything here must end well before this.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The tuning variables, README "Environment".
+const TUNING: [&str; 11] = [
+    "SAT_CHUNK_SIZE",
+    "SAT_PROGRESS",
+    "SAT_SPIN_US",
+    "SAT_SLEEP_MIN_NS",
+    "SAT_SLEEP_MAX_NS",
+    "SAT_HOST_SEGMENTS",
+    "SAT_BALANCE",
+    "SAT_STATS_MAX_EVENTS",
+    "SAT_BOOTSTRAP_TIMEOUT",
+    "SAT_RECOVERY",
+    "SAT_LEASE_S",
+];
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("satrun-env-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// satrun with none of the variables under test set.
+fn satrun() -> Command {
+    let mut cmd = Command::new(satrun_bin());
+    cmd.env_remove("SAT_PROVIDER")
+        .env_remove("SAT_TOPOLOGY")
+        .env_remove("SAT_SECRET");
+    for var in TUNING {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A stream of a running satrun, collected as it comes.
+#[derive(Default)]
+struct Stream {
+    text: Mutex<(String, bool)>,
+    grew: Condvar,
+}
+
+impl Stream {
+    fn collect(self: Arc<Self>, mut from: impl Read + Send + 'static) {
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = from.read(&mut buf).unwrap_or(0);
+                let mut t = self.text.lock().unwrap();
+                if n == 0 {
+                    t.1 = true;
+                    self.grew.notify_all();
+                    return;
+                }
+                t.0.push_str(&String::from_utf8_lossy(&buf[..n]));
+                self.grew.notify_all();
+            }
+        });
+    }
+
+    /// Waits until the text holds `needle` (true) or the stream closed
+    /// without it (false).
+    fn wait_for(&self, needle: &str) -> bool {
+        let start = Instant::now();
+        let mut t = self.text.lock().unwrap();
+        loop {
+            if t.0.contains(needle) {
+                return true;
+            }
+            if t.1 {
+                return false;
+            }
+            assert!(start.elapsed() < LIMIT, "{needle:?} never came: {}", t.0);
+            t = self
+                .grew
+                .wait_timeout(t, Duration::from_millis(200))
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// The whole text, once the stream is closed.
+    fn all(&self) -> String {
+        self.wait_for("\u{0}never");
+        self.text.lock().unwrap().0.clone()
+    }
+}
+
+/// A satrun started and not yet waited for; killed if the test fails.
+struct Live {
+    child: Child,
+    out: Arc<Stream>,
+    err: Arc<Stream>,
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Live {
+    fn start(mut cmd: Command) -> Live {
+        let mut child = cmd.spawn().expect("start satrun");
+        let (out, err) = (Arc::new(Stream::default()), Arc::new(Stream::default()));
+        out.clone().collect(child.stdout.take().unwrap());
+        err.clone().collect(child.stderr.take().unwrap());
+        Live { child, out, err }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill with the pid of our own unreaped child.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
+    }
+
+    /// Waits for satrun to end (at most [`LIMIT`]).
+    fn finish(mut self) -> Output {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > LIMIT {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("satrun did not end within {LIMIT:?}: {}", self.err.all());
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        Output {
+            status,
+            stdout: self.out.all(),
+            stderr: self.err.all(),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn run(cmd: Command) -> Output {
+    Live::start(cmd).finish()
+}
+
+fn topology(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("topologies")
+        .join(name)
+}
+
+fn bad_topology(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/topology")
+        .join(name)
+}
+
+/// An example program, built with `cargo build --examples`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it with cargo build --examples",
+        path.display()
+    );
+    path
+}
+
+/// satrun refused to start: status 2, a message, no process started (the
+/// ranks would have created `marker`), nothing on stdout. Returns stderr.
+fn assert_refused(o: &Output, marker: &Path) -> String {
+    assert_eq!(o.status.code(), Some(2), "stderr: {}", o.stderr);
+    assert!(!marker.exists(), "a rank was started: {}", o.stderr);
+    assert!(o.stdout.is_empty(), "{}", o.stdout);
+    assert!(o.stderr.starts_with("satrun: "), "{}", o.stderr);
+    o.stderr.clone()
+}
+
+/// `satrun ARGS -- sh -c 'touch MARKER; SCRIPT'` with `env`.
+fn sh_run(dir: &Scratch, args: &[&str], env: &[(&str, &str)], script: &str) -> (Output, PathBuf) {
+    let marker = dir.path("marker");
+    let _ = std::fs::remove_file(&marker);
+    let mut cmd = satrun();
+    cmd.args(args).args([
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}; {script}", marker.display()),
+    ]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    (run(cmd), marker)
+}
+
+fn lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text.lines().map(str::to_owned).collect();
+    v.sort();
+    v
+}
+
+// ---------------------------------------------------------------- SAT_TOPOLOGY
+
+#[test]
+fn sat_topology_is_the_topology_when_no_option_names_one() {
+    let dir = Scratch::new("topology");
+    let two = topology("two-servers.xml");
+    let canonical = std::fs::canonicalize(&two).unwrap().display().to_string();
+    let env = [("SAT_TOPOLOGY", two.to_str().unwrap())];
+
+    // Sized against -n: the file's 6 entries are not 3 processes.
+    let (o, marker) = sh_run(&dir, &["-n", "3"], &env, "true");
+    let m = assert_refused(&o, &marker);
+    assert!(
+        m.contains("describes 6 processes") && m.contains("SAT_TOPOLOGY"),
+        "{m}"
+    );
+
+    // With 6, the ranks get it, absolute.
+    let (o, _) = sh_run(&dir, &["-n", "6"], &env, "echo $SAT_TOPOLOGY");
+    assert!(o.status.success(), "{}", o.stderr);
+    let want: Vec<String> = (0..6).map(|r| format!("[{r}] {canonical}")).collect();
+    assert_eq!(lines(&o.stdout), want);
+
+    // --topology, given to satrun or to the program, comes first.
+    let fig = topology("figure11.xml");
+    let fig = fig.to_str().unwrap();
+    let (o, _) = sh_run(&dir, &["-n", "3", "--topology", fig], &env, "true");
+    assert!(o.status.success(), "{}", o.stderr);
+    let marker = dir.path("in-args");
+    let mut cmd = satrun();
+    cmd.env("SAT_TOPOLOGY", &two).args([
+        "-n",
+        "3",
+        "sh",
+        "-c",
+        &format!("touch {}", marker.display()),
+        "sh",
+        &format!("--topology={fig}"),
+    ]);
+    let o = run(cmd);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert!(marker.exists());
+
+    // Empty is unset.
+    let (o, _) = sh_run(&dir, &["-n", "2"], &[("SAT_TOPOLOGY", "")], "true");
+    assert!(o.status.success(), "{}", o.stderr);
+}
+
+#[test]
+fn a_bad_sat_topology_stops_satrun_before_anything_starts() {
+    let dir = Scratch::new("bad-topology");
+    let missing = dir.path("no-such-topology.xml");
+    let malformed = bad_topology("malformed.xml");
+    let duplicate = bad_topology("duplicate-id.xml");
+    for (file, says) in [
+        (missing.as_path(), "cannot read the topology file"),
+        (malformed.as_path(), "malformed XML"),
+        (duplicate.as_path(), "id 1 is used twice"),
+    ] {
+        let file = file.to_str().unwrap();
+        let (o, marker) = sh_run(&dir, &["-n", "3"], &[("SAT_TOPOLOGY", file)], "true");
+        let m = assert_refused(&o, &marker);
+        assert!(
+            m.contains(file) && m.contains(says) && m.contains("SAT_TOPOLOGY"),
+            "{m}"
+        );
+
+        // A service takes it too, when neither --topology nor --servers
+        // nor --slots is given.
+        let address = dir.path("addr");
+        let mut cmd = satrun();
+        cmd.env("SAT_TOPOLOGY", file)
+            .args(["--serve", "--address-file"])
+            .arg(&address);
+        let o = run(cmd);
+        let m = assert_refused(&o, &address);
+        assert!(m.contains(file) && m.contains("SAT_TOPOLOGY"), "{m}");
+    }
+}
+
+/// The topology chooses the roles of a real run: with two-servers.xml,
+/// rank 5 is a client of server 1 playing role 2 (the default topology
+/// would make it a client of rank 0 playing role 1).
+#[test]
+fn a_real_run_takes_its_roles_from_sat_topology() {
+    let mut cmd = satrun();
+    cmd.env("SAT_TOPOLOGY", topology("two-servers.xml"))
+        .args(["-n", "6", "--"])
+        .arg(example("exchange"))
+        .args(["--rounds", "1"]);
+    let o = run(cmd);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert!(
+        o.stdout.contains("[5] rank 5 pid") && o.stdout.contains("ready, role 2, server 1"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn a_service_takes_sat_topology_unless_sized_on_the_command_line() {
+    let dir = Scratch::new("serve-topology");
+    let address = dir.path("addr");
+    for (args, says) in [
+        (&[][..], "(2 servers, 4 client slots"),
+        (
+            &["--servers", "1", "--slots", "3"][..],
+            "(1 server, 3 client slots",
+        ),
+    ] {
+        let mut cmd = satrun();
+        cmd.env("SAT_TOPOLOGY", topology("two-servers.xml"))
+            .args(["--serve", "--address-file"])
+            .arg(&address)
+            .args(args);
+        let live = Live::start(cmd);
+        assert!(live.out.wait_for("\n"), "{}", live.err.all());
+        live.signal(libc::SIGTERM);
+        let o = live.finish();
+        assert_eq!(o.status.code(), Some(0), "{}", o.stderr);
+        assert!(o.stdout.contains(says), "{args:?}: {}", o.stdout);
+        assert!(!address.exists());
+    }
+}
+
+// ---------------------------------------------------------------- SAT_RECOVERY
+
+#[test]
+fn sat_recovery_is_read_and_checked() {
+    let dir = Scratch::new("recovery");
+    let show = "echo $SAT_RECOVERY";
+    for (value, flag, want) in [
+        (None, false, "off"),
+        (Some("on"), false, "on"),
+        (Some("1"), false, "on"),
+        (Some("off"), false, "off"),
+        (Some("0"), false, "off"),
+        (Some(""), false, "off"),
+        (None, true, "on"),
+        (Some("on"), true, "on"),
+        (Some(" 1 "), true, "on"),
+    ] {
+        let args: &[&str] = if flag {
+            &["--enable-recovery", "-n", "1"]
+        } else {
+            &["-n", "1"]
+        };
+        let env: Vec<(&str, &str)> = value.map(|v| ("SAT_RECOVERY", v)).into_iter().collect();
+        let (o, _) = sh_run(&dir, args, &env, show);
+        assert!(o.status.success(), "{value:?} {flag}: {}", o.stderr);
+        assert_eq!(o.stdout, format!("[0] {want}\n"), "{value:?} {flag}");
+    }
+
+    // A value that does not parse: named, with what it takes.
+    let (o, marker) = sh_run(&dir, &["-n", "3"], &[("SAT_RECOVERY", "maybe")], show);
+    let m = assert_refused(&o, &marker);
+    assert!(
+        m.contains("SAT_RECOVERY=\"maybe\" is neither 'on' (or 1) nor 'off' (or 0)"),
+        "{m}"
+    );
+
+    // The flag against the variable.
+    for off in ["off", "0"] {
+        let (o, marker) = sh_run(
+            &dir,
+            &["--enable-recovery", "-n", "3"],
+            &[("SAT_RECOVERY", off)],
+            show,
+        );
+        let m = assert_refused(&o, &marker);
+        assert!(
+            m.contains("--enable-recovery") && m.contains(&format!("SAT_RECOVERY={off}")),
+            "{m}"
+        );
+    }
+}
+
+/// SAT_RECOVERY=on makes satrun supervise as --enable-recovery does: a
+/// client that fails is reported and the others go on.
+#[test]
+fn sat_recovery_on_lets_the_run_outlive_a_client() {
+    let dir = Scratch::new("recovery-run");
+    let pid_file = dir.path("pid1");
+    // Rank 1 (a client) fails with 3; the others wait until it is gone,
+    // then say so and end well.
+    let script = format!(
+        "if [ $SAT_RANK = 1 ]; then echo $$ > {f}.tmp; mv {f}.tmp {f}; exit 3; fi; \
+         while [ ! -s {f} ]; do sleep 0.02; done; \
+         while kill -0 $(cat {f}) 2>/dev/null; do sleep 0.02; done; echo survived",
+        f = pid_file.display()
+    );
+    let (o, _) = sh_run(&dir, &["-n", "3"], &[("SAT_RECOVERY", "on")], &script);
+    assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("the run goes on without it"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(lines(&o.stdout), ["[0] survived", "[2] survived"]);
+
+    // Without it, rank 1's failure stops the others.
+    let _ = std::fs::remove_file(&pid_file);
+    let (o, _) = sh_run(&dir, &["-n", "3"], &[("SAT_RECOVERY", "off")], &script);
+    assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
+    assert!(o.stderr.contains("stopping the 2 other"), "{}", o.stderr);
+    assert!(!o.stdout.contains("survived"), "{}", o.stdout);
+}
+
+// ------------------------------------------------------- the tuning variables
+
+/// Each malformed tuning variable, as the processes would see it.
+const BAD: [(&str, &str, &str); 6] = [
+    (
+        "SAT_LEASE_S",
+        "1",
+        "SAT_LEASE_S=\"1\" is not a number of seconds from 2 to 3600",
+    ),
+    (
+        "SAT_HOST_SEGMENTS",
+        "yes",
+        "SAT_HOST_SEGMENTS=\"yes\" is neither 'on' nor 'off'",
+    ),
+    (
+        "SAT_PROGRESS",
+        "fast",
+        "SAT_PROGRESS=\"fast\" is neither 'sleep' nor 'busy'",
+    ),
+    (
+        "SAT_CHUNK_SIZE",
+        "64k",
+        "SAT_CHUNK_SIZE=\"64k\" is not a size in bytes",
+    ),
+    ("SAT_BOOTSTRAP_TIMEOUT", "0", "SAT_BOOTSTRAP_TIMEOUT=\"0\""),
+    (
+        "SAT_STATS_MAX_EVENTS",
+        "-1",
+        "SAT_STATS_MAX_EVENTS=\"-1\" is not a count",
+    ),
+];
+
+#[test]
+fn a_service_with_a_bad_tuning_variable_never_says_it_listens() {
+    let dir = Scratch::new("serve-bad-env");
+    let address = dir.path("addr");
+    for (var, value, says) in BAD {
+        let mut cmd = satrun();
+        cmd.env(var, value)
+            .args(["--serve", "--address-file"])
+            .arg(&address);
+        let o = run(cmd);
+        let m = assert_refused(&o, &address);
+        assert!(m.contains(says), "{var}: {m}");
+    }
+}
+
+#[test]
+fn a_run_with_a_bad_tuning_variable_starts_no_process() {
+    let dir = Scratch::new("run-bad-env");
+    for (var, value, says) in BAD {
+        let (o, marker) = sh_run(&dir, &["-n", "2"], &[(var, value)], "true");
+        let m = assert_refused(&o, &marker);
+        assert!(m.contains(says), "{var}: {m}");
+    }
+    // Several at once: every one is named.
+    let (o, marker) = sh_run(
+        &dir,
+        &["-n", "2"],
+        &[("SAT_BALANCE", "always"), ("SAT_SPIN_US", "-1")],
+        "true",
+    );
+    let m = assert_refused(&o, &marker);
+    assert!(
+        m.contains("SAT_BALANCE") && m.contains("SAT_SPIN_US"),
+        "{m}"
+    );
+}
