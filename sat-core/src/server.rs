@@ -277,7 +277,39 @@ pub(crate) fn run_service(
     service: ServiceSide,
     host: Option<host::Backing>,
 ) -> SatResult<()> {
+    stop_on_signals();
     serve(topology, transport, policy, (Some(service), None), host)
+}
+
+/// Set by SIGINT, SIGTERM or SIGHUP in a service's server: its loop ends at
+/// its next round (within the longest idle sleep, a quarter of a second),
+/// and the server ends as a run's does: its last messages leave, its
+/// statistics are written (docs/STATISTICS.md), its endpoint closes.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn request_stop(_: libc::c_int) {
+    // An atomic store is async-signal-safe.
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP end this service server's loop
+/// instead of the process (`satrun --serve` stops its servers with
+/// SIGTERM). Installed after the endpoint opened, so that it replaces the
+/// handler that unlinks the shm regions and dies (`transport::fabric`):
+/// the endpoint is closed as usual on the way out instead.
+fn stop_on_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: sigaction with a valid, zero-initialised struct; the
+        // handler only stores to an atomic.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = request_stop as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(sig, &action, std::ptr::null_mut()) != 0 {
+                tracing::warn!("could not install the stop handler for signal {sig}");
+            }
+        }
+    }
 }
 
 fn serve(
@@ -303,8 +335,7 @@ fn serve_with(
     policy: IdlePolicy,
 ) -> SatResult<()> {
     let rank = transport.rank();
-    // A server's time is SAT's, but for message passing and sleep. A
-    // service's servers are stopped by a signal and write no statistics.
+    // A server's time is SAT's, but for message passing and sleep.
     stats::start(stats::Identity::of(topology, rank));
     let serving = stats::doing(stats::Activity::Sdsm);
     tracing::debug!(
@@ -313,6 +344,10 @@ fn serve_with(
     );
     let mut idle = Idle::new(policy);
     loop {
+        if server.st.service.is_some() && STOP.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::debug!("server {rank}: stopped by a signal");
+            break;
+        }
         match server.step(transport)? {
             Step::Finished => break,
             Step::Busy => idle.traffic(),

@@ -890,3 +890,43 @@ fn a_process_killed_releasing_a_64_chunk_chain_leaves_it_whole() {
         );
     }
 }
+
+/// A service's servers, stopped by SIGTERM as satrun stops them, end as a
+/// run's servers do and write their statistics (docs/STATISTICS.md): one
+/// file per server, of that server's process.
+#[test]
+fn a_stopped_service_s_servers_write_their_statistics() {
+    let stats = std::env::temp_dir().join(format!("sat-service-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&stats);
+    let stats_dir = stats.to_str().unwrap().to_owned();
+    let mut service = Service::start_with_env(
+        "shm",
+        &["--servers", "2", "--slots", "4"],
+        &[("SAT_STATS", &stats_dir)],
+    );
+    let a = service.address.clone();
+    let common = ["--chunk", "40", "--bytes", "1048576", "--seed", "3"];
+    let (ok, _, err) = attach(&[&["write", a.as_str()][..], &common].concat());
+    assert!(ok, "write failed: {err}\n{}", service.log());
+    let servers = service.servers();
+    assert_eq!(service.stop(), 0, "{}", service.log());
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&stats).unwrap() {
+        let path = entry.unwrap().path();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if v["kind"] == "server" {
+            let pid = v["pid"].as_u64().unwrap() as u32;
+            assert!(servers.contains(&pid), "{path:?}: pid {pid} of {servers:?}");
+            seen.push(v["rank"].as_u64().unwrap());
+        }
+    }
+    seen.sort();
+    let _ = std::fs::remove_dir_all(&stats);
+    assert_eq!(
+        seen,
+        [0, 1],
+        "one file per server: {seen:?}\n{}",
+        service.log()
+    );
+}
