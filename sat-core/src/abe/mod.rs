@@ -44,7 +44,10 @@ pub enum AbeError {
     },
     #[error("a key needs at least one attribute")]
     NoAttributes,
-    #[error("attribute {0:?}: use letters, digits, '_', '-', '.' and ':'")]
+    #[error(
+        "attribute {0:?}: use letters, digits, '_', '-', '.' and ':', and not the words `and` \
+         and `or`, which policies join attributes with"
+    )]
     BadAttribute(String),
     #[error("the key or ciphertext is corrupt or of another authority: {0}")]
     Corrupt(String),
@@ -236,6 +239,8 @@ mod tests {
             Ac17.keygen(&auth.master, &["a b"]),
             Err(AbeError::BadAttribute(_))
         ));
+        let and = Ac17.keygen(&auth.master, &["AND"]).unwrap_err();
+        assert!(and.to_string().contains("not the words `and`"), "{and}");
         let policy = Policy::parse("a").unwrap();
         let wrapped = Ac17.wrap(&auth.public, &policy, b"k").unwrap();
         let k = Ac17.keygen(&auth.master, &["a"]).unwrap();
