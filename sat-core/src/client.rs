@@ -620,7 +620,10 @@ impl Client {
     /// Sets the chunk size of later MALLOCs in this process. Every process
     /// allocating a chain must use the same size, or their chunks differ.
     pub fn set_chunk_size(&self, size: usize) -> SatResult<()> {
-        if size == 0 || size > MAX_CHUNK_SIZE {
+        if size == 0 {
+            return Err(ChunkError::ZeroChunkSize.into());
+        }
+        if size > MAX_CHUNK_SIZE {
             return Err(ChunkError::TooLarge { size }.into());
         }
         self.chunk_size.store(size, Ordering::Relaxed);

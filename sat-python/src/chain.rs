@@ -619,9 +619,11 @@ impl PyChain {
         Ok(self.secure.is_some())
     }
 
-    /// The protocol: 'mesi' or 'home-only' as this process allocated or
-    /// mapped it, None when it looked the chain up (the chunks keep the
-    /// protocol they were allocated with).
+    /// The protocol: 'mesi', 'home-only', 'mesi-e', 'update', 'hlrc',
+    /// 'learned' or 'adaptive', as this process allocated or mapped it (an
+    /// adaptive chain stays 'adaptive' whatever its chunks switched to);
+    /// None when it looked the chain up (the chunks keep the protocol they
+    /// were allocated with).
     #[getter]
     fn protocol(&self) -> PyResult<Option<&'static str>> {
         self.h.check_process()?;

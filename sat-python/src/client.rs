@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 
-use sat_core::chunk::ChainLayout;
+use sat_core::chunk::{ChainLayout, ChunkError};
 use sat_core::protocol::Access;
 
 use crate::abe;
@@ -19,10 +19,32 @@ use crate::handle::Handle;
 use crate::symbols::PySymbols;
 
 pub(crate) fn duration(seconds: f64) -> PyResult<Duration> {
+    if seconds.is_infinite() && seconds > 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "timeout {seconds} s: a timeout must be finite; give a number of seconds >= 0 \
+             (a large one to wait long)"
+        )));
+    }
     Duration::try_from_secs_f64(seconds).map_err(|_| {
         PyValueError::new_err(format!(
             "timeout {seconds} s: give a number of seconds >= 0"
         ))
+    })
+}
+
+/// An int argument that must be >= 0 (a chunk id, a size): a negative or
+/// too large one is a ValueError that names it, as `int_list`'s are (pyo3's
+/// own is an OverflowError that names neither the argument nor the range).
+fn uint_arg(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    value.extract::<u64>().map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(py) {
+            PyValueError::new_err(format!(
+                "{what} {}: give an int >= 0 that fits in 64 bits",
+                value.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        } else {
+            PyTypeError::new_err(format!("{what}: give an int >= 0 ({})", e.value(py)))
+        }
     })
 }
 
@@ -137,12 +159,29 @@ fn callable(callback: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
 pub(crate) struct PyClient {
     h: Arc<Handle>,
     symbols: Py<PySymbols>,
+    /// A client of a service: its `atexit` hook, unregistered by `detach`.
+    atexit_hook: std::sync::Mutex<Option<Py<PyAny>>>,
 }
 
 impl PyClient {
     pub(crate) fn new(py: Python<'_>, h: Arc<Handle>) -> PyResult<PyClient> {
         let symbols = Py::new(py, PySymbols::new(h.clone()))?;
-        Ok(PyClient { h, symbols })
+        Ok(PyClient {
+            h,
+            symbols,
+            atexit_hook: std::sync::Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn set_atexit_hook(&self, hook: Py<PyAny>) {
+        *self.atexit_hook.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    pub(crate) fn take_atexit_hook(&self) -> Option<Py<PyAny>> {
+        self.atexit_hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 
     /// A chain of this run (not of an earlier one in this process).
@@ -166,7 +205,7 @@ impl PyClient {
     /// the slot goes back to the service. Chains and views kept afterwards
     /// stay readable but are no longer kept coherent. A second call does
     /// nothing. A run's client ends when its role function returns instead.
-    fn detach(slf: &Bound<'_, Self>) -> PyResult<()> {
+    pub(crate) fn detach(slf: &Bound<'_, Self>) -> PyResult<()> {
         let h = &slf.get().h;
         if !h.is_attached() {
             return Err(usage(
@@ -256,7 +295,11 @@ impl PyClient {
 
     #[setter]
     fn set_chunk_size(&self, size: usize) -> PyResult<()> {
-        self.h.with(|c| c.set_chunk_size(size))
+        self.h.with(|c| match size {
+            // The core's own error for 0 speaks of a limit.
+            0 => Err(ChunkError::ZeroChunkSize.into()),
+            _ => c.set_chunk_size(size),
+        })
     }
 
     /// The table of symbols as a mapping of names to bytes or numpy arrays.
@@ -267,8 +310,10 @@ impl PyClient {
     }
 
     /// MALLOC: `size` bytes from chunk `base` on, as a chain of chunks of
-    /// `chunk_size` bytes, with `protocol` ('mesi' or 'home-only'); the
-    /// same chain again gives the same Chain.
+    /// `chunk_size` bytes, with `protocol`: 'mesi' (home-based MESI, the
+    /// default), 'home-only', 'mesi-e', 'update', 'hlrc', 'learned' or
+    /// 'adaptive' (the README says what each does); the same chain again
+    /// gives the same Chain.
     ///
     /// With `read_policy` and `write_policy` (the encryption layer, when
     /// the module has it: `sat.HAS_ABE`), the chain is protected: its bytes
@@ -279,12 +324,15 @@ impl PyClient {
     fn malloc(
         &self,
         py: Python<'_>,
-        base: u64,
-        size: usize,
+        base: &Bound<'_, PyAny>,
+        size: &Bound<'_, PyAny>,
         protocol: &str,
         read_policy: Option<&str>,
         write_policy: Option<&str>,
     ) -> PyResult<Py<PyChain>> {
+        let base = uint_arg(py, "base", base)?;
+        let size = usize::try_from(uint_arg(py, "size", size)?)
+            .map_err(|_| PyValueError::new_err("size: larger than this machine's memory"))?;
         let protocol = chain::parse_protocol(protocol)?;
         match policies(read_policy, write_policy)? {
             None => chain::malloc(py, &self.h, base, size, protocol),
@@ -523,6 +571,9 @@ impl PyClient {
     }
 
     /// Wakes the clients waiting in `rendezvous(id)`, or the next to come.
+    /// Several wakeups that no rendezvous consumed in between count as one.
+    /// Returns once the rendezvous' coordinator has applied it, so that a
+    /// `rendezvous(id)` called after it returned, in any process, sees it.
     fn wakeup(&self, py: Python<'_>, id: u32) -> PyResult<()> {
         self.h.blocking(py, |c| c.wakeup(id))
     }

@@ -66,6 +66,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if !self.is_foreign() {
+            // The session's own drop detaches it, as `detach` does.
+            return;
+        }
+        // A fork() child holds a byte copy of the parent's session: the same
+        // endpoint, connection and sequence numbers, but none of its threads.
+        // Dropping it would detach, that is send on the parent's endpoint
+        // (the service then drops the parent's next packets as repeated, or
+        // takes the parent as gone) and join a progress thread the child does
+        // not have (a panic). So nothing of it is touched: it is leaked on
+        // purpose, and the child's exit closes its copies of the descriptors,
+        // which leaves the parent's open.
+        let session = self
+            .session
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(session) = session {
+            std::mem::forget(session);
+        }
+    }
+}
+
 /// Ends a call's use of the client, also when the call panics.
 struct CallGuard<'a>(&'a Handle);
 
@@ -119,6 +144,12 @@ impl Handle {
         };
         self.close();
         session.detach()
+    }
+
+    /// Whether the calling process is not the one that joined the run (a
+    /// `fork()` child holding a copy of the parent's objects).
+    pub(crate) fn is_foreign(&self) -> bool {
+        std::process::id() != self.pid
     }
 
     /// Refuses use from any process but the one that joined the run.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyDict, PyTuple};
 
 use crate::client::PyClient;
 use crate::errors::to_py;
@@ -18,7 +19,8 @@ use crate::handle::Handle;
 /// service proves it holds it too. The Client lasts until
 /// `client.detach()`, the end of a `with` block, or the interpreter's exit
 /// (an `atexit` hook holds the client until it detaches, so that what it
-/// released reaches the service even if the program forgets to detach).
+/// released reaches the service even if the program forgets to detach;
+/// in a `fork()` child the hook does nothing: the session is the parent's).
 /// Raises BootstrapError when the service cannot be reached, refuses the
 /// secret (none, or a wrong one) or has no free client slot; UsageError
 /// when `address` is not a service's address. The GIL is released while the service admits this process.
@@ -29,9 +31,24 @@ pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
         .map_err(to_py)?;
     let h = Arc::new(Handle::new());
     h.attach(session);
-    let client = Py::new(py, PyClient::new(py, h)?)?;
-    py.import("atexit")?
-        .call_method1("register", (client.getattr(py, "detach")?,))?;
+    let client = Py::new(py, PyClient::new(py, h.clone())?)?;
+    // The hook holds the client until it detaches. In a fork() child it does
+    // nothing, silently: the session is the parent's (see `Handle`'s drop).
+    let held = client.clone_ref(py);
+    let hook = PyCFunction::new_closure(
+        py,
+        Some(c"_sat_detach_at_exit"),
+        Some(c"Detaches a client of sat.connect still attached at the interpreter's exit."),
+        move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let client = held.bind(args.py());
+            if h.is_foreign() {
+                return Ok(());
+            }
+            PyClient::detach(client)
+        },
+    )?;
+    py.import("atexit")?.call_method1("register", (&hook,))?;
+    client.get().set_atexit_hook(hook.into_any().unbind());
     Ok(client)
 }
 
@@ -43,7 +60,8 @@ pub(crate) fn detach(client: &Bound<'_, PyClient>, h: &Handle) -> PyResult<()> {
     h.check_process()?;
     let outcome = py.detach(|| h.detach());
     drop(h.forget_chains());
-    py.import("atexit")?
-        .call_method1("unregister", (client.getattr("detach")?,))?;
+    if let Some(hook) = client.get().take_atexit_hook() {
+        py.import("atexit")?.call_method1("unregister", (hook,))?;
+    }
     outcome.map_err(to_py)
 }

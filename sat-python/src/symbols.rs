@@ -11,11 +11,13 @@ use pyo3::types::PyBytes;
 
 use crate::abe;
 use crate::client::duration;
-use crate::errors::TimeoutError;
+use crate::errors::{usage, TimeoutError};
 use crate::handle::Handle;
 
 /// The table of symbols of a run, as a mapping: `symbols[name] = value`,
-/// `symbols[name]`, `name in symbols`, `symbols.get(name)`.
+/// `symbols[name]`, `name in symbols`, `symbols.get(name)`. There is no
+/// delete: `del symbols[name]` raises `UsageError`, as the S-DSM has no FREE
+/// (write the name again to replace its value).
 #[pyclass(name = "Symbols", module = "sat", frozen)]
 pub(crate) struct PySymbols {
     h: Arc<Handle>,
@@ -85,9 +87,6 @@ impl PySymbols {
         self.h.blocking(py, |c| c.write_symbol(name, data))
     }
 
-    /// Whether some process has written `name`, without waiting for one.
-    /// It reads the name's bucket (a round trip to its home when this
-    /// process's copy is not valid) and, when there, the value.
     /// `symbols[name] = value`, sealed by the encryption layer: readable by
     /// keys that satisfy `read_policy`, written by certificates that satisfy
     /// `write_policy`. Reading it back is the usual `symbols[name]`.
@@ -109,6 +108,20 @@ impl PySymbols {
         })
     }
 
+    /// Refused: a symbol cannot be deleted, as the S-DSM has no FREE (the
+    /// table keeps every name written). Raises `UsageError`; write the name
+    /// again to replace its value.
+    fn __delitem__(&self, name: &str) -> PyResult<()> {
+        self.h.check_process()?;
+        Err(usage(format!(
+            "del symbols[{name:?}]: a symbol cannot be deleted (the S-DSM has no FREE); \
+             write the name again to replace its value"
+        )))
+    }
+
+    /// Whether some process has written `name`, without waiting for one.
+    /// It reads the name's bucket (a round trip to its home when this
+    /// process's copy is not valid) and, when there, the value.
     fn __contains__(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
         match self.raw(py, name, Duration::ZERO) {
             Ok(_) => Ok(true),

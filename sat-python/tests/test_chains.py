@@ -317,6 +317,12 @@ def test_malloc_lst_and_lookup_lst_refuse_what_is_malformed(satrun):
             check(sat.ChunkError, client.lookup_lst, [5, 5])
             check(sat.TimeoutError, client.lookup_lst, [5, 999], timeout=0.2)
             assert client.lookup_lst([5, 6]) is chain
+            check(ValueError, client.malloc, 1, -1)
+            check(ValueError, client.malloc, -1, 8)
+            check(TypeError, client.malloc, 1, "8")
+            def zero_chunk_size():
+                client.chunk_size = 0
+            check(sat.ChunkError, zero_chunk_size)
 
         sat.run({1: role})
         """,
@@ -349,7 +355,12 @@ def test_malloc_lst_and_lookup_lst_refuse_what_is_malformed(satrun):
         "TimeoutError | timed out: LOOKUP of chunk 999: no process allocated it within 200ms; MALLOC it "
         "somewhere, or LOOKUP with a longer wait"
     )
-    assert len(lines) == 12, lines
+    assert lines[12:] == [
+        "ValueError | size -1: give an int >= 0 that fits in 64 bits",
+        "ValueError | base -1: give an int >= 0 that fits in 64 bits",
+        "TypeError | size: give an int >= 0 ('str' object cannot be interpreted as an integer)",
+        "ChunkError | the chunk size must be at least 1 byte",
+    ]
 
 
 def test_a_mapped_numpy_array_is_the_chains_memory(satrun, provider):

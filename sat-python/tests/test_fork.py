@@ -1,5 +1,9 @@
 """A fork() child must not use its parent's client: every Client and Chain method refuses."""
 
+import pytest
+
+from _service import service  # noqa: F401 (fixture)
+
 
 def test_a_forked_child_is_refused_and_the_parent_goes_on(satrun):
     out = satrun(
@@ -103,3 +107,44 @@ def test_the_fork_message_says_what_to_do(satrun):
         "from the child itself (sat.run in a process started by satrun, or connect to a SAT "
         "service), or use SAT from the parent only"
     ]
+
+
+# A fork() child of a service's client that ends without touching SAT (sys.exit, os._exit,
+# SystemExit raised) must leave the parent's session alone: no detach, no message on the
+# parent's endpoint, nothing printed at its exit (the atexit hook and the drop of the client
+# do nothing in it).
+@pytest.mark.parametrize("ending", ["sys.exit(0)", "os._exit(0)", "raise SystemExit(0)", "pass"])
+def test_a_fork_child_that_ends_leaves_the_parents_session_alone(service, ending):
+    out = service.attach(
+        f"""
+        import os, sys
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        chain = client.malloc(9100, 4)
+        client.put(chain, b"one!")
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            {ending}
+        else:
+            _, status = os.waitpid(pid, 0)
+            print("child exit status", os.waitstatus_to_exitcode(status), flush=True)
+            client.put(chain, b"two!")
+            print("parent reads", client.get(chain), flush=True)
+            client.symbols["fork-exit"] = b"ok"
+            print("parent reads symbol", client.symbols["fork-exit"], flush=True)
+            client.detach()
+            print("parent detached", flush=True)
+        """
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "child exit status 0",
+        "parent reads b'two!'",
+        "parent reads symbol b'ok'",
+        "parent detached",
+    ], out.stdout + out.stderr
+    # Neither process printed an exception, a panic or a warning.
+    assert out.stderr == "", out.stderr
+    assert "malformed" not in service.log() and "repeated" not in service.log(), service.log()

@@ -1,5 +1,9 @@
 """client.symbols: a mapping of names to bytes or numpy arrays (dtype and shape kept)."""
 
+import pytest
+
+from _service import service  # noqa: F401 (fixture)
+
 
 def test_symbols_keep_bytes_and_arrays(satrun, provider):
     out = satrun(
@@ -86,6 +90,14 @@ def test_symbols_refuse_what_they_cannot_keep(satrun):
             def negative():
                 s.timeout = -1
             attempt(ValueError, negative)
+            def infinite():
+                s.timeout = float("inf")
+            attempt(ValueError, infinite)
+            attempt(ValueError, lambda: s.get("x", timeout=float("inf")))
+            attempt(ValueError, lambda: client.lookup(1, timeout=float("inf")))
+            def delete():
+                del s["x"]
+            attempt(sat.UsageError, delete)
             assert s.timeout == 0.1 and "x" not in s
 
         sat.run({1: role})
@@ -108,4 +120,105 @@ def test_symbols_refuse_what_they_cannot_keep(satrun):
         "TimeoutError: timed out: read_symbol(\"never written\"): no process wrote this "
         "symbol within 100ms; write it with write_symbol somewhere, or read with a longer timeout",
         "ValueError: timeout -1 s: give a number of seconds >= 0",
+    ] + [
+        "ValueError: timeout inf s: a timeout must be finite; give a number of seconds >= 0 "
+        "(a large one to wait long)"
+    ] * 3 + [
+        "UsageError: invalid use of the SAT API: del symbols[\"x\"]: a symbol cannot be deleted "
+        "(the S-DSM has no FREE); write the name again to replace its value",
     ]
+
+
+# The three symbol reads that wait: each must run subscription callbacks while it waits.
+READS = {
+    "read_symbol": "a.read_symbol(name, timeout=20)",
+    "symbols.get": "a.symbols.get(name, timeout=20)",
+    "symbols[name]": "a.symbols[name]",
+}
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_a_symbol_read_runs_a_callback_whose_notification_came_before_it(service, read):
+    # Client a's read of the chain (a GET) finds version n before a is told of it, which queues
+    # its event: pending when the symbol read starts. The callback writes the name the read
+    # waits for, so the read returns only if the callback ran during it.
+    out = service.attach(
+        f"""
+        import os
+        import sat
+
+        a = sat.connect(os.environ["SAT_ADDRESS"])
+        b = sat.connect(os.environ["SAT_ADDRESS"])
+        a.symbols.timeout = 20
+        chain = a.malloc(9200, 4)
+        got = []
+
+        def callback(event):
+            got.append(event.version)
+            b.write_symbol(f"before-{{event.version}}", b"ran")
+
+        a.subscribe(chain, callback)
+        other = b.lookup(9200)
+        for n in (1, 2):
+            b.put(other, b"abcd")
+            assert a.get(chain) == b"abcd"      # version n, its event queued, not run
+            ran_before = list(got)
+            name = f"before-{{n}}"
+            value = {READS[read]}
+            print(n, ran_before, value, got, flush=True)
+        a.unsubscribe(chain)
+        a.detach(); b.detach()
+        """
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["1 [] b'ran' [1]", "2 [1] b'ran' [1, 2]"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("read", list(READS))
+def test_a_symbol_read_runs_callbacks_whose_notifications_come_while_it_waits(satrun, provider, read):
+    # Role 1 says it is about to wait (the symbol "waiting"), role 2 then writes the chain and
+    # raises a signal; role 1's callbacks run inside its read and write the name it waits for.
+    out = satrun(
+        f"""
+        import sat
+
+        def waiter(a):
+            a.symbols.timeout = 20
+            chain = a.malloc(9300, 4)
+            got = []
+
+            def both_ran():
+                if len(got) == 2:
+                    a.write_symbol("during", b"ran")
+
+            def on_chunk(event):
+                got.append(("chunk", event.version))
+                both_ran()
+
+            def on_signal(i):
+                got.append(("signal", i))
+                both_ran()
+
+            a.subscribe(chain, on_chunk)
+            a.subscribe_signal(5, on_signal)
+            a.write_symbol("waiting", b"1")
+            name = "during"
+            value = {READS[read]}
+            print(value, got, flush=True)
+            a.unsubscribe(chain)
+            a.unsubscribe_signal(5)
+
+        def writer(b):
+            b.read_symbol("waiting", timeout=20)
+            b.put(b.lookup(9300, timeout=20), b"abcd")
+            b.raise_signal(5)
+
+        sat.run({{1: waiter, 2: writer}})
+        """,
+        provider=provider,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) in (
+        ["b'ran' [('chunk', 1), ('signal', 5)]"],
+        ["b'ran' [('signal', 5), ('chunk', 1)]"],
+    ), out.stdout + out.stderr

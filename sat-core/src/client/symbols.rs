@@ -350,6 +350,28 @@ fn usage(call: &str, name: &str, what: impl std::fmt::Display) -> SatError {
     SatError::Usage(format!("{call}({}): {what}", quoted(name)))
 }
 
+/// The error of a bucket's MALLOC. The home refusing it (the chunk exists
+/// with another size, protocol or label, or cannot be allocated) is a
+/// chunk in the table's reserved range: the message names the range. Any
+/// other failure (the run aborted, the service gone, a lost process, a
+/// transport error, a timeout) has nothing to do with the range and is
+/// returned as it is, so that it raises what every other call raises then.
+fn bucket_allocation_error(call: &str, name: &str, b: u64, e: SatError) -> SatError {
+    let SatError::Usage(why) = e else {
+        return e;
+    };
+    usage(
+        call,
+        name,
+        format_args!(
+            "the symbol table's bucket {b} (chunk {:#x}) cannot be allocated: {why}; chunk \
+             ids from {SYMBOL_TABLE_BASE:#x} up are reserved for the table: keep user chunks \
+             below",
+            SYMBOL_TABLE_BASE + b
+        ),
+    )
+}
+
 /// The error for a bucket whose bytes are not a table bucket.
 fn corrupt_bucket(call: &str, name: &str, b: u64, what: String) -> SatError {
     usage(
@@ -561,17 +583,7 @@ impl Client {
     fn open_bucket(&self, call: &str, name: &str, b: u64) -> SatResult<ChunkId> {
         let id = SYMBOL_TABLE_BASE + b;
         self.malloc_lst_reserved(ProtocolId::HomeMesi, &[id], &[BUCKET_SIZE])
-            .map_err(|e| {
-                usage(
-                    call,
-                    name,
-                    format_args!(
-                        "the symbol table's bucket {b} (chunk {id:#x}) cannot be allocated: \
-                         {e}; chunk ids from {SYMBOL_TABLE_BASE:#x} up are reserved for the \
-                         table: keep user chunks below"
-                    ),
-                )
-            })?;
+            .map_err(|e| bucket_allocation_error(call, name, b, e))?;
         Ok(id)
     }
 
@@ -592,12 +604,40 @@ impl Client {
     /// Handlers of events may run meanwhile (on the role's thread), as in
     /// other waits on other processes: no scope is open here, and one of
     /// them may be the writer this read waits for.
+    ///
+    /// A bucket whose home keeps its version in a host slot (a service or
+    /// run on one host) is another case: its scopes leave no valid copy
+    /// here (the slot is the copy) and get no invalidation, so the state
+    /// says nothing. The wait watches the slot's version instead, sleeping
+    /// on the slot between looks. (Taken as a change, the state would end
+    /// the wait at once: the read would spin on the bucket, never running
+    /// a handler, until its deadline.)
     pub(crate) fn wait_for_bucket_change(
         &self,
         bucket_id: ChunkId,
         seen: Option<Version>,
         deadline: Option<Instant>,
     ) -> SatResult<()> {
+        let slot = self
+            .lock()
+            .store
+            .get(bucket_id)
+            .and_then(|c| c.host.clone());
+        if let Some(slot) = slot {
+            let watched = slot.clone();
+            self.wait_inner(
+                deadline,
+                super::WaitFor::PeersRunningHandlers,
+                Some(&slot),
+                |st| {
+                    // A bucket no longer here, or no longer in the slot,
+                    // is read again the usual way.
+                    let moved = st.store.get(bucket_id).is_none_or(|c| c.host.is_none());
+                    (moved || Some(watched.slot().peek_version()) != seen).then_some(())
+                },
+            )?;
+            return Ok(());
+        }
         self.wait_running_handlers(deadline, |st| {
             let c = st.store.get(bucket_id)?;
             (c.side.state() != State::Shared || c.side.version() != seen).then_some(())

@@ -24,8 +24,9 @@ A script started under ``satrun`` hands SAT its roles; every process of the run 
 
 Scopes are zero-copy. ``with chain.read() as view`` (or ``write()``, ``readwrite()``) acquires
 the chain and gives a ``memoryview`` of the chain's own local bytes: read-only in a READ scope,
-writable in a WRITE or READWRITE scope, where what is written is published when the block ends
-(also when it raises). ``numpy.frombuffer(view, dtype)`` and ``chain.array(dtype, shape)`` see
+writable in a WRITE or READWRITE scope, where what is written is published when the block ends;
+a block that raises publishes nothing (each home keeps its version; a protected chain's scope is
+released). ``numpy.frombuffer(view, dtype)`` and ``chain.array(dtype, shape)`` see
 the same bytes, with no copy; the address never changes while the chain exists. A view (or array)
 kept after its scope stays valid and readable, as C's ``chunk->data`` does, but it is only
 current inside a scope, and what is written through it outside a write scope is never published

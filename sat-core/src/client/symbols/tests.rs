@@ -564,3 +564,40 @@ fn a_clobbered_bucket_is_reported() {
         assert!(e.contains("reserved for the table"), "{e}");
     });
 }
+
+/// A bucket's MALLOC that fails for a reason other than the chunk in the
+/// way (the service gone, a timeout, a lost process) gives that error as it
+/// is, with no hint about the reserved range; the home's refusal keeps it.
+#[test]
+fn only_a_refused_bucket_names_the_reserved_range() {
+    let b = bucket_index("k");
+    for e in [
+        SatError::Aborted("the service at 127.0.0.1:1 is gone".into()),
+        SatError::Timeout("no answer".into()),
+        SatError::ProcessLost("server 0".into()),
+        SatError::Bootstrap("closed".into()),
+    ] {
+        let before = e.to_string();
+        let after = bucket_allocation_error("read_symbol", "k", b, e);
+        assert_eq!(after.to_string(), before);
+        assert!(!matches!(after, SatError::Usage(_)), "{after}");
+    }
+    let refused = SatError::Usage("MALLOC of chunk 1 with 4096 bytes: it already exists".into());
+    let e = bucket_allocation_error("read_symbol", "k", b, refused);
+    assert!(matches!(e, SatError::Usage(_)), "{e}");
+    let e = e.to_string();
+    assert!(e.contains("read_symbol(\"k\")"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "bucket {b} (chunk {:#x}) cannot be allocated: MALLOC of chunk 1",
+            SYMBOL_TABLE_BASE + b
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains("reserved for the table: keep user chunks below"),
+        "{e}"
+    );
+    // The refusal is quoted once, not wrapped in a second "invalid use" prefix.
+    assert_eq!(e.matches("invalid use of the SAT API").count(), 1, "{e}");
+}
