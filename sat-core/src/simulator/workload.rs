@@ -502,6 +502,7 @@ impl Thread {
             89..=91 => self.failing_write(st),
             92..=95 => self.subscription(st),
             96 => self.stray_write(st),
+            _ if self.program.rng.chance(25) => self.wakeup_then_rendezvous(st),
             _ => self.signal(),
         }
     }
@@ -1509,6 +1510,38 @@ impl Thread {
             if !e.to_string().contains("already subscribed") {
                 self.shared.fail("subscribe_signal works", e.to_string());
             }
+        }
+    }
+}
+
+impl Thread {
+    /// A wakeup, then a rendezvous on the same id, this thread's own (a
+    /// sibling thread's rendezvous would consume the wakeup for the whole
+    /// process): the wakeup returned once its coordinator applied it, so
+    /// the rendezvous returns on it at once, however the messages of the
+    /// two calls are delivered. A run that loses a server may fail either
+    /// call once (`ProcessLost`); then the pair is not checked.
+    ///
+    /// Holding no scope, as for the barrier: the rendezvous runs the
+    /// process's handlers, which read chunks this thread might hold.
+    fn wakeup_then_rendezvous(&mut self, st: &mut State) {
+        while !st.held.is_empty() {
+            self.end_scope(st, st.held.len() - 1, End::Release);
+        }
+        let id = 1000 + self.id as u32;
+        set_op(self, Some(format!("wakeup {id}")));
+        match self.client.wakeup(id) {
+            Ok(()) => {}
+            Err(crate::SatError::ProcessLost(_)) if self.program.server_loss => return,
+            Err(e) => return self.shared.fail("wakeup works", e.to_string()),
+        }
+        set_op(self, Some(format!("rendezvous {id} after a wakeup")));
+        match self.client.rendezvous(id) {
+            Ok(()) => self.note(|| format!("woke and met rendezvous {id}")),
+            Err(crate::SatError::ProcessLost(_)) if self.program.server_loss => {}
+            Err(e) => self
+                .shared
+                .fail("a rendezvous after a wakeup returns", e.to_string()),
         }
     }
 }
