@@ -23,7 +23,8 @@ use crate::handle::Handle;
 /// in a `fork()` child the hook does nothing: the session is the parent's).
 /// Raises BootstrapError when the service cannot be reached, refuses the
 /// secret (none, or a wrong one) or has no free client slot; UsageError
-/// when `address` is not a service's address. The GIL is released while the service admits this process.
+/// when `address` is not a service's address (malformed, or a host name
+/// that does not resolve). The GIL is released while the service admits this process.
 #[pyfunction]
 pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
     let session = py
