@@ -75,7 +75,8 @@ Service mode (--serve): start the S-DSM's servers and keep them running;
 processes attach and detach at any time (sat_connect in C, sat.connect in
 Python, sat_core::service::connect in Rust) and find the data others left.
   --servers K        the number of server processes (default 1, at most 256)
-  --slots M          how many clients may be attached at once (default 16)
+  --slots M          how many clients may be attached at once (default 16, at
+                     most 65536)
   --topology FILE    instead of --servers/--slots: its servers must have the
                      first ids, and each client entry is a slot; without any of
                      the three, $SAT_TOPOLOGY when set
@@ -132,6 +133,14 @@ pub const EXIT_NOT_STARTED: i32 = 2;
 /// a process may open by default (`ulimit -n`). A larger run is one for
 /// several hosts, started by mpirun or srun.
 pub const MAX_PROCESSES: u32 = 256;
+
+/// The most client slots `satrun --serve --slots` gives a service. Each slot
+/// is a rank of the service's topology, which every server and attaching
+/// process holds whole, and clients over shm are limited to 256 peers like
+/// any process; over tcp a service may take many more clients than one host
+/// runs, but not billions: past this, a number is a mistake, refused before
+/// a topology of that size is built.
+pub const MAX_SLOTS: u32 = 65_536;
 
 /// Set in every rank's environment unless the user set them: libinfinipath
 /// and libhfi (loaded by libfabric's psm and psm2 providers) otherwise
@@ -343,6 +352,12 @@ fn parse_serve_args(args: &[OsString]) -> Result<Invocation, LaunchError> {
             "--servers {}: satrun starts at most {MAX_PROCESSES} processes, all on this \
              host (libfabric's shm provider reaches at most 256 peers); give fewer",
             out.servers
+        )));
+    }
+    if out.slots > MAX_SLOTS {
+        return Err(usage(format!(
+            "--slots {}: a service has at most {MAX_SLOTS} client slots; give fewer",
+            out.slots
         )));
     }
     Ok(Invocation::Serve(out))

@@ -301,6 +301,11 @@ fn at_most_max_processes() {
         other => panic!("{other:?}"),
     }
     assert!(usage_error(&["--serve", "--servers", "257"]).contains("at most 256"));
+    match parse_args(["--serve", "--slots", "65536"]) {
+        Ok(Invocation::Serve(s)) => assert_eq!(s.slots, MAX_SLOTS),
+        other => panic!("{other:?}"),
+    }
+    assert!(usage_error(&["--serve", "--slots", "4000000000"]).contains("at most 65536"));
 }
 
 #[test]
