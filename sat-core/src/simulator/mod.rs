@@ -97,6 +97,8 @@ pub struct Outcome {
     pub put_direct: u64,
     /// READs of a version where it is, in its host slot.
     pub read_in_place: u64,
+    /// Rendezvous that returned on their thread's own wakeup, answered.
+    pub rendezvous_met: u64,
     /// Protocol switches of adaptive chunks the clients applied.
     pub switches: u64,
     /// Adaptive chunks whose home moved to another server.

@@ -1537,7 +1537,10 @@ impl Thread {
         }
         set_op(self, Some(format!("rendezvous {id} after a wakeup")));
         match self.client.rendezvous(id) {
-            Ok(()) => self.note(|| format!("woke and met rendezvous {id}")),
+            Ok(()) => {
+                Shared::lock(&self.shared.oracle).rendezvous_met += 1;
+                self.note(|| format!("woke and met rendezvous {id}"));
+            }
             Err(crate::SatError::ProcessLost(_)) if self.program.server_loss => {}
             Err(e) => self
                 .shared

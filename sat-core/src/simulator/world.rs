@@ -99,6 +99,8 @@ pub(crate) struct Oracle {
     pub aborted: u64,
     pub read_checks: u64,
     pub notifications: u64,
+    /// Rendezvous that returned on their thread's own wakeup.
+    pub rendezvous_met: u64,
     pub hearings: Vec<Hearing>,
     /// Clients whose role failed: they run no handlers at the end.
     pub failed_roles: BTreeSet<usize>,
@@ -957,6 +959,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         asked_ahead: clients.iter().map(|c| c.reads_asked_ahead()).sum(),
         put_direct: clients.iter().map(|c| c.puts_into_slots()).sum(),
         read_in_place: clients.iter().map(|c| c.reads_in_place()).sum(),
+        rendezvous_met: oracle.rendezvous_met,
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
         spilled,
