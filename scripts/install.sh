@@ -52,8 +52,14 @@ static_archive() {
     tmp=$(mktemp -d)
     ld -r --whole-archive "$release/libsat.a" -o "$tmp/whole.o"
     nm -D --defined-only "$release/libsat.so" | awk '$3 ~ /^sat_/ {print $3}' > "$tmp/keep"
-    objcopy --keep-global-symbols="$tmp/keep" --remove-section=.llvmbc --remove-section=.llvmcmd \
-        "$tmp/whole.o" "$tmp/sat.o"
+    # The personality routine's indirection lives in a COMDAT group named after
+    # it: kept under Rust's name, the linker would keep libsat's copy (local
+    # now) and drop another Rust static library's, whose references then find
+    # nothing (a PIE link fails, a non-PIE one crashes on its first panic).
+    # Renamed, each library keeps its own.
+    objcopy --keep-global-symbols="$tmp/keep" \
+        --redefine-sym DW.ref.rust_eh_personality=DW.ref.sat_rust_eh_personality \
+        --remove-section=.llvmbc --remove-section=.llvmcmd "$tmp/whole.o" "$tmp/sat.o"
     ar rcsD "$tmp/libsat.a" "$tmp/sat.o"
     install -m 644 "$tmp/libsat.a" "$to"
     rm -rf "$tmp"

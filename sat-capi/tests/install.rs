@@ -565,6 +565,60 @@ fn installed_library_has_its_soname_and_exports_only_sat_h() {
     );
 }
 
+/// The installed libsat.a links beside another Rust static library, in
+/// either order, and that library's panics still unwind: Rust's standard
+/// library inside libsat.a is local to it, and so is the COMDAT group of its
+/// personality routine (shared under Rust's name, the linker kept libsat's
+/// and dropped the other's: a PIE link failed, a non-PIE one crashed).
+#[test]
+fn installed_libsat_a_links_beside_another_rust_static_library() {
+    let p = installed();
+    let dir = Scratch::new("two-rust-libs");
+    std::fs::write(
+        dir.0.join("other.rs"),
+        "#[no_mangle]\npub extern \"C\" fn other_sum(n: u64) -> u64 {\n    \
+         match std::panic::catch_unwind(|| if n > 5 { panic!(\"boom\") } else { n }) {\n        \
+         Ok(v) => v,\n        Err(_) => 999,\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.0.join("both.c"),
+        "#include <sat.h>\n#include <stdint.h>\n#include <stdio.h>\nuint64_t other_sum(uint64_t);\n\
+         int main(void) {\n    printf(\"%s %llu\\n\", sat_version(), (unsigned long long)other_sum(10));\n    \
+         return 0;\n}\n",
+    )
+    .unwrap();
+    let mut rustc = clean("rustc");
+    rustc
+        .args([
+            "-O",
+            "--crate-type",
+            "staticlib",
+            "other.rs",
+            "-o",
+            "libother.a",
+        ])
+        .current_dir(&dir.0);
+    must(
+        run(rustc, RUN_BOUND),
+        "rustc --crate-type staticlib other.rs",
+    );
+    for (name, order) in [
+        ("sat-first", "$(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --static --cflags --libs sat-static) libother.a"),
+        ("other-first", "libother.a $(PKG_CONFIG_PATH=\"$P/lib/pkgconfig\" pkg-config --static --cflags --libs sat-static)"),
+    ] {
+        let link = sh(&format!("cc both.c {order} -o {name}"), p, &dir.0);
+        must(run(link, RUN_BOUND), &format!("cc both.c, {name}"));
+        let out = must(run(clean(dir.0.join(name)), RUN_BOUND), name);
+        assert_eq!(
+            out.stdout.trim(),
+            format!("{} 999", env!("CARGO_PKG_VERSION")),
+            "{name}: {}",
+            out.stderr
+        );
+    }
+}
+
 /// A CMake project that finds the installed package (`find_package(sat
 /// REQUIRED)`, the prefix in CMAKE_PREFIX_PATH) builds the Figure 10
 /// program with `sat::sat` and with `sat::sat_static`; both run under the

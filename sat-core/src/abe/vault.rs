@@ -423,7 +423,16 @@ impl Vault {
     pub fn load(path: &std::path::Path) -> SatResult<Vault> {
         let vault = TenantKey::load(path).map(Vault::new).map_err(key_error)?;
         if let Ok(crl) = std::env::var("SAT_ABE_CRL") {
-            vault.load_revocations(std::path::Path::new(&crl))?;
+            // Said as the list's error, not the key's: the key was fine.
+            vault
+                .load_revocations(std::path::Path::new(&crl))
+                .map_err(|e| match e {
+                    SatError::Usage(why) => SatError::Usage(format!(
+                        "the revocation list SAT_ABE_CRL names ({crl}): {why}; give the list \
+                         `sat-abe revoke` wrote, or unset SAT_ABE_CRL"
+                    )),
+                    other => other,
+                })?;
         }
         Ok(vault)
     }
@@ -434,17 +443,35 @@ impl Vault {
     /// this vault has is refused: revocations are never undone.
     pub fn load_revocations(&self, path: &std::path::Path) -> SatResult<()> {
         let list = RevocationList::load(path, self.key.authority()).map_err(key_error)?;
+        // The newest list of this authority the process took, whichever
+        // vault (client) took it: "a process refuses a list older than one
+        // it took" (docs/ENCRYPTION.md), so a second client of the same
+        // process cannot bring back a revoked tenant with an old list.
+        static NEWEST: Mutex<Vec<([u8; 32], u64)>> = Mutex::new(Vec::new());
+        let authority = self.key.authority().verifying;
+        let mut newest = NEWEST.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = self.lock();
-        if let Some(have) = &st.revocations {
-            if list.sequence < have.sequence {
+        let have = newest
+            .iter()
+            .find(|(a, _)| *a == authority)
+            .map(|&(_, s)| s)
+            .into_iter()
+            .chain(st.revocations.as_ref().map(|l| l.sequence))
+            .max();
+        if let Some(have) = have {
+            if list.sequence < have {
                 return Err(SatError::Integrity(format!(
-                    "{}: revocation list {} is older than list {} already taken: an old list \
-                     cannot undo a revocation",
+                    "{}: revocation list {} is older than list {} this process already took: an \
+                     old list cannot undo a revocation",
                     path.display(),
                     list.sequence,
-                    have.sequence
+                    have
                 )));
             }
+        }
+        match newest.iter_mut().find(|(a, _)| *a == authority) {
+            Some(entry) => entry.1 = entry.1.max(list.sequence),
+            None => newest.push((authority, list.sequence)),
         }
         st.revocations = Some(list);
         Ok(())
@@ -1059,6 +1086,22 @@ impl Vault {
             let fresh = self.create_epoch(client, chain, parents(headers), &read, &write)?;
             for e in epochs.iter_mut().filter(|e| e.is_none()) {
                 *e = Some(fresh.clone());
+            }
+        }
+        // Continuing an epoch needs its KEK, which every reader holds: the
+        // write policy is checked here too, or a tenant that may read but
+        // not write would publish versions every reader refuses (a new
+        // epoch checks it as it is made, `make_epoch`).
+        for e in epochs.iter().flatten() {
+            if !self.key.certificate().satisfies(&e.write) {
+                return Err(SatError::AccessDenied(format!(
+                    "tenant {:?} with attributes {:?} may not write the protected chain at chunk \
+                     {}: its write policy is {}; nothing was published",
+                    self.key.certificate().tenant,
+                    self.key.attributes(),
+                    chain.first(),
+                    e.write
+                )));
             }
         }
         self.seal_chunks(client, chain, headers, &epochs)
@@ -1897,5 +1940,35 @@ impl SecureChain {
                 scope_ended: std::sync::Condvar::new(),
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abe::keys::AuthorityKeys;
+
+    /// "A process refuses a list older than one it took": whichever of its
+    /// vaults (a client each) took the newer one.
+    #[test]
+    fn a_second_vault_of_the_process_refuses_an_older_revocation_list() {
+        let dir = std::env::temp_dir().join(format!("sat-vault-crl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let auth = AuthorityKeys::setup().unwrap();
+        let first = auth.revoke(None, &[]);
+        let second = auth.revoke(Some(&first), &[7]);
+        first.save(&dir.join("1.crl")).unwrap();
+        second.save(&dir.join("2.crl")).unwrap();
+        let a = Vault::new(auth.issue("alice", &["tenant_a"]).unwrap());
+        let b = Vault::new(auth.issue("bob", &["tenant_a"]).unwrap());
+        a.load_revocations(&dir.join("2.crl")).unwrap();
+        let e = b.load_revocations(&dir.join("1.crl")).unwrap_err();
+        assert!(
+            matches!(&e, SatError::Integrity(m) if m.contains("older than list 2")),
+            "{e}"
+        );
+        b.load_revocations(&dir.join("2.crl")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
