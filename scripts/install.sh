@@ -115,10 +115,15 @@ do_install() {
     echo "installed libsat $VERSION under $root"
     # The loader finds libsat.so.$abi through its cache: refresh it when this
     # is the live system's prefix and the user may (a staged DESTDIR is not).
+    local found=0
     if [ -z "$DESTDIR" ] && [ "$(id -u)" -eq 0 ] && command -v ldconfig >/dev/null 2>&1; then
         ldconfig
-    elif [ "$RPATH" != 1 ]; then
-        echo "install: programs find libsat.so.$abi once $PREFIX/$LIBDIR is in the loader's path (ldconfig as root, or LD_LIBRARY_PATH); or install with RPATH=1"
+        # ldconfig caches only the folders of its configuration: a prefix
+        # outside them (/opt/sat, a home folder) stays unknown to the loader.
+        ldconfig -p 2>/dev/null | grep -qF "=> $PREFIX/$LIBDIR/libsat.so.$abi" && found=1
+    fi
+    if [ "$found" = 0 ] && [ "$RPATH" != 1 ]; then
+        echo "install: programs find libsat.so.$abi once $PREFIX/$LIBDIR is in the loader's path (a file in /etc/ld.so.conf.d naming it, then ldconfig as root; or LD_LIBRARY_PATH); or install with RPATH=1"
     fi
 }
 
