@@ -93,6 +93,15 @@ impl ClientState {
                 let op = wire::SyncOp::SignalSubscribe { id };
                 send(out, server, &Message::Sync { client: me, op });
             }
+            // A rendezvous that waits may have sent its request through
+            // the lost server, which never passed it on, and the
+            // coordinator forgot this client's sleeper entries with it:
+            // asked again (the coordinator keeps one entry per client,
+            // and answers at once a generation past what was consumed).
+            for (id, seen) in self.mail.sync.sleeps_again() {
+                let op = wire::SyncOp::Sleep { id, seen };
+                send(out, server, &Message::Sync { client: me, op });
+            }
         }
         if moved && self.mail.idle_told {
             // It waits for events only: the stand-in hears it too.

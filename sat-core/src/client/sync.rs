@@ -24,6 +24,9 @@ pub(crate) struct Answers {
     next_ticket: u64,
     /// Wakeups sent and not answered yet: ticket -> rendezvous.
     wakeups: HashMap<u64, u32>,
+    /// Rendezvous calls waiting: how many, by id and the generation they
+    /// have seen (`client/failover.rs` asks again for them).
+    sleeping: HashMap<(u32, u64), u32>,
     /// Wakeup answers not taken yet, by ticket: applied (true), or lost
     /// with this client's server (false).
     wakeups_done: HashMap<u64, bool>,
@@ -105,6 +108,29 @@ impl Answers {
         // do, and the program calls it again.
         for (ticket, _) in self.wakeups.drain() {
             self.wakeups_done.insert(ticket, false);
+        }
+    }
+
+    /// The rendezvous calls waiting: (id, the generation they have seen),
+    /// the lowest first for each id. Asked again in that order, the
+    /// coordinator answers those past which a wakeup came, and keeps an
+    /// entry for the first that must wait.
+    pub fn sleeps_again(&self) -> Vec<(u32, u64)> {
+        let mut again: Vec<(u32, u64)> = self.sleeping.keys().copied().collect();
+        again.sort_unstable();
+        again
+    }
+
+    fn sleep_started(&mut self, id: u32, seen: u64) {
+        *self.sleeping.entry((id, seen)).or_default() += 1;
+    }
+
+    fn sleep_ended(&mut self, id: u32, seen: u64) {
+        if let Some(n) = self.sleeping.get_mut(&(id, seen)) {
+            *n -= 1;
+            if *n == 0 {
+                self.sleeping.remove(&(id, seen));
+            }
         }
     }
 
@@ -191,23 +217,25 @@ impl Client {
     /// behind: the coordinator keeps one sleeper entry per client, and one
     /// Awake only raises the generation this client has heard of.
     pub fn rendezvous(&self, id: u32) -> SatResult<()> {
-        let seen = self
-            .lock()
-            .mail
-            .sync
-            .consumed
-            .get(&id)
-            .copied()
-            .unwrap_or(0);
-        self.sync_send(SyncOp::Sleep { id, seen })?;
-        self.wait_running_handlers(None, |st| {
-            let g = st.mail.sync.awake.get(&id).copied().unwrap_or(0);
-            (g > seen).then(|| {
-                let c = st.mail.sync.consumed.entry(id).or_default();
-                *c = (*c).max(g);
+        let seen = {
+            let mut st = self.lock();
+            let seen = st.mail.sync.consumed.get(&id).copied().unwrap_or(0);
+            // Counted before the request leaves: a loss of this process's
+            // server after it asks again (`client/failover.rs`).
+            st.mail.sync.sleep_started(id, seen);
+            seen
+        };
+        let waited = self.sync_send(SyncOp::Sleep { id, seen }).and_then(|()| {
+            self.wait_running_handlers(None, |st| {
+                let g = st.mail.sync.awake.get(&id).copied().unwrap_or(0);
+                (g > seen).then(|| {
+                    let c = st.mail.sync.consumed.entry(id).or_default();
+                    *c = (*c).max(g);
+                })
             })
-        })?;
-        Ok(())
+        });
+        self.lock().mail.sync.sleep_ended(id, seen);
+        waited.map(|_| ())
     }
 
     /// barrier: waits until `count` calls of barrier `id` (from any
@@ -364,5 +392,27 @@ impl Client {
     /// Raises signal `id`: every process subscribed to it runs its handler.
     pub fn raise(&self, id: u32) -> SatResult<()> {
         self.sync_send(SyncOp::Raise { id })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Answers;
+
+    /// The rendezvous a failover asks for again: each waiting (id, seen)
+    /// once, the lowest seen first for an id, gone when its calls end.
+    #[test]
+    fn waiting_rendezvous_are_asked_again_lowest_seen_first() {
+        let mut a = Answers::default();
+        a.sleep_started(5, 2);
+        a.sleep_started(5, 0);
+        a.sleep_started(5, 2);
+        a.sleep_started(3, 1);
+        assert_eq!(a.sleeps_again(), [(3, 1), (5, 0), (5, 2)]);
+        a.sleep_ended(5, 2);
+        assert_eq!(a.sleeps_again(), [(3, 1), (5, 0), (5, 2)]);
+        a.sleep_ended(5, 2);
+        a.sleep_ended(3, 1);
+        assert_eq!(a.sleeps_again(), [(5, 0)]);
     }
 }
