@@ -1,5 +1,8 @@
 //! satrun end to end, with /bin/sh programs as the ranks.
 
+mod common;
+use common::{example, Stream};
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
@@ -592,58 +595,6 @@ fn a_missing_program_is_reported_before_start() {
 
 // ------------------------------------------------ bounds, signals, services
 
-/// A stream of a running satrun, collected as it comes.
-#[derive(Default)]
-struct Stream {
-    text: std::sync::Mutex<(String, bool)>,
-    grew: std::sync::Condvar,
-}
-
-impl Stream {
-    fn collect(self: std::sync::Arc<Self>, mut from: impl Read + Send + 'static) {
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = from.read(&mut buf).unwrap_or(0);
-                let mut t = self.text.lock().unwrap();
-                if n == 0 {
-                    t.1 = true;
-                    self.grew.notify_all();
-                    return;
-                }
-                t.0.push_str(&String::from_utf8_lossy(&buf[..n]));
-                self.grew.notify_all();
-            }
-        });
-    }
-
-    /// Waits until the text holds `needle` (true) or the stream closed
-    /// without it (false).
-    fn wait_for(&self, needle: &str) -> bool {
-        let start = Instant::now();
-        let mut t = self.text.lock().unwrap();
-        loop {
-            if t.0.contains(needle) {
-                return true;
-            }
-            if t.1 {
-                return false;
-            }
-            assert!(start.elapsed() < LIMIT, "{needle:?} never came: {}", t.0);
-            t = self
-                .grew
-                .wait_timeout(t, Duration::from_millis(200))
-                .unwrap()
-                .0;
-        }
-    }
-
-    fn all(&self) -> String {
-        self.wait_for("\u{0}never");
-        self.text.lock().unwrap().0.clone()
-    }
-}
-
 /// A satrun started and not yet waited for; killed if the test fails.
 struct Live {
     child: std::process::Child,
@@ -726,19 +677,6 @@ impl Drop for Live {
             let _ = self.child.wait();
         }
     }
-}
-
-/// An example program, built with `cargo build --examples`.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: cargo build --examples",
-        path.display()
-    );
-    path
 }
 
 /// Whether process `pid` has a handler for SIGTERM (SigCgt).

@@ -3,11 +3,13 @@
 //! anything starts. Real satrun processes, with /bin/sh programs as ranks
 //! (and the `exchange` example where a real run tells more).
 
-use std::io::Read;
+mod common;
+use common::{example, Stream};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -75,59 +77,6 @@ fn satrun() -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
-}
-
-/// A stream of a running satrun, collected as it comes.
-#[derive(Default)]
-struct Stream {
-    text: Mutex<(String, bool)>,
-    grew: Condvar,
-}
-
-impl Stream {
-    fn collect(self: Arc<Self>, mut from: impl Read + Send + 'static) {
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = from.read(&mut buf).unwrap_or(0);
-                let mut t = self.text.lock().unwrap();
-                if n == 0 {
-                    t.1 = true;
-                    self.grew.notify_all();
-                    return;
-                }
-                t.0.push_str(&String::from_utf8_lossy(&buf[..n]));
-                self.grew.notify_all();
-            }
-        });
-    }
-
-    /// Waits until the text holds `needle` (true) or the stream closed
-    /// without it (false).
-    fn wait_for(&self, needle: &str) -> bool {
-        let start = Instant::now();
-        let mut t = self.text.lock().unwrap();
-        loop {
-            if t.0.contains(needle) {
-                return true;
-            }
-            if t.1 {
-                return false;
-            }
-            assert!(start.elapsed() < LIMIT, "{needle:?} never came: {}", t.0);
-            t = self
-                .grew
-                .wait_timeout(t, Duration::from_millis(200))
-                .unwrap()
-                .0;
-        }
-    }
-
-    /// The whole text, once the stream is closed.
-    fn all(&self) -> String {
-        self.wait_for("\u{0}never");
-        self.text.lock().unwrap().0.clone()
-    }
 }
 
 /// A satrun started and not yet waited for; killed if the test fails.
@@ -202,19 +151,6 @@ fn bad_topology(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/topology")
         .join(name)
-}
-
-/// An example program, built with `cargo build --examples`.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with cargo build --examples",
-        path.display()
-    );
-    path
 }
 
 /// satrun refused to start: status 2, a message, no process started (the

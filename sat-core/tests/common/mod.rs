@@ -134,3 +134,66 @@ pub fn hostile_bytes() -> Vec<Vec<u8>> {
     hostile.push(u32::MAX.to_le_bytes().to_vec());
     hostile
 }
+
+/// A stream of a running process (its stdout or stderr), collected as it
+/// comes: a test waits for a line in it instead of sleeping.
+#[derive(Default)]
+pub struct Stream {
+    text: std::sync::Mutex<(String, bool)>,
+    grew: std::sync::Condvar,
+}
+
+/// How long [`Stream::wait_for`] waits before it fails the test: a bound
+/// for a stuck run, not a timing any test depends on.
+const STREAM_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Stream {
+    /// Collects `from` into this stream on a thread of its own.
+    pub fn collect(self: std::sync::Arc<Self>, mut from: impl std::io::Read + Send + 'static) {
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = from.read(&mut buf).unwrap_or(0);
+                let mut t = self.text.lock().unwrap();
+                if n == 0 {
+                    t.1 = true;
+                    self.grew.notify_all();
+                    return;
+                }
+                t.0.push_str(&String::from_utf8_lossy(&buf[..n]));
+                self.grew.notify_all();
+            }
+        });
+    }
+
+    /// Waits until the text holds `needle` (true) or the stream closed
+    /// without it (false).
+    pub fn wait_for(&self, needle: &str) -> bool {
+        let start = std::time::Instant::now();
+        let mut t = self.text.lock().unwrap();
+        loop {
+            if t.0.contains(needle) {
+                return true;
+            }
+            if t.1 {
+                return false;
+            }
+            assert!(
+                start.elapsed() < STREAM_LIMIT,
+                "{needle:?} never came: {}",
+                t.0
+            );
+            t = self
+                .grew
+                .wait_timeout(t, std::time::Duration::from_millis(200))
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// The whole text, once the stream is closed.
+    pub fn all(&self) -> String {
+        self.wait_for("\u{0}never");
+        self.text.lock().unwrap().0.clone()
+    }
+}
