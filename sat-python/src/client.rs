@@ -630,7 +630,9 @@ impl PyClient {
     /// callback waits to run merge into one event (per chain: the latest
     /// release, whichever chunk). Each chain is a subscription of its own,
     /// even when it starts at the same chunk as another; a chunk id and a
-    /// chain that holds it are separate subscriptions too.
+    /// chain that holds it are separate subscriptions too. A protected chain,
+    /// or a chunk of one, cannot be subscribed `with_data` (UsageError): its
+    /// bytes are sealed; READ the chain in the callback instead.
     #[pyo3(signature = (target, callback, with_data = false))]
     fn subscribe(
         &self,

@@ -197,6 +197,15 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         except sat.AccessDenied:
             print("bob may not write")
         print("alice reads:", alice.get(a) == bytes(range(64)))
+        # A notification cannot carry a protected chunk's bytes: they are sealed.
+        for target in (a, 500):
+            try:
+                alice.subscribe(target, lambda event: None, with_data=True)
+                print("subscribed with sealed data")
+            except sat.UsageError as e:
+                print("no data subscription:", "sealed" in str(e))
+        alice.subscribe(a, lambda event: None)
+        alice.unsubscribe(a)
         # Plain bytes over a protected symbol are refused, not returned as its value.
         alice.write_symbol("cfg", b"sealed value", read_policy="tenant_a", write_policy="tenant_a and writer")
         bob.write_symbol("cfg", b"forged")
@@ -236,6 +245,8 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         "bob denied",
         "bob may not write",
         "alice reads: True",
+        "no data subscription: True",
+        "no data subscription: True",
         "forged symbol refused",
         "plain symbol: True",
         "no key yet",

@@ -60,6 +60,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Client, WaitFor};
+use crate::chunk::NO_LABEL;
 use crate::error::{SatError, SatResult};
 use crate::store::Chain;
 use crate::transport::Payload;
@@ -596,6 +597,11 @@ impl Client {
     /// chain: subscribing it twice is an error. Subscribing to a chunk
     /// with [`Client::subscribe`] is separate from subscribing to a chain
     /// that holds it.
+    ///
+    /// A protected chain (the encryption layer), or a chunk of one, is
+    /// refused `with_data` ([`SatError::Usage`]): its bytes are sealed as
+    /// one version of the whole chain, so one chunk's bytes could be neither
+    /// opened nor checked. Subscribe without data and READ the chain.
     pub fn subscribe_chain(
         &self,
         chain: &Chain,
@@ -679,6 +685,18 @@ impl Client {
     ) -> SatResult<()> {
         let (asks, targets) = {
             let mut st = self.lock();
+            // A protected chunk's bytes are sealed, and a chain's seal
+            // covers all its chunks: one chunk's bytes could be neither
+            // opened nor checked in a notification.
+            let sealed = chunks
+                .iter()
+                .find(|c| st.labels.get(c).is_some_and(|&l| l != NO_LABEL));
+            if let (true, Some(chunk)) = (with_data, sealed) {
+                return Err(SatError::Usage(format!(
+                    "SUBSCRIBE with data to {topic}: chunk {chunk} is protected and its bytes \
+                     are sealed; subscribe without data and READ the chain in the handler"
+                )));
+            }
             let planned = st.mail.events.add(topic, chunks, with_data)?;
             self.handlers_lock().map.insert(topic, handler);
             planned

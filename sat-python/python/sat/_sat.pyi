@@ -239,7 +239,9 @@ class Client:
         with_data: bool = False,
     ) -> None:
         """Runs ``callback`` after every write release of the chunk id, or of any chunk of the
-        chain; each chain (and each chunk id) is a subscription of its own."""
+        chain; each chain (and each chunk id) is a subscription of its own. ``with_data`` on a
+        protected chain, or a chunk of one, raises UsageError: its bytes are sealed; READ the chain
+        in the callback instead."""
     def unsubscribe(self, target: Union[Chain, int]) -> None:
         """Ends the subscription of that chain (or chunk id), and only that one."""
     def subscribe_signal(self, id: int, callback: Callable[[int], object]) -> None: ...
