@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyTuple};
 
 use crate::client::PyClient;
-use crate::errors::to_py;
+use crate::errors::{to_py, AbortedError};
 use crate::handle::Handle;
 
 /// Attaches this process to the SAT service at `address` and returns its
@@ -20,7 +20,9 @@ use crate::handle::Handle;
 /// `client.detach()`, the end of a `with` block, or the interpreter's exit
 /// (an `atexit` hook holds the client until it detaches, so that what it
 /// released reaches the service even if the program forgets to detach;
-/// in a `fork()` child the hook does nothing: the session is the parent's).
+/// in a `fork()` child the hook does nothing: the session is the parent's;
+/// when the service ended first, it ends quietly: there is nothing to
+/// detach from).
 /// Raises BootstrapError when the service cannot be reached, refuses the
 /// secret (none, or a wrong one) or has no free client slot; UsageError
 /// when `address` is not a service's address (malformed, or a host name
@@ -45,7 +47,17 @@ pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
             if h.is_foreign() {
                 return Ok(());
             }
-            PyClient::detach(client)
+            match PyClient::detach(client) {
+                // The service ended before this process: there is nothing
+                // left to detach from, and every call that returned had
+                // reached it. A traceback at exit would report no fault of
+                // this program; the debug stream still says it.
+                Err(e) if e.is_instance_of::<AbortedError>(args.py()) => {
+                    tracing::debug!("at the interpreter's exit: {e}");
+                    Ok(())
+                }
+                other => other,
+            }
         },
     )?;
     py.import("atexit")?.call_method1("register", (&hook,))?;

@@ -326,6 +326,34 @@ def test_a_process_that_forgets_to_detach_is_detached_at_exit(service):
     assert reader.stdout.splitlines() == ["b'kept'"]
 
 
+def test_a_client_whose_service_ended_first_exits_quietly(service):
+    """The exit's detach has nothing to detach from when the service is gone: no traceback."""
+    out = service.attach(
+        """
+        import os
+        import signal
+        import time
+        import sat
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        chain = client.malloc(322, 4)
+        client.put(chain, b"gone")
+        os.kill(int(os.environ["SERVICE_PID"]), signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                client.get(chain)
+            except sat.AbortedError:
+                print("service gone")
+                break
+        """,
+        env={"SERVICE_PID": str(service.proc.pid)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["service gone"]
+    assert "Exception" not in out.stderr and "Error" not in out.stderr, out.stderr
+
+
 def test_a_scope_whose_block_raises_publishes_nothing_and_writes_outside_a_scope_are_lost(service):
     """A WRITE whose `with` block raises ends without publishing: the home keeps its version. Bytes
     written through a view kept from an earlier scope are not the chain's: the next READ sees the
