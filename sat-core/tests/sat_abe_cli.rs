@@ -430,6 +430,41 @@ fn revoke_writes_a_numbered_list_of_serials() {
         u64::from_str_radix(&serial, 16).unwrap()
     );
     failed(&revoke("not-hex"), "16 hex digits");
+    // A serial copied without its leading digits would revoke another
+    // certificate, or none.
+    failed(&revoke(&serial[2..]), "16 hex digits");
+    failed(&revoke("ff"), "16 hex digits");
+    assert_eq!(
+        d.json("revoked.crl")["sequence"],
+        2,
+        "a refused serial wrote a list"
+    );
+    // `show` reads the list, and says whether the authority signed it.
+    let shown = ok(&d.run(&["show", "revoked.crl"]));
+    assert!(shown.contains("kind: revocation list"), "{shown}");
+    assert!(shown.contains("sequence: 2"), "{shown}");
+    assert!(
+        shown.contains(&format!("revoked serials (2): {serial} 00000000000000ff")),
+        "{shown}"
+    );
+    assert!(shown.contains("signature not checked"), "{shown}");
+    let checked = ok(&d.run(&["show", "revoked.crl", "--authority", "alice.key"]));
+    assert!(checked.contains("signed by the authority"), "{checked}");
+    let other = Dir::new("revoke-other");
+    setup(&other);
+    let foreign = other.path("auth/authority.key");
+    let out = d.run(&[
+        "show",
+        "revoked.crl",
+        "--authority",
+        foreign.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("NOT signed"),
+        "{}",
+        text(&out.stdout)
+    );
     failed(
         &d.run(&[
             "revoke",

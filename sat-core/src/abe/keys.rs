@@ -247,6 +247,13 @@ impl RevocationList {
         Ok(list)
     }
 
+    /// Reads the list at `path` without checking its signature (for
+    /// showing it): `None` when the file is not a revocation list.
+    pub fn read_unchecked(path: &Path) -> Option<RevocationList> {
+        let bytes = read_limited(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
     /// Writes the list to `path`, replacing the one there as a whole
     /// (a new list supersedes the old: written aside, then renamed).
     pub fn save(&self, path: &Path) -> Result<(), KeyError> {

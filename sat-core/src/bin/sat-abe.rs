@@ -38,11 +38,14 @@ usage:
       Give it to every process as SAT_ABE_CRL=FILE: they then refuse data
       and key epochs signed under a revoked certificate. A process refuses
       a list older than one it has.
-  sat-abe show FILE
+  sat-abe show FILE [--authority FILE]
       What a key file holds, never its secrets: its kind, the authority's
-      verifying key, and for a tenant its name, attributes, certificate id
-      and whether the certificate verifies against the authority key the
-      file holds. Exit 2 if the file cannot be used (the reason on stderr).
+      verifying key, and for a tenant its name, attributes, certificate id,
+      serial, expiry and whether the certificate verifies against the
+      authority key the file holds. Of a revocation list: its sequence
+      number and revoked serials, and with --authority (any key file of the
+      authority) whether the authority signed it. Exit 2 if the file cannot
+      be used (the reason on stderr).
   sat-abe check FILE --policy POLICY
       Whether a tenant key satisfies POLICY (exit 0 if it does, 1 if not).
       POLICY: attributes with `and`, `or` (any case; `and` binds tighter)
@@ -185,7 +188,7 @@ fn run(args: &[String]) -> Result<ExitCode, Fail> {
             &["authority", "tenant", "attrs", "out", "days"],
         )?),
         "revoke" => revoke(&options(rest, &["authority", "serial", "crl"])?),
-        "show" => show(&options(rest, &[])?),
+        "show" => show(&options(rest, &["authority"])?),
         "check" => check(&options(rest, &["policy"])?),
         other => Err(Fail(format!(
             "unknown command {other:?}: use setup, keygen, revoke, show, check or help"
@@ -336,11 +339,19 @@ fn revoke(o: &Options) -> Result<ExitCode, Fail> {
     let serials = values
         .iter()
         .map(|v| {
-            u64::from_str_radix(v.trim_start_matches("0x"), 16).map_err(|_| {
-                Fail(format!(
-                    "--serial {v:?}: a serial is 16 hex digits, as `sat-abe show` prints it"
-                ))
-            })
+            // Exactly the 16 digits `show` prints: a digit left out of a
+            // copied serial would revoke some other certificate, or none.
+            let digits = v.strip_prefix("0x").unwrap_or(v);
+            let whole = digits.len() == 16 && digits.bytes().all(|b| b.is_ascii_hexdigit());
+            (whole)
+                .then(|| u64::from_str_radix(digits, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    Fail(format!(
+                        "--serial {v:?}: a serial is 16 hex digits, as `sat-abe show` prints \
+                         it; copy it whole"
+                    ))
+                })
         })
         .collect::<Result<Vec<u64>, Fail>>()?;
     let auth = AuthorityKeys::load(Path::new(authority))?;
@@ -369,6 +380,14 @@ fn show(o: &Options) -> Result<ExitCode, Fail> {
         return Err(Fail("show needs one key file; see sat-abe help".into()));
     };
     let path = Path::new(file);
+    if let Some(list) = RevocationList::read_unchecked(path) {
+        return show_revocations(o, &list);
+    }
+    if o.one("authority")?.is_some() {
+        return Err(Fail(
+            "--authority is for a revocation list: a key file carries its authority's key".into(),
+        ));
+    }
     // The public part first, so that a file whose certificate does not verify
     // is still shown; then the file is loaded as its kind, which checks the
     // rest (its secrets too, never printed).
@@ -402,6 +421,29 @@ fn show(o: &Options) -> Result<ExitCode, Fail> {
         }
     };
     loaded.map_err(unusable)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `show` of a revocation list: what it revokes, and with `--authority`
+/// (any key file of that authority) whether the authority signed it.
+fn show_revocations(o: &Options, list: &RevocationList) -> Result<ExitCode, Fail> {
+    say!("kind: revocation list");
+    say!("sequence: {}", list.sequence);
+    say!("issued: {} (seconds since 1970, UTC)", list.issued);
+    let serials: Vec<String> = list.revoked.iter().map(|s| format!("{s:016x}")).collect();
+    say!("revoked serials ({}): {}", serials.len(), serials.join(" "));
+    let Some(authority) = o.one("authority")? else {
+        say!("signature not checked: give --authority FILE (a key file of the authority)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let info = keys::inspect(Path::new(authority)).map_err(unusable)?;
+    match list.verify(&info.authority) {
+        Ok(()) => say!("signed by the authority of {authority}"),
+        Err(e) => {
+            say!("NOT signed by the authority of {authority}: {e}");
+            return Err(Fail(format!("the revocation list does not verify: {e}")));
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
