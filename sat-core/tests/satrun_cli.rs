@@ -1,68 +1,18 @@
 //! satrun end to end, with /bin/sh programs as the ranks.
 
 mod common;
-use common::{example, Stream};
+use common::example;
+use common::launched::{satrun_under_test, Live, Output, Scratch, RUN_LIMIT};
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The satrun under test: `SATRUN_UNDER_TEST` (an installed one, or an
-/// older build to compare), else the one this crate builds.
-fn satrun_bin() -> PathBuf {
-    std::env::var_os("SATRUN_UNDER_TEST")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_satrun")))
-}
-
-/// A run must end well before this.
-const LIMIT: Duration = Duration::from_secs(20);
-
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    elapsed: Duration,
-}
-
-impl Output {
-    fn lines(&self) -> BTreeSet<String> {
-        self.stdout.lines().map(str::to_owned).collect()
-    }
-}
-
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("satrun-cli-{}-{n}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn satrun() -> Command {
-    let mut cmd = Command::new(satrun_bin());
+    let mut cmd = Command::new(satrun_under_test());
     cmd.env_remove("SAT_PROVIDER")
         .env_remove("SAT_TOPOLOGY")
         .stdin(Stdio::null())
@@ -71,44 +21,12 @@ fn satrun() -> Command {
     cmd
 }
 
-/// Runs satrun to completion (at most [`LIMIT`]), collecting its output.
-fn finish(mut cmd: Command, on_start: impl FnOnce(u32)) -> Output {
-    let start = Instant::now();
-    let mut child = cmd.spawn().expect("start satrun");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out = thread::spawn(move || {
-        let mut s = String::new();
-        out.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err = thread::spawn(move || {
-        let mut s = String::new();
-        err.read_to_string(&mut s).unwrap();
-        s
-    });
-    on_start(child.id());
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "satrun did not return within {LIMIT:?}; stderr so far: {}",
-                err.join().unwrap()
-            );
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
-    let elapsed = start.elapsed();
-    Output {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-        elapsed,
-    }
+/// Runs satrun to completion (at most [`RUN_LIMIT`]); `on_start` is given
+/// its pid once it runs.
+fn finish(cmd: Command, on_start: impl FnOnce(u32)) -> Output {
+    let live = Live::start(cmd);
+    on_start(live.pid());
+    live.finish()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -147,7 +65,7 @@ fn wait_lines(file: &Path, n: usize) -> Vec<String> {
             return lines;
         }
         assert!(
-            start.elapsed() < LIMIT,
+            start.elapsed() < RUN_LIMIT,
             "{} never got {n} lines",
             file.display()
         );
@@ -595,90 +513,6 @@ fn a_missing_program_is_reported_before_start() {
 
 // ------------------------------------------------ bounds, signals, services
 
-/// A satrun started and not yet waited for; killed if the test fails.
-struct Live {
-    child: std::process::Child,
-    out: std::sync::Arc<Stream>,
-    err: std::sync::Arc<Stream>,
-}
-
-impl Live {
-    fn start(mut cmd: Command) -> Live {
-        let mut child = cmd.spawn().expect("start satrun");
-        let out = std::sync::Arc::new(Stream::default());
-        let err = std::sync::Arc::new(Stream::default());
-        out.clone().collect(child.stdout.take().unwrap());
-        err.clone().collect(child.stderr.take().unwrap());
-        Live { child, out, err }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill with the pid of our own unreaped child.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
-    }
-
-    /// satrun's children (the ranks) now.
-    fn children(&self) -> Vec<u32> {
-        let pid = self.pid();
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
-    }
-
-    /// Waits until satrun has at least `n` children; returns them.
-    fn wait_children(&self, n: usize) -> Vec<u32> {
-        let start = Instant::now();
-        loop {
-            let c = self.children();
-            if c.len() >= n {
-                return c;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "satrun never had {n} children: {}",
-                self.err.all()
-            );
-            thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    fn finish(mut self) -> Output {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > LIMIT {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("satrun did not end within {LIMIT:?}: {}", self.err.all());
-            }
-            thread::sleep(Duration::from_millis(10));
-        };
-        Output {
-            status,
-            stdout: self.out.all(),
-            stderr: self.err.all(),
-            elapsed: start.elapsed(),
-        }
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Whether process `pid` has a handler for SIGTERM (SigCgt).
 fn catches_sigterm(pid: u32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -779,7 +613,10 @@ fn a_signal_while_satrun_checks_the_run_gives_the_documented_status() {
             {
                 Ok(w) => break w,
                 Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-                    assert!(start.elapsed() < LIMIT, "satrun never read its topology");
+                    assert!(
+                        start.elapsed() < RUN_LIMIT,
+                        "satrun never read its topology"
+                    );
                     thread::sleep(Duration::from_millis(2));
                 }
                 Err(e) => panic!("{e}"),
@@ -833,7 +670,7 @@ fn sigterm_at_any_point_of_a_service_start_stops_it_with_status_0() {
                 servers = live.wait_children(3);
                 let start = Instant::now();
                 while !servers.iter().all(|&p| catches_sigterm(p)) {
-                    assert!(start.elapsed() < LIMIT, "{}", live.err.all());
+                    assert!(start.elapsed() < RUN_LIMIT, "{}", live.err.all());
                     thread::sleep(Duration::from_millis(2));
                 }
             }
@@ -1006,7 +843,7 @@ fn a_second_service_on_the_same_address_file_is_refused() {
     while servers
         .iter()
         .any(|p| Path::new(&format!("/proc/{p}")).exists())
-        && start.elapsed() < LIMIT
+        && start.elapsed() < RUN_LIMIT
     {
         thread::sleep(Duration::from_millis(20));
     }
@@ -1074,7 +911,7 @@ fn sigterm_right_after_start_gives_the_documented_status() {
             let live = Live::start(cmd);
             let start = Instant::now();
             while !blocks_sigterm(live.pid()) {
-                assert!(start.elapsed() < LIMIT, "satrun never blocked SIGTERM");
+                assert!(start.elapsed() < RUN_LIMIT, "satrun never blocked SIGTERM");
                 thread::yield_now();
             }
             live.signal(libc::SIGTERM);

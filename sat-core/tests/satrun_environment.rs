@@ -4,25 +4,11 @@
 //! (and the `exchange` example where a real run tells more).
 
 mod common;
-use common::{example, Stream};
+use common::example;
+use common::launched::{satrun_under_test, Live, Output, Scratch};
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
-
-/// The satrun under test: `SATRUN_UNDER_TEST` (an installed one, or an
-/// older build to compare), else the one this crate builds.
-fn satrun_bin() -> PathBuf {
-    std::env::var_os("SATRUN_UNDER_TEST")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_satrun")))
-}
-
-/// Anything here must end well before this.
-const LIMIT: Duration = Duration::from_secs(30);
+use std::process::{Command, Stdio};
 
 /// The tuning variables, README "Environment".
 const TUNING: [&str; 11] = [
@@ -39,34 +25,9 @@ const TUNING: [&str; 11] = [
     "SAT_LEASE_S",
 ];
 
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("satrun-env-{}-{n}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// satrun with none of the variables under test set.
 fn satrun() -> Command {
-    let mut cmd = Command::new(satrun_bin());
+    let mut cmd = Command::new(satrun_under_test());
     cmd.env_remove("SAT_PROVIDER")
         .env_remove("SAT_TOPOLOGY")
         .env_remove("SAT_SECRET");
@@ -77,64 +38,6 @@ fn satrun() -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
-}
-
-/// A satrun started and not yet waited for; killed if the test fails.
-struct Live {
-    child: Child,
-    out: Arc<Stream>,
-    err: Arc<Stream>,
-}
-
-struct Output {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Live {
-    fn start(mut cmd: Command) -> Live {
-        let mut child = cmd.spawn().expect("start satrun");
-        let (out, err) = (Arc::new(Stream::default()), Arc::new(Stream::default()));
-        out.clone().collect(child.stdout.take().unwrap());
-        err.clone().collect(child.stderr.take().unwrap());
-        Live { child, out, err }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill with the pid of our own unreaped child.
-        assert_eq!(unsafe { libc::kill(self.child.id() as i32, sig) }, 0);
-    }
-
-    /// Waits for satrun to end (at most [`LIMIT`]).
-    fn finish(mut self) -> Output {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > LIMIT {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("satrun did not end within {LIMIT:?}: {}", self.err.all());
-            }
-            thread::sleep(Duration::from_millis(10));
-        };
-        Output {
-            status,
-            stdout: self.out.all(),
-            stderr: self.err.all(),
-        }
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
 }
 
 fn run(cmd: Command) -> Output {

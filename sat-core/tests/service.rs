@@ -8,131 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::service::{attach, Service};
 use common::{example, satrun, shm_files_of, text};
-
-/// A running service; stopped (SIGTERM, as an operator would) when dropped.
-struct Service {
-    child: Option<Child>,
-    address: String,
-    dir: PathBuf,
-}
-
-impl Service {
-    fn start(provider: &str, extra: &[&str]) -> Service {
-        Service::start_with_env(provider, extra, &[])
-    }
-
-    /// [`Service::start`] with `env` added to satrun's environment.
-    fn start_with_env(provider: &str, extra: &[&str], env: &[(&str, &str)]) -> Service {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("sat-service-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let address_file = dir.join("address");
-        let log = std::fs::File::create(dir.join("log")).unwrap();
-        let child = Command::new(satrun())
-            .args(["--serve", "--provider", provider, "--address-file"])
-            .arg(&address_file)
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start satrun --serve");
-        let mut service = Service {
-            child: Some(child),
-            address: String::new(),
-            dir,
-        };
-        // The address file appears (renamed into place, whole) once the
-        // socket listens; clients may attach from then on.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(a) = std::fs::read_to_string(&address_file) {
-                service.address = a.trim().to_owned();
-                return service;
-            }
-            let exited = service.child.as_mut().unwrap().try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "the service did not start: {}",
-                service.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Where the service listens: the connection string's `host:port`.
-    fn host_port(&self) -> String {
-        let (_, host_port) = self
-            .address
-            .rsplit_once('@')
-            .expect("the address file holds sat://SECRET@host:port");
-        host_port.to_owned()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// The service's server processes (satrun's children).
-    fn servers(&self) -> Vec<u32> {
-        children_of(self.pid())
-    }
-
-    /// Stops the service and returns satrun's exit status.
-    fn stop(&mut self) -> i32 {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) with a pid and a signal number touches no memory.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the service did not stop on SIGTERM: {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.stop();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(parent) {
-            found.push(pid);
-        }
-    }
-    found
-}
 
 fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
@@ -147,12 +24,6 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .expect(field)
-}
-
-/// Runs `attach ARGS` to its end (bounded) and returns (success, stdout, stderr).
-fn attach(args: &[&str]) -> (bool, String, String) {
-    let out = common::run(Command::new(example("attach")).args(args));
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
 /// Starts `attach ARGS` for a command that stays attached until its
@@ -483,9 +354,9 @@ fn hostile_bytes_on_the_service_port_leave_it_serving() {
     let mut before: &[u8] = &[];
     for bytes in &hostile {
         let poked = common::poke(&port, bytes);
-        let exited = service.child.as_mut().unwrap().try_wait().unwrap();
+        let running = service.running();
         assert!(
-            exited.is_none() && poked.is_ok(),
+            running && poked.is_ok(),
             "the service is gone ({poked:?}) after {before:02x?}: {}",
             service.log()
         );
@@ -566,7 +437,7 @@ fn only_processes_that_hold_the_secret_attach() {
     use std::os::unix::fs::PermissionsExt;
     // One slot: a refused process that took it would keep the next out.
     let mut service = Service::start("tcp", &["--slots", "1"]);
-    let file = service.dir.join("address");
+    let file = service.address_file();
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the address file is readable by others");
     let a = service.address.clone();

@@ -8,122 +8,16 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{example, satrun, text};
+use common::service::{attach, Service};
+use common::text;
 
 /// The desk's cap of connections that have not proved the secret
 /// (`service/desk.rs`, `MAX_UNPROVEN`).
 const CAP: usize = 256;
-
-/// A running service, logging at the default level; stopped (SIGTERM) when
-/// dropped.
-struct Service {
-    child: Option<Child>,
-    address: String,
-    dir: PathBuf,
-}
-
-impl Service {
-    fn start() -> Service {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("sat-desk-flood-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let address_file = dir.join("address");
-        let log = std::fs::File::create(dir.join("log")).unwrap();
-        // satrun picks a free port itself and names it in the address file.
-        let child = Command::new(satrun())
-            .args([
-                "--serve",
-                "--provider",
-                "shm",
-                "--slots",
-                "4",
-                "--address-file",
-            ])
-            .arg(&address_file)
-            .env_remove("SAT_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone().unwrap()))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("start satrun --serve");
-        let mut service = Service {
-            child: Some(child),
-            address: String::new(),
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(a) = std::fs::read_to_string(&address_file) {
-                service.address = a.trim().to_owned();
-                return service;
-            }
-            let exited = service.child.as_mut().unwrap().try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "the service did not start: {}",
-                service.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn host_port(&self) -> String {
-        let (_, host_port) = self
-            .address
-            .rsplit_once('@')
-            .expect("sat://SECRET@host:port");
-        host_port.to_owned()
-    }
-
-    fn secret(&self) -> String {
-        let rest = self.address.strip_prefix("sat://").expect("sat://");
-        rest.split_once('@').expect("SECRET@").0.to_owned()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
-    }
-
-    fn stop(&mut self) -> i32 {
-        let mut child = self.child.take().expect("running");
-        // SAFETY: kill(2) with a pid and a signal number touches no memory.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the service did not stop on SIGTERM: {}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.stop();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Runs `attach ARGS` to its end (bounded): (success, stdout, stderr).
-fn attach(args: &[&str]) -> (bool, String, String) {
-    let out = common::run(Command::new(example("attach")).args(args));
-    (out.status.success(), text(&out.stdout), text(&out.stderr))
-}
 
 /// A legitimate client writes, another reads it back.
 fn write_and_read_back(service: &Service, chunk: &str, seed: &str) {
@@ -175,7 +69,7 @@ fn closed_by_service(s: &mut TcpStream) -> String {
 /// writes and reads while they are all open.
 #[test]
 fn idle_connections_past_the_cap_leave_room_for_a_client() {
-    let mut service = Service::start();
+    let mut service = Service::start_at_default_log_level("shm", &["--slots", "4"]);
     let port = service.host_port();
     let mut idle: Vec<TcpStream> = (0..CAP + 44)
         .map(|_| TcpStream::connect(&port).expect("connect"))
@@ -197,7 +91,7 @@ fn idle_connections_past_the_cap_leave_room_for_a_client() {
 /// whatever bytes come), and a client attaches meanwhile.
 #[test]
 fn connections_that_drip_bytes_are_closed_at_the_hello_deadline() {
-    let mut service = Service::start();
+    let mut service = Service::start_at_default_log_level("shm", &["--slots", "4"]);
     let port = service.host_port();
     let mut drips: Vec<TcpStream> = (0..CAP + 4)
         .map(|_| {
@@ -276,7 +170,7 @@ fn refusals_logged(log: &str) -> (u64, usize) {
 /// more) and a burst of frames too long for a hello.
 #[test]
 fn refused_connections_are_logged_at_the_default_level_with_a_count() {
-    let mut service = Service::start();
+    let mut service = Service::start_at_default_log_level("shm", &["--slots", "4"]);
     let port = service.host_port();
     let secret = service.secret();
     let wrong = format!("sat://{}@{port}", "0".repeat(64));

@@ -12,6 +12,12 @@ pub use process::{finish, run, text};
 // Hosts as network namespaces on one switch.
 pub mod hosts;
 
+// satrun under test, watched as it runs.
+pub mod launched;
+
+// A service and the processes that attach to it.
+pub mod service;
+
 pub fn satrun() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_satrun"))
 }
