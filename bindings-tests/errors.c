@@ -148,6 +148,10 @@ static void mismatches(int idx) {
         /* LOOKUP takes the size from the home. */
         sat_chunk_t *c = CHECK_CHUNK(sat_lookup(NULL, 600, 1));
         CHECK_TRUE(c != NULL && c->size == 64, "LOOKUP's size");
+        /* A MALLOC of the looked-up chain is checked as any other: the
+           protocol too, which the LOOKUP learned from the home. */
+        CHECK_NULL(sat_malloc(sat_home_only(), 600, 64), "already exists with 64 bytes [Home-Based MESI]");
+        CHECK_TRUE(sat_malloc(NULL, 600, 64) == c, "a MALLOC as the home has it gives the LOOKUP's handle");
     }
 }
 

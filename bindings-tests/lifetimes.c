@@ -34,6 +34,11 @@
 static sat_chunk_t *kept;
 static int fail_mode;
 
+static void on_release(sat_chunk_t *c, void *params) {
+    (void)c;
+    (void)params;
+}
+
 /* A chain given back: its memory goes back to the system, the handle is
  * refused from then on, and the chunks keep their data in the S-DSM. */
 static void given_back(int idx) {
@@ -41,12 +46,15 @@ static void given_back(int idx) {
     long before = testing_rss_anon_kib();
     sat_chunk_t *c = CHECK_CHUNK(sat_malloc(NULL, id, BIG_BYTES));
     if (c == NULL) return;
+    CHECK_OK(sat_subscribe(c, on_release, NULL));
     CHECK_OK(sat_write(c));
     memset(c->data, 0x5a, BIG_BYTES);
     c->data[BIG_BYTES - 1] = (char)idx;
-    /* Inside a scope it cannot be given back. */
-    CHECK_STATUS(sat_chunk_free(c), SAT_ERR_USAGE, "scope");
+    /* Inside a scope it cannot be given back, and the refusal changes
+       nothing: the subscription through the handle goes on. */
+    CHECK_STATUS(sat_chunk_free(c), SAT_ERR_USAGE, "FREE of the chain");
     CHECK_OK(sat_release(c));
+    CHECK_OK(sat_unsubscribe(c));
     long held = testing_rss_anon_kib();
     CHECK_OK(sat_chunk_free(c));
     long after = testing_rss_anon_kib();

@@ -559,6 +559,7 @@ pub(crate) fn protocol_of(
 /// error.
 fn same_chain(
     name: &str,
+    c: &Client,
     h: *mut sat_chunk_t,
     inner: &sat_chunk_internal,
     layout: &ChainLayout,
@@ -575,8 +576,19 @@ fn same_chain(
         return std::ptr::null_mut();
     }
     let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
-    if inner.sizes == sizes && inner.protocol.is_none_or(|p| p == protocol) {
+    if inner.sizes == sizes && inner.protocol.is_some_and(|p| p == protocol) {
         return h;
+    }
+    // A handle of a LOOKUP: the core knows the protocol the homes allocated
+    // the chunks with.
+    if inner.sizes == sizes && inner.protocol.is_none() {
+        return match c.check_allocated_with(layout, protocol) {
+            Ok(()) => h,
+            Err(e) => {
+                fail(&e);
+                std::ptr::null_mut()
+            }
+        };
     }
     fail(&sat_core::SatError::Usage(format!(
         "{name} of chunk {first} with {} bytes [{}]: this process already allocated that chain \
@@ -595,7 +607,7 @@ fn same_chain(
 fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -> *mut sat_chunk_t {
     let ids: Vec<u64> = layout.chunks().iter().map(|&(id, _)| id).collect();
     if let Some((h, inner)) = existing(&ids) {
-        return same_chain(name, h, &inner, &layout, protocol);
+        return same_chain(name, c, h, &inner, &layout, protocol);
     }
     if let Err(e) = check_chain_size(layout.total_size() as u64) {
         fail(&e.into());
@@ -612,7 +624,7 @@ fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -
     let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
     match c.map_lst(protocol, &ids, &sizes, Box::new(memory)) {
         Ok(chain) => register(c, chain, data, true, Some(protocol), |h, inner| {
-            same_chain(name, h, inner, &layout, protocol)
+            same_chain(name, c, h, inner, &layout, protocol)
         }),
         Err(e) => {
             fail(&e);
@@ -1038,19 +1050,21 @@ pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> sat_status {
                 inner.chain.first()
             ));
         }
-        // The handler must not run with a handle that is gone; a chain with
-        // no subscription has nothing to end.
+        // Refused (a chunk in a scope): nothing changes, the subscription
+        // through this handle included.
+        let memory = match c.unmap_for(NAME, &inner.chain) {
+            Ok(memory) => memory,
+            Err(e) => return fail(&e),
+        };
+        // The handler must not run with a handle that is gone (the memory
+        // outlives it until here); a chain with no subscription has nothing
+        // to end.
         let _ = c.unsubscribe_chain(&inner.chain);
-        match c.unmap(&inner.chain) {
-            Ok(memory) => {
-                if let Some(h) = handles().as_mut() {
-                    h.retire(chunk as usize);
-                }
-                drop(memory);
-                sat_status::SAT_OK
-            }
-            Err(e) => fail(&e),
+        if let Some(h) = handles().as_mut() {
+            h.retire(chunk as usize);
         }
+        drop(memory);
+        sat_status::SAT_OK
     })
 }
 

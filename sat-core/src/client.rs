@@ -704,10 +704,16 @@ impl Client {
     /// longer holds (its chunks stay in the S-DSM). Refused while a chunk of
     /// the chain is inside a scope.
     pub fn unmap(&self, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
+        self.unmap_for("UNMAP", chain)
+    }
+
+    /// [`Client::unmap`] for the API call `call` (the C ABI's FREE gives a
+    /// chain back this way): an error names that call.
+    pub fn unmap_for(&self, call: &str, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
         let _sat = stats::doing(Activity::Sdsm);
         self.lock().store.unmap(chain).map_err(|e| {
             SatError::Usage(format!(
-                "UNMAP of the chain at chunk {}: {e}",
+                "{call} of the chain at chunk {}: {e}",
                 chain.first()
             ))
         })
@@ -897,6 +903,43 @@ impl Client {
         self.allocate_labelled(protocol, layout, None, false, label)
     }
 
+    /// For a MALLOC of chunks this process already has (allocated, or
+    /// found by a LOOKUP): whether each was allocated with `protocol`, as a
+    /// MALLOC here maps it (`SAT_ADVICE`, adaptive chunks); a usage error
+    /// naming the first that was not. Chunks unknown here pass: their homes
+    /// check them.
+    pub fn check_allocated_with(
+        &self,
+        layout: &ChainLayout,
+        protocol: ProtocolId,
+    ) -> SatResult<()> {
+        let st = self.lock();
+        for &(chunk, size) in layout.chunks() {
+            let Some(c) = st.store.get(chunk) else {
+                continue;
+            };
+            let asked = match st.labels.get(&chunk) {
+                Some(&l) if l != NO_LABEL => protocol,
+                _ => crate::protocol::advice::protocol_for(
+                    st.advice.as_deref(),
+                    st.adaptive,
+                    chunk,
+                    protocol,
+                ),
+            };
+            if c.allocated != asked {
+                return Err(SatError::Usage(format!(
+                    "MALLOC of chunk {chunk} with {size} bytes [{}]: it already exists with {} \
+                     bytes [{}]; allocate it with the same size and protocol, or LOOKUP it",
+                    asked.name(),
+                    c.size,
+                    c.allocated.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The label `chunk` was allocated with ([`NO_LABEL`] for a plain
     /// chunk), or None when this process has not allocated or looked it up.
     pub fn label_of(&self, chunk: ChunkId) -> Option<Label> {
@@ -947,6 +990,7 @@ impl Client {
             let existing = self.lock().store.existing(&layout);
             if let Some(chain) = existing {
                 self.check_labels(&chain, label)?;
+                self.check_allocated_with(&layout, protocol)?;
                 if stats::on() {
                     let (chunks, footprint) = self.lock().store.stats_counts();
                     for &(id, size) in chain.layout().chunks() {

@@ -173,7 +173,11 @@ pub(crate) struct Place {
 /// What the process knows of one chunk.
 pub(crate) struct LocalChunk {
     pub size: usize,
+    /// The protocol it runs here now (an adaptive chunk's changes).
     pub protocol: ProtocolId,
+    /// The protocol its home allocated it with, as every allocation answer
+    /// says: what a MALLOC of it here must ask for.
+    pub allocated: ProtocolId,
     pub side: Box<dyn ClientSide>,
     /// The host slot its home keeps the version in, when it does: scopes
     /// are then opened on the slot (`client/host.rs`), and `side` is the
@@ -395,6 +399,7 @@ impl Store {
             let chunk = self.chunks.get_or_insert_with(id, || LocalChunk {
                 size,
                 protocol: protocols[i].starting(),
+                allocated: protocols[i],
                 side: match host {
                     Some(_) => ProtocolId::HomeOnly.consistency().new_client(size),
                     None => protocols[i].starting().consistency().new_client(size),

@@ -221,9 +221,14 @@ fn allocate(
             )));
         }
         let had_sizes = ids_and_sizes(had.chain.layout()).1;
-        // A chain this process looked up has no known protocol (the core
-        // does not tell it): it is taken as it is, as the C API does.
-        if had_sizes == sizes && had.protocol.is_none_or(|p| p == protocol) {
+        if had_sizes == sizes && had.protocol.is_some_and(|p| p == protocol) {
+            return Ok(existing);
+        }
+        // A chain this process looked up: the core knows the protocol the
+        // homes allocated its chunks with.
+        if had_sizes == sizes && had.protocol.is_none() {
+            let layout = had.chain.layout().clone();
+            h.blocking(py, |c| c.check_allocated_with(&layout, protocol))?;
             return Ok(existing);
         }
         return Err(usage(format!(

@@ -44,7 +44,11 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
             check(sat.UsageError, client.malloc, 60, 8)
             chain = client.malloc(60, 8, protocol="home-only")        # the same protocol joins it
             assert chain.protocol == "home-only"
-            assert client.lookup(61).protocol is None                 # the core does not tell it
+            looked = client.lookup(61)
+            assert looked.protocol is None                            # the core does not tell it
+            # A MALLOC of a looked-up chain is checked against the protocol the home has.
+            check(sat.UsageError, client.malloc, 61, 8, protocol="home-only")
+            assert client.malloc(61, 8) is looked
             for _ in range(ROUNDS):
                 client.rendezvous(1)
                 with chain.readwrite() as view:
@@ -73,6 +77,8 @@ def test_home_only_chains_see_each_others_writes_and_keep_their_protocol(satrun,
     assert out.lines(2) == [
         "UsageError | invalid use of the SAT API: MALLOC of chunk 60 with 8 bytes [Home-Based MESI]: it "
         "already exists with 8 bytes [Home-Only]; allocate it with the same size and protocol, or LOOKUP it",
+        "UsageError | invalid use of the SAT API: MALLOC of chunk 61 with 8 bytes [Home-Only]: it "
+        "already exists with 8 bytes [Home-Based MESI]; allocate it with the same size and protocol, or LOOKUP it",
         "second reads 10",
     ]
 

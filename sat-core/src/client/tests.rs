@@ -122,6 +122,26 @@ fn a_late_lookup_answer_is_not_taken_by_a_later_request() {
     assert_eq!(looked_up.unwrap(), 8);
 }
 
+/// A MALLOC of a chain this process found by LOOKUP is checked against the
+/// protocol its home allocated it with, as one it allocated itself is: the
+/// answer to the LOOKUP said it.
+#[test]
+fn a_malloc_of_a_looked_up_chain_with_another_protocol_is_refused() {
+    let run = Run::new(2, Schedule::Immediate);
+    let refused = run.serve(|clients| {
+        clients[1].malloc_with(ProtocolId::HomeOnly, 9, 8)?;
+        clients[0].lookup(9, WAIT)?;
+        let refused = clients[0].malloc_with(ProtocolId::HomeMesi, 9, 8);
+        let joined = clients[0].malloc_with(ProtocolId::HomeOnly, 9, 8)?;
+        assert_eq!(joined.first(), 9);
+        Ok::<_, SatError>(refused)
+    });
+    let Err(SatError::Usage(why)) = refused.unwrap() else {
+        panic!("a MALLOC with another protocol than the home's was taken");
+    };
+    assert!(why.contains("[Home-Only]"), "{why}");
+}
+
 /// Two threads of one process MALLOC one chunk with different sizes at the
 /// same time: the first to reach the home creates it, the other gets a
 /// size mismatch naming both sizes; each gets the answer to its own
