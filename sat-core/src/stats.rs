@@ -18,19 +18,29 @@
 //! again). A thread's SAT, message passing and sleep time go into the process
 //! totals each time it returns to user code; the application's time is what
 //! remains of the process's lifetime.
+//!
+//! That lifetime starts when the process did ([`clock`]), not when SAT did:
+//! what a program does before its bootstrap is its own time, and the
+//! bootstrap is SAT's. A file being written holds off the stop signals
+//! ([`signals`]), so that a process stopped then still leaves a whole file.
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde::Serialize;
 
 use crate::chunk::ChunkId;
 use crate::protocol::Access;
 use crate::transport::Rank;
+
+mod clock;
+mod signals;
+
+use clock::Origin;
 
 /// The version tag every file starts with.
 pub const FORMAT: &str = "sat-stats 1";
@@ -62,6 +72,41 @@ fn max_events() -> usize {
 fn recorder() -> MutexGuard<'static, Option<Recorder>> {
     // Recording never leaves the recorder half-updated.
     RECORDER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the stream knows of this process beyond one file.
+struct Process {
+    /// The run's id, as the seed made it (`bootstrap::seed`), in hex; None in
+    /// a process that ran no bootstrap (a client that attached to a service).
+    run_id: Option<String>,
+    /// When this process's bootstrap began, until its first file counts it.
+    bootstrap_began: Option<Instant>,
+    /// Where the previous file's clock stopped: the next file (a process
+    /// that attached to a service again) starts there, so that the files of
+    /// one process share out its life without counting any of it twice.
+    last_end: Option<Origin>,
+}
+
+static PROCESS: Mutex<Process> = Mutex::new(Process {
+    run_id: None,
+    bootstrap_began: None,
+    last_end: None,
+});
+
+fn process() -> MutexGuard<'static, Process> {
+    PROCESS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// This process joined run `run_id` in a bootstrap that began at `began`:
+/// its files name the run (`tools/sat-stats` refuses to add up the files
+/// of two runs), and its first file counts the bootstrap as SAT's time.
+pub(crate) fn joined(run_id: [u8; 16], began: Instant) {
+    if folder().is_none() {
+        return;
+    }
+    let mut p = process();
+    p.run_id = Some(run_id.iter().map(|b| format!("{b:02x}")).collect());
+    p.bootstrap_began = Some(began);
 }
 
 /// Who this process is in its run, for the file it writes.
@@ -100,8 +145,27 @@ pub fn start(identity: Identity) {
     let Some(dir) = folder() else {
         return;
     };
+    let (origin, sat_began, bootstrapped, run_id) = {
+        let mut p = process();
+        let origin = p
+            .last_end
+            .or_else(clock::process_start)
+            .unwrap_or_else(Origin::now);
+        let began = p.bootstrap_began.take();
+        (
+            origin,
+            began.unwrap_or_else(Instant::now),
+            began.is_some(),
+            p.run_id.clone(),
+        )
+    };
     let mut r = recorder();
-    *r = Some(Recorder::new(dir.clone(), identity));
+    let mut rec = Recorder::new(dir.clone(), identity, origin, sat_began);
+    rec.run_id = run_id;
+    if bootstrapped {
+        rec.count_bootstrap();
+    }
+    *r = Some(rec);
     ON.store(true, Ordering::Relaxed);
     drop(r);
     // The starting thread's clock counts from now.
@@ -118,7 +182,14 @@ pub fn finish() -> Option<PathBuf> {
     let taken = recorder().take();
     ON.store(false, Ordering::Relaxed);
     let rec = taken?;
-    match rec.write() {
+    // A stop signal from here to the rename waits for the file (satrun
+    // sends SIGTERM to the processes left when a rank fails, and a server
+    // ending at that moment would leave a `.partial`); it takes effect right
+    // after, and SIGKILL still ends the process at any time.
+    let held = signals::HeldOff::new();
+    let duration_ns = rec.now_ns();
+    process().last_end = Some(rec.origin.later_by(duration_ns));
+    let written = match rec.write(duration_ns) {
         Ok(path) => {
             tracing::debug!("statistics written to {}", path.display());
             Some(path)
@@ -132,7 +203,9 @@ pub fn finish() -> Option<PathBuf> {
             );
             None
         }
-    }
+    };
+    drop(held);
+    written
 }
 
 // ---------------------------------------------------------------------------
@@ -408,8 +481,15 @@ struct AccessRecord {
 struct Recorder {
     dir: PathBuf,
     identity: Identity,
-    start: Instant,
-    start_unix_ns: u64,
+    run_id: Option<String>,
+    /// Where this file's clock starts: the process's start, or the end of
+    /// its previous file.
+    origin: Origin,
+    /// When SAT began in this process (its bootstrap, or this recording),
+    /// from `origin`: before it, the process ran its own code only.
+    sat_start_ns: u64,
+    /// The bootstrap's part of `spent`'s SAT time.
+    bootstrap_ns: u64,
     spent: [u64; 4],
     /// Messages and bytes by destination rank.
     sent: Vec<[u64; 2]>,
@@ -439,11 +519,16 @@ struct Sent {
 #[derive(Serialize)]
 struct File<'a> {
     format: &'static str,
+    /// Absent where unknown (a service's client ran no bootstrap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<&'a str>,
     #[serde(flatten)]
     identity: &'a Identity,
     pid: u32,
     host: String,
     start_unix_ns: u64,
+    sat_start_ns: u64,
+    bootstrap_ns: u64,
     duration_ns: u64,
     time_ns: TimeSplit,
     sent: Vec<Sent>,
@@ -455,15 +540,14 @@ struct File<'a> {
 }
 
 impl Recorder {
-    fn new(dir: PathBuf, identity: Identity) -> Recorder {
-        let start_unix_ns = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+    fn new(dir: PathBuf, identity: Identity, origin: Origin, sat_began: Instant) -> Recorder {
         Recorder {
             dir,
             identity,
-            start: Instant::now(),
-            start_unix_ns,
+            run_id: None,
+            origin,
+            sat_start_ns: sat_began.saturating_duration_since(origin.at).as_nanos() as u64,
+            bootstrap_ns: 0,
             spent: [0; 4],
             sent: Vec::new(),
             counters: Counters::default(),
@@ -476,19 +560,28 @@ impl Recorder {
     }
 
     fn now_ns(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        self.origin.at.elapsed().as_nanos() as u64
     }
 
-    /// The time split: a server is never in user code; a client's user time
-    /// is what its SAT calls leave (at least 0: threads calling SAT at once
-    /// add up).
+    /// The bootstrap, from its beginning to now (the recording's start, once
+    /// the process has its client or server), is SAT's time: it waits for
+    /// the other processes over the seed's TCP sockets, not in libfabric.
+    fn count_bootstrap(&mut self) {
+        self.bootstrap_ns = self.now_ns().saturating_sub(self.sat_start_ns);
+        self.spent[Activity::Sdsm as usize] += self.bootstrap_ns;
+    }
+
+    /// The time split: a server runs its program's own code only before SAT
+    /// starts, and SAT's from then on; a client's user time is what its SAT
+    /// calls leave (at least 0: threads calling SAT at once add up).
     fn time_split(&self, duration_ns: u64) -> TimeSplit {
         let [_, sdsm, message_passing, sleep] = self.spent;
         if self.identity.kind == "server" {
             let busy = message_passing + sleep;
+            let user = self.sat_start_ns.min(duration_ns.saturating_sub(busy));
             return TimeSplit {
-                user: 0,
-                sdsm: duration_ns.saturating_sub(busy),
+                user,
+                sdsm: duration_ns.saturating_sub(busy + user),
                 message_passing,
                 sleep,
             };
@@ -501,10 +594,9 @@ impl Recorder {
         }
     }
 
-    fn write(&self) -> std::io::Result<PathBuf> {
+    fn write(&self, duration_ns: u64) -> std::io::Result<PathBuf> {
         std::fs::create_dir_all(&self.dir)?;
         let pid = std::process::id();
-        let duration_ns = self.now_ns();
         let sent = self
             .sent
             .iter()
@@ -518,10 +610,13 @@ impl Recorder {
             .collect();
         let file = File {
             format: FORMAT,
+            run_id: self.run_id.as_deref(),
             identity: &self.identity,
             pid,
             host: crate::os::hostname(),
-            start_unix_ns: self.start_unix_ns,
+            start_unix_ns: self.origin.unix_ns,
+            sat_start_ns: self.sat_start_ns,
+            bootstrap_ns: self.bootstrap_ns,
             duration_ns,
             time_ns: self.time_split(duration_ns),
             sent,
@@ -547,6 +642,7 @@ impl Recorder {
         serde_json::to_writer(&mut out, &file).map_err(std::io::Error::other)?;
         out.write_all(b"\n")?;
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        signals::test_signal_before_rename(self.identity.rank);
         // Readers never see a half-written file.
         std::fs::rename(&tmp, &path)?;
         Ok(path)
@@ -556,6 +652,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn nested_activities_return_to_the_outer_one() {
@@ -567,24 +664,32 @@ mod tests {
         assert_eq!(c.current, Activity::User);
     }
 
+    fn identity(kind: &'static str) -> Identity {
+        Identity {
+            rank: 0,
+            kind,
+            role: 0,
+            server: 0,
+            size: 2,
+            servers: vec![0],
+        }
+    }
+
     #[test]
-    fn a_servers_time_is_never_user_code() {
+    fn a_servers_own_time_is_its_time_before_sat() {
+        let origin = Origin::now();
         let mut r = Recorder::new(
             PathBuf::from("unused"),
-            Identity {
-                rank: 0,
-                kind: "server",
-                role: 0,
-                server: 0,
-                size: 2,
-                servers: vec![0],
-            },
+            identity("server"),
+            origin,
+            origin.at + Duration::from_nanos(10),
         );
+        assert_eq!(r.sat_start_ns, 10);
         r.spent = [0, 5, 30, 50];
         let t = r.time_split(100);
         assert_eq!(
             (t.user, t.sdsm, t.message_passing, t.sleep),
-            (0, 20, 30, 50)
+            (10, 10, 30, 50)
         );
         r.identity.kind = "client";
         r.spent = [0, 10, 20, 30];
@@ -595,5 +700,30 @@ mod tests {
         );
         r.spent = [0, 100, 20, 30];
         assert_eq!(r.time_split(100).user, 0);
+    }
+
+    #[test]
+    fn the_bootstrap_is_sats_time_and_the_split_adds_up() {
+        // A process 3 ms old whose bootstrap began 1 ms after its start.
+        let now = Origin::now();
+        let origin = Origin {
+            at: now.at - Duration::from_millis(3),
+            unix_ns: now.unix_ns - 3_000_000,
+        };
+        let began = origin.at + Duration::from_millis(1);
+        let mut r = Recorder::new(PathBuf::from("unused"), identity("client"), origin, began);
+        assert_eq!(r.sat_start_ns, 1_000_000);
+        r.count_bootstrap();
+        assert!(r.bootstrap_ns >= 2_000_000, "{}", r.bootstrap_ns);
+        assert_eq!(r.spent[Activity::Sdsm as usize], r.bootstrap_ns);
+        r.spent[Activity::Sleep as usize] = 7;
+        for kind in ["client", "server"] {
+            r.identity.kind = kind;
+            let d = r.now_ns();
+            let t = r.time_split(d);
+            assert_eq!(t.user + t.sdsm + t.message_passing + t.sleep, d, "{kind}");
+            assert!(t.sdsm >= r.bootstrap_ns, "{kind}");
+            assert!(t.user >= r.sat_start_ns, "{kind}: before SAT, its own code");
+        }
     }
 }

@@ -17,9 +17,10 @@ use crate::transport::{Rank, MAX_HEADER};
 /// what processes share beside messages (host slots: 8 gave a service's
 /// slots two buffers and its readers their own bits), or the transport's
 /// framing (13: one tag for every eager packet, its order number in the
-/// prefix; 14: the drain before a run's shutdown); the bootstrap and a
+/// prefix; 14: the drain before a run's shutdown), or the bootstrap's
+/// messages (15: the run's id in the seed's setup); the bootstrap and a
 /// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 14;
+pub const WIRE_VERSION: u32 = 15;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

@@ -567,6 +567,70 @@ def test_files_of_two_runs_exit_2(run_dir):
     assert str(path) in r.stderr and "different runs" in r.stderr, r.stderr
 
 
+RUN_A = "5f0c" * 8
+RUN_B = "9e21" * 8
+
+
+def test_files_of_two_runs_of_one_shape_exit_2(run_dir):
+    # Two runs of the same program: same size, same servers; only the run id tells them apart.
+    folder, files = run_dir
+    for data in files.values():
+        data["run_id"] = RUN_A
+        write(folder, data)
+    files[4]["run_id"] = RUN_B
+    path = write(folder, files[4])
+    r = sat_stats(folder, "--summary")
+    assert r.returncode == 2, r.stdout
+    assert str(path) in r.stderr and "different runs" in r.stderr, r.stderr
+    assert RUN_A in r.stderr and RUN_B in r.stderr, r.stderr
+    assert not (folder / "heatmap.png").exists()
+
+
+def test_two_files_of_one_server_exit_2(run_dir):
+    # Files without a run id (written before it existed), of two runs: a run has one process per
+    # server rank, so a second file of server 1 gives the second run away.
+    folder, files = run_dir
+    again = dict(files[1], pid=4101)
+    path = write(folder, again)
+    r = sat_stats(folder)
+    assert r.returncode == 2
+    assert str(path) in r.stderr and "server 1" in r.stderr, r.stderr
+    assert str(folder / "sat-stats.1.3101.json") in r.stderr, r.stderr
+    # The same with a run id: one run cannot have written both.
+    for data in files.values():
+        write(folder, dict(data, run_id=RUN_A))
+    write(folder, dict(again, run_id=RUN_A))
+    r = sat_stats(folder)
+    assert r.returncode == 2
+    assert "server 1" in r.stderr, r.stderr
+
+
+def test_files_of_one_service_with_and_without_a_run_id_are_added_up(run_dir):
+    # A service: its servers' files name the run; a process that attached twice to slot 4 wrote
+    # sat-stats.4.<pid>.json and sat-stats.4.<pid>-2.json; files without a run id are accepted.
+    folder, files = run_dir
+    for rank in SERVERS + [2]:
+        write(folder, dict(files[rank], run_id=RUN_A))
+    second = client_file(4, 3104, seed=45, own=range(3200, 3204), looked_up=[], scopes=10,
+                         capacity=8)
+    (folder / "sat-stats.4.3104-2.json").write_text(json.dumps(dict(second, run_id=RUN_A)))
+    r = sat_stats(folder, "--summary", "--out", folder / "f")
+    assert r.returncode == 0, r.stderr
+    (times, _), _ = summary_tables(r.stdout)
+    assert times[4]["files"] == "2"
+    assert times[4]["messages"] == str(files[4]["sent"][0]["messages"] +
+                                       second["sent"][0]["messages"])
+
+
+def test_a_run_id_that_is_not_a_string_is_named(run_dir):
+    folder, files = run_dir
+    files[2]["run_id"] = 12
+    path = write(folder, files[2])
+    r = sat_stats(folder)
+    assert r.returncode == 2
+    assert str(path) in r.stderr and '"run_id" is 12' in r.stderr, r.stderr
+
+
 def test_an_empty_or_missing_folder_exits_2(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -179,6 +179,8 @@ fn join_with(
     roles_known: impl Fn(u32) -> bool,
     bells_wanted: bool,
 ) -> SatResult<(Joined, Vec<Vec<u8>>)> {
+    // The bootstrap is SAT's time in the statistics (docs/STATISTICS.md).
+    let began = std::time::Instant::now();
     observe::init();
     let env = RunEnv::discover()?;
     observe::set_rank(env.rank);
@@ -199,6 +201,7 @@ fn join_with(
         return Err(e);
     }
     let setup = link.setup(|| topology(env.size))?;
+    crate::stats::joined(setup.run_id, began);
     let topology = Arc::new(setup.topology);
     let role = topology.role(env.rank);
     if role != 0 && !roles_known(role) {

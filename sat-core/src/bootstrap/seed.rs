@@ -98,6 +98,8 @@ pub(crate) enum FromSeed {
         one_host: bool,
         /// The lease in seconds when the run has recovery on.
         recovery: Option<u64>,
+        /// The run's id ([`Setup::run_id`]).
+        run_id: RunId,
     },
     /// Endpoint names and doorbells, by rank.
     Table(Vec<Vec<u8>>, Vec<Option<BellPlace>>),
@@ -119,6 +121,11 @@ pub(crate) enum FromSeed {
 /// rank.
 pub type Tables = (Vec<Vec<u8>>, Vec<Option<BellPlace>>);
 
+/// A run's name: random, made by the seed for each run, shared by every
+/// process of it. Unrelated to the run's secret (which the statistics files
+/// that carry the id must not help to guess).
+pub type RunId = [u8; 16];
+
 /// What every rank learns in step 1.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -133,6 +140,9 @@ pub struct Setup {
     /// The run outlives a lost client (`SAT_RECOVERY` at the seed): the
     /// lease of every process's watch ([`super::watch`]).
     pub recovery: Option<Duration>,
+    /// Names the run in the statistics files (docs/STATISTICS.md), so that
+    /// the files of two runs are not taken for one.
+    pub run_id: RunId,
 }
 
 /// This process's link to the seed, for the duration of the bootstrap.
@@ -515,12 +525,14 @@ impl Peer {
                 topology,
                 one_host,
                 recovery,
+                run_id,
             } => Ok(Setup {
                 one_host,
                 provider,
                 topology,
                 local_ip: self.local_ip,
                 recovery: recovery.map(Duration::from_secs),
+                run_id,
             }),
             other => Err(unexpected(&other)),
         }
@@ -706,9 +718,16 @@ impl Seed {
     fn setup(&mut self, topology: impl FnOnce() -> SatResult<Topology>) -> SatResult<Setup> {
         let prepared = topology().and_then(|t| {
             let provider = self.choose_provider().map_err(SatError::Bootstrap)?;
-            Ok((t, provider))
+            let mut run_id = RunId::default();
+            // Fresh random bytes, not the secret's nor the nonces'.
+            getrandom::getrandom(&mut run_id).map_err(|e| {
+                SatError::Bootstrap(format!(
+                    "the operating system's random generator failed while naming the run: {e}"
+                ))
+            })?;
+            Ok((t, provider, run_id))
         });
-        let (topology, provider) = match prepared {
+        let (topology, provider, run_id) = match prepared {
             Ok(v) => v,
             Err(e) => {
                 self.abort(&e.to_string());
@@ -723,6 +742,7 @@ impl Seed {
             topology: topology.clone(),
             one_host,
             recovery,
+            run_id,
         })?;
         Ok(Setup {
             one_host,
@@ -730,6 +750,7 @@ impl Seed {
             topology,
             local_ip: self.local_ip,
             recovery: recovery.map(Duration::from_secs),
+            run_id,
         })
     }
 
@@ -952,6 +973,7 @@ pub(crate) mod fuzzing {
                 topology,
                 one_host: true,
                 recovery: Some(10),
+                run_id: [3; 16],
             })),
             body(encode_frame(&ToSeed::Beat)),
             body(encode_frame(&FromSeed::Beat)),
