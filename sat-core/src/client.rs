@@ -59,6 +59,9 @@ enum WaitFor {
     /// As `Peers`, and the role's thread runs the handlers of events that
     /// arrive meanwhile (section 2.5).
     PeersRunningHandlers,
+    /// As `Reply`, for an answer that may come late or never (a LOOKUP
+    /// waits for another process's MALLOC): the caller may interrupt it.
+    Answer,
 }
 /// How long a request for a host slot's lock looks again without a system
 /// call before it waits ([`Client::spin_for_host_lock`]).
@@ -266,7 +269,19 @@ pub struct Client {
     /// encryption layer's tenant key and caches): two clients of one
     /// process may be two tenants, and a client's state ends with it.
     layer: Mutex<Option<Arc<dyn std::any::Any + Send + Sync>>>,
+    /// Asked, while a call waits for other processes, whether the caller
+    /// wants it to stop ([`Client::set_interrupt_check`]).
+    interrupt: std::sync::OnceLock<InterruptCheck>,
 }
+
+/// A check a layer above gives the client ([`Client::set_interrupt_check`]):
+/// `Some(error)` ends the waiting call with that error.
+pub type InterruptCheck = Arc<dyn Fn() -> Option<SatError> + Send + Sync>;
+
+/// How often a waiting call asks its [`InterruptCheck`]: a person who
+/// pressed Ctrl-C sees the call end at once, and a check that takes a lock
+/// (Python's interpreter lock) is not taken at every round of the wait.
+const INTERRUPT_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 struct ClientState {
     /// The server this client talks to: its topology's, or its stand-in
@@ -384,6 +399,7 @@ impl Client {
             quick_loan: loans::QuickLoan::default(),
             host_sync: AtomicBool::new(false),
             fatal: std::sync::OnceLock::new(),
+            interrupt: std::sync::OnceLock::new(),
             layer: Mutex::new(None),
             state: Mutex::new(ClientState {
                 server,
@@ -2009,7 +2025,7 @@ impl Client {
                 }
             }
             let number = numbers[outcomes.len()];
-            let got = self.wait(deadline, |st| {
+            let got = self.wait_inner(deadline, WaitFor::Answer, None, |st| {
                 if let Some(why) = st.mail.alloc_lost.remove(&number) {
                     return Some(Err(why));
                 }
@@ -2178,6 +2194,20 @@ impl Client {
         self.wait_inner(deadline, WaitFor::PeersRunningHandlers, None, ready)
     }
 
+    /// Gives this client a check that its waits for other processes (a
+    /// barrier, a rendezvous, a symbol's writer, a LOOKUP's chunk, a
+    /// notification) ask every [`INTERRUPT_CHECK_EVERY`]: `Some(error)`
+    /// ends the call with that error, as a failing handler would (a
+    /// barrier's arrival still counts; a rendezvous's entry stays; a late
+    /// answer is dropped). Waits for an answer due within a round trip (a
+    /// grant) are not interrupted. The Python module's check raises
+    /// KeyboardInterrupt on Ctrl-C. Set once; a second check is refused.
+    pub fn set_interrupt_check(&self, check: InterruptCheck) -> SatResult<()> {
+        self.interrupt
+            .set(check)
+            .map_err(|_| SatError::Usage("this client has an interrupt check already".into()))
+    }
+
     /// The wait under [`Client::wait`] and [`Client::wait_running_handlers`].
     /// With `sleep_on`, what ends the wait is an announcement in that host
     /// slot (a lock let go, a barrier's round complete), not a message: the
@@ -2196,7 +2226,7 @@ impl Client {
         // reply due within a round trip or two: spinning that long before
         // sleeping saves the sleep's wake-up latency on every miss.
         let policy = match waiting_for {
-            WaitFor::Reply => IdlePolicy {
+            WaitFor::Reply | WaitFor::Answer => IdlePolicy {
                 spin: self.policy.spin.max(REPLY_SPIN),
                 ..self.policy
             },
@@ -2210,8 +2240,25 @@ impl Client {
             ));
         }
         let mut idle = Idle::with_clock(policy, self.clock.clone());
+        // Only a wait that gives up cleanly may be interrupted: one whose
+        // caller copes with an error in the middle of it as with a failing
+        // handler's, or with a timeout's (a late answer is dropped).
+        let interrupt = match waiting_for {
+            WaitFor::PeersRunningHandlers | WaitFor::Answer => self.interrupt.get(),
+            WaitFor::Reply | WaitFor::Peers => None,
+        };
+        let mut next_check = interrupt.map(|_| Instant::now() + INTERRUPT_CHECK_EVERY);
         loop {
             self.fatal()?;
+            if let (Some(check), Some(due)) = (interrupt, next_check.as_mut()) {
+                let now = Instant::now();
+                if now >= *due {
+                    *due = now + INTERRUPT_CHECK_EVERY;
+                    if let Some(e) = check() {
+                        return Err(e);
+                    }
+                }
+            }
             // Read before looking: an announcement after this ends the sleep.
             let seen = sleep_on.map(|s| s.slot().announced());
             let (events_pending, traffic, wakeup) = {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
 
@@ -236,6 +236,47 @@ impl Handle {
             }
         }
         to_py(e)
+    }
+
+    /// The check the core's waits ask ([`Client::set_interrupt_check`]):
+    /// a signal Python has a handler for (Ctrl-C's SIGINT: KeyboardInterrupt,
+    /// a notebook's interrupt) ends a call waiting for other processes with
+    /// that handler's exception, as it ends `time.sleep`. Python runs signal
+    /// handlers in its main thread only: a wait in another thread goes on.
+    pub(crate) fn interrupt_check(h: &Arc<Handle>) -> sat_core::client::InterruptCheck {
+        let handle = Arc::downgrade(h);
+        Arc::new(move || {
+            let e = Python::attach(|py| py.check_signals().err())?;
+            let message = e.to_string();
+            if let Some(h) = handle.upgrade() {
+                h.keep_callback_error(e);
+            }
+            Some(CoreError::Role(format!("interrupted: {message}")))
+        })
+    }
+
+    /// Installs again the interpreter's own handlers (Python functions, such
+    /// as SIGINT's KeyboardInterrupt) of the signals libfabric's shm provider
+    /// and SAT take over when an endpoint opens (SIGINT, SIGTERM, SIGHUP):
+    /// their handlers unlink the endpoint's region, then end the process,
+    /// which is right where the interpreter would have died of the signal,
+    /// and wrong where it raises an exception the program may catch. Only
+    /// the main thread may set handlers: from another, nothing is done.
+    pub(crate) fn restore_interpreter_signal_handlers(py: Python<'_>) -> PyResult<()> {
+        let threading = py.import("threading")?;
+        let current = threading.call_method0("current_thread")?;
+        if !current.is(&threading.call_method0("main_thread")?) {
+            return Ok(());
+        }
+        let signal = py.import("signal")?;
+        for name in ["SIGINT", "SIGTERM", "SIGHUP"] {
+            let sig = signal.getattr(name)?;
+            let handler = signal.call_method1("getsignal", (&sig,))?;
+            if handler.is_callable() {
+                signal.call_method1("signal", (&sig, handler))?;
+            }
+        }
+        Ok(())
     }
 
     /// Keeps a callback's exception for the call that ran the callback. The

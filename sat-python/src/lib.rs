@@ -32,7 +32,10 @@ use crate::handle::Handle;
 /// exception becomes the role's failure, its traceback printed first.
 fn call_role(f: &Py<PyAny>, h: &Arc<Handle>, client: &Client) -> RoleResult {
     h.open(client);
+    // One client per process in a run: the check is set once.
+    let _ = client.set_interrupt_check(Handle::interrupt_check(h));
     let outcome = Python::attach(|py| -> Result<(), String> {
+        Handle::restore_interpreter_signal_handlers(py).map_err(|e| e.to_string())?;
         let pyclient = PyClient::new(py, h.clone())
             .and_then(|c| Py::new(py, c))
             .map_err(|e| e.to_string())?;

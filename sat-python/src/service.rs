@@ -33,7 +33,12 @@ pub(crate) fn connect(py: Python<'_>, address: &str) -> PyResult<Py<PyClient>> {
         .detach(|| sat_core::service::connect(address))
         .map_err(to_py)?;
     let h = Arc::new(Handle::new());
+    // A session's client is new: its check is not set yet.
+    let _ = session
+        .client()
+        .set_interrupt_check(Handle::interrupt_check(&h));
     h.attach(session);
+    Handle::restore_interpreter_signal_handlers(py)?;
     let client = Py::new(py, PyClient::new(py, h.clone())?)?;
     // The hook holds the client until it detaches. In a fork() child it does
     // nothing, silently: the session is the parent's (see `Handle`'s drop).

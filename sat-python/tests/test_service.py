@@ -354,6 +354,59 @@ def test_a_client_whose_service_ended_first_exits_quietly(service):
     assert "Exception" not in out.stderr and "Error" not in out.stderr, out.stderr
 
 
+def test_ctrl_c_raises_keyboard_interrupt_also_in_a_waiting_call(service):
+    """SIGINT is the interpreter's after ``import sat`` (libfabric's psm provider used to replace its
+    handler with one that exits), and ends a call that waits for other processes with
+    KeyboardInterrupt; the client then detaches as usual."""
+    out = service.attach(
+        """
+        import os
+        import signal
+        import sys
+        import threading
+        import time
+        import sat
+
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("interrupted after import")
+
+        client = sat.connect(os.environ["SAT_ADDRESS"])
+        main = threading.main_thread()
+
+        def waiting():
+            # Inside the barrier's wait: the main thread runs `wait_here` and sleeps in the kernel.
+            frame = sys._current_frames().get(main.ident)
+            with open(f"/proc/self/task/{main.native_id}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            return frame is not None and frame.f_code.co_name == "wait_here" and state == "S"
+
+        def interrupt_when_waiting():
+            while not waiting():
+                time.sleep(0.005)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        def wait_here():
+            client.barrier(1, 2)       # nobody else comes
+
+        threading.Thread(target=interrupt_when_waiting, daemon=True).start()
+        try:
+            wait_here()
+            print("the barrier returned")
+        except KeyboardInterrupt:
+            print("interrupted in the barrier")
+        client.detach()
+        print("detached")
+        """,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["interrupted after import", "interrupted in the barrier", "detached"]
+    assert "without detaching" not in service.log(), service.log()
+
+
 def test_a_scope_whose_block_raises_publishes_nothing_and_writes_outside_a_scope_are_lost(service):
     """A WRITE whose `with` block raises ends without publishing: the home keeps its version. Bytes
     written through a view kept from an earlier scope are not the chain's: the next READ sees the

@@ -558,15 +558,85 @@ extern "C" fn unlink_shm_and_chain(sig: c_int, info: *mut libc::siginfo_t, _: *m
     }
 }
 
+/// The signals whose handlers libinfinipath (loaded by libfabric's psm
+/// provider) replaces with its own when it loads, unless
+/// `IPATH_NO_BACKTRACE` is set: a backtrace, then `exit(1)`.
+const PSM_TAKEN_SIGNALS: [c_int; 6] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGABRT,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGSEGV,
+];
+
+/// Gives back to their default the signals whose handler is
+/// libinfinipath's ([`PSM_TAKEN_SIGNALS`]). Its constructor ran when
+/// libfabric was loaded, before any code of the program's could run, so
+/// the action it replaced was the default (or one set by another library's
+/// constructor, which this cannot know). A process satrun starts (or a
+/// Python process, whose `sat` module sets the variables before it loads
+/// libfabric) has none of them: its own handlers stay as they are.
+fn drop_psm_signal_handlers() {
+    for sig in PSM_TAKEN_SIGNALS {
+        // SAFETY: sigaction and dladdr with valid, zero-initialised structs;
+        // dladdr only reads the loader's tables.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            let handler = old.sa_sigaction;
+            if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+                continue;
+            }
+            if !handler_is_in(handler, b"infinipath") {
+                continue;
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(sig, &action, ptr::null_mut()) == 0 {
+                tracing::debug!(
+                    sig,
+                    "libinfinipath's handler replaced by the default action"
+                );
+            }
+        }
+    }
+}
+
+/// Whether the signal handler at `handler` is code of a library whose file
+/// name holds `name`.
+fn handler_is_in(handler: libc::sighandler_t, name: &[u8]) -> bool {
+    // SAFETY: dladdr with a zeroed Dl_info only reads the loader's tables;
+    // dli_fname, when set, is a NUL-terminated string the loader keeps.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(handler as *const c_void, &mut info) == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        let file = std::ffi::CStr::from_ptr(info.dli_fname).to_bytes();
+        file.windows(name.len()).any(|w| w == name)
+    }
+}
+
 /// Installs, once per process, handlers that unlink this process's shm
-/// regions on SIGTERM, SIGINT and SIGHUP and then die of the signal as
-/// before. A signal the process ignores (`nohup`) stays ignored. And the
-/// same on a crash or an abort ([`CRASH_SIGNALS`]), whose handlers then
-/// hand the signal on: a process that dies so outside satrun (under
-/// mpirun, srun, or launched by hand) leaves no region in /dev/shm
-/// either.
+/// regions on SIGTERM, SIGINT and SIGHUP, then die of the signal, where the
+/// action is the default or the shm provider's own (which unlinks under a
+/// lock, not safe in a signal handler, then hands the signal to the action
+/// before it). A signal the process ignores (`nohup`) stays ignored, and
+/// one whose handler the program installed after the provider's (once its
+/// endpoint is open) stays the program's: the process may go on, and its
+/// endpoint's close removes the region. (The Python module installs the
+/// interpreter's handlers again once the endpoint is open, so Ctrl-C
+/// raises KeyboardInterrupt.)
+/// And the same on a crash or an abort ([`CRASH_SIGNALS`]), whose handlers
+/// then hand the signal on: a process that dies so outside satrun (under
+/// mpirun, srun, or launched by hand) leaves no region in /dev/shm either.
 fn install_shm_signal_handlers() {
     INSTALL_HANDLERS.call_once(|| {
+        drop_psm_signal_handlers();
         // SAFETY: sigaction with valid structs; OLD_ACTIONS is written here
         // only, before our handlers (its readers) are installed.
         unsafe {
@@ -596,9 +666,13 @@ fn install_shm_signal_handlers() {
             // handler only calls async-signal-safe functions.
             unsafe {
                 let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, ptr::null(), &mut old) == 0
-                    && old.sa_sigaction == libc::SIG_IGN
-                {
+                if libc::sigaction(sig, ptr::null(), &mut old) != 0 {
+                    continue;
+                }
+                let handler = old.sa_sigaction;
+                let dies = handler == libc::SIG_DFL
+                    || (handler != libc::SIG_IGN && handler_is_in(handler, b"libfabric"));
+                if !dies {
                     continue;
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();

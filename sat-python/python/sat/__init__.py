@@ -85,7 +85,19 @@ Every call that can block releases the GIL. Errors are ``SatError`` subclasses. 
 or ``Chain`` used in a ``fork()`` child raises ``UsageError``: the child must join SAT itself.
 """
 
-from ._sat import (
+import os as _os
+
+# libfabric's psm provider loads libinfinipath, whose constructor replaces the
+# handlers of SIGINT, SIGTERM and the crash signals with its own, which print
+# a backtrace and exit(1): Ctrl-C would end the interpreter instead of raising
+# KeyboardInterrupt. These variables, read by that constructor when ``_sat``
+# loads libfabric just below, keep the handlers the interpreter has (satrun
+# sets them for its processes, as Open MPI does).
+for _var in ("IPATH_NO_BACKTRACE", "HFI_NO_BACKTRACE"):
+    _os.environ.setdefault(_var, "1")
+del _var
+
+from ._sat import (  # noqa: E402 (after the variables above)
     HAS_ABE,
     AbortedError,
     AccessDenied,
