@@ -325,7 +325,7 @@ typedef enum sat_status {
 /**
  * The level of a log line, most severe first. Without `SAT_LOG` only
  * errors and warnings are logged; `SAT_LOG=debug` (or any filter of the
- * debug stream, docs/DEBUG.md) adds the rest.
+ * debug stream: README, "Environment") adds the rest.
  */
 typedef enum sat_log_level {
     SAT_LOG_ERROR = 1,

@@ -32,6 +32,12 @@
  *   allocated (written) yet for at most SAT_LOOKUP_TIMEOUT seconds (60 by
  *   default), then returns NULL (SAT_ERR_TIMEOUT); SAT_LOOKUP_TIMEOUT=inf
  *   waits as long as it takes, as the report's calls do.
+ * - LOOKUP returns once the chunks are allocated, written or not (section
+ *   2.2 says "allocated and written"): the report's own Figure 9 looks up a
+ *   chunk its publisher writes only after the subscriber's wakeup, which
+ *   waiting for a write would deadlock. A chunk nobody has written reads as
+ *   zeros; a reader that must see a producer's first write waits for it
+ *   (a rendezvous, a barrier, or a subscription, as in Figure 9).
  * - A wakeup sent before the matching rendezvous is remembered (the report
  *   does not say): the rendezvous then returns at once, whatever the
  *   timing. Wakeups not consumed in between count as one.

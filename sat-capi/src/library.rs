@@ -44,7 +44,7 @@ pub extern "C" fn sat_has_encryption() -> c_int {
 
 /// The level of a log line, most severe first. Without `SAT_LOG` only
 /// errors and warnings are logged; `SAT_LOG=debug` (or any filter of the
-/// debug stream, docs/DEBUG.md) adds the rest.
+/// debug stream: README, "Environment") adds the rest.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum sat_log_level {

@@ -57,7 +57,8 @@ Options:
                      is the only server and every other rank a client of it with
                      role 1
   --provider NAME    the libfabric provider: shm (this host), tcp or verbs;
-                     default: $SAT_PROVIDER, else shm
+                     default: $SAT_PROVIDER, else tcp for a run with recovery
+                     (a process killed while it sends can freeze shm), else shm
   --enable-recovery  the run outlives a client process that dies or stops answering
                      for $SAT_LEASE_S seconds (default 10): its write scopes are
                      revoked, its chunks keep their last released versions, and the
@@ -613,7 +614,7 @@ pub fn plan_service(args: &ServeArgs, env: &LaunchEnv) -> Result<Plan, LaunchErr
             args: vec![crate::service::SERVER_PROCESS_ARG.into()],
         })
         .collect();
-    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref())?;
+    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref(), false)?;
     let slots = topology.clients().len() as u32;
     Ok(Plan {
         ranks,
@@ -666,19 +667,33 @@ fn service_host(listen: IpAddr) -> IpAddr {
     }
 }
 
-/// `--provider`, else the `env_provider` value of `SAT_PROVIDER`, else shm;
-/// checked to be available here.
+/// `--provider`, else the `env_provider` value of `SAT_PROVIDER`, else tcp
+/// for a run with `recovery` and shm for any other; checked to be available
+/// here. A run with recovery outlives processes killed at any moment, also
+/// while they send, which can freeze libfabric 1.17's shm provider (its
+/// queues' locks stay held: docs/DESIGN.md, "Killed processes and the shm
+/// provider"); versions still go through host slots on one host. Asked for
+/// shm all the same, satrun says so.
 fn choose_provider(
     given: Option<&String>,
     env_provider: Option<&OsStr>,
+    recovery: bool,
 ) -> Result<Provider, LaunchError> {
     let provider = match (given, env_provider) {
         (Some(name), _) => Provider::parse(name).map_err(LaunchError::UnknownProvider)?,
         (None, Some(name)) if !name.is_empty() => Provider::parse(&name.to_string_lossy())
             .map_err(|e| LaunchError::UnknownProvider(format!("SAT_PROVIDER: {e}")))?,
+        _ if recovery => Provider::Tcp,
         _ => Provider::Shm,
     };
     check_provider(provider)?;
+    if recovery && provider == Provider::Shm {
+        eprintln!(
+            "satrun: warning: a run with recovery over the shm provider can freeze when a process \
+             is killed while it sends (libfabric's shm queues stay locked; docs/DESIGN.md, \
+             \"Killed processes and the shm provider\"); without --provider, such a run uses tcp"
+        );
+    }
     Ok(provider)
 }
 
@@ -739,7 +754,7 @@ pub fn plan(args: &LaunchArgs, env: &LaunchEnv) -> Result<Plan, LaunchError> {
         None => None,
     };
 
-    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref())?;
+    let provider = choose_provider(args.provider.as_ref(), env.provider.as_deref(), recovery)?;
 
     let mut first = 0u32;
     for app in &args.apps {

@@ -65,6 +65,13 @@ pub fn init() {
             eprintln!("SAT_LOG={filter:?} is not a valid filter ({e}); using 'warn'");
             EnvFilter::new("warn")
         });
+        if let Some(stray) = stray_target(&std::env::var("SAT_LOG").unwrap_or_default()) {
+            eprintln!(
+                "SAT_LOG: {stray:?} is neither a level (error, warn, info, debug, trace) nor a \
+                 part of SAT (sat_core, sat_capi, sat_python, e.g. sat_core::server=debug): \
+                 it turns on nothing"
+            );
+        }
         let prefixed = std::env::var_os("SAT_OUTPUT_PREFIXED").is_some();
         // No colour codes: the lines may go to a sink, a file or a pipe.
         let _ = tracing_subscriber::fmt()
@@ -76,6 +83,19 @@ pub fn init() {
             })
             .try_init();
     });
+}
+
+/// The first directive of a `SAT_LOG` filter that names something other
+/// than a level or a part of SAT (`garbage`, `sat-core`): a valid filter
+/// that can turn on nothing, so a typo would go unnoticed.
+fn stray_target(filter: &str) -> Option<&str> {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    filter.split(',').map(str::trim).find(|d| {
+        let target = d.split(['=', '[']).next().unwrap_or("").trim();
+        !target.is_empty()
+            && !LEVELS.iter().any(|l| target.eq_ignore_ascii_case(l))
+            && !target.starts_with("sat_")
+    })
 }
 
 /// Where an application wants the debug stream's lines: called with each
@@ -187,5 +207,30 @@ where
         }
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stray_target;
+
+    #[test]
+    fn a_filter_that_can_turn_on_nothing_is_named() {
+        for good in [
+            "",
+            "debug",
+            "WARN",
+            "sat_core=debug",
+            "warn,sat_core::server=trace",
+            "sat_capi[span]=info",
+        ] {
+            assert_eq!(stray_target(good), None, "{good:?}");
+        }
+        assert_eq!(stray_target("garbage!!"), Some("garbage!!"));
+        assert_eq!(
+            stray_target("debug, sat-core=trace"),
+            Some("sat-core=trace")
+        );
+        assert_eq!(stray_target("verbose"), Some("verbose"));
     }
 }

@@ -143,6 +143,15 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
     );
     s.chunk_size = chunk as usize;
     s.stats_max_events = events as usize;
+    // Both bounds given the wrong way round is a mistake to name; a minimum
+    // alone above the default maximum raises the maximum with it.
+    let both_given = value("SAT_SLEEP_MIN_NS").is_some() && value("SAT_SLEEP_MAX_NS").is_some();
+    if both_given && s.sleep_min_ns > s.sleep_max_ns {
+        bad.push(format!(
+            "SAT_SLEEP_MIN_NS={} is above SAT_SLEEP_MAX_NS={}: give a minimum at most the maximum",
+            s.sleep_min_ns, s.sleep_max_ns
+        ));
+    }
     s.sleep_max_ns = s.sleep_max_ns.max(s.sleep_min_ns);
     match value("SAT_PROGRESS").as_deref() {
         None | Some("sleep") => {}
@@ -225,8 +234,7 @@ mod tests {
             ("SAT_PROGRESS", "busy"),
             ("SAT_HOST_SEGMENTS", "off"),
             ("SAT_BALANCE", "off"),
-            ("SAT_SLEEP_MIN_NS", "5000"),
-            ("SAT_SLEEP_MAX_NS", "10"),
+            ("SAT_SLEEP_MIN_NS", "5000000"),
             ("SAT_BOOTSTRAP_TIMEOUT", "5"),
             ("SAT_RECOVERY", "1"),
             ("SAT_LEASE_S", "3"),
@@ -238,8 +246,8 @@ mod tests {
         assert!(s.busy && !s.host_segments && !s.balance);
         assert_eq!(
             (s.sleep_min_ns, s.sleep_max_ns),
-            (5000, 5000),
-            "max raised to min"
+            (5_000_000, 5_000_000),
+            "the default max raised to a min above it"
         );
         assert_eq!(s.bootstrap_timeout_s, 5);
     }
@@ -271,5 +279,10 @@ mod tests {
             assert!(e.contains(part), "{part:?} not in {e}");
         }
         assert!(with(&[("SAT_CHUNK_SIZE", "1073741825")]).is_err());
+        let e = with(&[("SAT_SLEEP_MIN_NS", "5000"), ("SAT_SLEEP_MAX_NS", "10")]).unwrap_err();
+        assert!(
+            e.contains("SAT_SLEEP_MIN_NS=5000 is above SAT_SLEEP_MAX_NS=10"),
+            "{e}"
+        );
     }
 }

@@ -268,6 +268,41 @@ fn sat_recovery_is_read_and_checked() {
 
 /// SAT_RECOVERY=on makes satrun supervise as --enable-recovery does: a
 /// client that fails is reported and the others go on.
+/// A run with recovery outlives processes killed while they send, which
+/// can freeze the shm provider: without a provider asked for, it runs over
+/// tcp; asked for shm, satrun warns and takes it.
+#[test]
+fn a_run_with_recovery_defaults_to_tcp_and_warns_of_shm() {
+    let dir = Scratch::new("recovery-provider");
+    let show = "echo $SAT_PROVIDER";
+    let (o, _) = sh_run(&dir, &["-n", "1"], &[], show);
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(o.stdout, "[0] shm\n", "a run without recovery");
+    for (args, env) in [
+        (&["--enable-recovery", "-n", "1"][..], &[][..]),
+        (&["-n", "1"][..], &[("SAT_RECOVERY", "on")][..]),
+    ] {
+        let (o, _) = sh_run(&dir, args, env, show);
+        assert!(o.status.success(), "{args:?}: {}", o.stderr);
+        assert_eq!(o.stdout, "[0] tcp\n", "{args:?} {env:?}");
+        assert!(!o.stderr.contains("warning"), "{}", o.stderr);
+    }
+    let (o, _) = sh_run(
+        &dir,
+        &["--enable-recovery", "--provider", "shm", "-n", "1"],
+        &[],
+        show,
+    );
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(o.stdout, "[0] shm\n");
+    assert!(
+        o.stderr
+            .contains("satrun: warning: a run with recovery over the shm provider"),
+        "{}",
+        o.stderr
+    );
+}
+
 #[test]
 fn sat_recovery_on_lets_the_run_outlive_a_client() {
     let dir = Scratch::new("recovery-run");

@@ -708,7 +708,10 @@ impl Seed {
         if let Some((p, _)) = chosen {
             return Ok(p);
         }
-        if self.one_host() {
+        // A run with recovery outlives processes killed while they send,
+        // which can freeze the shm provider (docs/DESIGN.md, "Killed
+        // processes and the shm provider"), as satrun's choice says.
+        if self.one_host() && !crate::settings::get().recovery {
             Ok(Provider::Shm)
         } else {
             Ok(Provider::Tcp)
