@@ -313,7 +313,9 @@ typedef enum sat_status {
     SAT_ERR_NO_MEMORY = -13,
     /**
      * A run with recovery lost a process this call may have counted on
-     * (a barrier): call it again with the count of the processes left. Also
+     * (a barrier: call it again with the count of the processes left; a
+     * rendezvous, whose wakeup it may have been to send: call it again if
+     * another process will wake it). Also
      * a call a lost server took with it, in a run with replicated homes:
      * call it again (a RELEASE so failed may or may not have published:
      * read the chunk to know; a write scope on the lost server's chunk
@@ -1008,8 +1010,14 @@ const char *sat_status_string(int32_t status);
  * Waits for a wakeup of rendezvous `id` not consumed yet by this process,
  * sent before or after this call (the report's `sleep`/`rendezvous`).
  *
+ * In a run with recovery, a call that waits when the run loses a process,
+ * or the first one after the loss, fails with SAT_ERR_PROCESS_LOST: the
+ * wakeup it waits for may have been the lost process's to send. Call it
+ * again if another process will wake it (a wakeup sent before still
+ * counts).
+ *
  * Returns: SAT_OK, or SAT_ERR_USAGE (no run, a fork() child),
- * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
+ * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.
  */
 enum sat_status sat_rendezvous(uint32_t id);
 
@@ -1031,7 +1039,8 @@ enum sat_status sat_wakeup(uint32_t id);
  * In a run with recovery (`satrun --enable-recovery`), the first call of
  * each process after the run lost a process fails with
  * SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
- * loss or after: call it again with the count of the processes left.
+ * loss or after: call it again with the count of the processes left (a
+ * lost server takes no client with it).
  *
  * Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
  * SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.

@@ -22,8 +22,14 @@ fn call(name: &str, f: impl FnOnce(&Client) -> sat_core::SatResult<()>) -> sat_s
 /// Waits for a wakeup of rendezvous `id` not consumed yet by this process,
 /// sent before or after this call (the report's `sleep`/`rendezvous`).
 ///
+/// In a run with recovery, a call that waits when the run loses a process,
+/// or the first one after the loss, fails with SAT_ERR_PROCESS_LOST: the
+/// wakeup it waits for may have been the lost process's to send. Call it
+/// again if another process will wake it (a wakeup sent before still
+/// counts).
+///
 /// Returns: SAT_OK, or SAT_ERR_USAGE (no run, a fork() child),
-/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
+/// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.
 #[no_mangle]
 pub extern "C" fn sat_rendezvous(id: u32) -> sat_status {
     call("rendezvous", |c| c.rendezvous(id))
@@ -47,7 +53,8 @@ pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
 /// In a run with recovery (`satrun --enable-recovery`), the first call of
 /// each process after the run lost a process fails with
 /// SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
-/// loss or after: call it again with the count of the processes left.
+/// loss or after: call it again with the count of the processes left (a
+/// lost server takes no client with it).
 ///
 /// Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
 /// SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.

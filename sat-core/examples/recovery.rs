@@ -11,8 +11,9 @@
 //! see, then kills itself with SIGKILL (`--how kill`, the default) or stops
 //! itself with SIGSTOP (`--how stop`: the run declares it lost after its
 //! lease). The others then wait until the run tells them a process was lost
-//! (a barrier of every client can no longer complete, and fails with
-//! `ProcessLost`), pass a barrier of the clients left, and check that the
+//! (a rendezvous only the victim would wake, and a barrier of every client,
+//! which can no longer complete, each fail once with `ProcessLost`), pass a
+//! barrier of the clients left, and check that the
 //! counter holds exactly their increments plus the victim's released ones:
 //! its unreleased write never shows, and nobody waits for it.
 //!
@@ -32,6 +33,8 @@ use sat_core::protocol::Access;
 use sat_core::SatError;
 
 const COUNTER: u64 = 7;
+/// A rendezvous only the victim would wake.
+const VICTIMS_WAKEUP: u32 = 9;
 /// What the victim writes and never releases.
 const NEVER: u64 = 0xdead_beef_dead_beef;
 
@@ -150,6 +153,13 @@ fn survivor(c: &Client, o: &Options) -> RoleResult {
     let clients = c.client_count();
     for _ in 0..o.k {
         increment(c)?;
+    }
+    // The victim never wakes it: it ends only when the run has lost the
+    // victim, whether it waited at the loss or came after it.
+    match c.rendezvous(VICTIMS_WAKEUP) {
+        Err(SatError::ProcessLost(_)) => println!("rank {} told at its rendezvous", c.rank()),
+        Ok(()) => return Err("a rendezvous only the lost victim would wake returned".into()),
+        Err(e) => return Err(e.into()),
     }
     // A barrier of every client: the victim never comes, so it ends only
     // when the run has lost it.

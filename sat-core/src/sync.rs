@@ -38,6 +38,15 @@
 //!   left) goes ahead. Every survivor's first barrier call after a loss
 //!   thus fails once, whether it arrived before or after the loss: what a
 //!   program sees does not depend on the timing.
+//! - **Rendezvous after a loss** likewise: the wakeup a rendezvous waits
+//!   for may have been the lost process's to send. Each sleep says how many
+//!   losses its client has been told of; a coordinator that hears of a loss
+//!   answers every sleeper `SleepLost`, and so any later sleep told of
+//!   fewer. The call fails with `ProcessLost` once, whether it waited
+//!   before the loss or came after; called again, it returns on a wakeup
+//!   sent before or after. A client counts the losses its barriers and its
+//!   rendezvous were told of apart, so each kind fails once, whichever
+//!   comes first.
 //! - **Signals** are publish-subscribe without a chunk: raising one notifies
 //!   every client subscribed to it at that moment, the raiser included.
 
@@ -90,7 +99,15 @@ impl Coordinator {
         out: &mut Vec<(Rank, SyncOp)>,
     ) -> Result<(), &'static str> {
         match op {
-            SyncOp::Sleep { id, seen } => {
+            SyncOp::Sleep { id, seen, losses } => {
+                if losses < self.losses {
+                    let lost = SyncOp::SleepLost {
+                        id,
+                        losses: self.losses,
+                    };
+                    out.push((client, lost));
+                    return Ok(());
+                }
                 let r = self.rendezvous.entry(id).or_default();
                 if r.generation > seen {
                     out.push((
@@ -204,13 +221,28 @@ impl Coordinator {
         }
     }
 
-    /// Client `client` was lost (a run with recovery): it has left, and
-    /// every waiting arrival told of fewer losses is answered `BarrierLost`.
+    /// Client `client` was lost (a run with recovery): it has left, every
+    /// waiting arrival told of fewer losses is answered `BarrierLost`, and
+    /// every rendezvous sleeper `SleepLost` (its wakeup may have been the
+    /// lost process's to send).
     pub fn client_lost(&mut self, client: Rank, out: &mut Vec<(Rank, SyncOp)>) {
         self.client_left(client);
         self.losses += 1;
         let losses = self.losses;
-        for (&id, b) in self.barriers.iter_mut() {
+        // In id order: the answers' order is the same in every replay of a
+        // simulated run.
+        let mut ids: Vec<u32> = self.rendezvous.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let r = self.rendezvous.get_mut(&id).expect("listed");
+            for (c, _) in r.sleepers.drain(..) {
+                out.push((c, SyncOp::SleepLost { id, losses }));
+            }
+        }
+        let mut ids: Vec<u32> = self.barriers.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let b = self.barriers.get_mut(&id).expect("listed");
             b.arrived.retain(|&(c, ticket, told)| {
                 let keep = told >= losses;
                 if !keep {
@@ -275,7 +307,15 @@ mod tests {
         let mut c = Coordinator::default();
         assert!(wake(&mut c, 2, 7).is_empty());
         assert_eq!(
-            run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 0 }),
+            run(
+                &mut c,
+                3,
+                SyncOp::Sleep {
+                    id: 7,
+                    seen: 0,
+                    losses: 0
+                }
+            ),
             vec![(
                 3,
                 SyncOp::Awake {
@@ -285,7 +325,16 @@ mod tests {
             )]
         );
         // Consumed: the next rendezvous waits for the next wakeup.
-        assert!(run(&mut c, 3, SyncOp::Sleep { id: 7, seen: 1 }).is_empty());
+        assert!(run(
+            &mut c,
+            3,
+            SyncOp::Sleep {
+                id: 7,
+                seen: 1,
+                losses: 0
+            }
+        )
+        .is_empty());
         assert_eq!(
             wake(&mut c, 2, 7),
             vec![(
@@ -301,8 +350,26 @@ mod tests {
     #[test]
     fn a_rendezvous_before_the_wakeup_waits_for_it() {
         let mut c = Coordinator::default();
-        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
-        assert!(run(&mut c, 4, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert!(run(
+            &mut c,
+            3,
+            SyncOp::Sleep {
+                id: 1,
+                seen: 0,
+                losses: 0
+            }
+        )
+        .is_empty());
+        assert!(run(
+            &mut c,
+            4,
+            SyncOp::Sleep {
+                id: 1,
+                seen: 0,
+                losses: 0
+            }
+        )
+        .is_empty());
         assert!(wake(&mut c, 4, 2).is_empty(), "another id");
         let woken = wake(&mut c, 2, 1);
         assert_eq!(
@@ -451,8 +518,26 @@ mod tests {
         // A rendezvous that gave up left its entry; the client's next one
         // adds none, and one wakeup answers the client once.
         let mut c = Coordinator::default();
-        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
-        assert!(run(&mut c, 3, SyncOp::Sleep { id: 1, seen: 0 }).is_empty());
+        assert!(run(
+            &mut c,
+            3,
+            SyncOp::Sleep {
+                id: 1,
+                seen: 0,
+                losses: 0
+            }
+        )
+        .is_empty());
+        assert!(run(
+            &mut c,
+            3,
+            SyncOp::Sleep {
+                id: 1,
+                seen: 0,
+                losses: 0
+            }
+        )
+        .is_empty());
         assert_eq!(
             wake(&mut c, 2, 1),
             vec![(
@@ -511,5 +596,69 @@ mod tests {
         arrive(&mut c, 7, 3, vec![14], &mut out);
         assert_eq!(c.take_fetches(), vec![(2, vec![10, 11]), (7, vec![14])]);
         assert!(c.take_fetches().is_empty(), "taken once");
+    }
+
+    /// A rendezvous whose wakeup may have died with a lost process fails
+    /// once, whether it waited at the loss or came after it; called again
+    /// (told of the loss), it waits, and a wakeup sent before or after
+    /// releases it.
+    #[test]
+    fn every_sleeper_hears_of_a_loss_once_whatever_the_timing() {
+        let sleep = |id, seen, losses| SyncOp::Sleep { id, seen, losses };
+        let mut c = Coordinator::default();
+        // Client 3 waits on rendezvous 1 (for client 5's wakeup), client 4
+        // on 2; then client 5 is lost.
+        assert!(run(&mut c, 3, sleep(1, 0, 0)).is_empty());
+        assert!(run(&mut c, 4, sleep(2, 0, 0)).is_empty());
+        let mut out = Vec::new();
+        c.client_lost(5, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                (3, SyncOp::SleepLost { id: 1, losses: 1 }),
+                (4, SyncOp::SleepLost { id: 2, losses: 1 }),
+            ]
+        );
+        // Client 6, not told yet, comes after the loss: it fails the same way.
+        assert_eq!(
+            run(&mut c, 6, sleep(1, 0, 0)),
+            vec![(6, SyncOp::SleepLost { id: 1, losses: 1 })]
+        );
+        // Told, they wait again; nobody is dropped twice for one loss.
+        assert!(run(&mut c, 3, sleep(1, 0, 1)).is_empty());
+        assert!(run(&mut c, 6, sleep(1, 0, 1)).is_empty());
+        let mut woken = wake(&mut c, 7, 1);
+        woken.sort_by_key(|&(to, _)| to);
+        assert_eq!(
+            woken,
+            vec![
+                (
+                    3,
+                    SyncOp::Awake {
+                        id: 1,
+                        generation: 1
+                    }
+                ),
+                (
+                    6,
+                    SyncOp::Awake {
+                        id: 1,
+                        generation: 1
+                    }
+                ),
+            ]
+        );
+        // A wakeup sent before a told sleeper comes still counts.
+        wake(&mut c, 7, 2);
+        assert_eq!(
+            run(&mut c, 4, sleep(2, 0, 1)),
+            vec![(
+                4,
+                SyncOp::Awake {
+                    id: 2,
+                    generation: 1
+                }
+            )]
+        );
     }
 }

@@ -18,9 +18,10 @@ use crate::transport::{Rank, MAX_HEADER};
 /// slots two buffers and its readers their own bits), or the transport's
 /// framing (13: one tag for every eager packet, its order number in the
 /// prefix; 14: the drain before a run's shutdown), or the bootstrap's
-/// messages (15: the run's id in the seed's setup); the bootstrap and a
-/// service's desk refuse processes built with another version.
-pub const WIRE_VERSION: u32 = 15;
+/// messages (15: the run's id in the seed's setup; 16: a rendezvous told of
+/// the run's losses); the bootstrap and a service's desk refuse processes
+/// built with another version.
+pub const WIRE_VERSION: u32 = 16;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -287,9 +288,12 @@ pub const MAX_FETCH: usize = 96;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub enum SyncOp {
     /// rendezvous(id): answer once the generation is past `seen`.
+    /// `losses`: how many lost processes the client has been told of (a
+    /// run with recovery; 0 otherwise): see [`crate::sync`].
     Sleep {
         id: u32,
         seen: u64,
+        losses: u32,
     },
     /// wakeup(id). `ticket` numbers the client's calls (with its barrier
     /// arrivals); the coordinator answers [`SyncOp::WakeupDone`] with it
@@ -361,6 +365,13 @@ pub enum SyncOp {
     BarrierLost {
         id: u32,
         ticket: u64,
+        losses: u32,
+    },
+    /// The rendezvous calls of `id` that waited are dropped: the run has
+    /// lost `losses` processes (a run with recovery), more than they were
+    /// told of, and the wakeup they wait for may have died with one.
+    SleepLost {
+        id: u32,
         losses: u32,
     },
     /// wakeup call `ticket` on rendezvous `id` is applied: every

@@ -78,6 +78,11 @@ fn killed_victim_under_satrun(provider: &str, topology_file: Option<&str>, slots
         !all.contains("shows the victim's unreleased write"),
         "{all}"
     );
+    assert_eq!(
+        all.matches("told at its rendezvous").count(),
+        survivors as usize,
+        "a rendezvous only the victim would wake fails once in every survivor: {all}"
+    );
     assert!(all.contains(&format!(
         "satrun: rank {victim} (" // the program's path follows
     )));

@@ -98,8 +98,9 @@ impl ClientState {
             // coordinator forgot this client's sleeper entries with it:
             // asked again (the coordinator keeps one entry per client,
             // and answers at once a generation past what was consumed).
+            let losses = self.mail.sync.sleep_losses();
             for (id, seen) in self.mail.sync.sleeps_again() {
-                let op = wire::SyncOp::Sleep { id, seen };
+                let op = wire::SyncOp::Sleep { id, seen, losses };
                 send(out, server, &Message::Sync { client: me, op });
             }
         }

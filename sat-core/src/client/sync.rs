@@ -35,8 +35,17 @@ pub(crate) struct Answers {
     /// Barrier arrivals sent and not answered yet: ticket -> barrier.
     pending: HashMap<u64, u32>,
     /// How many lost processes coordinators have told this client of (a
-    /// run with recovery): its barrier arrivals say so ([`crate::sync`]).
+    /// run with recovery) through its barrier calls: its barrier arrivals
+    /// say so ([`crate::sync`]).
     losses: u32,
+    /// The same, told through its rendezvous calls: its sleeps say so.
+    /// Apart, so that each kind of call fails once after a loss, whichever
+    /// comes first.
+    sleep_losses: u32,
+    /// Per rendezvous, how many times its coordinator dropped this client's
+    /// sleepers for a loss ([`SyncOp::SleepLost`]): a call that waits fails
+    /// when it grows.
+    sleeps_lost: HashMap<u32, u64>,
     /// Barrier calls that gave up before their answer came (a handler
     /// failed while they waited), by ticket: the barrier and the calling
     /// thread. Their answers are discarded when they come.
@@ -81,6 +90,10 @@ impl Answers {
                 self.losses = self.losses.max(losses);
                 self.barrier_answer(id, ticket, BarrierAnswer::Lost(losses))
             }
+            SyncOp::SleepLost { id, losses } => {
+                self.sleep_losses = self.sleep_losses.max(losses);
+                *self.sleeps_lost.entry(id).or_default() += 1;
+            }
             SyncOp::BarrierAt { id, place } => {
                 self.places.insert(id, place);
             }
@@ -119,6 +132,12 @@ impl Answers {
         let mut again: Vec<(u32, u64)> = self.sleeping.keys().copied().collect();
         again.sort_unstable();
         again
+    }
+
+    /// How many lost processes this client's rendezvous calls have been
+    /// told of.
+    pub fn sleep_losses(&self) -> u32 {
+        self.sleep_losses
     }
 
     fn sleep_started(&mut self, id: u32, seen: u64) {
@@ -216,26 +235,46 @@ impl Client {
     /// the one after that waits for another wakeup. Nothing else is left
     /// behind: the coordinator keeps one sleeper entry per client, and one
     /// Awake only raises the generation this client has heard of.
+    ///
+    /// In a run with recovery, a call that waits when the run loses a
+    /// process, or the first one after the loss, fails with
+    /// [`SatError::ProcessLost`] ([`crate::sync`]): its wakeup may have been
+    /// the lost process's to send. Called again, it returns on a wakeup sent
+    /// before or after.
     pub fn rendezvous(&self, id: u32) -> SatResult<()> {
-        let seen = {
+        let (seen, losses, dropped) = {
             let mut st = self.lock();
             let seen = st.mail.sync.consumed.get(&id).copied().unwrap_or(0);
             // Counted before the request leaves: a loss of this process's
             // server after it asks again (`client/failover.rs`).
             st.mail.sync.sleep_started(id, seen);
-            seen
+            let dropped = st.mail.sync.sleeps_lost.get(&id).copied().unwrap_or(0);
+            (seen, st.mail.sync.sleep_losses, dropped)
         };
-        let waited = self.sync_send(SyncOp::Sleep { id, seen }).and_then(|()| {
-            self.wait_running_handlers(None, |st| {
-                let g = st.mail.sync.awake.get(&id).copied().unwrap_or(0);
-                (g > seen).then(|| {
-                    let c = st.mail.sync.consumed.entry(id).or_default();
-                    *c = (*c).max(g);
+        let waited = self
+            .sync_send(SyncOp::Sleep { id, seen, losses })
+            .and_then(|()| {
+                self.wait_running_handlers(None, |st| {
+                    let g = st.mail.sync.awake.get(&id).copied().unwrap_or(0);
+                    if g > seen {
+                        let c = st.mail.sync.consumed.entry(id).or_default();
+                        *c = (*c).max(g);
+                        return Some(Ok(()));
+                    }
+                    let now = st.mail.sync.sleeps_lost.get(&id).copied().unwrap_or(0);
+                    (now > dropped).then(|| {
+                        Err(SatError::ProcessLost(format!(
+                            "rendezvous {id}: the run has lost {} process(es) since this \
+                             process was last told, and the wakeup this call waits for may \
+                             have been one of theirs to send; call it again if another process \
+                             will wake it (a wakeup sent before or after still counts)",
+                            st.mail.sync.sleep_losses
+                        )))
+                    })
                 })
-            })
-        });
+            });
         self.lock().mail.sync.sleep_ended(id, seen);
-        waited.map(|_| ())
+        waited?.unwrap_or(Ok(()))
     }
 
     /// barrier: waits until `count` calls of barrier `id` (from any
@@ -259,7 +298,8 @@ impl Client {
     /// In a run with recovery, this process's first call after the run lost
     /// a process fails with [`SatError::ProcessLost`] and does not count,
     /// whether it arrived before the loss or after ([`crate::sync`]): call
-    /// again with the count of the processes left.
+    /// again with the count of the processes left (a lost server takes no
+    /// client with it).
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
         let fetch = self.learned_arrival(id);
         self.barrier_round(id, count, &fetch)?;
@@ -323,7 +363,8 @@ impl Client {
             Some(BarrierAnswer::Lost(losses)) => Err(SatError::ProcessLost(format!(
                 "barrier {id}: the run has lost {losses} process(es) since this process was \
                  last told, and the round may count on one of them; call the barrier again \
-                 with the count of the processes left (this call did not count)"
+                 with the number of calls the round can still get: a lost client's are gone, a \
+                 lost server takes no client with it (this call did not count)"
             ))),
             None => Err(SatError::Timeout(format!("barrier {id}: no answer"))),
         }

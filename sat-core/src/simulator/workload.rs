@@ -78,6 +78,9 @@ pub(crate) struct Program {
     /// A server of the run dies (`server/failover.rs`): a call the loss
     /// catches fails with `ProcessLost`, and is not a broken invariant.
     server_loss: bool,
+    /// Clients of the run may die: in a run with recovery, a rendezvous
+    /// the loss catches fails once with `ProcessLost` (`crate::sync`).
+    client_loss: bool,
 }
 
 /// A barrier every API thread of a run passes `rounds` times, spread over
@@ -195,6 +198,7 @@ pub(crate) fn plan(
                         send_faults,
                         barrier,
                         server_loss: kind.server_loss,
+                        client_loss: kind.deaths,
                     })
                     .collect(),
             }
@@ -1520,7 +1524,8 @@ impl Thread {
     /// process): the wakeup returned once its coordinator applied it, so
     /// the rendezvous returns on it at once, however the messages of the
     /// two calls are delivered. A run that loses a server may fail either
-    /// call once (`ProcessLost`); then the pair is not checked.
+    /// call once (`ProcessLost`), and one that loses a client with
+    /// recovery the rendezvous; then the pair is not checked.
     ///
     /// Holding no scope, as for the barrier: the rendezvous runs the
     /// process's handlers, which read chunks this thread might hold.
@@ -1541,7 +1546,8 @@ impl Thread {
                 Shared::lock(&self.shared.oracle).rendezvous_met += 1;
                 self.note(|| format!("woke and met rendezvous {id}"));
             }
-            Err(crate::SatError::ProcessLost(_)) if self.program.server_loss => {}
+            Err(crate::SatError::ProcessLost(_))
+                if self.program.server_loss || self.program.client_loss => {}
             Err(e) => self
                 .shared
                 .fail("a rendezvous after a wakeup returns", e.to_string()),
