@@ -290,6 +290,15 @@ mod tests {
         out
     }
 
+    /// A rendezvous call of a client told of no loss.
+    fn sleep(id: u32, seen: u64) -> SyncOp {
+        SyncOp::Sleep {
+            id,
+            seen,
+            losses: 0,
+        }
+    }
+
     /// A wakeup by `client`: what it sends to the others. Its own answer,
     /// that the wakeup is applied, comes last, with its ticket.
     fn wake(c: &mut Coordinator, client: Rank, id: u32) -> Vec<(Rank, SyncOp)> {
@@ -307,15 +316,7 @@ mod tests {
         let mut c = Coordinator::default();
         assert!(wake(&mut c, 2, 7).is_empty());
         assert_eq!(
-            run(
-                &mut c,
-                3,
-                SyncOp::Sleep {
-                    id: 7,
-                    seen: 0,
-                    losses: 0
-                }
-            ),
+            run(&mut c, 3, sleep(7, 0)),
             vec![(
                 3,
                 SyncOp::Awake {
@@ -325,16 +326,7 @@ mod tests {
             )]
         );
         // Consumed: the next rendezvous waits for the next wakeup.
-        assert!(run(
-            &mut c,
-            3,
-            SyncOp::Sleep {
-                id: 7,
-                seen: 1,
-                losses: 0
-            }
-        )
-        .is_empty());
+        assert!(run(&mut c, 3, sleep(7, 1)).is_empty());
         assert_eq!(
             wake(&mut c, 2, 7),
             vec![(
@@ -350,26 +342,8 @@ mod tests {
     #[test]
     fn a_rendezvous_before_the_wakeup_waits_for_it() {
         let mut c = Coordinator::default();
-        assert!(run(
-            &mut c,
-            3,
-            SyncOp::Sleep {
-                id: 1,
-                seen: 0,
-                losses: 0
-            }
-        )
-        .is_empty());
-        assert!(run(
-            &mut c,
-            4,
-            SyncOp::Sleep {
-                id: 1,
-                seen: 0,
-                losses: 0
-            }
-        )
-        .is_empty());
+        assert!(run(&mut c, 3, sleep(1, 0)).is_empty());
+        assert!(run(&mut c, 4, sleep(1, 0)).is_empty());
         assert!(wake(&mut c, 4, 2).is_empty(), "another id");
         let woken = wake(&mut c, 2, 1);
         assert_eq!(
@@ -518,26 +492,8 @@ mod tests {
         // A rendezvous that gave up left its entry; the client's next one
         // adds none, and one wakeup answers the client once.
         let mut c = Coordinator::default();
-        assert!(run(
-            &mut c,
-            3,
-            SyncOp::Sleep {
-                id: 1,
-                seen: 0,
-                losses: 0
-            }
-        )
-        .is_empty());
-        assert!(run(
-            &mut c,
-            3,
-            SyncOp::Sleep {
-                id: 1,
-                seen: 0,
-                losses: 0
-            }
-        )
-        .is_empty());
+        assert!(run(&mut c, 3, sleep(1, 0)).is_empty());
+        assert!(run(&mut c, 3, sleep(1, 0)).is_empty());
         assert_eq!(
             wake(&mut c, 2, 1),
             vec![(
