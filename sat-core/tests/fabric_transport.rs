@@ -370,6 +370,26 @@ fn child_holds_shm_endpoint() {
     match line.trim() {
         // Dies as a process that calls abort() does.
         "abort" => std::process::abort(),
+        // Exits with its endpoint open, as a C program that calls exit()
+        // in its role does.
+        "exit" => std::process::exit(3),
+        // A fork() child of it exits (its exit handlers run): the region
+        // is this process's, and stays; exits 0 if it did, 4 if not.
+        "fork-exit" => {
+            // SAFETY: fork, then only exit(3) in the child; waitpid on it.
+            let kept = unsafe {
+                let pid = libc::fork();
+                assert!(pid >= 0, "fork");
+                if pid == 0 {
+                    libc::exit(0);
+                }
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+                !shm_files_of(std::process::id()).unwrap().is_empty()
+            };
+            drop(ep);
+            std::process::exit(if kept { 0 } else { 4 });
+        }
         // Dies of a real fault: a write to a page that allows none.
         "fault" => {
             // SAFETY: a fresh anonymous mapping of one page; the write to
@@ -495,6 +515,41 @@ fn an_abort_or_a_crash_removes_the_shm_region() {
         );
         assert!(left.is_empty(), "{how} left {left:?}");
     }
+}
+
+/// A process that exits with its endpoint open (a C program calling exit()
+/// in its role, outside satrun: nobody would remove its region after it)
+/// leaves no region either, and keeps its status.
+#[test]
+fn an_exit_with_the_endpoint_open_removes_the_shm_region() {
+    use std::io::Write;
+    let _g = serial();
+    let (mut child, pid) = spawn_child();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "exit").unwrap();
+    let status = child.wait().unwrap();
+    let left = shm_files_of(pid).unwrap();
+    remove_shm_leftovers(pid).unwrap();
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    assert!(left.is_empty(), "exit() left {left:?}");
+}
+
+/// The exit of a `fork()` child, which holds a copy of the process's
+/// cleanup, leaves the parent's region alone.
+#[test]
+fn a_fork_child_s_exit_leaves_the_parent_s_shm_region() {
+    use std::io::Write;
+    let _g = serial();
+    let (mut child, pid) = spawn_child();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "fork-exit").unwrap();
+    let status = child.wait().unwrap();
+    remove_shm_leftovers(pid).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the child's exit removed the region: {status:?}"
+    );
 }
 
 /// A rank may send to itself (a server that is also the home of a chunk).

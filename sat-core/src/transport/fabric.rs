@@ -55,7 +55,7 @@ use std::ffi::{CStr, CString};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
@@ -470,6 +470,9 @@ pub fn remove_shm_leftovers(pid: u32) -> std::io::Result<usize> {
 /// before a slot is marked ready and the handler only reads ready slots.
 struct ShmPathSlot {
     state: AtomicU8,
+    /// The process that opened the region: a `fork()` child holds a copy of
+    /// the slots (and of the handlers), but the regions are its parent's.
+    owner: AtomicI32,
     path: UnsafeCell<[u8; SHM_PATH_MAX]>,
 }
 
@@ -486,21 +489,31 @@ const SLOT_READY: u8 = 2;
 static SHM_PATHS: [ShmPathSlot; SHM_SLOTS] = [const {
     ShmPathSlot {
         state: AtomicU8::new(SLOT_FREE),
+        owner: AtomicI32::new(0),
         path: UnsafeCell::new([0; SHM_PATH_MAX]),
     }
 }; SHM_SLOTS];
 
 static INSTALL_HANDLERS: Once = Once::new();
 
-/// Unlinks this process's shm regions (from a signal handler).
+/// Unlinks this process's shm regions (from a signal handler, or at exit);
+/// not those of a parent this process is a `fork()` child of.
 fn unlink_shm_regions() {
+    // SAFETY: getpid is async-signal-safe and cannot fail.
+    let me = unsafe { libc::getpid() };
     for slot in &SHM_PATHS {
-        if slot.state.load(Ordering::Acquire) == SLOT_READY {
+        if slot.state.load(Ordering::Acquire) == SLOT_READY
+            && slot.owner.load(Ordering::Relaxed) == me
+        {
             // SAFETY: a READY slot holds a NUL-terminated path; unlink is
             // async-signal-safe.
             unsafe { libc::unlink(slot.path.get().cast::<c_char>()) };
         }
     }
+}
+
+extern "C" fn unlink_shm_at_exit() {
+    unlink_shm_regions();
 }
 
 extern "C" fn unlink_shm_and_reraise(sig: c_int) {
@@ -632,11 +645,19 @@ fn handler_is_in(handler: libc::sighandler_t, name: &[u8]) -> bool {
 /// interpreter's handlers again once the endpoint is open, so Ctrl-C
 /// raises KeyboardInterrupt.)
 /// And the same on a crash or an abort ([`CRASH_SIGNALS`]), whose handlers
-/// then hand the signal on: a process that dies so outside satrun (under
-/// mpirun, srun, or launched by hand) leaves no region in /dev/shm either.
+/// then hand the signal on, and at an `exit()` with an endpoint still open:
+/// a process that ends so outside satrun (under mpirun, srun, or launched
+/// by hand) leaves no region in /dev/shm either.
 fn install_shm_signal_handlers() {
     INSTALL_HANDLERS.call_once(|| {
         drop_psm_signal_handlers();
+        // A process that exits with an endpoint open (a C role calling
+        // exit(), outside satrun) closes none: its regions go at exit. An
+        // endpoint closed before has taken its path out already.
+        // SAFETY: atexit with a function that takes and returns nothing.
+        if unsafe { libc::atexit(unlink_shm_at_exit) } != 0 {
+            warn!("could not register the shm cleanup at exit");
+        }
         // SAFETY: sigaction with valid structs; OLD_ACTIONS is written here
         // only, before our handlers (its readers) are installed.
         unsafe {
@@ -707,6 +728,9 @@ fn register_shm_path(path: &[u8]) -> Option<usize> {
             let buf = unsafe { &mut *slot.path.get() };
             buf[..path.len()].copy_from_slice(path);
             buf[path.len()] = 0;
+            // SAFETY: getpid cannot fail.
+            slot.owner
+                .store(unsafe { libc::getpid() }, Ordering::Relaxed);
             slot.state.store(SLOT_READY, Ordering::Release);
             return Some(i);
         }
