@@ -16,8 +16,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pyo3::buffer::PyUntypedBuffer;
-use pyo3::exceptions::{PyImportError, PyMemoryError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyImportError, PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyMemoryView, PyTuple};
@@ -63,10 +62,61 @@ enum Owner {
     /// for the region's lifetime, so that the exporter keeps the memory
     /// where it is (a bytearray cannot be resized, a numpy array stays
     /// alive). Dropping it releases the export, taking the GIL if needed.
-    Exporter(#[allow(dead_code)] PyUntypedBuffer),
+    Exporter(#[allow(dead_code)] Export),
     /// The encryption layer: the plaintext of a protected chain, which the
     /// layer keeps for the chain's life (held here).
     Secure(#[allow(dead_code)] abe::Secure),
+}
+
+/// A buffer exported by a Python object (`PyObject_GetBuffer`), released
+/// when dropped. pyo3's `PyUntypedBuffer` refuses an export without a
+/// shape, which is what a 0-d array gives (the buffer protocol wants
+/// `shape` NULL when `ndim` is 0): MAP needs only the address, the length
+/// and the flags, whatever the dimensions.
+struct Export(Box<ffi::Py_buffer>);
+
+impl Export {
+    /// The export of `obj`'s buffer, contiguous or not, read-only or not
+    /// (the caller checks what it needs, to say what to give instead).
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Export> {
+        // Boxed: an exporter may point the view's fields into the view
+        // itself (PyBuffer_FillInfo's `shape` is `&view.len`).
+        let mut view = Box::new(ffi::Py_buffer::new());
+        // SAFETY: `view` is a zeroed Py_buffer that the call fills in; on
+        // success it holds the export until `PyBuffer_Release` in `drop`.
+        let status =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_FULL_RO) };
+        if status == -1 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(Export(view))
+    }
+
+    fn ptr(&self) -> *mut u8 {
+        self.0.buf.cast()
+    }
+
+    fn len(&self) -> usize {
+        // A length is never negative (the protocol's `len` is a product of sizes).
+        usize::try_from(self.0.len).unwrap_or(0)
+    }
+
+    fn readonly(&self) -> bool {
+        self.0.readonly != 0
+    }
+
+    fn is_c_contiguous(&self) -> bool {
+        // SAFETY: a view filled by a successful PyObject_GetBuffer.
+        unsafe { ffi::PyBuffer_IsContiguous(&*self.0, b'C' as std::ffi::c_char) != 0 }
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // SAFETY: a view filled by a successful PyObject_GetBuffer, released
+        // once, with the GIL held (taken here when the drop happens without).
+        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
+    }
 }
 
 /// The local bytes of a chain: this module's (zeroed, 64-byte aligned) or
@@ -258,7 +308,7 @@ pub(crate) fn map(
 ) -> PyResult<Py<PyChain>> {
     h.check_process()?;
     let what = buffer.get_type().name()?;
-    let export = PyUntypedBuffer::get(buffer).map_err(|e| {
+    let export = Export::get(buffer).map_err(|e| {
         PyTypeError::new_err(format!(
             "MAP of chunk {base}: a '{what}' object has no buffer to map ({e}): give a writable, \
              C-contiguous buffer, such as a numpy array, a bytearray or a memoryview of one"
@@ -281,8 +331,8 @@ pub(crate) fn map(
              (numpy.ascontiguousarray(a) is one, a copy to map in its place)"
         )));
     }
-    let len = export.len_bytes();
-    let start = export.buf_ptr() as usize;
+    let len = export.len();
+    let start = export.ptr() as usize;
     let layout = h.with(|c| Ok(ChainLayout::malloc(base, len, c.chunk_size())?))?;
     let (ids, sizes) = ids_and_sizes(&layout);
     if let Some(existing) = h.chain(py, &ids) {
@@ -313,7 +363,7 @@ pub(crate) fn map(
             other.get().chain.first()
         )));
     }
-    let ptr = NonNull::new(export.buf_ptr().cast::<u8>())
+    let ptr = NonNull::new(export.ptr())
         .ok_or_else(|| PyValueError::new_err(format!("MAP of chunk {base}: the buffer is NULL")))?;
     let region = Arc::new(Region {
         ptr,
@@ -652,7 +702,9 @@ impl PyChain {
     /// array made from it past the scope (it would show later versions).
     /// Where the chain cannot be read so (several chunks, a version kept
     /// elsewhere, a protected chain, a scope of this process already open
-    /// on it), the scope is the usual one; `view.obj.in_place` tells which.
+    /// on it), the scope is the usual one; `view.obj.in_place` tells which
+    /// (`typing.cast(sat.Buffer, view.obj).in_place` for a type checker,
+    /// whose `memoryview.obj` is any buffer).
     #[pyo3(signature = (copy = true))]
     fn read(slf: &Bound<'_, Self>, copy: bool) -> PyResult<PyScope> {
         scope(slf, Access::Read, copy)
@@ -708,14 +760,7 @@ impl PyChain {
                 )))
             }
             Some(s) => {
-                let dims: Vec<usize> = match s.extract::<usize>() {
-                    Ok(n) => vec![n],
-                    Err(_) => s.extract().map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "shape {s}: give an int or a sequence of ints >= 0"
-                        ))
-                    })?,
-                };
+                let dims = shape_dims(s)?;
                 let count = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
                 match count.filter(|n| n.checked_mul(itemsize).is_some_and(|b| b <= size)) {
                     Some(n) => n,
@@ -763,6 +808,26 @@ impl PyChain {
             }
         )
     }
+}
+
+/// The dimensions `shape` gives, an int or a sequence of ints >= 0: a
+/// negative or too large one is a ValueError, anything else a TypeError.
+fn shape_dims(shape: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let py = shape.py();
+    let e = match shape.extract::<usize>() {
+        Ok(n) => return Ok(vec![n]),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => e,
+        Err(_) => match shape.extract::<Vec<usize>>() {
+            Ok(dims) => return Ok(dims),
+            Err(e) => e,
+        },
+    };
+    let msg = format!("shape {shape}: give an int or a sequence of ints >= 0");
+    Err(if e.is_instance_of::<PyOverflowError>(py) {
+        PyValueError::new_err(msg)
+    } else {
+        PyTypeError::new_err(msg)
+    })
 }
 
 fn scope(chain: &Bound<'_, PyChain>, access: Access, copy: bool) -> PyResult<PyScope> {

@@ -12,6 +12,7 @@ use sat_core::chunk::{ChainLayout, ChunkError};
 use sat_core::protocol::Access;
 
 use crate::abe;
+use crate::args::Int;
 use crate::chain::{self, PyChain};
 use crate::errors::usage;
 use crate::events::{self, Target};
@@ -29,22 +30,6 @@ pub(crate) fn duration(seconds: f64) -> PyResult<Duration> {
         PyValueError::new_err(format!(
             "timeout {seconds} s: give a number of seconds >= 0"
         ))
-    })
-}
-
-/// An int argument that must be >= 0 (a chunk id, a size): a negative or
-/// too large one is a ValueError that names it, as `int_list`'s are (pyo3's
-/// own is an OverflowError that names neither the argument nor the range).
-fn uint_arg(py: Python<'_>, what: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    value.extract::<u64>().map_err(|e| {
-        if e.is_instance_of::<PyOverflowError>(py) {
-            PyValueError::new_err(format!(
-                "{what} {}: give an int >= 0 that fits in 64 bits",
-                value.repr().map(|r| r.to_string()).unwrap_or_default()
-            ))
-        } else {
-            PyTypeError::new_err(format!("{what}: give an int >= 0 ({})", e.value(py)))
-        }
     })
 }
 
@@ -294,7 +279,8 @@ impl PyClient {
     }
 
     #[setter]
-    fn set_chunk_size(&self, size: usize) -> PyResult<()> {
+    fn set_chunk_size(&self, size: Int) -> PyResult<()> {
+        let size = size.usize("chunk_size")?;
         self.h.with(|c| match size {
             // The core's own error for 0 speaks of a limit.
             0 => Err(ChunkError::ZeroChunkSize.into()),
@@ -302,7 +288,10 @@ impl PyClient {
         })
     }
 
-    /// The table of symbols as a mapping of names to bytes or numpy arrays.
+    /// The table of symbols, read and written by name (`symbols[name]`,
+    /// `symbols[name] = value`, `name in symbols`, `symbols.get(name)`),
+    /// whose values are bytes or numpy arrays. Not a Mapping: the symbols
+    /// cannot be listed.
     #[getter]
     fn symbols(&self, py: Python<'_>) -> PyResult<Py<PySymbols>> {
         self.h.check_process()?;
@@ -324,15 +313,14 @@ impl PyClient {
     fn malloc(
         &self,
         py: Python<'_>,
-        base: &Bound<'_, PyAny>,
-        size: &Bound<'_, PyAny>,
+        base: Int,
+        size: Int,
         protocol: &str,
         read_policy: Option<&str>,
         write_policy: Option<&str>,
     ) -> PyResult<Py<PyChain>> {
-        let base = uint_arg(py, "base", base)?;
-        let size = usize::try_from(uint_arg(py, "size", size)?)
-            .map_err(|_| PyValueError::new_err("size: larger than this machine's memory"))?;
+        let base = base.u64("base")?;
+        let size = size.usize("size")?;
         let protocol = chain::parse_protocol(protocol)?;
         match policies(read_policy, write_policy)? {
             None => chain::malloc(py, &self.h, base, size, protocol),
@@ -419,24 +407,31 @@ impl PyClient {
     fn map(
         &self,
         py: Python<'_>,
-        base: u64,
+        base: Int,
         buffer: &Bound<'_, PyAny>,
         protocol: &str,
     ) -> PyResult<Py<PyChain>> {
+        let base = base.u64("base")?;
         let protocol = chain::parse_protocol(protocol)?;
         chain::map(py, &self.h, base, buffer, protocol)
     }
 
     /// LOOKUP: the chain of chunks `base` to `base + nbchunks - 1`, waiting
     /// at most `timeout` seconds for each to be allocated.
-    #[pyo3(signature = (base, nbchunks = 1, timeout = 10.0))]
+    // The default of `nbchunks` is an `Int`, which pyo3 would show as `...`.
+    #[pyo3(
+        signature = (base, nbchunks = Int::of(1), timeout = 10.0),
+        text_signature = "($self, base, nbchunks=1, timeout=10.0)"
+    )]
     fn lookup(
         &self,
         py: Python<'_>,
-        base: u64,
-        nbchunks: u64,
+        base: Int,
+        nbchunks: Int,
         timeout: f64,
     ) -> PyResult<Py<PyChain>> {
+        let base = base.u64("base")?;
+        let nbchunks = nbchunks.u64("nbchunks")?;
         chain::lookup(py, &self.h, base, nbchunks, duration(timeout)?)
     }
 
@@ -559,14 +554,16 @@ impl PyClient {
     /// recovery (`satrun --enable-recovery`), this process's first call after
     /// the run lost a process raises `ProcessLostError` and does not count:
     /// call it again with the count of the processes left.
-    fn barrier(&self, py: Python<'_>, id: u32, count: u32) -> PyResult<()> {
+    fn barrier(&self, py: Python<'_>, id: Int, count: Int) -> PyResult<()> {
+        let (id, count) = (id.u32("id")?, count.u32("count")?);
         self.h.blocking(py, |c| c.barrier(id, count))
     }
 
     /// Waits for a `wakeup(id)` not consumed yet, sent before or after this
     /// call. Callbacks of subscriptions run meanwhile. A call that a
     /// callback's exception ends consumes no wakeup.
-    fn rendezvous(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+    fn rendezvous(&self, py: Python<'_>, id: Int) -> PyResult<()> {
+        let id = id.u32("id")?;
         self.h.blocking(py, |c| c.rendezvous(id))
     }
 
@@ -574,7 +571,8 @@ impl PyClient {
     /// Several wakeups that no rendezvous consumed in between count as one.
     /// Returns once the rendezvous' coordinator has applied it, so that a
     /// `rendezvous(id)` called after it returned, in any process, sees it.
-    fn wakeup(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+    fn wakeup(&self, py: Python<'_>, id: Int) -> PyResult<()> {
+        let id = id.u32("id")?;
         self.h.blocking(py, |c| c.wakeup(id))
     }
 
@@ -656,19 +654,22 @@ impl PyClient {
     fn subscribe_signal(
         &self,
         py: Python<'_>,
-        id: u32,
+        id: Int,
         callback: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let id = id.u32("id")?;
         events::subscribe_signal(py, &self.h, id, callable(callback)?)
     }
 
     /// Stops the callback of signal `id`.
-    fn unsubscribe_signal(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+    fn unsubscribe_signal(&self, py: Python<'_>, id: Int) -> PyResult<()> {
+        let id = id.u32("id")?;
         self.h.blocking(py, |c| c.unsubscribe_signal(id))
     }
 
     /// Raises signal `id`: every process subscribed to it runs its callback.
-    fn raise_signal(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+    fn raise_signal(&self, py: Python<'_>, id: Int) -> PyResult<()> {
+        let id = id.u32("id")?;
         self.h.blocking(py, |c| c.raise(id))
     }
 

@@ -11,20 +11,22 @@
 
 use std::sync::Arc;
 
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use sat_core::client::{Chain, Event, HandlerResult};
 
+use crate::args::{self, Int};
 use crate::chain::PyChain;
 use crate::handle::Handle;
 
-/// What a subscription is to: a chain (every chunk of it) or a chunk id.
+/// What a subscription is to, as the caller gave it: a chain (every chunk
+/// of it) or a chunk id. Taking it never fails: [`Target::subject`] checks
+/// it, so that its error names the argument and says what to give (pyo3's
+/// own, for an enum, lists the variants' conversion errors).
 #[derive(FromPyObject)]
-pub(crate) enum Target<'py> {
-    Chain(Bound<'py, PyChain>),
-    Id(u64),
-}
+pub(crate) struct Target<'py>(Bound<'py, PyAny>);
 
 /// A target, checked: the chain in the S-DSM (of a protected chain, its
 /// sealed chunks), or the chunk.
@@ -35,13 +37,22 @@ pub(crate) enum Subject {
 
 impl Target<'_> {
     pub(crate) fn subject(&self) -> PyResult<Subject> {
-        match self {
-            Target::Chain(c) => {
-                let c = c.get();
-                c.h.check_process()?;
-                Ok(Subject::Chain(c.chain.clone()))
-            }
-            Target::Id(id) => Ok(Subject::Chunk(*id)),
+        const GIVE: &str = "give a Chain or a chunk id";
+        if let Ok(c) = self.0.cast::<PyChain>() {
+            let c = c.get();
+            c.h.check_process()?;
+            return Ok(Subject::Chain(c.chain.clone()));
+        }
+        let shown = args::shown(&self.0);
+        match self.0.extract::<Int>()?.u64("target") {
+            Ok(id) => Ok(Subject::Chunk(id)),
+            Err(e) if e.is_instance_of::<PyValueError>(self.0.py()) => Err(PyValueError::new_err(
+                format!("target {shown}: {GIVE} (an int >= 0 that fits in 64 bits)"),
+            )),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "target {shown}: {GIVE} (int), not a {}",
+                args::type_name(&self.0)
+            ))),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! subclasses, one per group of the core's errors (`errors`).
 
 mod abe;
+mod args;
 mod chain;
 mod client;
 mod errors;

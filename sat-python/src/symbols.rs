@@ -1,11 +1,12 @@
-//! `client.symbols`: the table of symbols as a mapping of names to bytes or
-//! numpy arrays. The reads and writes are the core's `read_symbol` and
-//! `write_symbol`; how a value is stored (bytes as they are, arrays in the
-//! .npy format) is `sat/_symbols.py`'s.
+//! `client.symbols`: the table of symbols, read and written by name, whose
+//! values are bytes or numpy arrays. The reads and writes are the core's
+//! `read_symbol` and `write_symbol`; how a value is stored (bytes as they
+//! are, arrays in the .npy format) is `sat/_symbols.py`'s.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -14,10 +15,13 @@ use crate::client::duration;
 use crate::errors::{usage, TimeoutError};
 use crate::handle::Handle;
 
-/// The table of symbols of a run, as a mapping: `symbols[name] = value`,
-/// `symbols[name]`, `name in symbols`, `symbols.get(name)`. There is no
-/// delete: `del symbols[name]` raises `UsageError`, as the S-DSM has no FREE
-/// (write the name again to replace its value).
+/// The table of symbols of a run, read and written by name, as a dict is:
+/// `symbols[name] = value`, `symbols[name]`, `name in symbols`,
+/// `symbols.get(name)`. It is not a Mapping: the S-DSM keeps no list of the
+/// names written, so the symbols cannot be listed (iterating raises
+/// `TypeError`; there is no `len`, `keys`, `values` or `items`). There is
+/// no delete: `del symbols[name]` raises `UsageError`, as the S-DSM has no
+/// FREE (write the name again to replace its value).
 #[pyclass(name = "Symbols", module = "sat", frozen)]
 pub(crate) struct PySymbols {
     h: Arc<Handle>,
@@ -147,6 +151,18 @@ impl PySymbols {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Refused: the S-DSM keeps no list of the names written (a symbol
+    /// lives in a bucket its name hashes to), so the symbols cannot be
+    /// listed. Without this, Python would iterate by `symbols[0]`,
+    /// `symbols[1]`... and fail on the int.
+    fn __iter__(&self) -> PyResult<Py<PyAny>> {
+        self.h.check_process()?;
+        Err(PyTypeError::new_err(
+            "the symbols cannot be listed: the S-DSM keeps no list of the names written; read a \
+             symbol by its name: symbols[name], symbols.get(name), name in symbols",
+        ))
     }
 
     fn __repr__(&self) -> String {

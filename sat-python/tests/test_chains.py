@@ -542,3 +542,45 @@ def test_map_holds_the_buffer_and_refuses_what_it_cannot_map(satrun):
         "lives in one memory per process: use that Chain, or MAP other chunks",
         "kept b'\\x01'",
     ]
+
+
+def test_a_0_d_array_maps_as_the_same_array_of_shape_1_does(satrun):
+    """A 0-d numpy array (np.array(1.0): writable, C-contiguous, 8 bytes) is a buffer as the docs
+    describe, whose buffer has no shape: MAP takes it, as PUT and Chain.array do, and the chain's
+    bytes are the array's own."""
+    out = satrun(
+        """
+        import numpy as np
+        import sat
+
+        def role(client):
+            a = np.array(1.0)
+            chain = client.map(60, a)
+            assert (chain.size, chain.nbchunks) == (8, 1), chain
+            assert client.map(60, a) is chain
+            with chain.write():
+                a[()] = 2.5                       # through the array itself
+            assert client.get(chain) == np.float64(2.5).tobytes()
+            client.put(chain, np.array(-4.0))
+            with chain.read():
+                print("0-d:", float(a), chain.array(np.float64, ()).shape)
+            readonly = np.array(1.0)
+            readonly.setflags(write=False)
+            try:
+                client.map(61, readonly)
+            except TypeError as e:
+                print("read-only:", str(e).split(",")[0])
+            b = np.array(7, dtype=np.int16)
+            with client.map(62, b).readwrite() as view:
+                print("int16 0-d:", len(view), view.obj.chain.size)
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "0-d: -4.0 ()",
+        "read-only: MAP of chunk 61: the buffer of this 'ndarray' object is read-only",
+        "int16 0-d: 2 2",
+    ]

@@ -118,3 +118,98 @@ def test_python_exception_fails_the_role(satrun):
     assert out.returncode != 0
     assert "caught: role 1 failed: ValueError: boom in role" in out.stdout
     assert "Traceback" in out.stderr and "boom in role" in out.stderr
+
+
+def test_int_arguments_out_of_range_or_of_the_wrong_type_say_what_to_give(satrun):
+    """Every int argument (a chunk id, a count, a size, a barrier, rendezvous or signal id) that is
+    negative or too large raises a ValueError naming it and its range, and one of the wrong type a
+    TypeError naming it and what to give: not pyo3's OverflowError, which names neither."""
+    out = satrun(
+        """
+        import sat
+
+        def check(exc, f, *args, **kw):
+            try:
+                f(*args, **kw)
+            except Exception as e:
+                assert type(e) is exc, (type(e), e)
+                print(exc.__name__, "|", e)
+            else:
+                raise AssertionError(f"{f.__name__}{args} raised no {exc.__name__}")
+
+        def role(client):
+            def set_chunk_size(value):
+                client.chunk_size = value
+
+            chain = client.malloc(1, 8)
+            check(ValueError, client.lookup, -1)
+            check(ValueError, client.lookup, 1, nbchunks=-1)
+            check(ValueError, client.lookup, 2**64)
+            check(TypeError, client.lookup, "1")
+            check(TypeError, client.lookup, 1, nbchunks=1.5)
+            check(TypeError, client.lookup, 1, None)
+            check(ValueError, client.map, -1, bytearray(8))
+            check(TypeError, client.map, "1", bytearray(8))
+            check(ValueError, client.barrier, -1, 2)
+            check(ValueError, client.barrier, 1, -2)
+            check(ValueError, client.barrier, 2**32, 2)
+            check(TypeError, client.barrier, 1, "2")
+            check(ValueError, client.rendezvous, -1)
+            check(ValueError, client.wakeup, 2**70)
+            check(ValueError, client.raise_signal, -1)
+            check(ValueError, client.subscribe_signal, -1, print)
+            check(ValueError, client.unsubscribe_signal, 2**32)
+            check(TypeError, client.raise_signal, None)
+            check(ValueError, set_chunk_size, -1)
+            check(TypeError, set_chunk_size, "4096")
+            check(ValueError, client.subscribe, -1, print)
+            check(TypeError, client.subscribe, "x", print)
+            check(ValueError, client.unsubscribe, 2**64)
+            check(TypeError, client.unsubscribe, 1.0)
+            check(ValueError, chain.array, "u1", (2, -1))
+            check(TypeError, chain.array, "u1", "x")
+            # The ranges are the ones said: the largest id of each kind is taken.
+            client.raise_signal(2**32 - 1)
+            check(sat.UsageError, client.unsubscribe, 2**64 - 1)
+            assert client.lookup(1, nbchunks=1) is chain
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    u64 = "give an int >= 0 that fits in 64 bits"
+    u32 = "give an int >= 0 that fits in 32 bits (at most 4294967295)"
+    not_an_int = "object cannot be interpreted as an integer"
+    target = "give a Chain or a chunk id"
+    shape = "give an int or a sequence of ints >= 0"
+    assert out.lines(1) == [
+        f"ValueError | base -1: {u64}",
+        f"ValueError | nbchunks -1: {u64}",
+        f"ValueError | base 18446744073709551616: {u64}",
+        f"TypeError | base: give an int >= 0 ('str' {not_an_int})",
+        f"TypeError | nbchunks: give an int >= 0 ('float' {not_an_int})",
+        f"TypeError | nbchunks: give an int >= 0 ('NoneType' {not_an_int})",
+        f"ValueError | base -1: {u64}",
+        f"TypeError | base: give an int >= 0 ('str' {not_an_int})",
+        f"ValueError | id -1: {u32}",
+        f"ValueError | count -2: {u32}",
+        f"ValueError | id 4294967296: {u32}",
+        f"TypeError | count: give an int >= 0 ('str' {not_an_int})",
+        f"ValueError | id -1: {u32}",
+        f"ValueError | id 1180591620717411303424: {u32}",
+        f"ValueError | id -1: {u32}",
+        f"ValueError | id -1: {u32}",
+        f"ValueError | id 4294967296: {u32}",
+        f"TypeError | id: give an int >= 0 ('NoneType' {not_an_int})",
+        f"ValueError | chunk_size -1: {u64}",
+        f"TypeError | chunk_size: give an int >= 0 ('str' {not_an_int})",
+        f"ValueError | target -1: {target} (an int >= 0 that fits in 64 bits)",
+        f"TypeError | target 'x': {target} (int), not a str",
+        f"ValueError | target 18446744073709551616: {target} (an int >= 0 that fits in 64 bits)",
+        f"TypeError | target 1.0: {target} (int), not a float",
+        f"ValueError | shape (2, -1): {shape}",
+        f"TypeError | shape x: {shape}",
+        "UsageError | invalid use of the SAT API: UNSUBSCRIBE from chunk 18446744073709551615: this "
+        "process is not subscribed to it",
+    ]

@@ -222,3 +222,35 @@ def test_a_symbol_read_runs_callbacks_whose_notifications_come_while_it_waits(sa
         ["b'ran' [('chunk', 1), ('signal', 5)]"],
         ["b'ran' [('signal', 5), ('chunk', 1)]"],
     ), out.stdout + out.stderr
+
+
+def test_symbols_are_read_by_name_and_cannot_be_listed(satrun):
+    """The S-DSM cannot list the names written: `client.symbols` is no Mapping, and iterating it
+    raises a TypeError that says so and how to read a symbol, not the error of `symbols[0]`."""
+    out = satrun(
+        """
+        import collections.abc
+        import sat
+
+        def role(client):
+            s = client.symbols
+            s["a"] = b"1"
+            assert not isinstance(s, collections.abc.Mapping)
+            assert s["a"] == b"1" and "a" in s and s.get("a") == b"1"
+            for f in (iter, list, dict, tuple, set, sorted, lambda x: [n for n in x]):
+                try:
+                    f(s)
+                except TypeError as e:
+                    print(e)
+                else:
+                    raise AssertionError(f"{f} listed the symbols")
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == [
+        "the symbols cannot be listed: the S-DSM keeps no list of the names written; read a "
+        "symbol by its name: symbols[name], symbols.get(name), name in symbols"
+    ] * 7

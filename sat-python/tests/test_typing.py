@@ -89,3 +89,24 @@ def test_the_typed_usage_runs_with_the_types_it_declares(satrun):
     out = satrun(TYPED_USAGE.read_text())
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(2) == ["typed usage ran"]
+
+
+def test_the_readmes_way_to_tell_a_read_in_place_type_checks(tmp_path, mypy_cache):
+    """The README's expression telling whether `chain.read(copy=False)` read in place passes
+    `mypy --strict` (typeshed types `memoryview.obj` as any buffer, which has no `in_place`), and
+    is the one the typed usage program runs."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    spans = sorted({s for s in readme.split("`")[1::2] if s.endswith(".in_place")})
+    assert spans, "the README shows no way to tell a read in place"
+    program = tmp_path / "in_place.py"
+    program.write_text("import typing\n\nimport sat\n\n" + "".join(
+        f"def way_{i}(chain: sat.Chain) -> bool:\n"
+        f"    with chain.read(copy=False) as view:\n"
+        f"        in_place: bool = {span}\n"
+        f"    return in_place\n\n\n"
+        for i, span in enumerate(spans)
+    ))
+    done = python_m("mypy", "--strict", "--cache-dir", str(mypy_cache), str(program), cwd=tmp_path)
+    assert done.returncode == 0, program.read_text() + done.stdout + done.stderr
+    for span in spans:
+        assert span in TYPED_USAGE.read_text(), span

@@ -186,11 +186,11 @@ def test_chain_array_checks_its_shape(satrun):
             assert chain.array().dtype == np.uint8 and chain.array().shape == (10,)
             assert chain.array("i2", 5).shape == (5,)
             assert chain.array(np.float32, (2,)).shape == (2,)   # a prefix of the chain
-            for dtype, shape in [(np.float64, None), (np.int16, (2, 3)), ("u1", "x")]:
+            for dtype, shape in [(np.float64, None), (np.int16, (2, 3)), ("u1", "x"), ("u1", -1)]:
                 try:
                     chain.array(dtype, shape)
-                except ValueError as e:
-                    print(e)
+                except (ValueError, TypeError) as e:
+                    print(type(e).__name__, e)
 
         sat.run({1: role})
         """,
@@ -198,10 +198,12 @@ def test_chain_array_checks_its_shape(satrun):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(1) == [
-        "the chain's 10 bytes are not a whole number of float64 items (8 bytes each): "
+        "ValueError the chain's 10 bytes are not a whole number of float64 items (8 bytes each): "
         "give a shape that fits, or another dtype",
-        "an array of shape (2, 3) of int16 needs more than the chain's 10 bytes: give a smaller shape",
-        "shape x: give an int or a sequence of ints >= 0",
+        "ValueError an array of shape (2, 3) of int16 needs more than the chain's 10 bytes: give a "
+        "smaller shape",
+        "TypeError shape x: give an int or a sequence of ints >= 0",
+        "ValueError shape -1: give an int or a sequence of ints >= 0",
     ]
 
 

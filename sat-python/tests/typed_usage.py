@@ -7,6 +7,7 @@ signatures of the compiled module, but cannot see what its functions return.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal, Optional, Union, assert_type
 
 import numpy as np
@@ -133,6 +134,12 @@ def consumer(client: sat.Client) -> None:
     with chain.read() as view:
         assert_type(view, memoryview)
         same(view, memoryview)
+    with chain.read(copy=False) as view:
+        # The README's way: typeshed types memoryview.obj as any buffer.
+        in_place = typing.cast(sat.Buffer, view.obj).in_place
+        assert_type(in_place, bool)
+        same(in_place, bool)
+        same(view.obj, sat.Buffer)
     raw = client.read_symbol("raw", timeout=5.0)
     assert_type(raw, bytes)
     same(raw, bytes)

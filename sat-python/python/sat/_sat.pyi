@@ -64,7 +64,9 @@ _T = TypeVar("_T")
 
 @final
 class Buffer:
-    """The bytes of a chain as the buffer protocol exports them (``memoryview(buffer)``)."""
+    """The bytes of a chain as the buffer protocol exports them (``memoryview(buffer)``): the ``obj``
+    of a scope's view. typeshed types ``memoryview.obj`` as any buffer, so a typed program reaches
+    this one with ``typing.cast(sat.Buffer, view.obj)``."""
 
     @property
     def chain(self) -> Chain: ...
@@ -110,7 +112,8 @@ class Chain:
     def read(self, copy: bool = True) -> Scope:
         """A READ scope; with ``copy=False``, on a one-chunk chain whose version is in shared memory
         on this host, the view is that version itself (no copy into the chain's own bytes), released
-        when the scope ends."""
+        when the scope ends; elsewhere the usual READ. ``typing.cast(sat.Buffer, view.obj).in_place``
+        tells which."""
     def write(self) -> Scope: ...
     def readwrite(self) -> Scope: ...
     def array(
@@ -134,6 +137,11 @@ class ChunkEvent:
 
 @final
 class Symbols:
+    """The table of symbols, read and written by name with a dict's syntax: ``symbols[name]``,
+    ``symbols[name] = value``, ``name in symbols``, ``symbols.get(name)``; ``del symbols[name]``
+    raises UsageError (the S-DSM has no FREE). Not a Mapping: the S-DSM keeps no list of the names
+    written, so the symbols cannot be listed (iterating raises TypeError)."""
+
     timeout: float
     def __getitem__(self, name: str, /) -> Union[bytes, numpy.typing.NDArray[Any]]: ...
     def __setitem__(
