@@ -561,7 +561,10 @@ impl PyClient {
 
     /// Waits for a `wakeup(id)` not consumed yet, sent before or after this
     /// call. Callbacks of subscriptions run meanwhile. A call that a
-    /// callback's exception ends consumes no wakeup.
+    /// callback's exception ends consumes no wakeup. In a run with recovery,
+    /// a call waiting when the run loses a process, or the first after the
+    /// loss, raises `ProcessLostError` once: call it again if another
+    /// process will wake it.
     fn rendezvous(&self, py: Python<'_>, id: Int) -> PyResult<()> {
         let id = id.u32("id")?;
         self.h.blocking(py, |c| c.rendezvous(id))

@@ -73,7 +73,7 @@ create_exception!(
     sat,
     ProcessLostError,
     SatError,
-    "A run with recovery lost a process this call may have counted on (a barrier): call it again with the count of the processes left. Also a call a lost server took with it, in a run with replicated homes: call it again (a release so failed may or may not have published: read the chunk to know)."
+    "A run with recovery lost a process this call may have counted on (a barrier: call it again with the count of the processes left; a rendezvous, whose wakeup it may have been to send: call it again if another process will wake it). Also a call a lost server took with it, in a run with replicated homes: call it again (a release so failed may or may not have published: read the chunk to know)."
 );
 
 /// The Python exception of a core error: the group's class, the core's message.

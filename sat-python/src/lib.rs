@@ -75,9 +75,7 @@ fn run(py: Python<'_>, roles: &Bound<'_, PyAny>, args: Option<Vec<String>>) -> P
     })?;
     for item in items.try_iter()? {
         let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
-        let id: u32 = k
-            .extract()
-            .map_err(|_| PyTypeError::new_err(format!("role id {k}: give an int from 1 up")))?;
+        let id = k.extract::<args::Int>()?.u32("role id")?;
         if id == 0 {
             return Err(usage("role 0 is the S-DSM server: client roles start at 1"));
         }

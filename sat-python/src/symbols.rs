@@ -15,6 +15,26 @@ use crate::client::duration;
 use crate::errors::{usage, TimeoutError};
 use crate::handle::Handle;
 
+/// A symbol's name as the caller gave it: a str, or a TypeError that says
+/// so (pyo3's own names neither the argument nor what to give).
+pub(crate) struct Name(String);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Name {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        obj.extract::<String>().map(Name).map_err(|_| {
+            let shown = obj
+                .repr()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|_| "?".into());
+            PyTypeError::new_err(format!(
+                "symbol name {shown}: give a str, such as 'frame-size'"
+            ))
+        })
+    }
+}
+
 /// The table of symbols of a run, read and written by name, as a dict is:
 /// `symbols[name] = value`, `symbols[name]`, `name in symbols`,
 /// `symbols.get(name)`. It is not a Mapping: the S-DSM keeps no list of the
@@ -75,7 +95,8 @@ impl PySymbols {
 
     /// The value of `name`: bytes, or the numpy array stored. Waits at most
     /// `timeout` seconds for a writer, then raises sat.TimeoutError.
-    fn __getitem__<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    fn __getitem__<'py>(&self, py: Python<'py>, name: Name) -> PyResult<Bound<'py, PyAny>> {
+        let name = name.0.as_str();
         let timeout = duration(self.seconds())?;
         let data = self.raw(py, name, timeout)?;
         self.decode(py, name, &data)
@@ -83,7 +104,8 @@ impl PySymbols {
 
     /// Stores `value` (bytes-like, or a numpy array kept with its dtype and
     /// shape) under `name`, replacing any earlier value.
-    fn __setitem__(&self, py: Python<'_>, name: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn __setitem__(&self, py: Python<'_>, name: Name, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let name = name.0.as_str();
         let encoded = py
             .import("sat._symbols")?
             .call_method1("encode", (name, value))?;
@@ -98,11 +120,12 @@ impl PySymbols {
     fn protect(
         &self,
         py: Python<'_>,
-        name: &str,
+        name: Name,
         value: &Bound<'_, PyAny>,
         read_policy: &str,
         write_policy: &str,
     ) -> PyResult<()> {
+        let name = name.0.as_str();
         let encoded = py
             .import("sat._symbols")?
             .call_method1("encode", (name, value))?;
@@ -115,7 +138,8 @@ impl PySymbols {
     /// Refused: a symbol cannot be deleted, as the S-DSM has no FREE (the
     /// table keeps every name written). Raises `UsageError`; write the name
     /// again to replace its value.
-    fn __delitem__(&self, name: &str) -> PyResult<()> {
+    fn __delitem__(&self, name: Name) -> PyResult<()> {
+        let name = name.0.as_str();
         self.h.check_process()?;
         Err(usage(format!(
             "del symbols[{name:?}]: a symbol cannot be deleted (the S-DSM has no FREE); \
@@ -126,7 +150,8 @@ impl PySymbols {
     /// Whether some process has written `name`, without waiting for one.
     /// It reads the name's bucket (a round trip to its home when this
     /// process's copy is not valid) and, when there, the value.
-    fn __contains__(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+    fn __contains__(&self, py: Python<'_>, name: Name) -> PyResult<bool> {
+        let name = name.0.as_str();
         match self.raw(py, name, Duration::ZERO) {
             Ok(_) => Ok(true),
             Err(e) if e.is_instance_of::<TimeoutError>(py) => Ok(false),
@@ -140,10 +165,11 @@ impl PySymbols {
     fn get<'py>(
         &self,
         py: Python<'py>,
-        name: &str,
+        name: Name,
         default: Option<Bound<'py, PyAny>>,
         timeout: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let name = name.0.as_str();
         match self.raw(py, name, duration(timeout)?) {
             Ok(data) => self.decode(py, name, &data),
             Err(e) if e.is_instance_of::<TimeoutError>(py) => {

@@ -26,6 +26,10 @@ def test_run_checks_roles_before_joining():
         sat.run({1: 3})
     with pytest.raises(TypeError, match=r"give a dict of role ids to functions"):
         sat.run([print])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"role id -1: give an int >= 0 that fits in 32 bits"):
+        sat.run({-1: print})
+    with pytest.raises(TypeError, match=r"role id: give an int >= 0"):
+        sat.run({"a": print})  # type: ignore[dict-item]
 
 
 def test_misuse_raises_the_right_error(satrun):

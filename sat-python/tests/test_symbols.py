@@ -244,6 +244,14 @@ def test_symbols_are_read_by_name_and_cannot_be_listed(satrun):
                     print(e)
                 else:
                     raise AssertionError(f"{f} listed the symbols")
+            # A name that is not a str is refused with what to give.
+            for f in (lambda: s[1], lambda: s.__setitem__(1, b"x"), lambda: 1 in s, lambda: s.get(1)):
+                try:
+                    f()
+                except TypeError as e:
+                    print("refused:", e)
+                else:
+                    raise AssertionError("a name that is not a str was taken")
 
         sat.run({1: role})
         """,
@@ -253,4 +261,4 @@ def test_symbols_are_read_by_name_and_cannot_be_listed(satrun):
     assert out.lines(1) == [
         "the symbols cannot be listed: the S-DSM keeps no list of the names written; read a "
         "symbol by its name: symbols[name], symbols.get(name), name in symbols"
-    ] * 7
+    ] * 7 + ["refused: symbol name 1: give a str, such as 'frame-size'"] * 4

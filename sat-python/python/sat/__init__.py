@@ -45,7 +45,8 @@ is published at the release; a read scope fills it in place::
     with chain.write():
         a[:] = np.arange(1024)
 
-``client.symbols`` is the table of symbols as a mapping: ``symbols[name] = b"..."`` or a numpy
+``client.symbols`` is the table of symbols, read and written by name with a dict's syntax (not a
+``Mapping``: the S-DSM keeps no list of names to iterate): ``symbols[name] = b"..."`` or a numpy
 array (stored as .npy, so its dtype and shape come back), ``symbols[name]`` waits up to
 ``symbols.timeout`` seconds for a writer, ``name in symbols`` and ``symbols.get(name)`` do not
 wait.

@@ -52,6 +52,8 @@ class IntegrityError(SatError): ...
 class ProcessLostError(SatError):
     """A run with recovery (``satrun --enable-recovery``) lost a process that a barrier round
     may count on; the call did not count: call it again with the count of the processes left.
+    A rendezvous waiting at the loss, or the first after it, raises it too (its wakeup may have
+    been the lost process's to send): call it again if another process will wake it.
     Also a call a lost server took with it, in a run with replicated homes: call it again (a
     release so failed may or may not have published: read the chunk to know)."""
 
