@@ -28,11 +28,11 @@ fn figure_8_tasks_see_each_others_writes_whichever_comes_first() {
             (
                 "wakeup-first",
                 "[0] [sync] Wakeup { id: 2, ticket: 0 } from 2",
-                "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
+                "[0] [sync] Sleep { id: 2, seen: 0, losses: 0 } from 3",
             ),
             (
                 "sleep-first",
-                "[0] [sync] Sleep { id: 2, seen: 0 } from 3",
+                "[0] [sync] Sleep { id: 2, seen: 0, losses: 0 } from 3",
                 "[0] [sync] Wakeup { id: 2, ticket: 0 } from 2",
             ),
         ] {
