@@ -576,19 +576,22 @@ fn same_chain(
         return std::ptr::null_mut();
     }
     let sizes: Vec<usize> = layout.chunks().iter().map(|&(_, s)| s).collect();
-    if inner.sizes == sizes && inner.protocol.is_some_and(|p| p == protocol) {
-        return h;
-    }
-    // A handle of a LOOKUP: the core knows the protocol the homes allocated
-    // the chunks with.
-    if inner.sizes == sizes && inner.protocol.is_none() {
-        return match c.check_allocated_with(layout, protocol) {
-            Ok(()) => h,
-            Err(e) => {
-                fail(&e);
-                std::ptr::null_mut()
+    if inner.sizes == sizes {
+        match inner.protocol {
+            Some(p) if p == protocol => return h,
+            // A handle of a LOOKUP: the core knows the protocol the homes
+            // allocated the chunks with.
+            None => {
+                return match c.check_allocated_with(layout, protocol) {
+                    Ok(()) => h,
+                    Err(e) => {
+                        fail(&e);
+                        std::ptr::null_mut()
+                    }
+                }
             }
-        };
+            Some(_) => {}
+        }
     }
     fail(&sat_core::SatError::Usage(format!(
         "{name} of chunk {first} with {} bytes [{}]: this process already allocated that chain \

@@ -290,6 +290,11 @@ mod tests {
         out
     }
 
+    /// The answer that wakes `client`'s sleepers of rendezvous `id`.
+    fn awake(client: Rank, id: u32, generation: u64) -> (Rank, SyncOp) {
+        (client, SyncOp::Awake { id, generation })
+    }
+
     /// A rendezvous call of a client told of no loss.
     fn sleep(id: u32, seen: u64) -> SyncOp {
         SyncOp::Sleep {
@@ -315,28 +320,10 @@ mod tests {
     fn a_wakeup_before_the_rendezvous_is_remembered() {
         let mut c = Coordinator::default();
         assert!(wake(&mut c, 2, 7).is_empty());
-        assert_eq!(
-            run(&mut c, 3, sleep(7, 0)),
-            vec![(
-                3,
-                SyncOp::Awake {
-                    id: 7,
-                    generation: 1
-                }
-            )]
-        );
+        assert_eq!(run(&mut c, 3, sleep(7, 0)), vec![awake(3, 7, 1)]);
         // Consumed: the next rendezvous waits for the next wakeup.
         assert!(run(&mut c, 3, sleep(7, 1)).is_empty());
-        assert_eq!(
-            wake(&mut c, 2, 7),
-            vec![(
-                3,
-                SyncOp::Awake {
-                    id: 7,
-                    generation: 2
-                }
-            )]
-        );
+        assert_eq!(wake(&mut c, 2, 7), vec![awake(3, 7, 2)]);
     }
 
     #[test]
@@ -346,25 +333,7 @@ mod tests {
         assert!(run(&mut c, 4, sleep(1, 0)).is_empty());
         assert!(wake(&mut c, 4, 2).is_empty(), "another id");
         let woken = wake(&mut c, 2, 1);
-        assert_eq!(
-            woken,
-            vec![
-                (
-                    3,
-                    SyncOp::Awake {
-                        id: 1,
-                        generation: 1
-                    }
-                ),
-                (
-                    4,
-                    SyncOp::Awake {
-                        id: 1,
-                        generation: 1
-                    }
-                )
-            ]
-        );
+        assert_eq!(woken, vec![awake(3, 1, 1), awake(4, 1, 1)]);
     }
 
     #[test]
@@ -494,16 +463,7 @@ mod tests {
         let mut c = Coordinator::default();
         assert!(run(&mut c, 3, sleep(1, 0)).is_empty());
         assert!(run(&mut c, 3, sleep(1, 0)).is_empty());
-        assert_eq!(
-            wake(&mut c, 2, 1),
-            vec![(
-                3,
-                SyncOp::Awake {
-                    id: 1,
-                    generation: 1
-                }
-            )]
-        );
+        assert_eq!(wake(&mut c, 2, 1), vec![awake(3, 1, 1)]);
     }
 
     #[test]
@@ -560,12 +520,12 @@ mod tests {
     /// releases it.
     #[test]
     fn every_sleeper_hears_of_a_loss_once_whatever_the_timing() {
-        let sleep = |id, seen, losses| SyncOp::Sleep { id, seen, losses };
+        let told = |id, seen, losses| SyncOp::Sleep { id, seen, losses };
         let mut c = Coordinator::default();
         // Client 3 waits on rendezvous 1 (for client 5's wakeup), client 4
         // on 2; then client 5 is lost.
-        assert!(run(&mut c, 3, sleep(1, 0, 0)).is_empty());
-        assert!(run(&mut c, 4, sleep(2, 0, 0)).is_empty());
+        assert!(run(&mut c, 3, told(1, 0, 0)).is_empty());
+        assert!(run(&mut c, 4, told(2, 0, 0)).is_empty());
         let mut out = Vec::new();
         c.client_lost(5, &mut out);
         assert_eq!(
@@ -577,44 +537,17 @@ mod tests {
         );
         // Client 6, not told yet, comes after the loss: it fails the same way.
         assert_eq!(
-            run(&mut c, 6, sleep(1, 0, 0)),
+            run(&mut c, 6, told(1, 0, 0)),
             vec![(6, SyncOp::SleepLost { id: 1, losses: 1 })]
         );
         // Told, they wait again; nobody is dropped twice for one loss.
-        assert!(run(&mut c, 3, sleep(1, 0, 1)).is_empty());
-        assert!(run(&mut c, 6, sleep(1, 0, 1)).is_empty());
+        assert!(run(&mut c, 3, told(1, 0, 1)).is_empty());
+        assert!(run(&mut c, 6, told(1, 0, 1)).is_empty());
         let mut woken = wake(&mut c, 7, 1);
         woken.sort_by_key(|&(to, _)| to);
-        assert_eq!(
-            woken,
-            vec![
-                (
-                    3,
-                    SyncOp::Awake {
-                        id: 1,
-                        generation: 1
-                    }
-                ),
-                (
-                    6,
-                    SyncOp::Awake {
-                        id: 1,
-                        generation: 1
-                    }
-                ),
-            ]
-        );
+        assert_eq!(woken, vec![awake(3, 1, 1), awake(6, 1, 1),]);
         // A wakeup sent before a told sleeper comes still counts.
         wake(&mut c, 7, 2);
-        assert_eq!(
-            run(&mut c, 4, sleep(2, 0, 1)),
-            vec![(
-                4,
-                SyncOp::Awake {
-                    id: 2,
-                    generation: 1
-                }
-            )]
-        );
+        assert_eq!(run(&mut c, 4, told(2, 0, 1)), vec![awake(4, 2, 1)]);
     }
 }

@@ -271,15 +271,18 @@ fn allocate(
             )));
         }
         let had_sizes = ids_and_sizes(had.chain.layout()).1;
-        if had_sizes == sizes && had.protocol.is_some_and(|p| p == protocol) {
-            return Ok(existing);
-        }
-        // A chain this process looked up: the core knows the protocol the
-        // homes allocated its chunks with.
-        if had_sizes == sizes && had.protocol.is_none() {
-            let layout = had.chain.layout().clone();
-            h.blocking(py, |c| c.check_allocated_with(&layout, protocol))?;
-            return Ok(existing);
+        if had_sizes == sizes {
+            match had.protocol {
+                Some(p) if p == protocol => return Ok(existing),
+                // A chain this process looked up: the core knows the
+                // protocol the homes allocated its chunks with.
+                None => {
+                    let layout = had.chain.layout().clone();
+                    h.blocking(py, |c| c.check_allocated_with(&layout, protocol))?;
+                    return Ok(existing);
+                }
+                Some(_) => {}
+            }
         }
         return Err(usage(format!(
             "{call} of chunk {} with {}: this process already has that chain with {}; \
