@@ -34,6 +34,7 @@ use crate::topology::{Topology, TopologyError};
 use crate::transport::fabric::{check_provider, remove_shm_leftovers};
 use crate::transport::{Provider, TransportError};
 
+pub(crate) mod joins;
 mod sys;
 
 /// The help text of `satrun --help`.
@@ -1036,6 +1037,8 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     let open_streams = Arc::new(OpenStreams::default());
     let mut running: Vec<Running> = Vec::with_capacity(plan.ranks.len());
     let mut start_failure: Option<i32> = None;
+    let mut joins =
+        joins::JoinNotices::open().map_err(system("opening the pipe ranks say they join by"))?;
 
     for rank in &plan.ranks {
         if stopped.load(Ordering::SeqCst) != 0 {
@@ -1054,6 +1057,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             .env("SAT_OUTPUT_PREFIXED", "1")
             .env("SAT_RECOVERY", if plan.recovery { "on" } else { "off" })
             .env_remove("SAT_SEED_FD")
+            .env_remove(joins::JOIN_FD_VAR)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         match &plan.topology_file {
@@ -1080,6 +1084,10 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             (Some(l), 0) => Some(l.as_raw_fd()),
             _ => None,
         };
+        let join_fd = joins.write_fd();
+        if let Some(value) = joins.env_value() {
+            cmd.env(joins::JOIN_FD_VAR, value);
+        }
         if let Some(fd) = seed_fd {
             cmd.env("SAT_SEED_FD", fd.to_string());
             // Like mpirun: standard input goes to rank 0 only.
@@ -1090,7 +1098,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         // SAFETY: child_setup only makes async-signal-safe calls and
         // allocates nothing; it captures two plain integers.
         unsafe {
-            cmd.pre_exec(move || sys::child_setup(parent, seed_fd, service_fd));
+            cmd.pre_exec(move || sys::child_setup(parent, [seed_fd, service_fd, join_fd]));
         }
         let program = rank.program.to_string_lossy().into_owned();
         let mut child = match cmd.spawn() {
@@ -1161,6 +1169,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     drop(listener);
     drop(service_listener);
     drop(events);
+    joins.every_rank_started();
 
     if running.is_empty() && start_failure.is_none() {
         if let sig @ 1.. = stopped.load(Ordering::SeqCst) {
@@ -1175,7 +1184,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
         (None, true) => Mode::Recovering(&plan.topology),
         (None, false) => Mode::Run,
     };
-    let code = supervise(&mut running, &inbox, start_failure, mode);
+    let code = supervise(&mut running, &inbox, &mut joins, start_failure, mode);
     if let Some(file) = address_file {
         file.remove();
     }
@@ -1462,9 +1471,15 @@ enum Mode<'t> {
     Service,
 }
 
+/// How often satrun looks for a rank joining while one has left without
+/// joining and none has joined yet (a run of programs that do not use SAT
+/// looks that often until it ends).
+const JOIN_LOOK: Duration = Duration::from_millis(100);
+
 fn supervise(
     running: &mut [Running],
     inbox: &mpsc::Receiver<Event>,
+    joins: &mut joins::JoinNotices,
     start_failure: Option<i32>,
     mode: Mode<'_>,
 ) -> i32 {
@@ -1476,8 +1491,18 @@ fn supervise(
     if start_failure.is_some() {
         kill_at = Some(stop_all(running, libc::SIGTERM));
     }
+    // The ranks that began to join, and the first that exited with
+    // status 0 before it did (`launcher/joins.rs`).
+    let mut joined = std::collections::BTreeSet::<u32>::new();
+    let mut left_unjoined: Option<u32> = None;
     while live > 0 {
-        let deadline = give_up_at.or(kill_at);
+        let looking = left_unjoined.is_some()
+            && joined.is_empty()
+            && kill_at.is_none()
+            && give_up_at.is_none();
+        let deadline = give_up_at
+            .or(kill_at)
+            .or(looking.then(|| Instant::now() + JOIN_LOOK));
         let event = match deadline {
             Some(t) => inbox.recv_timeout(t.saturating_duration_since(Instant::now())),
             None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -1498,6 +1523,12 @@ fn supervise(
                         ExitStatus::from_raw(1 << 8)
                     }
                 };
+                // A rank writes its record before it can exit, so the pipe
+                // holds it by now if it ever joined.
+                joined.extend(joins.drain());
+                if status.success() && !joined.contains(&rank) {
+                    left_unjoined = left_unjoined.or(Some(rank));
+                }
                 // A server other than the seed, when its backups can take
                 // its part over (`server/failover.rs`).
                 let goes_on = match mode {
@@ -1555,6 +1586,7 @@ fn supervise(
                 let sig_to_ranks = if from_terminal { 0 } else { sig };
                 kill_at = Some(stop_all_with(running, sig_to_ranks, sig));
             }
+            Err(RecvTimeoutError::Timeout) if looking => {}
             Err(RecvTimeoutError::Timeout) => {
                 if give_up_at.is_some() {
                     let left: Vec<String> = running
@@ -1578,6 +1610,27 @@ fn supervise(
                 give_up_at = Some(Instant::now() + TERMINATE_GRACE);
             }
             Err(RecvTimeoutError::Disconnected) => break,
+        }
+        joined.extend(joins.drain());
+        let waiting = joined.first().copied();
+        if let (Some(gone), Some(waiting), None, None) =
+            (left_unjoined, waiting, kill_at, give_up_at)
+        {
+            if live > 0 {
+                let program = running
+                    .iter()
+                    .find(|r| r.rank == gone)
+                    .map_or("?", |r| r.program.as_str());
+                notice(&format!(
+                    "rank {gone} ({program}) exited with status 0 before it joined the run, and \
+                     rank {waiting} has joined: a run starts only once every rank has joined, so \
+                     this one cannot (is rank {gone}'s program one that uses SAT?); stopping the \
+                     {live} running rank{}",
+                    if live == 1 { "" } else { "s" }
+                ));
+                code.get_or_insert(1);
+                kill_at = Some(stop_all(running, libc::SIGTERM));
+            }
         }
     }
     code.unwrap_or(0)

@@ -111,6 +111,61 @@ fn a_malformed_setting_stops_the_run_and_names_it() {
     );
 }
 
+/// A rank that exits with status 0 without ever joining (a program that
+/// does not use SAT in an MPMD line) stops the run at once with a message
+/// naming it, instead of leaving the rank that joined waiting out the
+/// bootstrap's timeout; both ways round: the rank gone before the other
+/// joins, and after.
+#[test]
+fn a_rank_that_exits_without_joining_stops_the_run_at_once() {
+    let scratch = common::launched::Scratch::new("unjoined");
+    let sat_rank = example("increment");
+    let (gone, log) = (scratch.path("gone"), scratch.path("rank0.log"));
+    let cases = [
+        (
+            "gone before the other joins",
+            // Rank 1 leaves its pid, then exits; rank 0 starts the SAT
+            // program only once satrun has reaped rank 1.
+            format!(
+                "until [ -e {g} ]; do sleep 0.01; done; \
+                 while kill -0 $(cat {g}) 2>/dev/null; do sleep 0.01; done; exec {p}",
+                g = gone.display(),
+                p = sat_rank.display()
+            ),
+            format!("echo $$ > {g}.tmp && mv {g}.tmp {g}", g = gone.display()),
+        ),
+        (
+            "gone after the other joined",
+            // Rank 1 exits once rank 0's bootstrap has begun.
+            format!("exec {} 2>{}", sat_rank.display(), log.display()),
+            format!(
+                "until grep -q 'Bootstrap SAT' {} 2>/dev/null; do sleep 0.01; done",
+                log.display()
+            ),
+        ),
+    ];
+    for (case, rank0, rank1) in cases {
+        let _ = std::fs::remove_file(&gone);
+        let _ = std::fs::remove_file(&log);
+        let out = run(Command::new(satrun())
+            .args(["--provider", "shm", "-n", "1", "sh", "-c", &rank0])
+            .args([":", "-n", "1", "sh", "-c", &rank1])
+            .env("SAT_LOG", "sat_core::bootstrap=debug")
+            // Longer than the test's own bound: only satrun's notice can
+            // end this run in time.
+            .env("SAT_BOOTSTRAP_TIMEOUT", "600"));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{case}: {stderr}");
+        assert!(
+            stderr.contains(
+                "satrun: rank 1 (sh) exited with status 0 before it joined the run, and rank 0 \
+                 has joined"
+            ),
+            "{case}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn figure11_clients_exchange_through_the_server_over_shm() {
     figure11_run("shm");

@@ -184,6 +184,8 @@ fn join_with(
     observe::init();
     let env = RunEnv::discover()?;
     observe::set_rank(env.rank);
+    // Under satrun: this rank is a SAT process, and the run waits for it.
+    crate::launcher::joins::announce_joining(env.rank);
     tracing::debug!(
         "Bootstrap SAT {} id {} np {} on host {} with pid {} (rank from {})",
         prog,

@@ -111,13 +111,10 @@ pub(super) fn my_pid() -> libc::pid_t {
 ///   kills itself if satrun already died before the request took effect;
 /// - the signal mask inherited from satrun (which blocks the forwarded
 ///   signals) is cleared;
-/// - `seed_fd`, the seed listener, loses FD_CLOEXEC so that it survives exec
-///   (in this child only: the flag is cleared after the fork).
-pub(super) fn child_setup(
-    parent: libc::pid_t,
-    seed_fd: Option<RawFd>,
-    service_fd: Option<RawFd>,
-) -> io::Result<()> {
+/// - `inherited` (the seed and service listeners, the pipe of join
+///   notices) lose FD_CLOEXEC so that they survive exec (in this child
+///   only: the flag is cleared after the fork).
+pub(super) fn child_setup(parent: libc::pid_t, inherited: [Option<RawFd>; 3]) -> io::Result<()> {
     // SAFETY: prctl, getppid, raise, sigemptyset, sigprocmask and fcntl are
     // async-signal-safe; every pointer passed points to a local.
     unsafe {
@@ -139,7 +136,7 @@ pub(super) fn child_setup(
         if libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }
-        for fd in [seed_fd, service_fd].into_iter().flatten() {
+        for fd in inherited.into_iter().flatten() {
             if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }

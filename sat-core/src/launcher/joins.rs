@@ -1,0 +1,211 @@
+//! Which ranks have begun to join the run, as satrun hears it.
+//!
+//! A run starts only once every rank has joined. A rank that exits with
+//! status 0 without ever calling into SAT (`/bin/true` in an MPMD line, a
+//! script that forgot to start the program) would otherwise leave the ranks
+//! that did join waiting for it until the bootstrap times out, and they
+//! would then blame the missing rank without saying it is gone. satrun
+//! cannot tell such a rank from a program that never meant to use SAT (its
+//! own tests run shell commands as ranks), but it can once it knows who
+//! joins: a rank that exited without joining while another joined means the
+//! run cannot start, and satrun says so at once.
+//!
+//! The ranks tell it through one pipe: satrun hands its write end to every
+//! rank (`SAT_JOIN_FD=fd:inode`), and the bootstrap writes its rank there, 4
+//! bytes (a write of at most `PIPE_BUF` bytes is atomic, so records never
+//! mix), then closes its copy. The pipe's inode guards against a process
+//! that inherited the variable but not the descriptor, whose number may
+//! then be another file: it writes nothing.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The variable that hands the pipe to the ranks.
+pub const JOIN_FD_VAR: &str = "SAT_JOIN_FD";
+
+/// satrun's side: the pipe, and the records read from it so far.
+pub(super) struct JoinNotices {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+    inode: u64,
+    /// Bytes of a record not yet whole (a read may end inside one).
+    partial: Vec<u8>,
+}
+
+impl JoinNotices {
+    /// A pipe whose ends are closed on exec (satrun clears the flag of the
+    /// write end in each rank only) and never block: a rank's write must
+    /// not wait on satrun, and satrun reads only what is there.
+    pub(super) fn open() -> io::Result<JoinNotices> {
+        let mut fds = [0 as RawFd; 2];
+        // SAFETY: pipe2 fills the two-element array it is given.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded: both descriptors are open and ours alone.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let inode = inode_of(write.as_raw_fd())?;
+        Ok(JoinNotices {
+            read,
+            write: Some(write),
+            inode,
+            partial: Vec::new(),
+        })
+    }
+
+    /// The write end a rank inherits (`None` once every rank started).
+    pub(super) fn write_fd(&self) -> Option<RawFd> {
+        self.write.as_ref().map(|w| w.as_raw_fd())
+    }
+
+    /// The value of [`JOIN_FD_VAR`] for the ranks.
+    pub(super) fn env_value(&self) -> Option<String> {
+        self.write_fd().map(|fd| format!("{fd}:{}", self.inode))
+    }
+
+    /// Closes satrun's own write end once every rank has its copy.
+    pub(super) fn every_rank_started(&mut self) {
+        self.write = None;
+    }
+
+    /// The ranks whose records arrived since the last call.
+    pub(super) fn drain(&mut self) -> Vec<u32> {
+        let mut buf = [0u8; 1024];
+        loop {
+            // SAFETY: `buf` is writable for its length; `read` is open.
+            let n =
+                unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n > 0 {
+                self.partial.extend_from_slice(&buf[..n as usize]);
+                continue;
+            }
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break; // 0: every writer closed; -1 EAGAIN: nothing more now
+        }
+        let whole = self.partial.len() / 4 * 4;
+        let ranks = self.partial[..whole]
+            .chunks_exact(4)
+            .map(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]))
+            .collect();
+        self.partial.drain(..whole);
+        ranks
+    }
+}
+
+fn inode_of(fd: RawFd) -> io::Result<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat fills the stat buffer it is given.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Err(io::Error::other("not a pipe"));
+    }
+    Ok(st.st_ino)
+}
+
+/// The rank's side, called once by the bootstrap when the rank is known:
+/// tells satrun this rank is joining, then closes the inherited pipe so
+/// that the program's own children do not hold it. Does nothing outside
+/// satrun, or where the variable names a descriptor that is not satrun's
+/// pipe. Best effort: a rank that cannot tell satrun joins all the same.
+pub(crate) fn announce_joining(rank: u32) {
+    if let Some(value) = std::env::var_os(JOIN_FD_VAR) {
+        announce_through(&value, rank);
+    }
+}
+
+/// [`announce_joining`] with the variable's value given. Returns whether
+/// the record was written.
+fn announce_through(value: &std::ffi::OsStr, rank: u32) -> bool {
+    let Some((fd, inode)) = value
+        .to_str()
+        .and_then(|v| v.split_once(':'))
+        .and_then(|(fd, ino)| Some((fd.parse::<RawFd>().ok()?, ino.parse::<u64>().ok()?)))
+    else {
+        return false;
+    };
+    if fd < 0 || inode_of(fd).ok() != Some(inode) {
+        return false;
+    }
+    let record = rank.to_le_bytes();
+    // SAFETY: `fd` is the open pipe satrun handed down (its inode matched);
+    // `record` is readable for its length. The write is atomic (4 bytes) and
+    // does not block (the pipe is non-blocking); it is then closed, once.
+    unsafe {
+        let n = libc::write(fd, record.as_ptr().cast(), record.len());
+        libc::close(fd);
+        n == record.len() as isize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_come_back_whole_and_in_order() {
+        let mut joins = JoinNotices::open().unwrap();
+        let fd = joins.write_fd().unwrap();
+        let write = |bytes: &[u8]| {
+            // SAFETY: `fd` is the open write end; `bytes` readable.
+            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            assert_eq!(n, bytes.len() as isize);
+        };
+        assert!(joins.drain().is_empty());
+        write(&7u32.to_le_bytes());
+        write(&300u32.to_le_bytes()[..3]);
+        assert_eq!(joins.drain(), vec![7]);
+        write(&300u32.to_le_bytes()[3..]);
+        assert_eq!(joins.drain(), vec![300]);
+        joins.every_rank_started();
+        assert!(joins.write_fd().is_none());
+        assert!(joins.drain().is_empty());
+    }
+
+    /// A copy of the pipe's write end, as a rank inherits it.
+    fn rank_copy(joins: &JoinNotices) -> RawFd {
+        // SAFETY: dup of an open descriptor; the test closes or hands on the copy.
+        let fd = unsafe { libc::dup(joins.write_fd().unwrap()) };
+        assert!(fd >= 0);
+        fd
+    }
+
+    #[test]
+    fn a_rank_writes_its_record_once_and_closes_its_copy() {
+        let mut joins = JoinNotices::open().unwrap();
+        let fd = rank_copy(&joins);
+        let value = format!("{fd}:{}", joins.inode);
+        assert!(announce_through(value.as_ref(), 5));
+        assert_eq!(joins.drain(), vec![5]);
+        // Its copy is closed: a second announce finds no pipe there.
+        assert!(!announce_through(value.as_ref(), 5));
+        assert!(joins.drain().is_empty());
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_the_pipe_is_left_alone() {
+        let mut joins = JoinNotices::open().unwrap();
+        let fd = rank_copy(&joins);
+        for value in [
+            format!("{fd}:{}", joins.inode + 1),
+            format!("{fd}"),
+            format!("x:{}", joins.inode),
+            format!("-1:{}", joins.inode),
+        ] {
+            assert!(!announce_through(value.as_ref(), 9), "{value}");
+        }
+        assert!(joins.drain().is_empty());
+        // Not closed either: it still writes.
+        // SAFETY: `fd` is still open; the record is readable.
+        let n = unsafe { libc::write(fd, 3u32.to_le_bytes().as_ptr().cast(), 4) };
+        assert_eq!(n, 4);
+        assert_eq!(joins.drain(), vec![3]);
+        // SAFETY: closes the test's own copy, once.
+        unsafe { libc::close(fd) };
+    }
+}
