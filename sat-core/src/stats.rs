@@ -76,10 +76,11 @@ fn recorder() -> MutexGuard<'static, Option<Recorder>> {
 
 /// What the stream knows of this process beyond one file.
 struct Process {
-    /// The run's id, as the seed made it (`bootstrap::seed`), in hex; None in
-    /// a process that ran no bootstrap (a client that attached to a service).
+    /// The run's id, as the seed made it (`bootstrap::seed`), in hex; a
+    /// service's admission desk hands its own to the processes that attach.
     run_id: Option<String>,
-    /// When this process's bootstrap began, until its first file counts it.
+    /// When this process's bootstrap (or its latest attach to a service)
+    /// began, until the next file counts it.
     bootstrap_began: Option<Instant>,
     /// Where the previous file's clock stopped: the next file (a process
     /// that attached to a service again) starts there, so that the files of

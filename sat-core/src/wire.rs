@@ -21,7 +21,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// messages (15: the run's id in the seed's setup; 16: a rendezvous told of
 /// the run's losses); the bootstrap and a service's desk refuse processes
 /// built with another version.
-pub const WIRE_VERSION: u32 = 16;
+pub const WIRE_VERSION: u32 = 17;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

@@ -764,7 +764,8 @@ fn a_process_killed_releasing_a_64_chunk_chain_leaves_it_whole() {
 
 /// A service's servers, stopped by SIGTERM as satrun stops them, end as a
 /// run's servers do and write their statistics (docs/STATISTICS.md): one
-/// file per server, of that server's process.
+/// file per server, of that server's process. A process that attached
+/// writes its own, and every file names the service's run.
 #[test]
 fn a_stopped_service_s_servers_write_their_statistics() {
     let stats = std::env::temp_dir().join(format!("sat-service-stats-{}", std::process::id()));
@@ -776,20 +777,34 @@ fn a_stopped_service_s_servers_write_their_statistics() {
         &[("SAT_STATS", &stats_dir)],
     );
     let a = service.address.clone();
-    let common = ["--chunk", "40", "--bytes", "1048576", "--seed", "3"];
-    let (ok, _, err) = attach(&[&["write", a.as_str()][..], &common].concat());
-    assert!(ok, "write failed: {err}\n{}", service.log());
+    let out = common::run(
+        Command::new(example("attach"))
+            .args(["write", a.as_str()])
+            .args(["--chunk", "40", "--bytes", "1048576", "--seed", "3"])
+            .env("SAT_STATS", &stats_dir),
+    );
+    assert!(
+        out.status.success(),
+        "write failed: {}\n{}",
+        text(&out.stderr),
+        service.log()
+    );
     let servers = service.servers();
     assert_eq!(service.stop(), 0, "{}", service.log());
     let mut seen = Vec::new();
+    let mut clients = 0;
+    let mut runs = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(&stats).unwrap() {
         let path = entry.unwrap().path();
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        runs.insert(v["run_id"].as_str().map(str::to_owned));
         if v["kind"] == "server" {
             let pid = v["pid"].as_u64().unwrap() as u32;
             assert!(servers.contains(&pid), "{path:?}: pid {pid} of {servers:?}");
             seen.push(v["rank"].as_u64().unwrap());
+        } else {
+            clients += 1;
         }
     }
     seen.sort();
@@ -799,5 +814,10 @@ fn a_stopped_service_s_servers_write_their_statistics() {
         [0, 1],
         "one file per server: {seen:?}\n{}",
         service.log()
+    );
+    assert_eq!(clients, 1, "the attached process's file");
+    assert!(
+        runs.len() == 1 && runs.first().unwrap().is_some(),
+        "every file names the same run: {runs:?}"
     );
 }

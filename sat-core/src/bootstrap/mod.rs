@@ -148,6 +148,9 @@ pub struct Joined {
     /// The run has recovery on (`SAT_RECOVERY=on` at the seed): it outlives
     /// a lost client; otherwise a lost process ends it.
     pub recovery: bool,
+    /// The run's id, made by the seed: a service hands it to the processes
+    /// that attach, so that every statistics file of the service names it.
+    pub run_id: seed::RunId,
 }
 
 /// Steps 1 to 3 of the bootstrap: discover, meet the seed, open the endpoint,
@@ -286,6 +289,7 @@ fn join_with(
             addresses: table,
             watch,
             recovery: setup.recovery.is_some(),
+            run_id: setup.run_id,
         },
         started,
     ))

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bincode::{Decode, Encode};
 
 use crate::auth::{self, Nonce, Proof, Secret, Side};
-use crate::bootstrap::seed::{decode, hello_version, send};
+use crate::bootstrap::seed::{decode, hello_version, send, RunId};
 use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
 use crate::topology::Topology;
@@ -97,6 +97,8 @@ pub(crate) enum FromDesk {
         /// beats both ways (`bootstrap/watch.rs`), and a process silent for
         /// that long is dropped.
         lease_s: u64,
+        /// The service's run id: the process's statistics files name it.
+        run_id: RunId,
     },
     Refused(String),
     /// The desk's nonce and its own proof of holding the secret. (New
@@ -191,6 +193,7 @@ struct Offer {
     /// write in place: one of them that goes silent is killed before its
     /// locks are freed (`bootstrap/watch.rs`, "fencing").
     fence_local: bool,
+    run_id: RunId,
 }
 
 impl Desk {
@@ -198,7 +201,7 @@ impl Desk {
     /// accepts connections, one thread per session talks to its process.
     pub(crate) fn open(
         listener: TcpListener,
-        (provider, topology, servers): (Provider, Topology, Vec<Vec<u8>>),
+        (provider, topology, servers, run_id): (Provider, Topology, Vec<Vec<u8>>, RunId),
         secret: Secret,
         fence_local: bool,
     ) -> SatResult<Desk> {
@@ -211,6 +214,7 @@ impl Desk {
             servers,
             lease: Duration::from_secs(crate::settings::get().lease_s),
             fence_local,
+            run_id,
         });
         std::thread::Builder::new()
             .name("sat-desk".into())
@@ -923,6 +927,7 @@ fn session(
         topology: offer.topology.clone(),
         servers: offer.servers.clone(),
         lease_s: offer.lease.as_secs(),
+        run_id: offer.run_id,
     };
     if send(&mut stream, &welcome).is_ok() {
         let told = |why: &str| {
@@ -1170,6 +1175,7 @@ pub(crate) mod fuzzing {
                 topology: Topology::service(1, 4).expect("a valid service topology"),
                 servers: vec![vec![2, 0, 31, 144, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]],
                 lease_s: 10,
+                run_id: [5; 16],
             })),
             body(encode_frame(&FromDesk::Refused("full".into()))),
             body(encode_frame(&FromDesk::Challenge {

@@ -107,7 +107,12 @@ pub fn serve() -> SatResult<()> {
         let listener = unsafe { TcpListener::from_raw_fd(fd) };
         Some(desk::Desk::open(
             listener,
-            (joined.provider, (*joined.topology).clone(), servers),
+            (
+                joined.provider,
+                (*joined.topology).clone(),
+                servers,
+                joined.run_id,
+            ),
             secret,
             host.is_some(),
         )?)

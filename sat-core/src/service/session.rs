@@ -52,6 +52,8 @@ pub struct Session {
 /// The calling thread becomes the client's role thread: handlers of
 /// subscriptions run there, during its waits (see [`Client::subscribe`]).
 pub fn connect(address: &str) -> SatResult<Session> {
+    // The attach is SAT's time in the statistics, as a run's bootstrap is.
+    let began = Instant::now();
     observe::init();
     crate::settings::check()?;
     crate::protocol::advice::check()?;
@@ -144,13 +146,20 @@ pub fn connect(address: &str) -> SatResult<Session> {
         },
     )
     .map_err(lost)?;
-    let (rank, topology, servers, lease) = match hear(&mut control)? {
+    let (rank, topology, servers, lease, run_id) = match hear(&mut control)? {
         FromDesk::Welcome {
             rank,
             topology,
             servers,
             lease_s,
-        } => (rank, topology, servers, Duration::from_secs(lease_s.max(2))),
+            run_id,
+        } => (
+            rank,
+            topology,
+            servers,
+            Duration::from_secs(lease_s.max(2)),
+            run_id,
+        ),
         FromDesk::Refused(why) => return Err(refused(address, why)),
         other => return Err(unexpected(address, &other)),
     };
@@ -167,6 +176,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
     let transport = endpoint.connect(rank, &table)?;
     observe::set_rank(rank);
     tracing::debug!("attached to the service at {address} in slot {rank} over {provider}");
+    crate::stats::joined(run_id, began);
 
     let reader = crate::server::host::service_reader(&topology, rank);
     let client = Arc::new(Client::new(Arc::new(topology), Box::new(transport)));
