@@ -27,6 +27,11 @@ root="$DESTDIR$PREFIX"
 # list back, so that it removes what an older version installed too.
 manifest_rel=share/sat/installed-files
 manifest="$root/$manifest_rel"
+# How many folders of the prefix's own path install made (the prefix, its
+# parent...): uninstall removes those too, where they are left empty, and
+# never one that was there before.
+made_rel=share/sat/made-prefix-folders
+made="$root/$made_rel"
 
 # What libsat.a needs besides itself and libfabric, as printed by
 # `cargo rustc -p sat-capi --crate-type staticlib -- --print native-static-libs`.
@@ -71,7 +76,12 @@ do_install() {
         [ -f "$release/$f" ] || { echo "install: $release/$f is missing: build it with make install" >&2; exit 1; }
     done
     writable "$root"
-    local lib="$root/$LIBDIR"
+    local lib="$root/$LIBDIR" made_count=0 dir="$root"
+    if [ -f "$made" ]; then
+        made_count=$(cat "$made")
+    else
+        while [ ! -e "$dir" ]; do made_count=$((made_count + 1)); dir=$(dirname "$dir"); done
+    fi
     install -d "$lib/pkgconfig" "$lib/cmake/sat" "$root/include" "$root/bin" "$root/share/sat"
 
     install -m 755 "$release/libsat.so" "$lib/libsat.so.$VERSION"
@@ -108,9 +118,11 @@ do_install() {
             pkgconfig/sat-static.pc cmake/sat/satConfig.cmake cmake/sat/satConfigVersion.cmake; do
             echo "$LIBDIR/$f"
         done
-        printf '%s\n' include/sat.h include/sat_compat.h bin/satrun "$manifest_rel"
+        printf '%s\n' include/sat.h include/sat_compat.h bin/satrun "$manifest_rel" "$made_rel"
     } > "$manifest"
     chmod 644 "$manifest"
+    echo "$made_count" > "$made"
+    chmod 644 "$made"
 
     echo "installed libsat $VERSION under $root"
     # The loader finds libsat.so.$abi through its cache: refresh it when this
@@ -133,7 +145,9 @@ do_uninstall() {
         exit 1
     fi
     writable "$root"
-    local f d
+    local f d made_count=0
+    [ -f "$made" ] && made_count=$(cat "$made")
+    case "$made_count" in '' | *[!0-9]*) made_count=0 ;; esac
     while IFS= read -r f; do
         case "$f" in "" | /* | *..*) echo "uninstall: skipping unexpected entry '$f' in $manifest" >&2; continue ;; esac
         rm -f -- "$root/$f"
@@ -141,6 +155,11 @@ do_uninstall() {
     # The folders install made, where nothing else is left in them.
     for d in "$LIBDIR/cmake/sat" "$LIBDIR/cmake" "$LIBDIR/pkgconfig" "$LIBDIR" include bin share/sat share; do
         [ -d "$root/$d" ] && rmdir --ignore-fail-on-non-empty -- "$root/$d"
+    done
+    d=$root
+    while [ "$made_count" -gt 0 ] && [ -d "$d" ] && rmdir -- "$d" 2>/dev/null; do
+        made_count=$((made_count - 1))
+        d=$(dirname "$d")
     done
     echo "uninstalled libsat from $root"
 }

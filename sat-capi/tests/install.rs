@@ -672,7 +672,8 @@ fn a_cmake_project_finds_sat_and_runs_figure_10() {
 
 /// `make install RPATH=1` writes the run path into sat.pc (the default
 /// does not); `make uninstall` then removes every file and folder it wrote,
-/// leaving the prefix empty, and says so when nothing is installed.
+/// leaving the prefix empty (and removing it, and its parents, where
+/// install made them), and says so when nothing is installed.
 #[test]
 fn rpath_on_request_and_uninstall_leaves_the_prefix_empty() {
     let default_pc = std::fs::read_to_string(installed().join("lib/pkgconfig/sat.pc")).unwrap();
@@ -710,6 +711,18 @@ fn rpath_on_request_and_uninstall_leaves_the_prefix_empty() {
     make("uninstall", &p.0, &[]);
     let left: Vec<_> = walk(&p.0);
     assert!(left.is_empty(), "make uninstall left {left:?}");
+    assert!(p.0.is_dir(), "a prefix that was there before install stays");
+
+    // A prefix install made, with its parent: uninstall removes both, and
+    // the folder above them that was there before stays.
+    let made = p.0.join("made/prefix");
+    make("install", &made, &[]);
+    make("uninstall", &made, &[]);
+    assert!(
+        !p.0.join("made").exists() && p.0.is_dir(),
+        "make uninstall left {:?}",
+        walk(&p.0)
+    );
 
     // Nothing installed: a clear error, and still nothing there.
     let mut again = clean("make");
