@@ -639,7 +639,11 @@ fn allocate(name: &str, c: &Client, protocol: ProtocolId, layout: ChainLayout) -
 /// MALLOC: `size` bytes from chunk `baseid` on, as a chain of chunks of the
 /// default chunk size (`SAT_CHUNK_SIZE`), the last one as small as needed.
 /// NULL `consistency` means home-based MESI. Allocating the same chain
-/// again returns the same handle. NULL on error (see `sat_last_error`).
+/// again returns the same handle. NULL on error (see `sat_last_error`). A
+/// chain one of whose chunks exists with another size, protocol or
+/// protection fails having allocated none of its chunks (their homes are
+/// asked first; only another process's MALLOC of the same chunks at the
+/// same moment can leave part of it allocated).
 ///
 /// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (a
 /// consistency SAT did not hand out), SAT_ERR_CHUNK (size 0 or over the

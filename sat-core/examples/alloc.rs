@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use sat_core::bootstrap::{run, RoleResult, Roles};
 use sat_core::client::Client;
+use sat_core::protocol::ProtocolId;
 use sat_core::SatError;
 
 const LOOKUP_FIRST: u64 = 100;
@@ -48,7 +49,36 @@ fn allocator(c: &Client) -> RoleResult {
             Err(SatError::Usage(msg)) => println!("rank 4: {msg}"),
             other => return Err(format!("a second size gave {other:?}").into()),
         }
+        chain_that_clashes(c)?;
     }
+    Ok(())
+}
+
+/// A chain MALLOC of which one chunk exists with another size fails,
+/// having allocated none of its chunks (on both servers): the chain can be
+/// allocated again as meant.
+fn chain_that_clashes(c: &Client) -> RoleResult {
+    let ids = [200, 201, MALLOC_FIRST, 202, 203];
+    match c.malloc_lst(ProtocolId::HomeMesi, &ids, &[64, 64, 1024, 64, 64]) {
+        Err(SatError::Usage(msg)) => println!("rank {}: chain: {msg}", c.rank()),
+        other => return Err(format!("a chain with a clash gave {other:?}").into()),
+    }
+    for chunk in [200, 201, 202, 203] {
+        match c.lookup(chunk, Duration::from_millis(100)) {
+            Err(SatError::Timeout(_)) => {}
+            other => {
+                return Err(
+                    format!("chunk {chunk} after the failed chain MALLOC: {other:?}").into(),
+                )
+            }
+        }
+    }
+    let chain = c.malloc_lst(ProtocolId::HomeMesi, &[200, 201, 202, 203], &[128])?;
+    println!(
+        "rank {}: the failed chain MALLOC allocated none of its chunks; allocated again: {} bytes",
+        c.rank(),
+        chain.size()
+    );
     Ok(())
 }
 

@@ -143,6 +143,15 @@ fn increment(c: &Client, k: u64, threads: u64, on: On, protocol: ProtocolId) -> 
         c.malloc_lst(Default::default(), &[78], &[1 << 31])
             .map(|_| ())
             .map_err(|e| e.to_string()),
+        c.abort(BLOB).map_err(|e| e.to_string()),
+        c.map(
+            Default::default(),
+            0xFFFF_FF00_0000_0002,
+            Box::new(vec![0u8; 8]),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string()),
+        c.set_chunk_size(2 << 30).map_err(|e| e.to_string()),
     ];
     c.acquire(BLOB, Access::ReadWrite)?;
     let twice = c.acquire(BLOB, Access::Read).map_err(|e| e.to_string());
@@ -242,6 +251,23 @@ fn increment_on_chain(
             return Err("the memory given back by UNMAP is not the chain's".into());
         }
         println!("rank {me}: UNMAP gave back the same memory, holding every counter");
+    } else {
+        // FREE gives SAT's memory of the chain back; the chunks stay in the
+        // S-DSM, and the handle is refused from then on.
+        c.free(&chain)?;
+        match c.read(&chain) {
+            Err(e) if e.to_string().contains("was given back in this process") => {}
+            Err(e) => return Err(format!("a READ of a freed chain said: {e}").into()),
+            Ok(_) => return Err("a READ of a freed chain was granted".into()),
+        }
+        let again = c.lookup_chain(CHAIN_BASE, 3, Duration::from_secs(5))?;
+        let scope = c.read(&again)?;
+        let values = scope.data(|d| CHAIN_COUNTERS.map(|at| read_u64(d, at)))?;
+        scope.release()?;
+        if values != [want; CHAIN_COUNTERS.len()] {
+            return Err(format!("the chain looked up after FREE holds {values:?}").into());
+        }
+        println!("rank {me}: FREE gave the chain back; a LOOKUP finds every counter again");
     }
     let what = if on == On::Map {
         "MAP'd chain"

@@ -32,7 +32,10 @@ pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
 /// size beyond memory must be refused, not attempted.
 pub const MAX_CHUNK_SIZE: usize = 1 << 30;
 
+/// A chunk or chain request that cannot be allocated as given; each
+/// message says what to give instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[allow(missing_docs)] // each variant is its message
 pub enum ChunkError {
     #[error("a chunk of 0 bytes cannot be allocated: give a size of at least 1")]
     ZeroSize,
@@ -40,6 +43,8 @@ pub enum ChunkError {
     ZeroChunkSize,
     #[error("a chunk of {size} bytes is over the {MAX_CHUNK_SIZE}-byte limit: MALLOC a chain of smaller chunks")]
     TooLarge { size: usize },
+    #[error("a chunk size of {size} bytes is over the {MAX_CHUNK_SIZE}-byte limit of a chunk: set at most that (a MALLOC larger than the chunk size makes a chain of chunks)")]
+    ChunkSizeTooLarge { size: usize },
     #[error("the list of chunk ids is empty: give at least one id")]
     NoIds,
     #[error("the list of sizes is empty: give at least one size (it is used round-robin)")]
@@ -69,11 +74,13 @@ pub enum ChunkError {
 pub mod sealed {
     use std::ops::Range;
 
+    /// The bytes every sealed version starts with.
     pub const MAGIC: [u8; 4] = *b"SATe";
     /// Format 2 added the parent epoch.
     pub const FORMAT: u8 = 2;
     /// Bytes before the ciphertext.
     pub const HEADER: usize = 144;
+    /// The key epoch the version was sealed under (little-endian u64).
     pub const EPOCH: Range<usize> = 8..16;
     /// The epoch this version's epoch was started over (0 for a first
     /// epoch): the chunk's newest when its writer began it.
@@ -187,10 +194,12 @@ impl ChainLayout {
     }
 
     /// The number of chunks in the chain.
+    /// How many chunks the chain has.
     pub fn len(&self) -> usize {
         self.chunks.len()
     }
 
+    /// Whether the chain has no chunk (never true of a chain allocated).
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty()
     }

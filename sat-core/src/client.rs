@@ -85,6 +85,46 @@ const READ_AHEAD_BYTES: usize = 8 << 20;
 /// be reached, and the MALLOC fails with a Timeout naming the server.
 const MALLOC_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Chunks from [`symbols::SYMBOL_TABLE_BASE`] up are the symbol table's:
+/// `call` (MALLOC, MAP) may not allocate them.
+fn not_reserved(call: &str, layout: &ChainLayout) -> SatResult<()> {
+    match layout
+        .chunks()
+        .iter()
+        .find(|&&(id, _)| id >= symbols::SYMBOL_TABLE_BASE)
+    {
+        Some(&(id, _)) => Err(SatError::Usage(format!(
+            "{call} of chunk {id:#x}: chunks from {:#x} up are reserved for the symbol table; \
+             allocate below that",
+            symbols::SYMBOL_TABLE_BASE
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// A call with a chain handle this process gave back.
+fn given_back(chain: &Chain) -> SatError {
+    SatError::Usage(format!(
+        "the chain at chunk {} was given back in this process (FREE or UNMAP): its handle is \
+         no longer valid; MALLOC or LOOKUP the chain again for a new one",
+        chain.first()
+    ))
+}
+
+/// A MALLOC of `chunk` that exists with another size or protocol.
+fn size_mismatch(
+    chunk: ChunkId,
+    (size, protocol): (usize, ProtocolId),
+    (existing, has): (u64, ProtocolId),
+) -> SatError {
+    SatError::Usage(format!(
+        "MALLOC of chunk {chunk} with {size} bytes [{}]: it already exists with {existing} bytes \
+         [{}]; allocate it with the same size and protocol, or LOOKUP it",
+        protocol.name(),
+        has.name()
+    ))
+}
+
 fn label_mismatch(chunk: ChunkId, asked: Label, has: Label) -> SatError {
     let what = |l: Label| {
         if l == NO_LABEL {
@@ -128,6 +168,7 @@ fn access_name(access: Access) -> &'static str {
 pub struct Footprint {
     /// Chunks whose data is in memory (SAT-allocated regions).
     pub chunks: u64,
+    /// Their bytes.
     pub bytes: u64,
     /// Regions dropped so far to stay within the memory capacity.
     pub evictions: u64,
@@ -230,8 +271,11 @@ impl Drop for Scope<'_> {
 /// A point-to-point message from another client, relayed by the servers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UserMessage {
+    /// The rank of the client that sent it.
     pub from: Rank,
+    /// The sender's tag ([`Client::send`]).
     pub tag: u32,
+    /// The bytes sent.
     pub data: Vec<u8>,
 }
 
@@ -506,6 +550,7 @@ impl Client {
         self.topology.servers().len() as u32
     }
 
+    /// The run's topology: its servers, clients and roles.
     pub fn topology(&self) -> &Topology {
         &self.topology
     }
@@ -640,7 +685,7 @@ impl Client {
             return Err(ChunkError::ZeroChunkSize.into());
         }
         if size > MAX_CHUNK_SIZE {
-            return Err(ChunkError::TooLarge { size }.into());
+            return Err(ChunkError::ChunkSizeTooLarge { size }.into());
         }
         self.chunk_size.store(size, Ordering::Relaxed);
         Ok(())
@@ -650,7 +695,11 @@ impl Client {
     /// chunks of [`Client::chunk_size`] (the last one only as large as
     /// needed), with the default protocol (home-based MESI). A chain that
     /// exists with the same chunks and sizes is joined; allocating it again
-    /// in this process returns the same chain.
+    /// in this process returns the same chain. A chain one of whose chunks
+    /// exists with another size, protocol or label fails having allocated
+    /// none of its chunks: their homes are asked first (only another
+    /// process's MALLOC of the same chunks at the same moment can leave part
+    /// of it allocated).
     pub fn malloc(&self, base: ChunkId, size: usize) -> SatResult<Chain> {
         self.malloc_with(ProtocolId::default(), base, size)
     }
@@ -691,6 +740,7 @@ impl Client {
         memory: Box<dyn LocalMemory>,
     ) -> SatResult<Chain> {
         let layout = ChainLayout::malloc(base, memory.bytes().len(), self.chunk_size())?;
+        not_reserved("MAP", &layout)?;
         self.allocate_chain(protocol, layout, Some(memory))
     }
 
@@ -721,6 +771,43 @@ impl Client {
     /// the chain is inside a scope.
     pub fn unmap(&self, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
         self.unmap_for("UNMAP", chain)
+    }
+
+    /// FREE: gives `chain` back in this process (the report's "free:
+    /// locally removing the data"): a subscription to it ends, the memory
+    /// of its bytes is returned (a MAP'd chain's memory is dropped:
+    /// [`Client::unmap`] hands it back instead), and the handle is no longer
+    /// valid (calls with it are usage errors). Its chunks stay in the S-DSM
+    /// with their versions, for this process to MALLOC or LOOKUP again and
+    /// for the others. Refused while a chunk of the chain is inside a scope
+    /// (nothing changes then), and for a protected chain (its plaintext
+    /// belongs to the encryption layer until the run ends).
+    pub fn free(&self, chain: &Chain) -> SatResult<()> {
+        let _sat = stats::doing(Activity::Sdsm);
+        let refused = |why: &str| {
+            SatError::Usage(format!(
+                "FREE of the chain at chunk {}: {why}",
+                chain.first()
+            ))
+        };
+        let memory = {
+            let mut st = self.lock();
+            if chain
+                .ids()
+                .any(|id| st.labels.get(&id).is_some_and(|&l| l != NO_LABEL))
+            {
+                return Err(refused(
+                    "a protected chain cannot be given back before the run ends (its plaintext \
+                     belongs to the encryption layer); keep the handle",
+                ));
+            }
+            st.store.free(chain).map_err(|e| refused(&e))?
+        };
+        // Freed first: a refusal leaves the subscription as it was. A chain
+        // with no subscription has nothing to end.
+        let _ = self.unsubscribe_chain(chain);
+        drop(memory);
+        Ok(())
     }
 
     /// [`Client::unmap`] for the API call `call` (the C ABI's FREE gives a
@@ -979,17 +1066,7 @@ impl Client {
             );
         }
         if !reserved_ok {
-            if let Some(&(id, _)) = layout
-                .chunks()
-                .iter()
-                .find(|&&(id, _)| id >= symbols::SYMBOL_TABLE_BASE)
-            {
-                return Err(SatError::Usage(format!(
-                    "MALLOC of chunk {id:#x}: chunks from {:#x} up are reserved for the symbol \
-                     table; allocate below that",
-                    symbols::SYMBOL_TABLE_BASE
-                )));
-            }
+            not_reserved("MALLOC", &layout)?;
         }
         if let Some(&(_, size)) = layout.chunks().iter().find(|&&(_, s)| s > MAX_CHUNK_SIZE) {
             return Err(ChunkError::TooLarge { size }.into());
@@ -1035,6 +1112,9 @@ impl Client {
                 _ => protocol,
             })
             .collect();
+        if layout.len() > 1 {
+            self.check_no_clash(&layout, &protocols, label)?;
+        }
         let requests = layout
             .chunks()
             .iter()
@@ -1076,15 +1156,7 @@ impl Client {
                     size: existing,
                     protocol: has,
                     ..
-                } => {
-                    return Err(SatError::Usage(format!(
-                        "MALLOC of chunk {chunk} with {size} bytes [{}]: it already exists with \
-                         {existing} bytes [{}]; allocate it with the same size and protocol, \
-                         or LOOKUP it",
-                        protocol.name(),
-                        has.name()
-                    )))
-                }
+                } => return Err(size_mismatch(chunk, (size, protocol), (existing, has))),
                 AllocOutcome::NotAllocated => {
                     return Err(SatError::Usage(format!(
                         "MALLOC of chunk {chunk}: the home answered as to a LOOKUP"
@@ -1103,6 +1175,50 @@ impl Client {
         }
         let labels = vec![label; layout.len()];
         self.add_chain(ChunkEvent::Alloc, layout, &protocols, &labels, memory)
+    }
+
+    /// Before a MALLOC of several chunks allocates any of them: whether one
+    /// exists at its home with another size, protocol or label (a LOOKUP
+    /// that does not wait), so that such a MALLOC fails having allocated
+    /// nothing, and the chain can be allocated again as meant. The homes
+    /// are not locked in between: another process's MALLOC of the same
+    /// chunks with other sizes, at the same moment, can still make it fail
+    /// part way.
+    fn check_no_clash(
+        &self,
+        layout: &ChainLayout,
+        protocols: &[ProtocolId],
+        label: Label,
+    ) -> SatResult<()> {
+        let probes = layout
+            .chunks()
+            .iter()
+            .map(|&(chunk, _)| Message::Lookup {
+                chunk,
+                client: self.rank,
+                request: 0, // numbered by `allocation`
+                wait_ms: 0,
+            })
+            .collect::<Vec<_>>();
+        let outcomes = self.allocation(&probes, Some(MALLOC_TIMEOUT))?;
+        for ((&(chunk, size), outcome), &protocol) in
+            layout.chunks().iter().zip(outcomes).zip(protocols)
+        {
+            if let AllocOutcome::Allocated {
+                size: has,
+                protocol: p,
+                label: l,
+            } = outcome
+            {
+                if l != label {
+                    return Err(label_mismatch(chunk, label, l));
+                }
+                if (has, p) != (size as u64, protocol) {
+                    return Err(size_mismatch(chunk, (size, protocol), (has, p)));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A chain found in the local store is joined only with its own label.
@@ -1293,6 +1409,7 @@ impl Client {
                 .place_index(chunk, chain)
                 .ok_or_else(|| match chain {
                     None => unknown(chunk),
+                    Some(ch) if !st.store.holds(ch) => given_back(ch),
                     Some(ch) => SatError::Usage(format!(
                         "chunk {chunk} is not in the chain that starts at chunk {}",
                         ch.first()
@@ -2196,7 +2313,7 @@ impl Client {
 
     /// Gives this client a check that its waits for other processes (a
     /// barrier, a rendezvous, a symbol's writer, a LOOKUP's chunk, a
-    /// notification) ask every [`INTERRUPT_CHECK_EVERY`]: `Some(error)`
+    /// notification) ask every 50 ms: `Some(error)`
     /// ends the call with that error, as a failing handler would (a
     /// barrier's arrival still counts; a rendezvous's entry stays; a late
     /// answer is dropped). Waits for an answer due within a round trip (a
@@ -2652,7 +2769,12 @@ impl ClientState {
             Ending::Release => c.side.release(),
             Ending::Abort => c.side.abort(),
         }
-        .map_err(|e| SatError::Usage(format!("chunk {chunk}: {e}")))?;
+        .map_err(|e| match (ending, e) {
+            (Ending::Abort, crate::protocol::ScopeError::NotAcquired) => SatError::Usage(format!(
+                "chunk {chunk}: ABORT without a matching READ, WRITE or READWRITE on this chunk"
+            )),
+            (_, e) => SatError::Usage(format!("chunk {chunk}: {e}")),
+        })?;
         let protocol = c.protocol;
         tracing::debug!(
             "[{}] {} chunk {chunk} version {:?} local state {:?}",

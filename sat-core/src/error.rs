@@ -5,8 +5,12 @@ use crate::chunk::ChunkError;
 use crate::topology::TopologyError;
 use crate::transport::TransportError;
 
+/// What every fallible call of sat-core returns.
 pub type SatResult<T> = Result<T, SatError>;
 
+/// Why a call failed. The variant says what kind of failure (the C ABI and
+/// the Python module map each to a status or an exception class); its
+/// message says what went wrong and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum SatError {
     /// The topology file is missing, malformed or does not fit the run.

@@ -5,6 +5,16 @@
 //! runtime and its Rust API; the C ABI (`sat-capi`) and the Python module
 //! (`sat-python`) are thin faces over it.
 //!
+//! **A program starts here**: [`bootstrap::run`] with [`bootstrap::Roles`]
+//! (a run under `satrun`, `mpirun` or `srun`), or [`service::connect`] (a
+//! process that attaches to a service); either gives a [`client::Client`],
+//! whose calls are the report's API: MALLOC, LOOKUP, MAP and FREE
+//! ([`client::Chain`]), scopes ([`protocol::Access`], the guards
+//! [`client::Scope`]), symbols, barriers, rendezvous, signals and
+//! publish-subscribe ([`client::Event`]). Every call returns a
+//! [`SatResult`]. The README's Rust sections walk through them; the other
+//! modules are the runtime, public for SAT's own faces, tools and tests.
+//!
 //! Modules, one responsibility each:
 //! - [`auth`]: the secret of a run or a service, and the handshake proving it;
 //! - [`chunk`]: chunks and the layout of chunk chains in local memory;

@@ -19,10 +19,10 @@
 //! totals each time it returns to user code; the application's time is what
 //! remains of the process's lifetime.
 //!
-//! That lifetime starts when the process did ([`clock`]), not when SAT did:
+//! That lifetime starts when the process did (`stats/clock.rs`), not when SAT did:
 //! what a program does before its bootstrap is its own time, and the
 //! bootstrap is SAT's. A file being written holds off the stop signals
-//! ([`signals`]), so that a process stopped then still leaves a whole file.
+//! (`stats/signals.rs`), so that a process stopped then still leaves a whole file.
 
 use std::cell::RefCell;
 use std::io::Write;

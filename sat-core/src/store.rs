@@ -48,7 +48,10 @@ mod memo;
 /// memory given to MAP. A face (such as the C ABI) may implement it over
 /// memory it owns; the store only reads and writes through these slices.
 pub trait LocalMemory: Send {
+    /// The memory, read: its length is the chain's size, and it must stay
+    /// at the same address for as long as SAT holds it.
     fn bytes(&self) -> &[u8];
+    /// The memory, written by scopes and the copies that fill them.
     fn bytes_mut(&mut self) -> &mut [u8];
     /// Whether code outside SAT can write these bytes at any time, not
     /// only through a write scope (C's `chunk->data`, a Python buffer):
@@ -138,6 +141,7 @@ impl Chain {
         self.layout.len()
     }
 
+    /// Whether the chain has no chunk (never true of a chain allocated).
     pub fn is_empty(&self) -> bool {
         self.layout.is_empty()
     }
@@ -801,7 +805,8 @@ impl Store {
         }
     }
 
-    /// Whether `chain` is in this store (an UNMAP'd chain no longer is).
+    /// Whether `chain` is in this store (a chain given back by FREE or
+    /// UNMAP no longer is).
     pub fn holds(&self, chain: &Chain) -> bool {
         self.regions.contains_key(&chain.region)
     }
@@ -815,19 +820,43 @@ impl Store {
         };
         if !r.mapped {
             return Err(
-                "this chain was allocated by SAT, not MAP'd: there is no memory to give back"
+                "this chain was allocated by SAT, not MAP'd: there is no memory to give back \
+                 (FREE gives it back)"
                     .into(),
             );
+        }
+        self.free(chain)
+            .map(|memory| memory.expect("MAP'd memory is always resident"))
+    }
+
+    /// Gives `chain` back in this process, MAP'd or not: its local bytes
+    /// go (returned when they are in memory), its chunks stay known here,
+    /// with the instances other chains hold. Refused while a chunk of the
+    /// chain is inside a scope: nothing changes then.
+    pub fn free(&mut self, chain: &Chain) -> Result<Option<Box<dyn LocalMemory>>, String> {
+        if !self.regions.contains_key(&chain.region) {
+            return Err("this chain is not (or no longer) in this process".into());
         }
         if !self.idle(chain.region) {
             return Err("a chunk of this chain is inside a scope: release it first".into());
         }
         let r = self.regions.remove(&chain.region).expect("checked");
-        if !r.discardable {
+        // Counted as `add_chain` and `make_resident` count: MAP'd memory
+        // that cannot be discarded apart, the rest while it holds bytes.
+        let resident = if r.mapped {
+            r.discardable && !r.discarded
+        } else {
+            r.mem.is_some()
+        };
+        if r.mapped && !r.discardable {
             self.mapped_chunks -= r.layout.len() as u64;
-        } else if !r.discarded {
+        } else if resident {
             self.resident_chunks -= r.layout.len() as u64;
             self.resident_bytes -= r.layout.total_size() as u64;
+        }
+        if !r.mapped && self.by_layout.get(&r.layout) == Some(&chain.region) {
+            // A MALLOC of the same chain makes a new one.
+            self.by_layout.remove(&r.layout);
         }
         for &(id, _) in r.layout.chunks() {
             if let Some(c) = self.chunks.get_mut(&id) {
@@ -839,7 +868,7 @@ impl Store {
             }
         }
         self.record_freed(&r.layout);
-        Ok(r.mem.expect("MAP'd memory is always resident"))
+        Ok(r.mem)
     }
 
     /// Chunks whose data is in memory, and how many regions were evicted.

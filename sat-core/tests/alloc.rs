@@ -2,7 +2,8 @@
 //! chunk is a modulo on the servers, requests and answers take the multi-hop
 //! path, a LOOKUP waits for a MALLOC that comes later and is answered at once
 //! after one, a LOOKUP nobody answers fails after its bound, and a second
-//! size is refused.
+//! size is refused, also inside a chain, which then allocates none of its
+//! chunks.
 
 mod common;
 
@@ -60,6 +61,12 @@ fn malloc_and_lookup_in_both_orders_over_shm_and_tcp() {
         ));
         assert!(has(
             "[2] rank 2: malloc 101 again with the same size joins it"
+        ));
+        assert!(has(
+            "[4] rank 4: chain: MALLOC of chunk 101 with 1024 bytes [Home-Based MESI]: it already exists with 512 bytes"
+        ));
+        assert!(has(
+            "[4] rank 4: the failed chain MALLOC allocated none of its chunks; allocated again: 512 bytes"
         ));
     }
 }

@@ -302,7 +302,9 @@ impl PyClient {
     /// `chunk_size` bytes, with `protocol`: 'mesi' (home-based MESI, the
     /// default), 'home-only', 'mesi-e', 'update', 'hlrc', 'learned' or
     /// 'adaptive' (the README says what each does); the same chain again
-    /// gives the same Chain.
+    /// gives the same Chain. A chain one of whose chunks exists with
+    /// another size, protocol or protection raises UsageError having
+    /// allocated none of its chunks.
     ///
     /// With `read_policy` and `write_policy` (the encryption layer, when
     /// the module has it: `sat.HAS_ABE`), the chain is protected: its bytes

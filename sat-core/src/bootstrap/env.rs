@@ -20,7 +20,9 @@ const RANK_SOURCES: &[(&str, &str)] = &[
 /// What the environment says about this process's place in the run.
 #[derive(Debug, Clone)]
 pub struct RunEnv {
+    /// This process's rank, 0 to `size - 1`.
     pub rank: Rank,
+    /// The number of processes in the run.
     pub size: u32,
     /// `host:port` of the seed's bootstrap socket (`SAT_SEED`).
     pub seed: Option<String>,
@@ -30,7 +32,9 @@ pub struct RunEnv {
     pub provider: Option<Provider>,
     /// The variable the rank came from, for the debug stream.
     pub rank_source: &'static str,
+    /// This host's name, for the debug stream.
     pub host: String,
+    /// This process's id.
     pub pid: u32,
     /// The run's secret (`SAT_SECRET`): a process proves it holds it to
     /// join ([`crate::auth`]). Required when the seed is not on loopback.
@@ -38,6 +42,9 @@ pub struct RunEnv {
 }
 
 impl RunEnv {
+    /// Reads the rank, size, seed, provider and secret from this process's
+    /// environment (`SAT_RANK`, then Open MPI's, PMI's, PMIx's and Slurm's variables); an
+    /// error says which variable is missing or malformed.
     pub fn discover() -> SatResult<RunEnv> {
         Self::from_lookup(|name| env::var(name).ok())
     }

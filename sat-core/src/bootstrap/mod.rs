@@ -46,6 +46,8 @@ pub struct Roles {
 }
 
 impl Roles {
+    /// No role yet: add each client role's function with [`Roles::role`]
+    /// (servers play role 0, which needs none).
     pub fn new() -> Roles {
         Roles::default()
     }
@@ -129,9 +131,13 @@ fn read_topology(args: &[String], size: u32) -> SatResult<Topology> {
 /// A process that has joined its run: every endpoint address is known and
 /// every process has passed the global barrier.
 pub struct Joined {
+    /// This process's place in the run, from its environment.
     pub env: RunEnv,
+    /// The run's topology, as the seed handed it to every process.
     pub topology: Arc<Topology>,
+    /// The libfabric provider every process of the run uses.
     pub provider: Provider,
+    /// This process's endpoint, with every rank's address entered.
     pub transport: FabricTransport,
     /// Every process of the run is on this host.
     pub one_host: bool,
@@ -337,6 +343,12 @@ fn ring_peers(
 
 /// Bootstraps this process into the run, plays its role, and returns once
 /// the termination protocol lets it go. Every process of the run calls it.
+///
+/// A role that returns an error makes `run` return [`SatError::Role`]. A
+/// role that panics has its open scopes aborted and leaves the run as a
+/// failed role does; the panic then goes on from `run` (it is resumed, not
+/// turned into an error), so the process ends as a panicking Rust program
+/// does, with status 101, unless the caller catches it.
 pub fn run(roles: Roles, args: impl IntoIterator<Item = String>) -> SatResult<()> {
     let args: Vec<String> = args.into_iter().collect();
     let joined = join(&args, |role| {

@@ -74,12 +74,14 @@ pub enum Event {
     /// subscription asked for them. For a chain subscription, `chunk` is
     /// the chain's chunk whose release is told (the latest one, when
     /// notifications merged).
+    #[allow(missing_docs)] // the fields are the variant's text
     Chunk {
         chunk: u64,
         version: u64,
         data: Option<Arc<[u8]>>,
     },
     /// Signal `id` was raised.
+    #[allow(missing_docs)]
     Signal { id: u32 },
 }
 

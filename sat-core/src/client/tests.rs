@@ -1466,6 +1466,22 @@ fn a_chain_read_asks_for_its_chunks_at_once() {
                             };
                             (client, reply, None)
                         }
+                        // The MALLOC's look for a clash first: nothing here yet.
+                        Ok(Message::Lookup {
+                            chunk,
+                            client,
+                            request,
+                            ..
+                        }) => {
+                            let reply = Message::AllocReply {
+                                chunk,
+                                client,
+                                request,
+                                outcome: AllocOutcome::NotAllocated,
+                                host: None,
+                            };
+                            (client, reply, None)
+                        }
                         Ok(Message::Coherence {
                             chunk,
                             client,

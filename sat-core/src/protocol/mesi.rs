@@ -306,7 +306,10 @@ pub enum ProtocolViolation {
 pub enum ScopeError {
     #[error("RELEASE without a matching READ, WRITE or READWRITE on this chunk")]
     NotAcquired,
-    #[error("the chunk is already acquired for writing in this process: release it first")]
+    #[error(
+        "this thread already holds the chunk in a write scope: release it first (a thread \
+         acquires a chunk once at a time; another thread would wait for the scope)"
+    )]
     AlreadyAcquired,
     #[error("a read scope is open on this chunk: release it before acquiring it for writing")]
     UpgradeInScope,

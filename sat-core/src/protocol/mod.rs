@@ -57,6 +57,7 @@ pub enum Access {
 }
 
 impl Access {
+    /// Whether the scope excludes every other (WRITE, READWRITE).
     pub fn exclusive(self) -> bool {
         !matches!(self, Access::Read)
     }
@@ -205,6 +206,7 @@ impl ProtocolId {
 
 /// A protocol: how to make its two sides for a chunk of `size` bytes.
 pub trait Consistency: Sync {
+    /// The protocol's id, as MALLOC names it.
     fn id(&self) -> ProtocolId;
     /// The home's directory entry, holding version 0 (zeroed data).
     fn new_home(&self, size: usize) -> Box<dyn HomeSide>;
@@ -323,9 +325,11 @@ pub trait ClientSide: Send + Debug {
     /// not inside a write scope, as releases write back). Returns whether
     /// the copy was dropped; the next acquire then fetches the data.
     fn evict(&mut self) -> bool;
+    /// The local copy's state (MESI's letters; other protocols map theirs).
     fn state(&self) -> State;
     /// The version of the bytes held locally, valid or not.
     fn version(&self) -> Option<Version>;
+    /// Whether a scope is open on the chunk here.
     fn in_scope(&self) -> bool;
     /// Whether a write scope is open.
     fn writing(&self) -> bool;
@@ -374,7 +378,9 @@ pub enum Join {
 /// must pass before it replaces it.
 #[derive(Debug)]
 pub struct LastRelease {
+    /// Its version number.
     pub version: Version,
+    /// Its bytes.
     pub data: Arc<[u8]>,
 }
 

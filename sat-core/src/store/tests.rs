@@ -219,6 +219,12 @@ fn unmap_gives_the_memory_back_and_forgets_the_places() {
         "chunk 2 is in the other chain"
     );
     assert!(s.unmap(&mapped).is_err(), "only once");
+    // FREE takes SAT's own memory as well, once.
+    assert!(s.holds(&own));
+    assert_eq!(s.free(&own).unwrap().map(|m| m.bytes().len()), Some(4));
+    assert!(!s.holds(&own) && s.free(&own).is_err());
+    assert_eq!(s.place_index(2, None), None);
+    assert_eq!(s.footprint().0, 0, "nothing resident is left");
 }
 
 /// The copy that hashes as it goes gives the bytes and the digest a copy
