@@ -428,6 +428,15 @@ impl Client {
         let capacity = topology.entry(rank).memory;
         stats::start(stats::Identity::of(&topology, rank));
         let replicated = topology.replication() > 1 && topology.servers().len() > 1;
+        let (advice, adaptive) = (
+            crate::protocol::advice::from_env(),
+            crate::protocol::advice::adaptive_by_default(),
+        );
+        let (advice, adaptive) = if replicated {
+            crate::protocol::advice::for_replicated_homes(advice, adaptive)
+        } else {
+            (advice, adaptive)
+        };
         let server = topology.server_of(rank);
         let ring = crate::topology::ring::Ring::new(topology.servers());
         Client {
@@ -459,8 +468,8 @@ impl Client {
                 host: host::HostPath::default(),
                 direct_ranks: Vec::new(),
                 learned: learned::Learned::default(),
-                advice: crate::protocol::advice::from_env(),
-                adaptive: crate::protocol::advice::adaptive_by_default(),
+                advice,
+                adaptive,
                 atomic_chains: false,
                 staging: false,
                 bracket_unsent: std::collections::VecDeque::new(),

@@ -233,9 +233,8 @@ impl LaunchEnv {
 /// with the processes' own parser, so a bad one stops satrun, with the
 /// message the processes would give, before anything starts.
 pub fn check_settings(var: impl Fn(&str) -> Option<String>) -> Result<(), LaunchError> {
-    crate::settings::parse(var)
-        .map(drop)
-        .map_err(LaunchError::Refused)
+    crate::settings::parse(&var).map_err(LaunchError::Refused)?;
+    crate::protocol::advice::check_with(&var).map_err(LaunchError::Refused)
 }
 
 /// One program of the command line and how many processes run it.

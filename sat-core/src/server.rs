@@ -121,7 +121,6 @@ pub(crate) mod spill;
 mod switch;
 
 pub(crate) use membership::ServiceSide;
-#[cfg(feature = "simulator")]
 pub(crate) use replicas::can_replicate;
 pub(crate) use switch::SwitchPolicy;
 

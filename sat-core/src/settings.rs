@@ -172,6 +172,18 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
         Some("off") => s.balance = false,
         Some(other) => bad.push(format!("SAT_BALANCE={other:?} is neither 'on' nor 'off'")),
     }
+    // Folders SAT writes into later, made if missing: a path that is a file
+    // would fail only then, losing what was to be written there.
+    for var in ["SAT_STATS", "SAT_SPILL_DIR", "SAT_HOME_DUMP"] {
+        if let Some(path) = value(var) {
+            if std::fs::metadata(&path).is_ok_and(|m| !m.is_dir()) {
+                bad.push(format!(
+                    "{var}={path:?} is a file, not a folder: name a folder (SAT makes it if \
+                     missing)"
+                ));
+            }
+        }
+    }
     match value("SAT_RECOVERY").as_deref() {
         None | Some("off") | Some("0") => {}
         Some("on") | Some("1") => s.recovery = true,
@@ -223,6 +235,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         parse(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    /// A folder SAT writes into later that names a file is refused before
+    /// anything starts; a folder, or a path not made yet, is taken.
+    #[test]
+    fn an_output_folder_that_is_a_file_is_refused() {
+        let file = std::env::temp_dir().join(format!("sat-settings-file-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap();
+        let file_s = file.to_str().unwrap();
+        let tmp = std::env::temp_dir();
+        let missing = tmp.join("sat-settings-not-made-yet");
+        for var in ["SAT_STATS", "SAT_SPILL_DIR", "SAT_HOME_DUMP"] {
+            let e = with(&[(var, file_s)]).unwrap_err();
+            assert!(
+                e.contains(&format!("{var}=\"{file_s}\" is a file, not a folder")),
+                "{e}"
+            );
+            assert!(with(&[(var, tmp.to_str().unwrap())]).is_ok());
+            assert!(with(&[(var, missing.to_str().unwrap())]).is_ok());
+        }
+        std::fs::remove_file(&file).unwrap();
     }
 
     #[test]

@@ -215,6 +215,24 @@ impl Topology {
             file: file.clone(),
             error,
         };
+        // Every process of a run reads the file, the seed again: a pipe
+        // (process substitution, a FIFO) would be read once, or block the
+        // reader, and a device is no topology.
+        let meta = std::fs::metadata(path).map_err(read_error)?;
+        if !meta.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let kind = meta.file_type();
+            let what = if kind.is_dir() {
+                "it is a folder: name the topology file in it"
+            } else if kind.is_fifo() || kind.is_socket() {
+                "it is a pipe (a FIFO, or process substitution such as <(...)), which only one \
+                 process could read once: every process of the run reads the topology, so save \
+                 it to a regular file"
+            } else {
+                "it is a device, not a regular file: save the topology to a file"
+            };
+            return Err(read_error(std::io::Error::other(what)));
+        }
         std::fs::File::open(path)
             .and_then(|f| {
                 use std::io::Read;
@@ -234,8 +252,26 @@ impl Topology {
                 ),
             });
         }
-        let xml = String::from_utf8(bytes)
-            .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+        let xml = String::from_utf8(bytes).map_err(|e| {
+            let bad = e.utf8_error().valid_up_to();
+            let before = &e.as_bytes()[..bad];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let column = bad
+                - before
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |n| n + 1)
+                + 1;
+            TopologyError::Malformed {
+                file: file.clone(),
+                line,
+                column,
+                byte: bad as u64,
+                message: "the file is not UTF-8 text: SAT reads topologies as UTF-8 (an \
+                          encoding declaration does not change that); save it as UTF-8"
+                    .into(),
+            }
+        })?;
         Topology::parse(&xml, &file)
     }
 
@@ -842,13 +878,17 @@ fn parse_number(
     line: usize,
     file: &str,
 ) -> Result<u32, TopologyError> {
-    value.trim().parse::<u32>().map_err(|_| {
-        invalid(
-            file,
-            label,
-            line,
-            format!("{what}=\"{value}\" is not a number (a non-negative integer is expected)"),
-        )
+    let digits = value.trim();
+    digits.parse::<u32>().map_err(|_| {
+        let problem = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            format!(
+                "{what}=\"{value}\" is out of range (0 to {} is expected)",
+                u32::MAX
+            )
+        } else {
+            format!("{what}=\"{value}\" is not a number (a non-negative integer is expected)")
+        };
+        invalid(file, label, line, problem)
     })
 }
 

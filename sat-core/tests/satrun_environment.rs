@@ -334,8 +334,24 @@ fn sat_recovery_on_lets_the_run_outlive_a_client() {
 
 // ------------------------------------------------------- the tuning variables
 
-/// Each malformed tuning variable, as the processes would see it.
-const BAD: [(&str, &str, &str); 6] = [
+/// Each malformed tuning variable, as the processes would see it (and the
+/// protocol advice's, and an output folder that is a file).
+const BAD: [(&str, &str, &str); 9] = [
+    (
+        "SAT_ADAPTIVE",
+        "maybe",
+        "SAT_ADAPTIVE=\"maybe\": give 1 or on",
+    ),
+    (
+        "SAT_ADVICE",
+        "/nonexistent/advice.json",
+        "SAT_ADVICE=/nonexistent/advice.json: cannot be read",
+    ),
+    (
+        "SAT_STATS",
+        "/dev/null",
+        "SAT_STATS=\"/dev/null\" is a file, not a folder",
+    ),
     (
         "SAT_LEASE_S",
         "1",

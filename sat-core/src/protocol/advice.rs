@@ -65,33 +65,51 @@ pub fn parse(text: &str) -> Result<Advice, String> {
 
 fn loaded() -> &'static Result<Option<Arc<Advice>>, String> {
     static LOADED: OnceLock<Result<Option<Arc<Advice>>, String>> = OnceLock::new();
-    LOADED.get_or_init(|| {
-        let Some(path) = std::env::var_os("SAT_ADVICE").filter(|v| !v.is_empty()) else {
-            return Ok(None);
-        };
-        let shown = std::path::Path::new(&path).display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("SAT_ADVICE={shown}: cannot be read: {e}"))?;
-        parse(&text)
-            .map(|a| Some(Arc::new(a)))
-            .map_err(|e| format!("SAT_ADVICE={shown}: {e}; unset it or give a file that sat-stats --advise --json wrote"))
+    LOADED.get_or_init(|| load(std::env::var_os("SAT_ADVICE")))
+}
+
+/// The advice in the file `SAT_ADVICE` names (None when unset or empty).
+fn load(path: Option<std::ffi::OsString>) -> Result<Option<Arc<Advice>>, String> {
+    let Some(path) = path.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let shown = std::path::Path::new(&path).display().to_string();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("SAT_ADVICE={shown}: cannot be read: {e}"))?;
+    parse(&text).map(|a| Some(Arc::new(a))).map_err(|e| {
+        format!(
+            "SAT_ADVICE={shown}: {e}; unset it or give a file that sat-stats --advise --json wrote"
+        )
     })
+}
+
+/// `SAT_ADAPTIVE`'s value read.
+fn adaptive_from(value: &str) -> Result<bool, String> {
+    match value {
+        "" | "0" | "off" => Ok(false),
+        "1" | "on" => Ok(true),
+        other => Err(format!(
+            "SAT_ADAPTIVE={other:?}: give 1 or on (chunks allocated with MESI switch protocol \
+             as their pattern shows), or 0, off or nothing"
+        )),
+    }
+}
+
+/// [`check`] over any variable lookup: what satrun checks before it
+/// starts anything, with the processes' own code.
+pub fn check_with(var: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    let adaptive = adaptive_from(&var("SAT_ADAPTIVE").unwrap_or_default()).err();
+    let advice = load(var("SAT_ADVICE").map(Into::into)).err();
+    match [adaptive, advice].into_iter().flatten().collect::<Vec<_>>() {
+        bad if bad.is_empty() => Ok(()),
+        bad => Err(bad.join("; ")),
+    }
 }
 
 /// `SAT_ADAPTIVE`: unset, empty, `0` or `off`: no; `1` or `on`: yes.
 fn adaptive_setting() -> &'static Result<bool, String> {
     static SETTING: OnceLock<Result<bool, String>> = OnceLock::new();
-    SETTING.get_or_init(|| {
-        let value = std::env::var("SAT_ADAPTIVE").unwrap_or_default();
-        match value.as_str() {
-            "" | "0" | "off" => Ok(false),
-            "1" | "on" => Ok(true),
-            other => Err(format!(
-                "SAT_ADAPTIVE={other:?}: give 1 or on (chunks allocated with MESI switch protocol \
-                 as their pattern shows), or 0, off or nothing"
-            )),
-        }
-    })
+    SETTING.get_or_init(|| adaptive_from(&std::env::var("SAT_ADAPTIVE").unwrap_or_default()))
 }
 
 /// Whether `SAT_ADAPTIVE` asks for adaptive chunks instead of MESI ones.
@@ -118,6 +136,54 @@ pub fn from_env() -> Option<Arc<Advice>> {
     loaded().as_ref().ok().cloned().flatten()
 }
 
+/// What a run with replicated homes can take of the advice and of
+/// `SAT_ADAPTIVE`: a backup rebuilds a home from its last version, which
+/// MESI with its E state, the diffing protocols and adaptive chunks cannot
+/// be rebuilt from (the homes refuse such a MALLOC). Advice naming them is
+/// dropped (those chunks stay MESI), and adaptive is off; a warning says so
+/// once per process, so that advice computed from another run's statistics
+/// never makes a replicated run fail.
+pub fn for_replicated_homes(
+    advice: Option<Arc<Advice>>,
+    adaptive: bool,
+) -> (Option<Arc<Advice>>, bool) {
+    let dropped: Vec<(u64, ProtocolId)> = advice
+        .iter()
+        .flat_map(|a| a.iter())
+        .filter(|&(_, &p)| !crate::server::can_replicate(p))
+        .map(|(&c, &p)| (c, p))
+        .collect();
+    if dropped.is_empty() && !adaptive {
+        return (advice, adaptive);
+    }
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        if let Some(&(chunk, protocol)) = dropped.iter().min_by_key(|(c, _)| *c) {
+            tracing::warn!(
+                "SAT_ADVICE names {} chunks with a protocol a run with replicated homes cannot \
+                 rebuild (chunk {chunk}: {}): they stay home-based MESI",
+                dropped.len(),
+                protocol.name()
+            );
+        }
+        if adaptive {
+            tracing::warn!(
+                "SAT_ADAPTIVE is set, but a run with replicated homes cannot rebuild adaptive \
+                 chunks: MESI chunks stay home-based MESI"
+            );
+        }
+    });
+    let kept = advice.map(|a| {
+        Arc::new(
+            a.iter()
+                .filter(|&(_, &p)| crate::server::can_replicate(p))
+                .map(|(&c, &p)| (c, p))
+                .collect::<Advice>(),
+        )
+    });
+    (kept, false)
+}
+
 /// The protocol a chunk allocated with `asked` gets: the advice's for a
 /// MESI chunk it names; else adaptive for a MESI chunk when `adaptive`
 /// (`SAT_ADAPTIVE`); else `asked`.
@@ -140,6 +206,37 @@ pub fn protocol_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Advice from another run's statistics (the adviser knows nothing of
+    /// replication) never makes a replicated run's MALLOC fail: what its
+    /// homes cannot rebuild stays MESI, the rest is taken, adaptive is off.
+    #[test]
+    fn a_run_with_replicated_homes_takes_only_the_advice_it_can_rebuild() {
+        let advice: Advice = [
+            (1, ProtocolId::MesiExclusive),
+            (2, ProtocolId::UpdateMesi),
+            (3, ProtocolId::MultipleWriters),
+            (4, ProtocolId::HomeOnly),
+        ]
+        .into();
+        let (kept, adaptive) = for_replicated_homes(Some(Arc::new(advice)), true);
+        let kept = kept.unwrap();
+        assert!(!adaptive);
+        for (chunk, want) in [
+            (1, ProtocolId::HomeMesi),
+            (2, ProtocolId::UpdateMesi),
+            (3, ProtocolId::HomeMesi),
+            (4, ProtocolId::HomeOnly),
+        ] {
+            assert_eq!(
+                protocol_for(Some(&kept), adaptive, chunk, ProtocolId::HomeMesi),
+                want,
+                "chunk {chunk}"
+            );
+        }
+        let (none, adaptive) = for_replicated_homes(None, false);
+        assert!(none.is_none() && !adaptive);
+    }
 
     #[test]
     fn the_advisers_json_is_read_and_bad_files_are_explained() {

@@ -130,6 +130,9 @@ impl Spill {
                 std::process::id(),
                 u64::from_le_bytes(salt)
             ));
+            // SAT_SPILL_DIR is made if missing, as SAT_STATS is; the
+            // server's own folder in it is private.
+            std::fs::create_dir_all(&base)?;
             let mut builder = std::fs::DirBuilder::new();
             std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
             builder.recursive(false).create(&path)?;

@@ -92,6 +92,53 @@ fn missing_file_is_named() {
     assert_contains(&err.to_string(), &["/nonexistent/topo.xml", "cannot read"]);
 }
 
+/// Every process reads the topology, the seed twice: a pipe (a FIFO,
+/// process substitution) or a folder is refused before anything reads it,
+/// saying what to give instead, and a FIFO nobody writes does not block.
+#[test]
+fn a_pipe_or_a_folder_is_no_topology_file() {
+    let dir = std::env::temp_dir().join(format!("sat-topology-kinds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("topo.xml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo reads the path it is given, a NUL-terminated string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let pipe = Topology::from_file(&fifo).unwrap_err().to_string();
+    let folder = Topology::from_file(&dir).unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_contains(
+        &pipe,
+        &["topo.xml", "it is a pipe", "save it to a regular file"],
+    );
+    assert_contains(&folder, &["it is a folder"]);
+}
+
+/// A file that is not UTF-8 is named with the line and column of its first
+/// bad byte, and told to be saved as UTF-8.
+#[test]
+fn text_that_is_not_utf8_is_placed() {
+    let path = std::env::temp_dir().join(format!("sat-topology-latin1-{}", std::process::id()));
+    std::fs::write(
+        &path,
+        b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?>\n<SAT>\n  <!-- caf\xe9 -->\n</SAT>",
+    )
+    .unwrap();
+    let e = Topology::from_file(&path).unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        matches!(
+            e,
+            TopologyError::Malformed {
+                line: 3,
+                column: 11,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_contains(&e.to_string(), &["not UTF-8", "save it as UTF-8"]);
+}
+
 #[test]
 fn two_servers() {
     let t = Topology::parse(TWO_SERVERS, "two-servers.xml").unwrap();
@@ -328,6 +375,11 @@ fn bad_numbers() {
     assert_contains(
         &Topology::parse(&xml, "f").unwrap_err().to_string(),
         &["<topology id=\"2\">", "role=\"-2\" is not a number"],
+    );
+    let xml = FIGURE11.replace("role=\"2\"", "role=\"4294967296\"");
+    assert_contains(
+        &Topology::parse(&xml, "f").unwrap_err().to_string(),
+        &["role=\"4294967296\" is out of range (0 to 4294967295"],
     );
 }
 
