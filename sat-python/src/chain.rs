@@ -497,6 +497,7 @@ fn record(
             region,
             protocol,
             secure,
+            freed: std::sync::atomic::AtomicBool::new(false),
         },
     )?;
     Ok(h.add_chain(py, ids, chain))
@@ -520,6 +521,8 @@ pub(crate) struct PyChain {
     /// code written for plain chains (scopes, arrays, put and get) works
     /// unchanged on protected ones.
     pub(crate) secure: Option<abe::Secure>,
+    /// Given back by `free`: the chain's bytes are no longer the chain's.
+    freed: std::sync::atomic::AtomicBool,
 }
 
 impl PyChain {
@@ -692,6 +695,39 @@ impl PyChain {
         self.size()
     }
 
+    /// FREE: gives the chain back in this process (the report's "free:
+    /// locally removing the data"): a subscription to it ends, its memory
+    /// goes back to the system once no array or view made from it is left
+    /// (those stay readable, but are no longer the chain's), and this Chain
+    /// is no longer valid: its scopes, `array`, `put`, `get` and
+    /// subscriptions raise UsageError. The chunks stay in the S-DSM with
+    /// their versions: `malloc` or `lookup` the chain again for a new Chain.
+    /// Raises UsageError while a scope of this process is open on it
+    /// (nothing changes then), and for a protected chain (its plaintext
+    /// belongs to the encryption layer until the client ends).
+    fn free(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        if me.secure.is_some() {
+            return Err(usage(format!(
+                "FREE of the chain at chunk {}: a protected chain cannot be given back before \
+                 the client ends (its plaintext belongs to the encryption layer); keep it",
+                me.chain.first()
+            )));
+        }
+        let memory = me.h.blocking(py, |c| {
+            let memory = c.unmap_for("FREE", &me.chain)?;
+            // Freed first: a refusal leaves the subscription as it was.
+            let _ = c.unsubscribe_chain(&me.chain);
+            Ok(memory)
+        })?;
+        me.freed.store(true, std::sync::atomic::Ordering::Release);
+        me.h.forget_chain(py, &me.chain.ids().collect::<Vec<_>>(), slf);
+        // The region itself goes with the last array or view using it.
+        drop(memory);
+        Ok(())
+    }
+
     /// A READ scope: `with chain.read() as view:` gives a read-only
     /// memoryview of the chain's own bytes (no copy). Bytes changed outside
     /// a write scope (through a numpy array kept from an earlier one) are
@@ -737,6 +773,13 @@ impl PyChain {
         let py = slf.py();
         let me = slf.get();
         me.h.check_process()?;
+        if me.freed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(usage(format!(
+                "Chain.array of the chain at chunk {}: it was given back (free): malloc or \
+                 lookup it again for a new Chain",
+                me.chain.first()
+            )));
+        }
         let np = py.import("numpy").map_err(|e| {
             PyImportError::new_err(format!(
                 "Chain.array needs numpy, which cannot be imported ({e}): install numpy; \

@@ -324,6 +324,15 @@ impl Handle {
         lock(&self.chains).entry(ids).or_insert(chain).clone_ref(py)
     }
 
+    /// Forgets `chain` (given back by FREE), so that allocating or looking
+    /// up the same chunks again makes a new Chain.
+    pub(crate) fn forget_chain(&self, py: Python<'_>, ids: &[u64], chain: &Bound<'_, PyChain>) {
+        let mut chains = lock(&self.chains);
+        if chains.get(ids).is_some_and(|c| c.bind(py).is(chain)) {
+            chains.remove(ids);
+        }
+    }
+
     /// After the run: the chains go (they point back at this handle);
     /// those Python still holds keep their memory.
     pub(crate) fn forget_chains(&self) -> HashMap<Vec<u64>, Py<PyChain>> {

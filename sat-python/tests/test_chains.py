@@ -584,3 +584,53 @@ def test_a_0_d_array_maps_as_the_same_array_of_shape_1_does(satrun):
         "read-only: MAP of chunk 61: the buffer of this 'ndarray' object is read-only",
         "int16 0-d: 2 2",
     ]
+
+
+def test_free_gives_the_chain_back_and_its_chunks_stay(satrun):
+    """Chain.free (the report's FREE) gives the chain back in this process: the Chain is no longer
+    valid (a scope or an array of it raises UsageError), an array made before keeps its memory,
+    allocating the chain again makes a new Chain that reads what was written, and a free inside a
+    scope changes nothing."""
+    out = satrun(
+        """
+        import numpy as np
+        import sat
+
+        def role(client):
+            chain = client.malloc(70, 1 << 17)            # two chunks of 64 KiB
+            kept = chain.array(np.int64)
+            with chain.write():
+                kept[:] = np.arange(len(kept))
+            with chain.read():
+                try:
+                    chain.free()
+                except sat.UsageError as e:
+                    print("in a scope:", "inside a scope" in str(e))
+            chain.free()
+            for what, call in [("read", lambda: chain.read().__enter__()),
+                               ("array", lambda: chain.array()),
+                               ("free", chain.free)]:
+                try:
+                    call()
+                except sat.UsageError as e:
+                    print(what, "after free:", "given back" in str(e) or "no longer" in str(e))
+            print("kept array:", int(kept[-1]))
+            again = client.malloc(70, 1 << 17)
+            assert again is not chain
+            with again.read():
+                print("again:", int(again.array(np.int64)[-1]))
+
+        sat.run({1: role})
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    last = (1 << 17) // 8 - 1
+    assert out.lines(1) == [
+        "in a scope: True",
+        "read after free: True",
+        "array after free: True",
+        "free after free: True",
+        f"kept array: {last}",
+        f"again: {last}",
+    ]

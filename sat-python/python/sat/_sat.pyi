@@ -118,6 +118,9 @@ class Chain:
         tells which."""
     def write(self) -> Scope: ...
     def readwrite(self) -> Scope: ...
+    def free(self) -> None:
+        """FREE: gives the chain back in this process; the Chain is no longer valid (UsageError), its
+        chunks stay in the S-DSM (``malloc`` or ``lookup`` them again for a new Chain)."""
     def array(
         self,
         dtype: Optional[numpy.typing.DTypeLike] = None,
