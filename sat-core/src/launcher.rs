@@ -385,6 +385,17 @@ where
     while i < args.len() {
         let arg = &args[i];
         let text = arg.to_str().unwrap_or("");
+        // An option of the whole run inside a later program's context would
+        // look as if it were that program's alone.
+        let whole_run = ["--topology", "--provider", "--enable-recovery"]
+            .into_iter()
+            .find(|o| text == *o || text.strip_prefix(o).is_some_and(|v| v.starts_with('=')));
+        if let (Some(option), false) = (whole_run, out.apps.is_empty()) {
+            return Err(usage(format!(
+                "{option} is an option of the whole run, not of one program: give it before the \
+                 first program (satrun {option} ... -n N PROG : -n M PROG2)"
+            )));
+        }
         let mut value_of = |name: &str| -> Result<OsString, LaunchError> {
             i += 1;
             args.get(i)
@@ -1686,6 +1697,26 @@ pub fn block_signals_at_start() {
     let _ = sys::block_forwarded_signals();
 }
 
+/// Debug builds only: `SAT_SATRUN_TEST_HOLD=DIR` makes satrun, in the
+/// middle of its checks, create `DIR/holding` and wait until `DIR/go`
+/// exists, so that a test can send a signal exactly then (a signal that
+/// comes while satrun checks the run must still stop it with the documented
+/// status). Release builds ignore the variable.
+fn hold_in_checks() {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Some(dir) = std::env::var_os("SAT_SATRUN_TEST_HOLD").map(PathBuf::from) else {
+        return;
+    };
+    if std::fs::write(dir.join("holding"), b"").is_err() {
+        return;
+    }
+    while !dir.join("go").exists() {
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// The whole of satrun: parse, check, run. Returns the exit status; errors
 /// are printed as `satrun: <error>`.
 pub fn main<I>(args: I) -> i32
@@ -1733,10 +1764,12 @@ where
         }
         Invocation::Run(args) => {
             check_settings(|name| std::env::var(name).ok())?;
+            hold_in_checks();
             Ok(Some(plan(&args, &env)?))
         }
         Invocation::Serve(args) => {
             check_settings(|name| std::env::var(name).ok())?;
+            hold_in_checks();
             Ok(Some(plan_service(&args, &env)?))
         }
     });

@@ -61,6 +61,26 @@ fn options_in_any_order_and_forms() {
     assert_eq!(a.topology, Some(PathBuf::from("x.xml")));
 }
 
+/// An option of the whole run given inside a later program's context is
+/// refused (it would read as that program's alone); after a program it is
+/// the program's argument.
+#[test]
+fn options_of_the_whole_run_come_before_the_first_program() {
+    for option in [
+        &["--provider", "tcp"][..],
+        &["--provider=tcp"],
+        &["--topology", "t.xml"],
+        &["--enable-recovery"],
+    ] {
+        let args = [&["-n", "1", "a", ":"][..], option, &["-n", "1", "b"]].concat();
+        let e = usage_error(&args);
+        assert!(e.contains("an option of the whole run"), "{args:?}: {e}");
+    }
+    let a = run_args(&["--provider", "tcp", "-n", "1", "a", "--provider", "x"]);
+    assert_eq!(a.provider.as_deref(), Some("tcp"));
+    assert_eq!(a.apps[0].args, os(&["--provider", "x"]));
+}
+
 #[test]
 fn mpmd_as_in_figure_12() {
     let a = run_args(&[
