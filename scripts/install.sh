@@ -76,11 +76,16 @@ do_install() {
         [ -f "$release/$f" ] || { echo "install: $release/$f is missing: build it with make install" >&2; exit 1; }
     done
     writable "$root"
-    local lib="$root/$LIBDIR" made_count=0 dir="$root"
+    local lib="$root/$LIBDIR" made_count=0 dir="$PREFIX"
     if [ -f "$made" ]; then
         made_count=$(cat "$made")
     else
-        while [ ! -e "$dir" ]; do made_count=$((made_count + 1)); dir=$(dirname "$dir"); done
+        # The prefix's own folders only, never DESTDIR's: a staged install
+        # is unpacked over a tree whose folders are not the stage's.
+        while [ "$dir" != / ] && [ ! -e "$DESTDIR$dir" ]; do
+            made_count=$((made_count + 1))
+            dir=$(dirname "$dir")
+        done
     fi
     install -d "$lib/pkgconfig" "$lib/cmake/sat" "$root/include" "$root/bin" "$root/share/sat"
 

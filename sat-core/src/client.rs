@@ -786,7 +786,9 @@ impl Client {
     /// locally removing the data"): a subscription to it ends, the memory
     /// of its bytes is returned (a MAP'd chain's memory is dropped:
     /// [`Client::unmap`] hands it back instead), and the handle is no longer
-    /// valid (calls with it are usage errors). Its chunks stay in the S-DSM
+    /// valid (calls with it are usage errors), nor is any other handle of
+    /// this process to the same chain (a MALLOC and a LOOKUP of the same
+    /// chunks and sizes give one chain). Its chunks stay in the S-DSM
     /// with their versions, for this process to MALLOC or LOOKUP again and
     /// for the others. Refused while a chunk of the chain is inside a scope
     /// (nothing changes then), and for a protected chain (its plaintext
@@ -1121,7 +1123,9 @@ impl Client {
                 _ => protocol,
             })
             .collect();
-        if layout.len() > 1 {
+        // The symbol table's chains are SAT's own, allocated the same way
+        // every time: nothing to clash with.
+        if layout.len() > 1 && !reserved_ok {
             self.check_no_clash(&layout, &protocols, label)?;
         }
         let requests = layout
@@ -1209,7 +1213,15 @@ impl Client {
                 wait_ms: 0,
             })
             .collect::<Vec<_>>();
-        let outcomes = self.allocation(&probes, Some(MALLOC_TIMEOUT))?;
+        // The caller called MALLOC: its errors say so.
+        let as_malloc = |e: SatError| match e {
+            SatError::ProcessLost(m) => SatError::ProcessLost(m.replacen("LOOKUP", "MALLOC", 1)),
+            SatError::Timeout(m) => SatError::Timeout(m.replacen("LOOKUP", "MALLOC", 1)),
+            other => other,
+        };
+        let outcomes = self
+            .allocation(&probes, Some(MALLOC_TIMEOUT))
+            .map_err(as_malloc)?;
         for ((&(chunk, size), outcome), &protocol) in
             layout.chunks().iter().zip(outcomes).zip(protocols)
         {

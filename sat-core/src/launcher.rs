@@ -106,11 +106,15 @@ The tuning variables of README's \"Environment\" (SAT_CHUNK_SIZE, SAT_LEASE_S,
 satrun with status 2, naming it.
 
 Every line a process prints is prefixed with its rank: \"[2] ...\".
+A run starts once every rank has joined it: a rank that exits with 0 without
+ever calling SAT (a program that does not use it, in an MPMD line) stops the
+run as soon as rank 0 has joined, with a message naming it.
+
 Exit status: 0 when every process exits with 0; otherwise the status of the
 first process that failed (1 if a signal killed it), also when the run went on
-without it (--enable-recovery); 128+N when satrun was stopped by signal N
-(SIGINT, SIGTERM or SIGHUP, whenever it comes: a service stopped so exits
-with 0); 2 when the run could not start.
+without it (--enable-recovery); 1 when a rank left before it joined (above);
+128+N when satrun was stopped by signal N (SIGINT, SIGTERM or SIGHUP, whenever
+it comes: a service stopped so exits with 0); 2 when the run could not start.
 ";
 
 /// How long the ranks have to exit after SIGTERM before SIGKILL.
@@ -1106,7 +1110,8 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
             cmd.stdin(Stdio::null());
         }
         // SAFETY: child_setup only makes async-signal-safe calls and
-        // allocates nothing; it captures two plain integers.
+        // allocates nothing; it captures a pid and three optional
+        // descriptors, plain integers.
         unsafe {
             cmd.pre_exec(move || sys::child_setup(parent, [seed_fd, service_fd, join_fd]));
         }
@@ -1501,13 +1506,14 @@ fn supervise(
     if start_failure.is_some() {
         kill_at = Some(stop_all(running, libc::SIGTERM));
     }
-    // The ranks that began to join, and the first that exited with
-    // status 0 before it did (`launcher/joins.rs`).
+    // The ranks that began to join (and the seed's word that the run
+    // started), and the first other than the seed that exited with status 0
+    // before it joined (`launcher/joins.rs`).
     let mut joined = std::collections::BTreeSet::<u32>::new();
     let mut left_unjoined: Option<u32> = None;
     while live > 0 {
         let looking = left_unjoined.is_some()
-            && joined.is_empty()
+            && !joined.contains(&0)
             && kill_at.is_none()
             && give_up_at.is_none();
         let deadline = give_up_at
@@ -1536,7 +1542,7 @@ fn supervise(
                 // A rank writes its record before it can exit, so the pipe
                 // holds it by now if it ever joined.
                 joined.extend(joins.drain());
-                if status.success() && !joined.contains(&rank) {
+                if status.success() && rank != 0 && !joined.contains(&rank) {
                     left_unjoined = left_unjoined.or(Some(rank));
                 }
                 // A server other than the seed, when its backups can take
@@ -1622,10 +1628,12 @@ fn supervise(
             Err(RecvTimeoutError::Disconnected) => break,
         }
         joined.extend(joins.drain());
-        let waiting = joined.first().copied();
-        if let (Some(gone), Some(waiting), None, None) =
-            (left_unjoined, waiting, kill_at, give_up_at)
-        {
+        // Only before the run started, and once the seed joined: a rank
+        // seen to leave then cannot have joined silently (its SAT process
+        // would have passed the global barrier, which the seed's record
+        // precedes), and the seed waits for it.
+        let before_start = joined.contains(&0) && !joined.contains(&joins::STARTED);
+        if let (Some(gone), true, None, None) = (left_unjoined, before_start, kill_at, give_up_at) {
             if live > 0 {
                 let program = running
                     .iter()
@@ -1633,8 +1641,8 @@ fn supervise(
                     .map_or("?", |r| r.program.as_str());
                 notice(&format!(
                     "rank {gone} ({program}) exited with status 0 before it joined the run, and \
-                     rank {waiting} has joined: a run starts only once every rank has joined, so \
-                     this one cannot (is rank {gone}'s program one that uses SAT?); stopping the \
+                     rank 0 has joined: a run starts only once every rank has joined, so this \
+                     one cannot (is rank {gone}'s program one that uses SAT?); stopping the \
                      {live} running rank{}",
                     if live == 1 { "" } else { "s" }
                 ));

@@ -848,7 +848,8 @@ impl Store {
         } else {
             r.mem.is_some()
         };
-        if r.mapped && !r.discardable {
+        let pinned = r.mapped && !r.discardable;
+        if pinned {
             self.mapped_chunks -= r.layout.len() as u64;
         } else if resident {
             self.resident_chunks -= r.layout.len() as u64;
@@ -867,7 +868,10 @@ impl Store {
                 }
             }
         }
-        self.record_freed(&r.layout);
+        // Data already evicted had its `free` events then.
+        if pinned || resident {
+            self.record_freed(&r.layout);
+        }
         Ok(r.mem)
     }
 

@@ -256,11 +256,13 @@ impl Topology {
             let bad = e.utf8_error().valid_up_to();
             let before = &e.as_bytes()[..bad];
             let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-            let column = bad
-                - before
-                    .iter()
-                    .rposition(|&b| b == b'\n')
-                    .map_or(0, |n| n + 1)
+            // In characters, as the parser's own errors count them.
+            let line_start = before
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |n| n + 1);
+            let column = std::str::from_utf8(&before[line_start..])
+                .map_or(bad - line_start, |s| s.chars().count())
                 + 1;
             TopologyError::Malformed {
                 file: file.clone(),

@@ -19,7 +19,7 @@ use crate::transport::{Rank, MAX_HEADER};
 /// framing (13: one tag for every eager packet, its order number in the
 /// prefix; 14: the drain before a run's shutdown), or the bootstrap's
 /// messages (15: the run's id in the seed's setup; 16: a rendezvous told of
-/// the run's losses); the bootstrap and a service's desk refuse processes
+/// the run's losses; 17: the service's run id in the desk's welcome); the bootstrap and a service's desk refuse processes
 /// built with another version.
 pub const WIRE_VERSION: u32 = 17;
 

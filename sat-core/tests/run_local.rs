@@ -166,6 +166,39 @@ fn a_rank_that_exits_without_joining_stops_the_run_at_once() {
     }
 }
 
+/// A rank whose SAT process cannot tell satrun it joins (a wrapper that
+/// drops the variable, as one that closes inherited descriptors would) is
+/// never taken for one that left before joining: the run succeeds, though
+/// that rank ends while the seed still runs. And a seed (rank 0) that ends
+/// without joining is told to the others at once, under satrun.
+#[test]
+fn a_rank_that_joins_silently_runs_and_a_missing_seed_is_seen_at_once() {
+    let sat_rank = example("increment");
+    let out = run(Command::new(satrun())
+        .args(["--provider", "shm", "-n", "1"])
+        .arg(&sat_rank)
+        .args([":", "-n", "2", "env", "-u", "SAT_JOIN_FD"])
+        .arg(&sat_rank));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("wrote after the other clients left"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = run(Command::new(satrun())
+        .args(["--provider", "shm", "-n", "1", "true", ":", "-n", "1"])
+        .arg(&sat_rank)
+        .env("SAT_BOOTSTRAP_TIMEOUT", "600"));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the seed (rank 0) at 127.0.0.1:")
+            && stderr.contains("refuses connections: satrun opened its socket"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn figure11_clients_exchange_through_the_server_over_shm() {
     figure11_run("shm");

@@ -446,14 +446,28 @@ impl Peer {
             })?
             .collect();
         check_secret_for(env, &addrs)?;
-        // The seed may still be starting: retry until the deadline, backing off.
+        // The seed may still be starting: retry until the deadline, backing
+        // off. Under satrun it is not: satrun opens the seed's socket before
+        // it starts any rank and hands it to rank 0, so a refused connection
+        // means rank 0 is gone (or never was a SAT process) for good.
+        let under_satrun = std::env::var("SAT_LAUNCHER").is_ok_and(|l| l == "satrun");
         let mut pause = Duration::from_millis(5);
         let stream = loop {
-            let attempt = addrs
-                .iter()
-                .find_map(|a| TcpStream::connect_timeout(a, Duration::from_secs(1)).ok());
+            let mut refused = true;
+            let attempt = addrs.iter().find_map(|a| {
+                TcpStream::connect_timeout(a, Duration::from_secs(1))
+                    .map_err(|e| refused &= e.kind() == std::io::ErrorKind::ConnectionRefused)
+                    .ok()
+            });
             if let Some(s) = attempt {
                 break s;
+            }
+            if under_satrun && refused {
+                return Err(SatError::Bootstrap(format!(
+                    "the seed (rank 0) at {seed} refuses connections: satrun opened its socket \
+                     before starting any rank, so rank 0 has ended without joining the run (is \
+                     rank 0's program one that uses SAT? its own output says more)"
+                )));
             }
             if Instant::now() >= deadline {
                 return Err(SatError::Timeout(format!(
@@ -782,6 +796,9 @@ impl Seed {
                 other => return Err(self.unexpected(rank, other)),
             }
         }
+        // Under satrun: before any rank goes on, so that a rank ending
+        // after the start finds the record (`launcher/joins.rs`).
+        crate::launcher::joins::announce_started();
         self.broadcast(&FromSeed::Go)
     }
 

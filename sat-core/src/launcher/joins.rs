@@ -7,15 +7,22 @@
 //! would then blame the missing rank without saying it is gone. satrun
 //! cannot tell such a rank from a program that never meant to use SAT (its
 //! own tests run shell commands as ranks), but it can once it knows who
-//! joins: a rank that exited without joining while another joined means the
-//! run cannot start, and satrun says so at once.
+//! joins: a rank that exited without joining, before the run started,
+//! while the seed joined, means the run cannot start, and satrun says so
+//! at once.
 //!
 //! The ranks tell it through one pipe: satrun hands its write end to every
-//! rank (`SAT_JOIN_FD=fd:inode`), and the bootstrap writes its rank there, 4
-//! bytes (a write of at most `PIPE_BUF` bytes is atomic, so records never
-//! mix), then closes its copy. The pipe's inode guards against a process
-//! that inherited the variable but not the descriptor, whose number may
-//! then be another file: it writes nothing.
+//! rank (`SAT_JOIN_FD=fd:device:inode`), and the bootstrap writes its rank
+//! there, 4 bytes (a write of at most `PIPE_BUF` bytes is atomic, so
+//! records never mix), then closes its copy. The seed (rank 0) keeps its
+//! copy until every rank has reached the global barrier and writes
+//! [`STARTED`] before it lets any of them go: a rank that exits after the
+//! run started finds that record in the pipe, so that a rank whose SAT
+//! process could not tell satrun (a wrapper that closes inherited
+//! descriptors, as Python's `subprocess` does, or drops the variable) never
+//! counts as gone before it joined. The pipe's device and inode guard
+//! against a process that inherited the variable but not the descriptor,
+//! whose number may then be another file: it writes nothing.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,11 +30,19 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// The variable that hands the pipe to the ranks.
 pub const JOIN_FD_VAR: &str = "SAT_JOIN_FD";
 
+/// The seed's record once every rank reached the global barrier: the run
+/// has started (no rank is numbered so).
+pub const STARTED: u32 = u32::MAX;
+
+/// The seed's copy of the pipe, kept from its announce to [`announce_started`].
+static SEED_COPY: std::sync::Mutex<Option<OwnedFd>> = std::sync::Mutex::new(None);
+
 /// satrun's side: the pipe, and the records read from it so far.
 pub(super) struct JoinNotices {
     read: OwnedFd,
     write: Option<OwnedFd>,
-    inode: u64,
+    /// The pipe's device and inode.
+    id: (u64, u64),
     /// Bytes of a record not yet whole (a read may end inside one).
     partial: Vec<u8>,
 }
@@ -44,11 +59,11 @@ impl JoinNotices {
         }
         // SAFETY: pipe2 succeeded: both descriptors are open and ours alone.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let inode = inode_of(write.as_raw_fd())?;
+        let id = pipe_id(write.as_raw_fd())?;
         Ok(JoinNotices {
             read,
             write: Some(write),
-            inode,
+            id,
             partial: Vec::new(),
         })
     }
@@ -60,7 +75,8 @@ impl JoinNotices {
 
     /// The value of [`JOIN_FD_VAR`] for the ranks.
     pub(super) fn env_value(&self) -> Option<String> {
-        self.write_fd().map(|fd| format!("{fd}:{}", self.inode))
+        self.write_fd()
+            .map(|fd| format!("{fd}:{}:{}", self.id.0, self.id.1))
     }
 
     /// Closes satrun's own write end once every rank has its copy.
@@ -94,7 +110,8 @@ impl JoinNotices {
     }
 }
 
-fn inode_of(fd: RawFd) -> io::Result<u64> {
+/// The device and inode of pipe `fd`.
+fn pipe_id(fd: RawFd) -> io::Result<(u64, u64)> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: fstat fills the stat buffer it is given.
     if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
@@ -105,41 +122,61 @@ fn inode_of(fd: RawFd) -> io::Result<u64> {
     if st.st_mode & libc::S_IFMT != libc::S_IFIFO {
         return Err(io::Error::other("not a pipe"));
     }
-    Ok(st.st_ino)
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// The rank's side, called once by the bootstrap when the rank is known:
 /// tells satrun this rank is joining, then closes the inherited pipe so
-/// that the program's own children do not hold it. Does nothing outside
-/// satrun, or where the variable names a descriptor that is not satrun's
-/// pipe. Best effort: a rank that cannot tell satrun joins all the same.
+/// that the program's own children do not hold it (the seed keeps it for
+/// [`announce_started`]). Does nothing outside satrun, or where the
+/// variable names a descriptor that is not satrun's pipe. Best effort: a
+/// rank that cannot tell satrun joins all the same.
 pub(crate) fn announce_joining(rank: u32) {
     if let Some(value) = std::env::var_os(JOIN_FD_VAR) {
-        announce_through(&value, rank);
+        if let Some(seed_copy) = announce_through(&value, rank) {
+            *SEED_COPY.lock().unwrap_or_else(|p| p.into_inner()) = Some(seed_copy);
+        }
     }
 }
 
-/// [`announce_joining`] with the variable's value given. Returns whether
-/// the record was written.
-fn announce_through(value: &std::ffi::OsStr, rank: u32) -> bool {
-    let Some((fd, inode)) = value
-        .to_str()
-        .and_then(|v| v.split_once(':'))
-        .and_then(|(fd, ino)| Some((fd.parse::<RawFd>().ok()?, ino.parse::<u64>().ok()?)))
-    else {
-        return false;
-    };
-    if fd < 0 || inode_of(fd).ok() != Some(inode) {
-        return false;
+/// The seed, once every rank reached the global barrier and before it lets
+/// them go: tells satrun the run has started, and closes its copy.
+pub(crate) fn announce_started() {
+    let copy = SEED_COPY.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(fd) = copy {
+        let _ = write_record(&fd, STARTED);
     }
-    let record = rank.to_le_bytes();
-    // SAFETY: `fd` is the open pipe satrun handed down (its inode matched);
-    // `record` is readable for its length. The write is atomic (4 bytes) and
-    // does not block (the pipe is non-blocking); it is then closed, once.
-    unsafe {
-        let n = libc::write(fd, record.as_ptr().cast(), record.len());
-        libc::close(fd);
-        n == record.len() as isize
+}
+
+/// [`announce_joining`] with the variable's value given: writes the record
+/// and closes the descriptor, except rank 0's, which it returns.
+fn announce_through(value: &std::ffi::OsStr, rank: u32) -> Option<OwnedFd> {
+    let mut parts = value.to_str()?.splitn(3, ':');
+    let fd = parts.next()?.parse::<RawFd>().ok()?;
+    let id = (
+        parts.next()?.parse::<u64>().ok()?,
+        parts.next()?.parse::<u64>().ok()?,
+    );
+    if fd < 0 || pipe_id(fd).ok() != Some(id) {
+        return None;
+    }
+    // SAFETY: `fd` is the pipe satrun handed down (its device and inode
+    // matched), open in this process and owned by nothing else in it: the
+    // bootstrap takes it once.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    write_record(&fd, rank).ok()?;
+    (rank == 0).then_some(fd)
+}
+
+/// One record: atomic (4 bytes) and never blocking (the pipe is not).
+fn write_record(fd: &OwnedFd, record: u32) -> io::Result<()> {
+    let bytes = record.to_le_bytes();
+    // SAFETY: `fd` is open; `bytes` is readable for its length.
+    let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+    if n == bytes.len() as isize {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -175,29 +212,51 @@ mod tests {
         fd
     }
 
+    fn value_of(joins: &JoinNotices, fd: RawFd) -> String {
+        format!("{fd}:{}:{}", joins.id.0, joins.id.1)
+    }
+
     #[test]
     fn a_rank_writes_its_record_once_and_closes_its_copy() {
         let mut joins = JoinNotices::open().unwrap();
-        let fd = rank_copy(&joins);
-        let value = format!("{fd}:{}", joins.inode);
-        assert!(announce_through(value.as_ref(), 5));
+        let value = value_of(&joins, rank_copy(&joins));
+        assert!(
+            announce_through(value.as_ref(), 5).is_none(),
+            "closed, not kept"
+        );
         assert_eq!(joins.drain(), vec![5]);
-        // Its copy is closed: a second announce finds no pipe there.
-        assert!(!announce_through(value.as_ref(), 5));
+        // Its copy is closed: a second announce finds no pipe there (or
+        // another file under that number, which it leaves alone).
+        assert!(announce_through(value.as_ref(), 5).is_none());
         assert!(joins.drain().is_empty());
+    }
+
+    /// The seed keeps its copy, and says the run started only when asked:
+    /// after its own record, never before.
+    #[test]
+    fn the_seed_keeps_its_copy_until_the_run_starts() {
+        let mut joins = JoinNotices::open().unwrap();
+        let value = value_of(&joins, rank_copy(&joins));
+        let kept = announce_through(value.as_ref(), 0).expect("the seed keeps its copy");
+        assert_eq!(joins.drain(), vec![0]);
+        write_record(&kept, STARTED).unwrap();
+        drop(kept);
+        assert_eq!(joins.drain(), vec![STARTED]);
     }
 
     #[test]
     fn a_descriptor_that_is_not_the_pipe_is_left_alone() {
         let mut joins = JoinNotices::open().unwrap();
         let fd = rank_copy(&joins);
+        let (dev, ino) = joins.id;
         for value in [
-            format!("{fd}:{}", joins.inode + 1),
-            format!("{fd}"),
-            format!("x:{}", joins.inode),
-            format!("-1:{}", joins.inode),
+            format!("{fd}:{dev}:{}", ino + 1),
+            format!("{fd}:{}:{ino}", dev + 1),
+            format!("{fd}:{ino}"),
+            format!("x:{dev}:{ino}"),
+            format!("-1:{dev}:{ino}"),
         ] {
-            assert!(!announce_through(value.as_ref(), 9), "{value}");
+            assert!(announce_through(value.as_ref(), 9).is_none(), "{value}");
         }
         assert!(joins.drain().is_empty());
         // Not closed either: it still writes.

@@ -156,23 +156,26 @@ pub fn for_replicated_homes(
     if dropped.is_empty() && !adaptive {
         return (advice, adaptive);
     }
-    static WARNED: OnceLock<()> = OnceLock::new();
-    WARNED.get_or_init(|| {
-        if let Some(&(chunk, protocol)) = dropped.iter().min_by_key(|(c, _)| *c) {
+    static WARNED_ADVICE: OnceLock<()> = OnceLock::new();
+    static WARNED_ADAPTIVE: OnceLock<()> = OnceLock::new();
+    if let Some(&(chunk, protocol)) = dropped.iter().min_by_key(|(c, _)| *c) {
+        WARNED_ADVICE.get_or_init(|| {
             tracing::warn!(
                 "SAT_ADVICE names {} chunks with a protocol a run with replicated homes cannot \
                  rebuild (chunk {chunk}: {}): they stay home-based MESI",
                 dropped.len(),
                 protocol.name()
-            );
-        }
-        if adaptive {
+            )
+        });
+    }
+    if adaptive {
+        WARNED_ADAPTIVE.get_or_init(|| {
             tracing::warn!(
                 "SAT_ADAPTIVE is set, but a run with replicated homes cannot rebuild adaptive \
                  chunks: MESI chunks stay home-based MESI"
-            );
-        }
-    });
+            )
+        });
+    }
     let kept = advice.map(|a| {
         Arc::new(
             a.iter()
