@@ -9,7 +9,7 @@ Runs, one after another on this host:
 2. the raw SAT transport and libfabric's ``fi_pingpong`` (``-e rdm -m
    tagged``), both through ``sat-transport-bench`` at 64 B and 64 MiB, which
    alternates them so that they see the same load;
-3. MPI: ``bench/mpi/mpi_bench`` under ``mpirun -n 2`` (Open MPI: over shared
+3. MPI: ``mpi_bench`` (bench/mpi/mpi_bench.c) under ``mpirun -n 2`` (Open MPI: over shared
    memory, ``btl vader`` and ``osc sm``; over tcp, ``btl tcp`` on loopback and
    ``osc pt2pt``);
 
@@ -18,15 +18,29 @@ peer's time and SAT's time divided by it. Every figure is a median. The 64 B
 hand-off and MPI's 64 B point-to-point are measured once more in rounds that
 alternate the two (``small_rounds``), and the 64 B rows give those rounds'
 figures: on this VM small messages run in a fast or a slow mode for minutes
-at a time, and only figures taken side by side can be divided.
+at a time, and only figures taken side by side can be divided. Without MPI
+the rounds do not run (stderr says why), and the 64 B rows give SAT's own run.
 
-    bench/micro.py --target-dir target [--mpi-bench bench/mpi/mpi_bench] [--json]
+    bench/micro.py [--target-dir target] [--mpi-bench target/bench/mpi_bench]
+                   [--providers shm,tcp] [--small-iters 2000] [--large-iters 7]
+                   [--reps 3] [--chunk-sizes 65536,16777216] [--json]
 
-``--target-dir`` is cargo's target directory or its ``release`` directory,
-holding ``satrun``, ``sat-handoff-bench`` and ``sat-transport-bench``
-(``cargo build --release -p sat-core --bin satrun`` and ``cargo build --release -p sat-bench
---bin sat-handoff-bench --bin sat-transport-bench``); build ``mpi_bench`` with ``make -C bench/mpi``.
-Without ``mpirun`` (or ``mpi_bench``) the MPI columns stay empty; without
+Units: the table gives 64 B rows in microseconds (us), 64 MiB rows in
+milliseconds (ms) and GB/s (10^9 bytes per second) of the 64 MiB; the JSON
+gives every time in microseconds (keys ending in _us), bandwidths in GB/s
+(_gbps), sizes and chunk sizes in bytes; a ratio divides SAT's time by the
+peer's (above 1: SAT is slower). A figure that could not be had is null in
+the JSON and "-" in the table.
+
+``--target-dir`` is cargo's target directory or its ``release`` directory
+(default: $SAT_TARGET_DIR, else $CARGO_TARGET_DIR, else the repository's
+``target``), holding ``satrun``, ``sat-handoff-bench`` and ``sat-transport-bench``;
+``mpi_bench`` is by default in its ``bench`` directory, where ``make bench``
+builds it (``make bench`` builds all of them).
+
+SAT must give every figure: if it fails the script stops with an error (exit
+status 1). A peer that fails only leaves its cells empty, and stderr says why:
+without ``mpirun`` (or ``mpi_bench``) the MPI columns stay empty; without
 ``fi_pingpong`` (Debian: libfabric-bin) sat-transport-bench stops, and the
 raw transport's column stays empty with fi_pingpong's.
 
@@ -39,6 +53,7 @@ time limit.
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -49,7 +64,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import kill_group, left_in_shm, shm_entries  # noqa: E402
+from procs import (  # noqa: E402
+    bench_build_dir, built_by, default_target_dir, kill_group, left_in_shm, missing_program,
+    shm_entries,
+)
 
 SMALL = 64
 LARGE = 64 << 20
@@ -96,6 +114,33 @@ NOTES = [
 ]
 
 
+def notes(rows):
+    """NOTES as they hold for these rows (run_all's): the first says the 64 B figures come from
+    alternated rounds only for the rows whose rounds ran."""
+    small = [r for r in rows if r["size"] == SMALL and r["operation"] == "hand-off"]
+    with_rounds = [r for r in small if r.get("rounds")]
+    if small and len(with_rounds) == len(small) and all(
+            r["rounds"] == SMALL_ROUNDS for r in with_rounds):
+        return list(NOTES)
+    first = "Every cell is a median time (64 MiB rows: ms and GB/s of the 64 MiB; 64 B rows: us); "
+    if with_rounds:
+        over = ", ".join(f"{r['transport']} ({r['rounds']} rounds)" for r in with_rounds)
+        first += (
+            f"in the 64 B hand-off rows over {over}, SAT's and MPI pt2pt's figures are the "
+            "medians of rounds that alternate the two (each round's figure a median), so that "
+            "both see the machine's same spells of fast and slow small messages (JSON: rounds, "
+            "sat_round_us, mpi_pt2pt_round_us); the other 64 B rows give each program's own run, "
+            "not alternated; "
+        )
+    else:
+        first += (
+            "no alternated rounds of SAT's and MPI's 64 B figures ran (stderr says why): the "
+            "64 B rows give each program's own run, not alternated; "
+        )
+    first += "ratio columns divide SAT's time by the peer's (above 1: SAT is slower)."
+    return [first] + NOTES[1:]
+
+
 # ------------------------------------------------------------- processes
 
 
@@ -106,15 +151,19 @@ class Failed(Exception):
 def run(cmd, timeout, env=None):
     """Runs cmd in its own process group and returns its standard output;
     ends the group when the time limit passes."""
-    p = subprocess.Popen(
-        [str(c) for c in cmd],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        start_new_session=True,
-    )
+    try:
+        p = subprocess.Popen(
+            [str(c) for c in cmd],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise Failed(f"cannot run {cmd[0]}: {e.strerror or e}"
+                     + (f" ({built_by(cmd[0])})" if isinstance(e, FileNotFoundError) else ""))
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -135,21 +184,42 @@ def bin_dir(target_dir):
     for cand in (d, d / "release"):
         if (cand / "satrun").exists():
             return cand
-    raise Failed(
-        f"satrun not found in {d} or {d / 'release'}: cargo build --release -p sat-core "
-        "--bin satrun, then cargo build --release -p sat-bench --bin sat-handoff-bench "
-        "--bin sat-transport-bench"
-    )
+    raise Failed(f"satrun not found in {d} or {d / 'release'}: {built_by('satrun')}")
+
+
+def default_mpi_bench(target_dir):
+    """Where `make bench` builds mpi_bench: the `bench` directory of cargo's target directory."""
+    return Path(bench_build_dir(target_dir)) / "mpi_bench"
+
+
+def positive_counts(**counts):
+    """Raises Failed unless every count is a whole number of at least 1."""
+    for name, n in counts.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise Failed(f"{name} must be a whole number of at least 1, not {n!r}")
 
 
 SIZE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}
 
 
 def num(s):
+    """The number a program printed, or None where it printed none (or NaN, or infinity)."""
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
-        return float("nan")
+        return None
+    return v if math.isfinite(v) else None
+
+
+def finite(obj):
+    """obj with every NaN or infinite float replaced by None (for JSON, which has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def transport(bins, providers, size, iters, reps, timeout):
@@ -217,9 +287,7 @@ MPI_TRANSPORTS = {
 
 def mpi(mpi_bench, provider, small_iters, large_iters, timeout, large=LARGE):
     """{(name, size): median us} of one mpi_bench run."""
-    mpirun = shutil.which("mpirun")
-    if not mpirun or not mpi_bench or not Path(mpi_bench).exists():
-        raise Failed("mpirun or mpi_bench not found (make -C bench/mpi)")
+    mpirun = mpi_missing(mpi_bench)
     cmd = [mpirun]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
@@ -232,6 +300,16 @@ def mpi(mpi_bench, provider, small_iters, large_iters, timeout, large=LARGE):
         if len(f) >= 5 and f[0] == "RESULT":
             got[(f[1], int(f[2]))] = num(f[3])
     return got
+
+
+def mpi_missing(mpi_bench):
+    """mpirun's path; raises Failed, saying what is missing, without mpirun or mpi_bench."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise Failed("no mpirun (Open MPI): scripts/setup.sh --peers installs it")
+    if not mpi_bench or not Path(mpi_bench).is_file():
+        raise Failed(missing_program(mpi_bench or "mpi_bench"))
+    return mpirun
 
 
 def small_rounds(bins, mpi_bench, providers, small_iters, rounds, log):
@@ -247,16 +325,21 @@ def small_rounds(bins, mpi_bench, providers, small_iters, rounds, log):
         for p in providers:
             try:
                 got = handoff(bins, [p], small_iters, 1, DEFAULT_CHUNK, 120, large=DEFAULT_CHUNK)
-                if (p, "handoff", SMALL) in got:
-                    out[p][0].append(got[(p, "handoff", SMALL)])
+                figure = got.get((p, "handoff", SMALL))
+                if figure and None not in (figure["median"], figure["min"], figure["max"]):
+                    out[p][0].append(figure)
+                else:
+                    log(f"64 B round {r + 1}, SAT over {p}: no figure")
             except Failed as e:
                 log(f"64 B round {r + 1}, SAT over {p}: {e}")
             if p not in MPI_TRANSPORTS:
                 continue
             try:
                 m = mpi(mpi_bench, p, small_iters, 1, 120, large=4096)
-                if ("pt2pt.oneway", SMALL) in m:
+                if m.get(("pt2pt.oneway", SMALL)) is not None:
                     out[p][1].append(m[("pt2pt.oneway", SMALL)])
+                else:
+                    log(f"64 B round {r + 1}, MPI over {p}: no figure")
             except Failed as e:
                 log(f"64 B round {r + 1}, MPI over {p}: {e}")
     return out
@@ -277,12 +360,23 @@ def run_all(
 ):
     """Runs every bench and returns the rows of the table as dicts; times in
     microseconds (None where a peer has no figure or could not run). A
-    failing peer leaves its cells empty and is reported through `log`."""
+    failing peer leaves its cells empty and is reported through `log`; SAT
+    failing, or giving no figure for a row, raises Failed. `mpi_bench`
+    defaults to where `make bench` builds it (default_mpi_bench)."""
     log = log or (lambda msg: None)
     providers = list(providers)
+    chunks = tuple(chunks)
+    if not providers or any(not p for p in providers):
+        raise Failed("no provider given")
+    if len(set(providers)) != len(providers):
+        raise Failed(f"a provider is given twice: {','.join(providers)}")
+    if not chunks:
+        raise Failed("no chunk size given")
+    positive_counts(small_iters=small_iters, large_iters=large_iters, reps=reps)
+    positive_counts(**{f"chunk size {c!r}": c for c in chunks})
     bins = bin_dir(target_dir)
     if mpi_bench is None:
-        mpi_bench = Path(__file__).resolve().parent / "mpi" / "mpi_bench"
+        mpi_bench = default_mpi_bench(target_dir)
 
     def attempt(what, f):
         t0 = time.monotonic()
@@ -291,17 +385,35 @@ def run_all(
         except Failed as e:
             log(f"{what}: {e}")
             return {}
-        log(f"{what}: {time.monotonic() - t0:.1f} s")
+        if not r:
+            log(f"{what}: no figure ({time.monotonic() - t0:.1f} s): its cells stay empty")
+        else:
+            log(f"{what}: {time.monotonic() - t0:.1f} s")
         return r
 
     sat = {}
     for chunk in chunks:
         # The 64 B hand-off does not depend on the chunk size: measured once.
         small = small_iters if chunk == chunks[0] else 10
-        sat[chunk] = attempt(
-            f"SAT hand-off, {human(chunk)} chunks",
-            lambda: handoff(bins, providers, small, large_iters, chunk, 240),
-        )
+        what = f"SAT hand-off, {human(chunk)} chunks"
+        t0 = time.monotonic()
+        try:
+            got = handoff(bins, providers, small, large_iters, chunk, 240)
+        except Failed as e:
+            raise Failed(f"SAT failed ({what}): {e}")
+        # SAT is what the table measures: every one of its figures must be there.
+        wanted = [(p, key, LARGE) for p in providers
+                  for key in ("put", "put-release", "get", "handoff")]
+        if chunk == chunks[0]:
+            wanted = [(p, "handoff", SMALL) for p in providers] + wanted
+        lost = [w for w in wanted if w not in got or got[w]["median"] is None]
+        if lost:
+            raise Failed(
+                f"SAT failed ({what}): sat-handoff-bench gave no figure for "
+                + ", ".join(f"{k} {human(n)} over {p}" for p, k, n in lost)
+            )
+        log(f"{what}: {time.monotonic() - t0:.1f} s")
+        sat[chunk] = got
     raw_small = attempt(
         "raw transport and fi_pingpong, 64 B",
         lambda: transport(bins, providers, SMALL, small_iters, reps, 150),
@@ -315,15 +427,23 @@ def run_all(
         for p in providers
         if p in MPI_TRANSPORTS
     }
-    have_mpi = shutil.which("mpirun") and mpi_bench and Path(mpi_bench).exists()
-    rounds = (
-        attempt(
+    # The alternated 64 B rounds need MPI over at least one of the providers.
+    why_not = None
+    try:
+        mpi_missing(mpi_bench)
+    except Failed as e:
+        why_not = str(e)
+    if why_not is None and not any(p in MPI_TRANSPORTS for p in providers):
+        why_not = f"mpi_bench runs over {' and '.join(MPI_TRANSPORTS)} only"
+    if why_not is None:
+        rounds = attempt(
             f"64 B, SAT and MPI alternated, {SMALL_ROUNDS} rounds",
             lambda: small_rounds(bins, mpi_bench, providers, small_iters, SMALL_ROUNDS, log),
         )
-        if have_mpi
-        else {}
-    )
+    else:
+        rounds = {}
+        log(f"64 B rounds alternating SAT and MPI skipped ({why_not}): the 64 B rows give "
+            "SAT's and the peers' own runs")
 
     def half(d, p, i):
         v = d.get(p, (None, None))[i]
@@ -363,6 +483,13 @@ def run_all(
                 "mpi_rma_us": m.get((rma, size)) if rma else None,
             }
             sat_runs, mpi_runs = rounds.get(p, ([], []))
+            if size == SMALL and why_not is None and p not in MPI_TRANSPORTS:
+                log(f"64 B rounds over {p} skipped (mpi_bench runs over "
+                    f"{' and '.join(MPI_TRANSPORTS)} only): the 64 B row gives SAT's and the "
+                    "peers' own runs")
+            elif size == SMALL and why_not is None and not (sat_runs and mpi_runs):
+                log(f"64 B rounds over {p}: no round gave both SAT's and MPI's figure (above): "
+                    "the 64 B row gives SAT's and the peers' own runs")
             if size == SMALL and sat_runs and mpi_runs:
                 # The alternated rounds' figures (small_rounds): the medians
                 # of their medians; min and max over every hand-off timed.
@@ -440,18 +567,57 @@ def table(rows):
     return "\n".join(lines), "\n".join(counts)
 
 
+def positive_int(text):
+    """argparse type: a whole number of at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not at least 1")
+    return n
+
+
+def int_list(text):
+    """argparse type: comma-separated whole numbers of at least 1, none twice."""
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError("an empty list")
+    values = [positive_int(t) for t in items]
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
+    return values
+
+
+def name_list(text):
+    """argparse type: comma-separated names, none empty, none twice."""
+    names = [t.strip() for t in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names one twice")
+    return names
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target-dir", default=os.environ.get("SAT_TARGET_DIR", "target"),
-                    help="where satrun and the bench programs are (cargo's target dir or its release dir)")
-    ap.add_argument("--mpi-bench", help="the mpi_bench program (default: bench/mpi/mpi_bench)")
-    ap.add_argument("--providers", default="shm,tcp")
-    ap.add_argument("--small-iters", type=int, default=2000,
-                    help="64 B hand-offs and round trips")
-    ap.add_argument("--large-iters", type=int, default=7, help="64 MiB operations, after one warm-up")
-    ap.add_argument("--reps", type=int, default=3, help="runs of the 64 B raw round trip and fi_pingpong")
-    ap.add_argument("--chunk-sizes", default=f"{DEFAULT_CHUNK},{BIG_CHUNK}",
-                    help="chunk sizes of SAT's 64 MiB chain, one set of rows each")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target-dir", default=default_target_dir(),
+                    help="where satrun and the bench programs are (cargo's target dir or its "
+                         "release dir; default: %(default)s)")
+    ap.add_argument("--mpi-bench", help="the mpi_bench program (default: mpi_bench in the target "
+                                        "dir's bench directory, where `make bench` builds it)")
+    ap.add_argument("--providers", type=name_list, default="shm,tcp",
+                    help="libfabric providers, comma-separated (default: %(default)s)")
+    ap.add_argument("--small-iters", type=positive_int, default=2000,
+                    help="64 B hand-offs and round trips (default: %(default)s)")
+    ap.add_argument("--large-iters", type=positive_int, default=7,
+                    help="64 MiB operations, after one warm-up (default: %(default)s)")
+    ap.add_argument("--reps", type=positive_int, default=3,
+                    help="runs of the 64 B raw round trip and fi_pingpong (default: %(default)s)")
+    ap.add_argument("--chunk-sizes", type=int_list, default=f"{DEFAULT_CHUNK},{BIG_CHUNK}",
+                    help="chunk sizes in bytes of SAT's 64 MiB chain, one set of rows each "
+                         "(default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     a = ap.parse_args(argv)
     before = shm_entries()
@@ -462,25 +628,28 @@ def main(argv=None):
         rows = run_all(
             a.target_dir,
             mpi_bench=a.mpi_bench,
-            providers=a.providers.split(","),
+            providers=a.providers,
             small_iters=a.small_iters,
             large_iters=a.large_iters,
             reps=a.reps,
-            chunks=tuple(int(c) for c in a.chunk_sizes.split(",")),
+            chunks=tuple(a.chunk_sizes),
             log=log,
         )
     except Failed as e:
-        print(f"micro.py: {e}", file=sys.stderr)
+        print(f"micro.py: error: {e}", file=sys.stderr)
+        left = left_in_shm(before, started)
+        if left:
+            log(f"/dev/shm entries left by processes that have ended: {' '.join(left)}")
         return 1
     seconds = time.monotonic() - t0
     left = left_in_shm(before, started)
     if a.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(finite(rows), indent=1, allow_nan=False))
     else:
         main_table, counts = table(rows)
         print(main_table)
         print()
-        for n in NOTES:
+        for n in notes(rows):
             print(f"- {n}")
         print()
         print("Messages per operation (SAT's two clients and their server, measured; the minimum "

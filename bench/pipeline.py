@@ -5,18 +5,25 @@ Open MPI) and ZeroMQ (bench/pipeline/videostream_zmq, libzmq), with the same
 frames, roles, scheduling, processing code and number of application
 processes: 1 input, W processing tasks and 1 output (plus the SAT server).
 
-    python3 bench/pipeline.py --satrun target/release/satrun \\
-        --sat-prog examples-c/build/videostream \\
-        --mpi-prog bench/pipeline/build/videostream_mpi \\
-        --zmq-prog bench/pipeline/build/videostream_zmq [--runs 5] [--json]
+    python3 bench/pipeline.py [--systems sat-shm,mpi] [--runs 5] [--json]
+        [--satrun target/release/satrun] [--sat-prog target/bench/videostream]
+        [--mpi-prog target/bench/videostream_mpi]
+        [--zmq-prog target/bench/videostream_zmq]
 
-Each run prints the rate the output role measured ("output: N frames in S s:
+The programs' defaults are where `make bench` builds them: satrun in cargo's
+release directory, the three videostreams in its `bench` directory
+(`make bench-videostream` builds videostream alone), cargo's target directory
+being $SAT_TARGET_DIR, else $CARGO_TARGET_DIR, else the repository's `target`.
+
+Each run prints what the output role measured ("output: N frames in S s:
 F frames/s", from the input starting to produce frame 0 to the output holding
-the last result; the output does not recompute frames: --no-check); the
-script takes N / S. The systems run interleaved (run 1 of each, then run 2 of
-each, ...), so that a slow spell of the machine hits all of them; it prints
-the median frames/s of each, the range, and the ratios of SAT's medians to
-MPI's and ZeroMQ's, all from this one invocation.
+the last result, S printed to the millisecond; the output does not recompute
+frames: --no-check); the script takes N / S as the run's frames/s. The
+systems run interleaved (run 1 of each, then run 2 of each, ...), so that a
+slow spell of the machine hits all of them; it prints the median frames/s of
+each, the range, and the ratios of SAT's medians to MPI's, ZeroMQ's and (when
+measured) polling MPI's, all from this one invocation (JSON: "ratios", for
+each SAT system a dict keyed "mpi", "zmq" and "mpi-poll", each peer measured).
 
 Each round also runs the sequential reference once (`videostream --reference`
 with the same frames: one plain process makes and processes every frame, no
@@ -26,7 +33,7 @@ CPUs times the reference's median rate. The table shows each system's share
 of it ("of bound"); the JSON has "reference", "compute_bound" and each
 system's "of_bound".
 
-Systems (--systems, comma-separated; the default is the first five):
+Systems (--systems, comma-separated, none twice; the default is the first five):
   sat-shm        SAT over libfabric's shm provider
   sat-tcp        SAT over libfabric's tcp provider
   sat-shm-stats  sat-shm with SAT_STATS=<a temporary folder>: the cost of the
@@ -38,7 +45,8 @@ Systems (--systems, comma-separated; the default is the first five):
                  (`--mca mpi_yield_when_idle 0`, its default when it has a
                  core per rank), to compare: on a machine with fewer cores
                  than processes the polling input and output take CPU time
-                 from the processing tasks
+                 from the processing tasks (the table's SAT/MPI-poll
+                 column, the JSON's ratios[...]["mpi-poll"])
 
 The number of processing tasks W is the number of role-2 entries of the SAT
 topology (--topology, default bench/pipeline/sat-1server.xml: 1 server, 1
@@ -74,14 +82,26 @@ import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from procs import kill_group, left_in_shm, shm_entries  # noqa: E402
+from procs import (  # noqa: E402
+    bench_build_dir, default_target_dir, is_program, kill_group, left_in_shm, missing_program,
+    shm_entries,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# Where `make bench` builds the programs (the Makefile's TARGET_DIR and BENCH_BUILD).
+TARGET_DIR = default_target_dir()
+BENCH_BUILD = bench_build_dir(TARGET_DIR)
+DEFAULT_SATRUN = os.path.join(TARGET_DIR, "release", "satrun")
+DEFAULT_SAT_PROG = os.path.join(BENCH_BUILD, "videostream")
+DEFAULT_MPI_PROG = os.path.join(BENCH_BUILD, "videostream_mpi")
+DEFAULT_ZMQ_PROG = os.path.join(BENCH_BUILD, "videostream_zmq")
 DEFAULT_TOPOLOGY = os.path.join(HERE, "pipeline", "sat-1server.xml")
 DEFAULT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats", "mpi", "zmq"]
 ALL_SYSTEMS = DEFAULT_SYSTEMS + ["mpi-poll"]
 SAT_SYSTEMS = ["sat-shm", "sat-tcp", "sat-shm-stats"]
+# The peers each SAT system's median is divided by (result["ratios"][sat][peer]).
+RATIO_PEERS = ["mpi", "zmq", "mpi-poll"]
 # Open MPI on one node: its shared-memory BTL only (and self); ob1 picks
 # vader by itself, naming it keeps any other transport out. vader's
 # single-copy mechanism (CMA) measured the same as none; the tcp BTL no
@@ -120,8 +140,14 @@ class BenchError(Exception):
 
 
 def workers_of(topology):
-    """The number of processing tasks (role 2) and of processes of a topology."""
-    root = ET.parse(topology).getroot()
+    """The number of processing tasks (role 2) and of processes of a topology. Raises
+    BenchError if the file cannot be read or is not XML."""
+    try:
+        root = ET.parse(topology).getroot()
+    except OSError as e:
+        raise BenchError(f"topology {topology}: {e.strerror or e}")
+    except ET.ParseError as e:
+        raise BenchError(f"topology {topology}: not well-formed XML ({e})")
     entries = root.iter("topology")
     roles = [e.get("role") for e in entries]
     return roles.count("2"), len(roles)
@@ -169,15 +195,18 @@ def run_once(name, cmd, env, timeout, frames, workers):
     before = shm_entries()
     started = time.time()
     cpu_before, ours_before = cpu_times(), children_cpu()
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise BenchError(f"{name}: cannot run {cmd[0]}: {e.strerror or e}")
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -246,6 +275,8 @@ def run_reference(prog, prog_args, timeout, frames):
         )
     except subprocess.TimeoutExpired:
         raise BenchError(f"reference: no end after {timeout:g} s\n$ {' '.join(cmd)}")
+    except OSError as e:
+        raise BenchError(f"reference: cannot run {prog}: {e.strerror or e}")
     rates = REFERENCE.findall(out.stdout)
     if out.returncode != 0 or len(rates) != 1 or int(rates[0][0]) != frames:
         raise BenchError(
@@ -331,22 +362,34 @@ def run_all(
     """Measures the systems, interleaved, `runs` times each. Returns a dict:
     the parameters, and for each system its samples (frames/s, seconds),
     median, min and max, its command line, and for each SAT system the
-    ratios of its median to MPI's and ZeroMQ's (when measured). `log(text)`
+    ratios of its median to MPI's, ZeroMQ's and polling MPI's (each peer
+    measured; keys "mpi", "zmq", "mpi-poll"). `systems` None is
+    DEFAULT_SYSTEMS; an empty list, an unknown system or one named twice
+    raises BenchError. `log(text)`
     is told of each run. Raises BenchError on any bad run."""
-    systems = list(systems or DEFAULT_SYSTEMS)
+    systems = list(DEFAULT_SYSTEMS if systems is None else systems)
+    if not systems:
+        raise BenchError(f"no system to measure; known: {', '.join(ALL_SYSTEMS)}")
     unknown = [s for s in systems if s not in ALL_SYSTEMS]
     if unknown:
         raise BenchError(f"unknown systems {unknown}; known: {', '.join(ALL_SYSTEMS)}")
+    twice = sorted({s for s in systems if systems.count(s) > 1})
+    if twice:
+        raise BenchError(f"systems named twice: {', '.join(twice)} (--runs sets the runs of each)")
     if runs < 1 or frames < 1:
         raise BenchError("--runs and --frames must be at least 1")
+    if width < 1 or height < 1:
+        raise BenchError("--width and --height must be at least 1")
+    if not timeout > 0:
+        raise BenchError("--timeout must be above 0")
     workers, nprocs = workers_of(topology)
     if workers < 1:
         raise BenchError(f"{topology}: no processing task (role 2)")
     progs = {"sat": [satrun, sat_prog], "mpi": [mpi_prog], "zmq": [zmq_prog]}
     for s in systems:
         for p in progs[s.split("-")[0]]:
-            if not (p and os.path.isfile(p) and os.access(p, os.X_OK)):
-                raise BenchError(f"{s}: no program {p!r} (build it first, see bench/pipeline.py -h)")
+            if not is_program(p):
+                raise BenchError(f"{s}: {missing_program(p)}")
     if any(s.startswith("mpi") for s in systems) and shutil.which(mpirun) is None:
         raise BenchError(f"no {mpirun}: run scripts/setup.sh --peers")
 
@@ -458,7 +501,7 @@ def run_all(
         if s not in SAT_SYSTEMS:
             continue
         ratios = {}
-        for peer in ("mpi", "zmq"):
+        for peer in RATIO_PEERS:
             if peer in systems:
                 ratios[peer] = result["systems"][s]["median"] / result["systems"][peer]["median"]
         result["ratios"][s] = ratios
@@ -467,6 +510,8 @@ def run_all(
 
 def table(result):
     """The result as a text table."""
+    # The SAT/MPI-poll column only when polling MPI was measured.
+    poll = "mpi-poll" in result["systems"]
     lines = [
         f"video pipeline: {result['frames']} frames of {result['width']}x{result['height']}, "
         f"1 input, {result['workers']} processing tasks, 1 output "
@@ -475,7 +520,8 @@ def table(result):
         f"{result['loadavg']['before'][0]:.2f} before, {result['loadavg']['after'][0]:.2f} after",
         "",
         f"{'system':<15} {'median f/s':>10} {'min-max f/s':>15} {'SAT/MPI':>8} {'SAT/ZeroMQ':>10}"
-        f" {'of bound':>8} {'stolen':>7} {'others':>7}",
+        + (f" {'SAT/MPI-poll':>12}" if poll else "")
+        + f" {'of bound':>8} {'stolen':>7} {'others':>7}",
     ]
 
     def share(values):
@@ -486,11 +532,13 @@ def table(result):
         r = result["ratios"].get(s, {})
         mpi = f"{r['mpi']:.2f}" if "mpi" in r else ""
         zmq = f"{r['zmq']:.2f}" if "zmq" in r else ""
+        mpi_poll = f"{r['mpi-poll']:.2f}" if "mpi-poll" in r else ""
         span = f"{d['min']:.1f}-{d['max']:.1f}"
         bound = f"{d['of_bound']:.0%}" if "of_bound" in d else ""
         lines.append(
             f"{s:<15} {d['median']:>10.1f} {span:>15} {mpi:>8} {zmq:>10}"
-            f" {bound:>8} {share(d['steal']):>7} {share(d['others']):>7}"
+            + (f" {mpi_poll:>12}" if poll else "")
+            + f" {bound:>8} {share(d['steal']):>7} {share(d['others']):>7}"
         )
     ref = result.get("reference")
     if ref:
@@ -517,26 +565,56 @@ def table(result):
     return "\n".join(lines)
 
 
+def system_list(text):
+    """argparse type: the --systems list, comma-separated, not empty, each known, none twice."""
+    systems = [t.strip() for t in text.split(",")]
+    if not any(systems):
+        raise argparse.ArgumentTypeError(f"no system given; known: {', '.join(ALL_SYSTEMS)}")
+    if not all(systems):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name")
+    unknown = [s for s in systems if s not in ALL_SYSTEMS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown system(s) {', '.join(unknown)}; known: {', '.join(ALL_SYSTEMS)}")
+    twice = sorted({s for s in systems if systems.count(s) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(twice)} named twice (--runs sets the runs of each)")
+    return systems
+
+
+def positive(kind):
+    """argparse type: a number of `kind` (int or float) above 0."""
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number")
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text} is not above 0")
+        return v
+    return parse
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--satrun", default=os.path.join(ROOT, "target", "release", "satrun"))
-    p.add_argument("--sat-prog", default=os.path.join(ROOT, "examples-c", "build", "videostream"))
-    p.add_argument(
-        "--mpi-prog", default=os.path.join(HERE, "pipeline", "build", "videostream_mpi")
-    )
-    p.add_argument(
-        "--zmq-prog", default=os.path.join(HERE, "pipeline", "build", "videostream_zmq")
-    )
+    p.add_argument("--satrun", default=DEFAULT_SATRUN, help="default: %(default)s")
+    p.add_argument("--sat-prog", default=DEFAULT_SAT_PROG,
+                   help="SAT's videostream (default: %(default)s)")
+    p.add_argument("--mpi-prog", default=DEFAULT_MPI_PROG, help="default: %(default)s")
+    p.add_argument("--zmq-prog", default=DEFAULT_ZMQ_PROG, help="default: %(default)s")
     p.add_argument("--mpirun", default="mpirun")
     p.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="the SAT topology (and W)")
-    p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--frames", type=int, default=DEFAULT_FRAMES)
-    p.add_argument("--width", type=int, default=DEFAULT_WIDTH)
-    p.add_argument("--height", type=int, default=DEFAULT_HEIGHT)
-    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS))
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per run")
+    p.add_argument("--runs", type=positive(int), default=5)
+    p.add_argument("--frames", type=positive(int), default=DEFAULT_FRAMES)
+    p.add_argument("--width", type=positive(int), default=DEFAULT_WIDTH)
+    p.add_argument("--height", type=positive(int), default=DEFAULT_HEIGHT)
+    p.add_argument("--systems", type=system_list, default=",".join(DEFAULT_SYSTEMS),
+                   help="comma-separated, none twice (default: %(default)s)")
+    p.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT,
+                   help="seconds per run")
     p.add_argument(
         "--check",
         action="store_true",
@@ -562,7 +640,7 @@ def main(argv=None):
             frames=a.frames,
             width=a.width,
             height=a.height,
-            systems=[s.strip() for s in a.systems.split(",") if s.strip()],
+            systems=a.systems,
             topology=a.topology,
             mpirun=a.mpirun,
             timeout=a.timeout,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make bench`: SAT against its peers, every figure measured in this one run, one table.
 
-    python3 bench/run.py --target-dir target --build bench/build [--runs 5] [--json FILE]
+    python3 bench/run.py [--target-dir target] [--build target/bench] [--runs 5] [--json FILE]
 
 1. The video pipeline of section 3.2 (bench/pipeline.py): SAT over shm and tcp, Open MPI over
    shared memory, ZeroMQ over ipc, the same frames, roles and application processes; frames per
@@ -14,8 +14,11 @@
 
 The table has one row per comparison: what is measured, the transport, SAT's figure, the peer,
 the peer's figure, and SAT/peer. For frames per second a ratio above 1 is SAT ahead; for times a
-ratio below 1 is. Python 3 standard library only; the programs must be built (the Makefile's
-`bench` target builds them).
+ratio below 1 is; a peer without a figure shows "-". Python 3 standard library only; the programs
+must be built (the Makefile's `bench` target builds them: cargo's release programs in --target-dir,
+default $SAT_TARGET_DIR, else $CARGO_TARGET_DIR, else the repository's `target`; videostream, its MPI
+and ZeroMQ versions and mpi_bench in --build, default the target directory's `bench`). Any failure
+stops the run with a one-line error and exit status 1.
 """
 
 import argparse
@@ -33,6 +36,7 @@ sys.path.insert(0, str(HERE))
 import barrier  # noqa: E402
 import micro  # noqa: E402
 import pipeline  # noqa: E402
+from procs import bench_build_dir, default_target_dir  # noqa: E402
 
 
 def pipeline_rows(result):
@@ -116,12 +120,16 @@ def stats_cost(bins, result, alternations, log):
                     os.environ.pop("SAT_STATS", None)
                     if saved is not None:
                         os.environ["SAT_STATS"] = saved
-                samples.append(got[("shm", "handoff", micro.SMALL)]["median"])
+                figure = got.get(("shm", "handoff", micro.SMALL), {}).get("median")
+                if figure is None:
+                    raise micro.Failed("the 64 B hand-off with SAT_STATS "
+                                       f"{'set' if stats else 'unset'} gave no figure")
+                samples.append(figure)
                 log(f"hand-off 64 B, SAT_STATS {'set' if stats else 'unset'}: "
                     f"{samples[-1]:.2f} us")
         written = len(list(Path(folder).glob("sat-stats.*.json")))
     if written == 0:
-        raise SystemExit("bench: SAT_STATS was set but no statistics file was written")
+        raise micro.Failed("SAT_STATS was set but no statistics file was written")
     rows.append({
         "what": f"hand-off 64 B, SAT_STATS set (median of {alternations} runs)",
         "transport": "shm",
@@ -145,10 +153,11 @@ def table(rows):
     head = "| measurement | transport | SAT | peer | peer's | SAT/peer |"
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
-        ratio = r["sat"] / r["peer_value"] if r["peer_value"] else float("nan")
+        peer = r["peer_value"]
+        ratio = f"{r['sat'] / peer:.2f}" if peer else "-"
         lines.append(
             f"| {r['what']} | {r['transport']} | {fmt(r['sat'], r['unit'])} | {r['peer']} | "
-            f"{fmt(r['peer_value'], r['unit'])} | {ratio:.2f} |"
+            f"{fmt(peer, r['unit']) if peer is not None else '-'} | {ratio} |"
         )
     return "\n".join(lines)
 
@@ -156,19 +165,33 @@ def table(rows):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target-dir", default="target", help="cargo's target directory")
-    p.add_argument("--build", default=str(HERE / "build"),
-                   help="where videostream, its MPI and ZeroMQ versions and mpi_bench are")
-    p.add_argument("--runs", type=int, default=5, help="pipeline runs per system")
-    p.add_argument("--stats-runs", type=int, default=3, help="hand-off alternations, SAT_STATS")
+    p.add_argument("--target-dir", default=default_target_dir(),
+                   help="cargo's target directory (default: %(default)s)")
+    p.add_argument("--build",
+                   help="where videostream, its MPI and ZeroMQ versions and mpi_bench are "
+                        "(default: the target directory's bench directory, where `make bench` "
+                        "builds them)")
+    p.add_argument("--runs", type=micro.positive_int, default=5,
+                   help="pipeline runs per system (default: %(default)s)")
+    p.add_argument("--stats-runs", type=micro.positive_int, default=3,
+                   help="hand-off alternations, SAT_STATS (default: %(default)s)")
     p.add_argument("--json", help="also write every figure to this file")
     a = p.parse_args(argv)
+    try:
+        return measure(a)
+    except (pipeline.BenchError, micro.Failed) as e:
+        print(f"run.py: error: {e}", file=sys.stderr)
+        return 1
+
+
+def measure(a):
+    """`make bench`'s run, from main's arguments; raises BenchError or Failed on a failure."""
 
     def log(text):
         print(text, file=sys.stderr, flush=True)
 
     started = time.monotonic()
-    build = Path(a.build)
+    build = Path(a.build or bench_build_dir(a.target_dir))
     bins = micro.bin_dir(a.target_dir)
     log("== video pipeline (bench/pipeline.py)")
     pipe = pipeline.run_all(
@@ -191,12 +214,12 @@ def main(argv=None):
     print()
     print(table(rows))
     print()
-    for note in micro.NOTES:
+    for note in micro.notes(micro_result):
         print("- " + note)
     if a.json:
-        Path(a.json).write_text(json.dumps(
-            {"pipeline": pipe, "micro": micro_result, "barrier": barriers, "rows": rows},
-            indent=1))
+        Path(a.json).write_text(json.dumps(micro.finite(
+            {"pipeline": pipe, "micro": micro_result, "barrier": barriers, "rows": rows}),
+            indent=1, allow_nan=False))
     return 0
 
 
