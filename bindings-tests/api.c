@@ -121,6 +121,16 @@ static void chain(void) {
         CHECK_TRUE((uint8_t)c->data[k] == (uint8_t)(pattern(k) + 1 + k), "byte %u", k);
     }
     CHECK_OK(sat_release(c));
+    /* ABORT ends a write scope publishing nothing: the next scope reads the
+     * homes' version again. Without a scope it is refused. */
+    CHECK_STATUS(sat_abort(c), SAT_ERR_USAGE, "ABORT without a matching");
+    CHECK_OK(sat_readwrite(c));
+    c->data[me] = 0;
+    CHECK_OK(sat_abort(c));
+    CHECK_OK(sat_read(c));
+    CHECK_TRUE((uint8_t)c->data[me] == (uint8_t)(pattern(me) + 1 + me),
+               "byte %u after ABORT: %u", me, (uint8_t)c->data[me]);
+    CHECK_OK(sat_release(c));
 }
 
 /* ------------------------------------------------ MALLOC_LST, LOOKUP_LST */

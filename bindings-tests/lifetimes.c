@@ -1,6 +1,7 @@
 /* Lifetimes in a run: handles checked before use, a chain given back, a
  * fork() child, two threads allocating one chain, a request too large to
- * make, and a role that fails.
+ * make, a role that returns while three threads contend for one chunk, and
+ * a role that fails.
  *
  *   satrun -n 3 -- ./lifetimes          every check passes: exit 0
  *   satrun -n 3 -- ./lifetimes --fail   rank 2's role calls sat_role_failed:
@@ -11,6 +12,7 @@
  * (no topology: rank 0 is the server, ranks 1 and 2 clients of role 1). */
 #define _GNU_SOURCE /* MAP_ANONYMOUS */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +35,31 @@
 /* A handle of the run, used again after sat_bootstrap returned. */
 static sat_chunk_t *kept;
 static int fail_mode;
+
+/* Threads that take turns on one chunk until SAT refuses them: the role
+ * returns while they contend. Its end waits for their calls in progress,
+ * which wait for each other's scopes, so their RELEASEs must still go
+ * through then, or the run never ends. They leave the chunk's bytes alone:
+ * its memory goes with the run. */
+#define CONTENDERS 3
+static pthread_t contenders[CONTENDERS];
+static int contending;
+static atomic_long turns;
+
+static void *contend(void *arg) {
+    sat_chunk_t *c = arg;
+    while (sat_readwrite(c) == SAT_OK) {
+        atomic_fetch_add(&turns, 1);
+        if (sat_release(c) != SAT_OK) break;
+    }
+    return NULL;
+}
+
+static void start_contenders(sat_chunk_t *c) {
+    for (int i = 0; i < CONTENDERS; i++)
+        if (pthread_create(&contenders[i], NULL, contend, c) == 0) contending++;
+    while (atomic_load(&turns) < 300) usleep(1000);
+}
 
 static void on_release(sat_chunk_t *c, void *params) {
     (void)c;
@@ -195,6 +222,7 @@ static void role(sat_bootstrap_t *b) {
     char name[64];
     snprintf(name, sizeof name, "lifetimes role (rank %u)", b->rank);
     if (testing_done(name) != EXIT_SUCCESS) sat_role_failed("a check failed");
+    if (!fail_mode && b->rank == 1 && shared != NULL) start_contenders(shared);
 }
 
 int main(int argc, char **argv) {
@@ -210,6 +238,7 @@ int main(int argc, char **argv) {
     }
     /* After the run every handle is refused, never followed (the server,
      * rank 0, played no role: it has none). */
+    for (int i = 0; i < contending; i++) pthread_join(contenders[i], NULL);
     if (kept == NULL) return EXIT_SUCCESS;
     CHECK_STATUS(sat_read(kept), SAT_ERR_USAGE, "not valid");
     CHECK_STATUS(sat_chunk_free(kept), SAT_ERR_USAGE, "not valid");

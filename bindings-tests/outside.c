@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
     CHECK_STATUS(sat_write(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
     CHECK_STATUS(sat_readwrite(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
     CHECK_STATUS(sat_release(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
+    CHECK_STATUS(sat_abort(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
     CHECK_STATUS(sat_put(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
     CHECK_STATUS(sat_get(NULL), SAT_ERR_ARGUMENT, "chunk is NULL");
     CHECK_STATUS(sat_subscribe(NULL, chunk_handler, NULL), SAT_ERR_ARGUMENT, "chunk is NULL");

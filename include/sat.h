@@ -33,7 +33,8 @@
  *   while; its `data` must not be used.
  * - The client is never freed under a call: when the run ends (or on
  *   sat_detach()) new calls fail and calls in progress on other threads
- *   are waited for.
+ *   are waited for. RELEASE and ABORT still go through meanwhile: the calls
+ *   waited for may be waiting for a scope another thread is ending.
  * - A fork() child of a process in a run (or attached) inherits no client:
  *   its calls return SAT_ERR_USAGE. A child joins SAT only by exec'ing a
  *   program that does.
@@ -42,19 +43,29 @@
  * - sat_bootstrap(): once per process, from one thread (normally main()).
  * - Every other call is safe from several threads of the process while the
  *   run lasts: the library serializes what must be. A thread that acquires
- *   a chunk another thread holds in a scope waits for that scope to end; a
- *   thread acquiring twice what it holds is an error, not a deadlock.
+ *   a chunk another thread holds in a scope waits for that scope to end
+ *   (READ scopes of several threads share: a READ waits only for a write
+ *   scope, or for a writer already waiting); a thread acquiring twice what
+ *   it holds is an error, not a deadlock.
+ * - A scope belongs to the process: any thread may end it (sat_release,
+ *   sat_abort). A thread that exits or is cancelled inside a scope leaves
+ *   it open (SAT calls are not cancellation points): the chunk's other
+ *   acquirers, and the end of the role, wait until another thread ends it.
+ * - A barrier counts calls: each calling thread arrives once.
  * - chunk->data never moves while its handle is valid. With a
  *   <memory capacity> in the topology, a chain SAT allocated that is in no
  *   scope may be evicted in place: its memory is returned to the system
  *   and reads as zeros until the next scope fetches the data again.
  * - chunk->data is shared with the library: touch it only inside a scope
- *   (READ ... RELEASE) the calling thread opened, and write it only inside
- *   WRITE or READWRITE. Threads that share one scope synchronize
- *   between themselves.
+ *   (READ ... RELEASE) of this process (the one the calling thread opened,
+ *   or one it works in for the thread that opened it, as OpenMP threads in
+ *   a parallel region inside the scope do), and write it only inside WRITE
+ *   or READWRITE. Threads that share one scope synchronize between
+ *   themselves.
  * - Handlers (sat_subscribe, sat_signal_subscribe) run on the role's
  *   thread: after the role function returns, and while it waits in
- *   sat_rendezvous or sat_barrier.
+ *   sat_rendezvous or sat_barrier (not while it waits outside SAT, in
+ *   pthread_join for instance: notifications merge meanwhile).
  * - sat_last_error() is per thread; sat_version(), sat_abi_version(),
  *   sat_has_encryption(), sat_status_string(), sat_set_log_handler(),
  *   sat_home_based_mesi() and sat_home_only() are safe anywhere, any time.
@@ -783,6 +794,21 @@ enum sat_status sat_readwrite(struct sat_chunk_t *chunk);
 enum sat_status sat_release(struct sat_chunk_t *chunk);
 
 /**
+ * ABORT: ends the scope without publishing anything: after WRITE or
+ * READWRITE the chunks' homes keep their versions, and the next scope of
+ * this process reads them again (what `chunk->data` holds meanwhile is not
+ * the chain's data). For a thread that cannot finish what it writes. As
+ * RELEASE, any thread of the process may end the scope, also while the end
+ * of the role waits for the calls in progress. A protected chain's scope
+ * cannot end unchanged (the encryption layer seals at RELEASE): RELEASE it.
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
+ * a handle that is not valid, no run, a protected chain), SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED.
+ */
+enum sat_status sat_abort(struct sat_chunk_t *chunk);
+
+/**
  * PUT: WRITE then RELEASE: publishes what the chain's memory holds.
  *
  * Returns: SAT_OK, or as sat_write and sat_release.
@@ -981,8 +1007,9 @@ enum sat_status sat_connect(const char *address);
 
 /**
  * Detaches from the service `sat_connect` attached to: new calls fail with
- * `SAT_ERR_USAGE`, calls in progress on other threads are waited for, open
- * scopes are released (with a warning), every release is taken in by the
+ * `SAT_ERR_USAGE`, calls in progress on other threads are waited for (RELEASE
+ * and ABORT still go through meanwhile: those calls may wait for a scope
+ * another thread is ending), open scopes are then released (with a warning), every release is taken in by the
  * servers, the endpoint closes and the slot is given back. Chunk handles
  * obtained while attached are invalid afterwards (a call with one returns
  * `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`
@@ -995,7 +1022,8 @@ enum sat_status sat_detach(void);
 
 /**
  * This thread's last error message (empty if none); valid until the next
- * failing call on this thread.
+ * failing call on this thread, or until the thread exits (copy it to keep
+ * it longer).
  */
 const char *sat_last_error(void);
 
@@ -1038,7 +1066,9 @@ enum sat_status sat_rendezvous(uint32_t id);
 enum sat_status sat_wakeup(uint32_t id);
 
 /**
- * Waits until `count` calls of barrier `id` have arrived.
+ * Waits until `count` calls of barrier `id` have arrived. A call is an
+ * arrival: each thread that calls it arrives once, so two processes whose
+ * four threads each call it make a count of 8.
  *
  * In a run with recovery (`satrun --enable-recovery`), the first call of
  * each process after the run lost a process fails with

@@ -53,6 +53,11 @@ impl Protected {
             ScopeOp::Write => v.acquire(c, ch, Access::Write),
             ScopeOp::ReadWrite => v.acquire(c, ch, Access::ReadWrite),
             ScopeOp::Release => v.release(c, ch),
+            ScopeOp::Abort => Err(sat_core::SatError::Usage(format!(
+                "ABORT of the protected chain at chunk {}: the encryption layer seals at RELEASE \
+                 and cannot end a scope unchanged; RELEASE it",
+                ch.first()
+            ))),
             ScopeOp::Put => {
                 v.acquire(c, ch, Access::Write)?;
                 v.release(c, ch)

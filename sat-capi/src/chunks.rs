@@ -919,13 +919,20 @@ pub(crate) enum ScopeOp {
     Write,
     ReadWrite,
     Release,
+    Abort,
     Put,
     Get,
 }
 
 fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> sat_status {
     boundary(name, || {
-        let (inner, c) = match live_in_run(name, chunk) {
+        // A RELEASE also goes through while the role's end waits for the
+        // calls in progress, which may be waiting for this very scope.
+        let lent = match op {
+            ScopeOp::Release | ScopeOp::Abort => crate::run::client_to_end_scopes(),
+            _ => client(),
+        };
+        let (inner, c) = match live(name, chunk).and_then(|inner| Ok((inner, lent?))) {
             Ok(x) => x,
             Err(s) => return s,
         };
@@ -942,6 +949,7 @@ fn scope(name: &str, chunk: *mut sat_chunk_t, op: ScopeOp) -> sat_status {
             ScopeOp::Write => c.acquire_chain(ch, Access::Write),
             ScopeOp::ReadWrite => c.acquire_chain(ch, Access::ReadWrite),
             ScopeOp::Release => c.release_chain(ch),
+            ScopeOp::Abort => c.abort_chain(ch),
             ScopeOp::Put => c.put_chain(ch),
             ScopeOp::Get => c.get_chain(ch),
         };
@@ -1009,6 +1017,22 @@ pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> sat_status {
 #[no_mangle]
 pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> sat_status {
     scope("RELEASE", chunk, ScopeOp::Release)
+}
+
+/// ABORT: ends the scope without publishing anything: after WRITE or
+/// READWRITE the chunks' homes keep their versions, and the next scope of
+/// this process reads them again (what `chunk->data` holds meanwhile is not
+/// the chain's data). For a thread that cannot finish what it writes. As
+/// RELEASE, any thread of the process may end the scope, also while the end
+/// of the role waits for the calls in progress. A protected chain's scope
+/// cannot end unchanged (the encryption layer seals at RELEASE): RELEASE it.
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
+/// a handle that is not valid, no run, a protected chain), SAT_ERR_TRANSPORT,
+/// SAT_ERR_ABORTED.
+#[no_mangle]
+pub extern "C" fn sat_abort(chunk: *mut sat_chunk_t) -> sat_status {
+    scope("ABORT", chunk, ScopeOp::Abort)
 }
 
 /// PUT: WRITE then RELEASE: publishes what the chain's memory holds.

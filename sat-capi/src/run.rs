@@ -31,6 +31,14 @@ struct Lent {
 
 const OPEN: u64 = 1 << 63;
 
+/// Set by [`take_back`] while it waits for the calls in progress: new calls
+/// are refused then, but RELEASE still goes through ([`client_to_end_scopes`]).
+/// Calls waiting for a scope another thread holds end only when that
+/// thread releases it, and that thread is not inside a call then: refused,
+/// it would leave them, and the end of the role waiting for them, stuck
+/// for ever.
+const DRAINING: u64 = 1 << 62;
+
 static LENT: Lent = Lent {
     client: AtomicPtr::new(std::ptr::null_mut()),
     calls: AtomicU64::new(0),
@@ -100,6 +108,21 @@ pub(crate) fn client() -> Result<ClientRef, sat_status> {
     })
 }
 
+/// The client for a call that ends scopes (RELEASE): as [`client`], and
+/// also while the lender waits for the calls in progress ([`DRAINING`]).
+pub(crate) fn client_to_end_scopes() -> Result<ClientRef, sat_status> {
+    check_process()?;
+    let before = LENT.calls.fetch_add(1, Ordering::Acquire);
+    if before & (OPEN | DRAINING) == 0 {
+        LENT.calls.fetch_sub(1, Ordering::Release);
+        return client();
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    Ok(ClientRef {
+        client: LENT.client.load(Ordering::Acquire),
+    })
+}
+
 /// Whether this thread is inside a SAT call (a handler runs inside one).
 fn inside_a_call() -> bool {
     DEPTH.with(|d| d.get() > 0)
@@ -118,12 +141,30 @@ fn lend(client: &Client) {
     LENT.calls.fetch_or(OPEN, Ordering::AcqRel);
 }
 
-/// Refuses new calls, waits for those in progress on other threads to
-/// return, then forgets the client. The caller is in no call itself.
+/// Refuses new calls (RELEASE excepted, [`DRAINING`]), waits for those in
+/// progress on other threads to return, then forgets the client. The
+/// caller is in no call itself. Called twice by a run (the second time
+/// finds nothing lent).
 fn take_back() {
-    LENT.calls.fetch_and(!OPEN, Ordering::AcqRel);
+    let _ = LENT
+        .calls
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            (v & OPEN != 0).then_some((v & !OPEN) | DRAINING)
+        });
     let mut waited = 0u32;
-    while LENT.calls.load(Ordering::Acquire) & !OPEN != 0 {
+    loop {
+        let v = LENT.calls.load(Ordering::Acquire);
+        // Drained once no call is counted: the exchange fails if a RELEASE
+        // counted itself in meanwhile, and the wait goes on.
+        if v & DRAINING == 0
+            || (v == DRAINING
+                && LENT
+                    .calls
+                    .compare_exchange(DRAINING, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok())
+        {
+            break;
+        }
         // Rare and short (a call another thread is finishing): yield, then
         // sleep so a long one does not spin a core.
         if waited < 100 {
@@ -403,8 +444,9 @@ pub unsafe extern "C" fn sat_connect(address: *const c_char) -> sat_status {
 }
 
 /// Detaches from the service `sat_connect` attached to: new calls fail with
-/// `SAT_ERR_USAGE`, calls in progress on other threads are waited for, open
-/// scopes are released (with a warning), every release is taken in by the
+/// `SAT_ERR_USAGE`, calls in progress on other threads are waited for (RELEASE
+/// and ABORT still go through meanwhile: those calls may wait for a scope
+/// another thread is ending), open scopes are then released (with a warning), every release is taken in by the
 /// servers, the endpoint closes and the slot is given back. Chunk handles
 /// obtained while attached are invalid afterwards (a call with one returns
 /// `SAT_ERR_USAGE`, also after a new `sat_connect`). Returns `SAT_ERR_USAGE`

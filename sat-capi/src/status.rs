@@ -159,7 +159,8 @@ pub(crate) fn boundary<R: Failure>(call: &str, body: impl FnOnce() -> R) -> R {
 }
 
 /// This thread's last error message (empty if none); valid until the next
-/// failing call on this thread.
+/// failing call on this thread, or until the thread exits (copy it to keep
+/// it longer).
 #[no_mangle]
 pub extern "C" fn sat_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())

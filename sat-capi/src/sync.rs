@@ -48,7 +48,9 @@ pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
     call("wakeup", |c| c.wakeup(id))
 }
 
-/// Waits until `count` calls of barrier `id` have arrived.
+/// Waits until `count` calls of barrier `id` have arrived. A call is an
+/// arrival: each thread that calls it arrives once, so two processes whose
+/// four threads each call it make a count of 8.
 ///
 /// In a run with recovery (`satrun --enable-recovery`), the first call of
 /// each process after the run lost a process fails with

@@ -186,9 +186,13 @@ impl Caller {
                 let h = self.handle();
                 ("sat_readwrite", sat_readwrite(h) as i32)
             }
-            8 | 9 => {
+            8 => {
                 let h = self.handle();
                 ("sat_release", sat_release(h) as i32)
+            }
+            9 => {
+                let h = self.handle();
+                ("sat_abort", sat_abort(h) as i32)
             }
             10 => {
                 let h = self.handle();

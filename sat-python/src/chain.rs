@@ -1008,9 +1008,9 @@ impl PyScope {
             }
         }
         if raised {
-            chain.h.blocking(py, |c| chain.abort_in(c))?;
+            chain.h.ending_scope(py, |c| chain.abort_in(c))?;
         } else {
-            chain.h.blocking(py, |c| chain.release_in(c))?;
+            chain.h.ending_scope(py, |c| chain.release_in(c))?;
         }
         Ok(false)
     }

@@ -23,6 +23,12 @@ use crate::errors::{to_py, usage};
 /// Whether the client may be used, and how many calls are using it.
 struct Calls {
     open: bool,
+    /// Set while `close` waits for the calls in progress: new calls are
+    /// refused, but the end of a scope still goes through
+    /// ([`Handle::ending_scope`]). Calls waiting for a scope another thread
+    /// holds end only when that thread ends it, outside any call: refused,
+    /// it would leave them, and `close`, waiting for ever.
+    draining: bool,
     running: usize,
 }
 
@@ -111,6 +117,7 @@ impl Handle {
             client: AtomicPtr::new(std::ptr::null_mut()),
             calls: Mutex::new(Calls {
                 open: false,
+                draining: false,
                 running: 0,
             }),
             no_calls: Condvar::new(),
@@ -178,10 +185,12 @@ impl Handle {
     /// returned. Call it without the GIL: such a call may need it to return.
     pub(crate) fn close(&self) {
         let mut c = lock(&self.calls);
+        c.draining = c.open;
         c.open = false;
         while c.running > 0 {
             c = self.no_calls.wait(c).unwrap_or_else(|p| p.into_inner());
         }
+        c.draining = false;
     }
 
     /// Opens the client for a subscription callback the core runs after the
@@ -198,10 +207,29 @@ impl Handle {
 
     /// Runs `f` on the client; a core error becomes its Python exception.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&Client) -> Result<R, CoreError>) -> PyResult<R> {
+        self.with_if(false, f)
+    }
+
+    /// [`Handle::with`] for the end of a scope, which also goes through
+    /// while `close` waits for the calls in progress.
+    pub(crate) fn ending_scope<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Client) -> Result<R, CoreError> + Send,
+    ) -> PyResult<R> {
+        py.detach(|| self.with_if(true, f))
+    }
+
+    fn with_if<R>(
+        &self,
+        ends_a_scope: bool,
+        f: impl FnOnce(&Client) -> Result<R, CoreError>,
+    ) -> PyResult<R> {
         self.check_process()?;
         {
             let mut c = lock(&self.calls);
-            if !c.open {
+            let admitted = c.open || (ends_a_scope && c.draining);
+            if !admitted {
                 return Err(usage(if self.is_attached() {
                     "this Client has detached from its service: attach again with sat.connect"
                 } else {

@@ -50,3 +50,46 @@ def test_other_thread_runs_while_one_waits_in_barrier(satrun, provider):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(1) == ["counted while blocked: yes"]
+
+
+def test_a_role_that_returns_while_threads_contend_for_a_chunk_ends(satrun):
+    """The role function returns while three threads still take turns on one chunk: the end of
+    the role waits for their calls in progress, which wait for each other's scopes, so the end of
+    a scope must still go through then (the run hung for ever before). Their later calls raise
+    UsageError, and the run ends."""
+    out = satrun(
+        """
+        import threading
+        import sat
+
+        ended = []
+
+        def role(client):
+            chain = client.malloc(10, 64)
+            turns = [0]
+            many = threading.Event()
+
+            def contend():
+                try:
+                    while True:
+                        with chain.readwrite():
+                            turns[0] += 1
+                            if turns[0] >= 300:
+                                many.set()
+                except sat.UsageError:
+                    ended.append(1)
+
+            for _ in range(3):
+                threading.Thread(target=contend).start()
+            many.wait()
+
+        sat.run({1: role})
+        for t in threading.enumerate():
+            if t is not threading.main_thread():
+                t.join()
+        print("threads ended:", len(ended))
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.lines(1) == ["threads ended: 3"]

@@ -311,7 +311,7 @@ impl Client {
     fn barrier_round(&self, id: u32, count: u32, fetch: &[u8]) -> SatResult<()> {
         if count == 0 {
             return Err(SatError::Usage(format!(
-                "barrier {id} with a count of 0: give the number of processes to wait for"
+                "barrier {id} with a count of 0: give the number of calls to wait for (each calling thread of each process arrives once)"
             )));
         }
         if self.host_sync.load(std::sync::atomic::Ordering::Relaxed) {
