@@ -153,7 +153,7 @@ fn figure_9_and_a_burst_of_10000_releases() {
                 "SUBSCRIBE to chunk 41: this process is already subscribed; UNSUBSCRIBE first",
                 "chunk 12345 is unknown to this process: MALLOC or LOOKUP it first",
                 "UNSUBSCRIBE from chunk 40: this process is not subscribed to it",
-                "barrier 50 with a count of 0: give the number of processes to wait for",
+                "barrier 50 with a count of 0: give the number of calls to wait for (each calling thread of each process arrives once)",
             ] {
                 assert!(
                     stdout.contains(&format!(
