@@ -128,9 +128,9 @@ fn inside_a_call() -> bool {
     DEPTH.with(|d| d.get() > 0)
 }
 
-/// Whether a client is lent (a run or a session is going on).
+/// Whether a client is lent (a run or a session is going on, or ending).
 fn lending() -> bool {
-    LENT.calls.load(Ordering::Acquire) & OPEN != 0
+    LENT.calls.load(Ordering::Acquire) & (OPEN | DRAINING) != 0
 }
 
 /// Lends `client` to the calls of every thread, until [`take_back`].
@@ -181,7 +181,7 @@ fn take_back() {
 fn watch_forks() {
     static WATCHING: std::sync::Once = std::sync::Once::new();
     extern "C" fn in_child() {
-        if LENT.calls.load(Ordering::Relaxed) & OPEN != 0 {
+        if LENT.calls.load(Ordering::Relaxed) & (OPEN | DRAINING) != 0 {
             INHERITED.store(true, Ordering::Relaxed);
         }
     }
