@@ -1082,15 +1082,13 @@ pub extern "C" fn sat_chunk_free(chunk: *mut sat_chunk_t) -> sat_status {
             ));
         }
         // Refused (a chunk in a scope): nothing changes, the subscription
-        // through this handle included.
-        let memory = match c.unmap_for(NAME, &inner.chain) {
+        // through this handle included. Otherwise the subscription ends with
+        // the chain, in one critical section: the handler must not run with
+        // a handle that is gone (the memory outlives it until here).
+        let memory = match c.free_mapped_for(NAME, &inner.chain) {
             Ok(memory) => memory,
             Err(e) => return fail(&e),
         };
-        // The handler must not run with a handle that is gone (the memory
-        // outlives it until here); a chain with no subscription has nothing
-        // to end.
-        let _ = c.unsubscribe_chain(&inner.chain);
         if let Some(h) = handles().as_mut() {
             h.retire(chunk as usize);
         }

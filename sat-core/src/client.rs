@@ -812,11 +812,14 @@ impl Client {
                      belongs to the encryption layer); keep the handle",
                 ));
             }
-            st.store.free(chain).map_err(|e| refused(&e))?
+            let memory = st.store.free(chain).map_err(|e| refused(&e))?;
+            // Freed first, so that a refusal leaves the subscription as it
+            // was; in the same critical section, so that no event of the
+            // chain is queued for its handler once it is given back. A chain
+            // with no subscription has nothing to end.
+            self.end_chain_subscription_locked(&mut st, chain);
+            memory
         };
-        // Freed first: a refusal leaves the subscription as it was. A chain
-        // with no subscription has nothing to end.
-        let _ = self.unsubscribe_chain(chain);
         drop(memory);
         Ok(())
     }
@@ -831,6 +834,25 @@ impl Client {
                 chain.first()
             ))
         })
+    }
+
+    /// FREE of a MAP'd chain, for the API call `call` (the C ABI's and the
+    /// Python module's FREE, whose chains are MAP'd on memory they own):
+    /// [`Client::unmap_for`], and the end of this process's subscription to
+    /// the chain in the same critical section, so that no event of the
+    /// chain reaches its handler once the chain is given back. Refused (a
+    /// chunk in a scope): nothing changes, the subscription included.
+    pub fn free_mapped_for(&self, call: &str, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
+        let _sat = stats::doing(Activity::Sdsm);
+        let mut st = self.lock();
+        let memory = st.store.unmap(chain).map_err(|e| {
+            SatError::Usage(format!(
+                "{call} of the chain at chunk {}: {e}",
+                chain.first()
+            ))
+        })?;
+        self.end_chain_subscription_locked(&mut st, chain);
+        Ok(memory)
     }
 
     /// LOOKUP of one chunk: its size, once any process has allocated it. It

@@ -206,9 +206,42 @@ fn parsed() -> &'static Result<Settings, String> {
     PARSED.get_or_init(|| parse(|name| std::env::var(name).ok()))
 }
 
+/// The encryption layer's variables (docs/ENCRYPTION.md).
+const ENCRYPTION_VARIABLES: [&str; 4] = [
+    "SAT_ABE_KEY",
+    "SAT_ABE_CRL",
+    "SAT_ABE_KEK_LIFETIME",
+    "SAT_ABE_AEAD",
+];
+
+/// The encryption layer's variables set in an environment whose SAT was
+/// built without the layer: they protect nothing there, which an operator
+/// who set them must hear.
+fn encryption_variables_ignored(value: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    if cfg!(feature = "abe") {
+        return Vec::new();
+    }
+    ENCRYPTION_VARIABLES
+        .into_iter()
+        .filter(|name| value(name).is_some())
+        .collect()
+}
+
 /// An error naming every malformed variable; what a process checks before
-/// it joins anything.
+/// it joins anything. Also warns, once per process, of the encryption
+/// layer's variables when this SAT was built without the layer.
 pub fn check() -> SatResult<()> {
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        let ignored = encryption_variables_ignored(|name| std::env::var(name).ok());
+        if !ignored.is_empty() {
+            tracing::warn!(
+                "{} set, but this SAT was built without the encryption layer: ignored, and \
+                 nothing is protected (build with the feature `abe`, docs/ENCRYPTION.md)",
+                ignored.join(", ")
+            );
+        }
+    });
     match parsed() {
         Ok(_) => Ok(()),
         Err(e) => Err(SatError::Usage(e.clone())),
@@ -256,6 +289,20 @@ mod tests {
             assert!(with(&[(var, missing.to_str().unwrap())]).is_ok());
         }
         std::fs::remove_file(&file).unwrap();
+    }
+
+    /// Without the encryption layer, its variables are named as ignored;
+    /// with it, they are the layer's to read.
+    #[test]
+    fn the_encryption_layers_variables_are_named_when_it_is_not_built() {
+        let set = |name: &str| (name == "SAT_ABE_KEY" || name == "SAT_ABE_CRL").then(String::new);
+        let ignored = encryption_variables_ignored(set);
+        if cfg!(feature = "abe") {
+            assert!(ignored.is_empty(), "{ignored:?}");
+        } else {
+            assert_eq!(ignored, ["SAT_ABE_KEY", "SAT_ABE_CRL"]);
+        }
+        assert!(encryption_variables_ignored(|_| None).is_empty());
     }
 
     #[test]

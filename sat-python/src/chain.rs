@@ -715,12 +715,10 @@ impl PyChain {
                 me.chain.first()
             )));
         }
-        let memory = me.h.blocking(py, |c| {
-            let memory = c.unmap_for("FREE", &me.chain)?;
-            // Freed first: a refusal leaves the subscription as it was.
-            let _ = c.unsubscribe_chain(&me.chain);
-            Ok(memory)
-        })?;
+        // The subscription ends with the chain, in one critical section; a
+        // refusal leaves both as they were.
+        let memory =
+            me.h.blocking(py, |c| c.free_mapped_for("FREE", &me.chain))?;
         me.freed.store(true, std::sync::atomic::Ordering::Release);
         me.h.forget_chain(py, &me.chain.ids().collect::<Vec<_>>(), slf);
         // The region itself goes with the last array or view using it.

@@ -59,7 +59,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Client, WaitFor};
+use super::{Client, ClientState, WaitFor};
 use crate::chunk::NO_LABEL;
 use crate::error::{SatError, SatResult};
 use crate::store::Chain;
@@ -631,6 +631,21 @@ impl Client {
         self.end_chunk_subscription(Topic::of_chain(chain))
     }
 
+    /// Ends this process's subscription to `chain`, if any, under the
+    /// caller's hold of the client's lock: FREE ends it in the same critical
+    /// section that gives the chain back, so that no event of the freed
+    /// chain is queued, nor its handler run, in between.
+    pub(super) fn end_chain_subscription_locked(&self, st: &mut ClientState, chain: &Chain) {
+        if st
+            .mail
+            .events
+            .subscriptions
+            .contains_key(&Topic::of_chain(chain))
+        {
+            let _ = self.end_chunk_subscription_locked(st, Topic::of_chain(chain));
+        }
+    }
+
     /// Runs `handler` each time signal `id` is raised, by any process.
     /// Returns once the signal's coordinator has recorded the subscription.
     pub fn subscribe_signal(
@@ -747,7 +762,12 @@ impl Client {
 
     fn end_chunk_subscription(&self, topic: Topic) -> SatResult<()> {
         let mut st = self.lock();
-        let st = &mut *st;
+        self.end_chunk_subscription_locked(&mut st, topic)
+    }
+
+    /// [`Client::end_chunk_subscription`] under the caller's hold of the
+    /// client's lock.
+    fn end_chunk_subscription_locked(&self, st: &mut ClientState, topic: Topic) -> SatResult<()> {
         let msgs = st.mail.events.remove(topic)?;
         self.handlers_lock().map.remove(&topic);
         for (chunk, subscribe) in msgs {
