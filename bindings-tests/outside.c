@@ -66,6 +66,7 @@ int main(int argc, char **argv) {
     CHECK_STATUS(sat_wakeup(1), SAT_ERR_USAGE, NO_RUN);
     CHECK_STATUS(sat_barrier(1, 1), SAT_ERR_USAGE, NO_RUN);
     CHECK_STATUS(sat_signal_raise(1), SAT_ERR_USAGE, NO_RUN);
+    CHECK_STATUS(sat_run_handlers(NULL), SAT_ERR_USAGE, NO_RUN);
     CHECK_STATUS(sat_signal_subscribe(1, signal_handler, NULL), SAT_ERR_USAGE, NO_RUN);
     CHECK_STATUS(sat_signal_unsubscribe(1), SAT_ERR_USAGE, NO_RUN);
     CHECK_STATUS(sat_init_symbol_table(), SAT_ERR_USAGE, NO_RUN);

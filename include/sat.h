@@ -1082,6 +1082,27 @@ enum sat_status sat_wakeup(uint32_t id);
 enum sat_status sat_barrier(uint32_t id, uint32_t count);
 
 /**
+ * Runs, now, the handlers of the notifications and signals that have
+ * arrived, and puts how many ran in `*ran` (0: none was waiting; `ran` may
+ * be NULL). Handlers otherwise run only while the role waits (in
+ * sat_rendezvous, sat_barrier) and after the role function returns: a role
+ * that computes for long between its waits calls this to serve its
+ * subscriptions meanwhile, as an MPI program calls MPI_Test. It never
+ * waits.
+ *
+ * Only on the role's thread (the thread sat_bootstrap runs the role
+ * function on, or the one that called sat_connect), and not from a handler:
+ * elsewhere SAT_ERR_USAGE.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE (no run, another thread, from a
+ * handler), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
+ *
+ * # Safety
+ * `ran` is NULL or points at a writable variable.
+ */
+enum sat_status sat_run_handlers(uint32_t *ran);
+
+/**
  * Raises signal `id`: every subscribed process runs its handler.
  *
  * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
@@ -1168,7 +1189,8 @@ void sat_free(void *p);
  * SUBSCRIBE: after every write release of any chunk of the chain, from any
  * process, `handler(chunk, params)` runs in this process, given the handle
  * it was subscribed with (in the client loop after the role function
- * returns, and while it waits in a rendezvous or barrier). A handler may
+ * returns, while it waits in a rendezvous or barrier, and when it calls
+ * sat_run_handlers). A handler may
  * use the whole API; a READ of the chain inside it sees every release it
  * was run for.
  *

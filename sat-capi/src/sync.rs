@@ -65,6 +65,35 @@ pub extern "C" fn sat_barrier(id: u32, count: u32) -> sat_status {
     call("barrier", |c| c.barrier(id, count))
 }
 
+/// Runs, now, the handlers of the notifications and signals that have
+/// arrived, and puts how many ran in `*ran` (0: none was waiting; `ran` may
+/// be NULL). Handlers otherwise run only while the role waits (in
+/// sat_rendezvous, sat_barrier) and after the role function returns: a role
+/// that computes for long between its waits calls this to serve its
+/// subscriptions meanwhile, as an MPI program calls MPI_Test. It never
+/// waits.
+///
+/// Only on the role's thread (the thread sat_bootstrap runs the role
+/// function on, or the one that called sat_connect), and not from a handler:
+/// elsewhere SAT_ERR_USAGE.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE (no run, another thread, from a
+/// handler), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
+///
+/// # Safety
+/// `ran` is NULL or points at a writable variable.
+#[no_mangle]
+pub unsafe extern "C" fn sat_run_handlers(ran: *mut u32) -> sat_status {
+    call("run_handlers", |c| {
+        let n = c.run_handlers()?;
+        if !ran.is_null() {
+            // SAFETY: the caller's writable variable.
+            unsafe { *ran = u32::try_from(n).unwrap_or(u32::MAX) };
+        }
+        Ok(())
+    })
+}
+
 /// Raises signal `id`: every subscribed process runs its handler.
 ///
 /// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
@@ -269,7 +298,8 @@ unsafe impl Sync for Ptrs {}
 /// SUBSCRIBE: after every write release of any chunk of the chain, from any
 /// process, `handler(chunk, params)` runs in this process, given the handle
 /// it was subscribed with (in the client loop after the role function
-/// returns, and while it waits in a rendezvous or barrier). A handler may
+/// returns, while it waits in a rendezvous or barrier, and when it calls
+/// sat_run_handlers). A handler may
 /// use the whole API; a READ of the chain inside it sees every release it
 /// was run for.
 ///

@@ -236,11 +236,22 @@ impl Caller {
             }
             14 => ("sat_init_symbol_table", sat_init_symbol_table() as i32),
             _ => {
-                let which = self.rng.below(4);
+                let which = self.rng.below(5);
                 match which {
                     0 => ("sat_rank", sat_rank().min(0)),
                     1 => ("sat_client_count", sat_client_count().min(0)),
                     2 => ("sat_server_count", sat_server_count().min(0)),
+                    3 => {
+                        let mut ran = 0u32;
+                        let out = if self.rng.below(2) == 0 {
+                            ptr::null_mut()
+                        } else {
+                            &mut ran as *mut u32
+                        };
+                        // SAFETY: NULL or a writable variable.
+                        let s = unsafe { sat_run_handlers(out) } as i32;
+                        ("sat_run_handlers", s)
+                    }
                     _ => {
                         let id = self.rng.below(1000) as u32;
                         ("sat_signal_raise", sat_signal_raise(id) as i32)

@@ -216,3 +216,49 @@ fn the_dataflow_delivers_every_frame_exactly_once() {
         assert_eq!(processed, 150, "{provider}: {stdout}");
     }
 }
+
+/// `run_handlers`: a role that never waits after subscribing still runs its
+/// handler, inside `run_handlers`, for every write up to the last; the call
+/// finds nothing to run before the writes, and is refused from another
+/// thread and from a handler. On one host's segments (the releaser tells
+/// the subscriber through shared memory) and through messages.
+#[test]
+fn a_computing_role_serves_its_subscription_with_run_handlers() {
+    for (provider, segments) in [("shm", "on"), ("shm", "off"), ("tcp", "on")] {
+        let out = run(Command::new(satrun())
+            .args(["-n", "3", "--topology"])
+            .arg(topology("figure11.xml"))
+            .args(["--provider", provider, "--"])
+            .arg(example("serve_while_computing"))
+            .env("SAT_HOST_SEGMENTS", segments));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{provider} segments {segments}: {stdout}{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains("[2] computer: from another thread: run_handlers: handlers run on"),
+            "{provider} segments {segments}: {stdout}"
+        );
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("[2] computer: 0 handler runs before the writes, "))
+            .unwrap_or_else(|| panic!("{provider} segments {segments}: {stdout}"));
+        // Every handler run was inside run_handlers, and each was refused
+        // its own run_handlers once.
+        let ran: u64 = line
+            .split(", ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(ran >= 1, "{line}");
+        assert!(
+            line.ends_with(&format!(
+                "the handler saw write 3; refused in a handler {ran} times"
+            )),
+            "{line}"
+        );
+    }
+}

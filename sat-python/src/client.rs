@@ -672,6 +672,19 @@ impl PyClient {
         self.h.blocking(py, |c| c.unsubscribe_signal(id))
     }
 
+    /// Runs, now, the callbacks of the notifications and signals that have
+    /// arrived, and returns how many ran (0: none was waiting). Callbacks
+    /// otherwise run only while this client waits (`barrier`, `rendezvous`)
+    /// and after a role returns: a role that computes for long between its
+    /// waits calls this to serve its subscriptions meanwhile. It never
+    /// waits. Only on the client's own thread (the role's, or the one that
+    /// called `connect`), and not from a callback: elsewhere UsageError. A
+    /// callback's exception is raised here; the events after it run at the
+    /// next call.
+    fn run_handlers(&self, py: Python<'_>) -> PyResult<usize> {
+        self.h.blocking(py, |c| c.run_handlers())
+    }
+
     /// Raises signal `id`: every process subscribed to it runs its callback.
     fn raise_signal(&self, py: Python<'_>, id: Int) -> PyResult<()> {
         let id = id.u32("id")?;

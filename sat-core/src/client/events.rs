@@ -801,13 +801,49 @@ impl Client {
         self.role_thread.get() == Some(&std::thread::current().id()) && !IN_HANDLER.with(Cell::get)
     }
 
-    /// Runs the handlers of every pending event, oldest first.
-    pub(crate) fn run_pending_handlers(&self) -> SatResult<()> {
+    /// Runs, now, the handlers of the events that have arrived, and returns
+    /// how many ran (0: none was waiting). Handlers otherwise run only while
+    /// the role waits (in `rendezvous`, `barrier`, `recv`) and after it
+    /// returns: a role that computes for long between its waits calls this
+    /// to serve its subscriptions meanwhile, as an MPI program calls
+    /// `MPI_Test` to make progress. It never waits: it takes in what has
+    /// reached this process, runs the handlers of the pending events oldest
+    /// first (those that arrive while they run too), and returns.
+    ///
+    /// Only on the role's thread (the thread of the role function, of
+    /// `service::connect`), and not from a handler: handlers run one at a
+    /// time on that thread, so elsewhere it is a usage error. A handler's
+    /// error is returned, as from a wait, and the events after it stay
+    /// pending for the next call.
+    pub fn run_handlers(&self) -> SatResult<usize> {
+        if self.finished.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(SatError::Usage(
+                "run_handlers: this client has ended (it detached from its service, or its role \
+                 returned): attach again to use the S-DSM"
+                    .into(),
+            ));
+        }
+        if !self.may_run_handlers() {
+            return Err(SatError::Usage(
+                "run_handlers: handlers run on the role's thread, one at a time: call it from the \
+                 role function's thread (or the thread that connected), outside a handler"
+                    .into(),
+            ));
+        }
+        self.fatal()?;
+        self.lock().progress(self.rank)?;
+        self.run_pending_handlers()
+    }
+
+    /// Runs the handlers of every pending event, oldest first; returns how
+    /// many ran.
+    pub(crate) fn run_pending_handlers(&self) -> SatResult<usize> {
+        let mut ran = 0;
         loop {
             let (topic, event) = {
                 let mut st = self.lock();
                 let Some(next) = st.mail.events.pending.pop_front() else {
-                    return Ok(());
+                    return Ok(ran);
                 };
                 st.mail.events.handling = true;
                 next
@@ -822,6 +858,7 @@ impl Client {
                 r
             });
             self.lock().mail.events.handling = false;
+            ran += usize::from(outcome.is_some());
             match outcome {
                 None | Some(Ok(Ok(()))) => {}
                 Some(Ok(Err(e))) => {

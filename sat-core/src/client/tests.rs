@@ -825,7 +825,7 @@ fn recorder(
 /// events merge as they would behind a slow handler.
 fn take_in(client: &Client, id: u32) -> SatResult<()> {
     client.rendezvous(id)?;
-    client.run_pending_handlers()
+    client.run_pending_handlers().map(drop)
 }
 
 /// A release of any chunk of a subscribed chain runs the chain's handler,

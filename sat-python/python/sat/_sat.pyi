@@ -260,6 +260,11 @@ class Client:
     def subscribe_signal(self, id: int, callback: Callable[[int], object]) -> None: ...
     def unsubscribe_signal(self, id: int) -> None: ...
     def raise_signal(self, id: int) -> None: ...
+    def run_handlers(self) -> int:
+        """Runs, now, the callbacks of the notifications and signals that have arrived, and
+        returns how many ran (0: none was waiting); never waits. Callbacks otherwise run only
+        while this client waits (``barrier``, ``rendezvous``) and after a role returns. Only on
+        the client's own thread, not from a callback: elsewhere UsageError."""
 
 def run(
     roles: Mapping[int, Callable[[Client], object]], args: Optional[Sequence[str]] = None
