@@ -43,8 +43,9 @@
 //! 13. With the same key, on a chain D that tenant could read until a new
 //!     epoch: sealing new versions under the old epoch, or under an epoch
 //!     of its own that gives its read access back, gets it nothing; after a
-//!     version under a record that does not verify, a process that knows no
-//!     read policy of D refuses to write it until D's owner writes again
+//!     version under a record that does not verify, her processes refuse to
+//!     write D, one that knows no read policy of D and one that knows the
+//!     policy from before the new epoch alike, until D's owner writes again
 //!     ([`revoked_writer`]).
 //! 14. carl writes back the sealed bytes of an older value of a protected
 //!     symbol through the plain API: a reader that never opened the name
@@ -758,15 +759,25 @@ fn revoked_writer(c: &Client, v: &Vault, wanda_key: &std::path::Path) -> RoleRes
     }
     c.barrier(43, n)?;
     // A process of wanda's that knows no read policy of D refuses to write
-    // it (its MALLOC's read policy does not count: wanda is no owner)...
-    if me == CARL {
+    // it (its MALLOC's read policy does not count: wanda is no owner), and
+    // so does her process that read D before the new epoch took her read
+    // access away: the policies it knows are older than the revocation the
+    // unverifiable record now hides, and sealing under them would give her
+    // read access back...
+    if let Some(w) = &wanda_vault {
+        let wd = w.lookup_lst(c, &ids, WAIT)?;
         let fresh = Vault::load(wanda_key)?;
         let fd = fresh.malloc_lst(c, ProtocolId::default(), &ids, &[CHUNK], &both)?;
-        match fresh.put(c, &fd, &pattern(0xD4, 2 * CHUNK)) {
-            Err(SatError::Integrity(why)) => {
-                assert!(why.contains("knows no current read policy"), "{why}")
+        for (who, vault, chain) in [("knows an older", w, &wd), ("knows no", &fresh, &fd)] {
+            match vault.put(c, chain, &pattern(0xD4, 2 * CHUNK)) {
+                Err(SatError::Integrity(why)) => {
+                    assert!(
+                        why.contains("who may read the chain now is unknown"),
+                        "{why}"
+                    )
+                }
+                other => panic!("a write by a process that {who} read policy of D: {other:?}"),
             }
-            other => panic!("a write by a process that knows no read policy of D: {other:?}"),
         }
     }
     c.barrier(44, n)?;

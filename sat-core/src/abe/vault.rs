@@ -983,29 +983,44 @@ impl Vault {
         let mut epochs: Vec<Option<Arc<Epoch>>> = Vec::with_capacity(headers.len());
         let mut policies = None;
         let mut overwritten = None;
+        // A chunk whose newest epoch, or the line of epochs before it, does
+        // not verify: who may read the chain now is unknown.
+        let mut unverified = None;
         let known = self.newest_known(chain);
+        let owner = seal::label_has_owner(&chain.inner.label, &self.key.certificate().tenant);
         for (i, h) in headers.iter().enumerate() {
             let id = chain.inner.plain.chunks()[i].0;
             let object = Object::Chunk(id);
             // A version under an epoch that does not verify (damaged, or
-            // forged) is replaced under a new epoch: a legitimate writer
-            // can always repair the chunk.
+            // forged) is replaced under a new epoch, by a writer that knows
+            // the chain's current policies from another chunk, or by the
+            // chain's owner (below).
             let current = match h {
-                Some(h) => match self.epoch(client, h.epoch, &object, Some(&chain.inner.label)) {
-                    Ok(e) => Some(e),
-                    Err(SatError::Integrity(why)) => {
-                        tracing::warn!("protected chunk {id}: replacing a version whose epoch does not verify: {why}");
-                        None
+                Some(h) => {
+                    match self.epoch(client, h.epoch, &object, Some(&chain.inner.label)) {
+                        Ok(e) => Some(e),
+                        Err(SatError::Integrity(why)) => {
+                            tracing::warn!("protected chunk {id}: a version whose epoch does not verify: {why}");
+                            unverified.get_or_insert(id);
+                            None
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
-                },
+                }
                 None => None,
             };
-            // Its policies say who reads the chain when its line of epochs
-            // was verified, or when they are the ones this process knows.
+            // Its policies say who reads the chain only when its line of
+            // epochs was verified. Not when they merely match what this
+            // process knows: what a process knows may be older than a
+            // revocation whose record was since damaged, or that a made-up
+            // epoch hides, and a revoked tenant could name those very
+            // policies in an epoch of its own for this process to continue.
             let current = current.filter(|e| {
-                self.line_known(e, &object)
-                    || known.as_ref().is_some_and(|k| same(&k.read, &e.read))
+                let line = self.line_known(e, &object);
+                if !line {
+                    unverified.get_or_insert(id);
+                }
+                line
             });
             if let Some(e) = &current {
                 policies.get_or_insert((e.read.clone(), e.write.clone()));
@@ -1045,12 +1060,26 @@ impl Vault {
             // keeps who reads as it was (only `new_epoch` changes it, and
             // readers accept that only from a tenant that can read). Else
             // those of the newest epoch this process knows of the chain
-            // (its MALLOC's may have been replaced by a new epoch).
+            // (its MALLOC's may have been replaced by a new epoch), unless
+            // a chunk's newest epoch did not verify: the chain may have
+            // moved past what this process knows (a revocation), so only
+            // its owner, who may always say who reads, writes it then.
             let policies = match (policies, known) {
                 (Some(p), _) => Some(p),
-                (None, Some(e)) => Some((e.read.clone(), e.write.clone())),
-                (None, None) => None,
+                (None, Some(e)) if unverified.is_none() || owner => {
+                    Some((e.read.clone(), e.write.clone()))
+                }
+                (None, _) => None,
             };
+            if let (Some(id), None, false) = (unverified, &policies, owner) {
+                return Err(SatError::Integrity(format!(
+                    "protected chunk {id}: its newest key epoch, or the line of epochs before it, \
+                     does not verify (its record is missing or damaged: bytes written through \
+                     the plain API), so who may read the chain now is unknown; nothing was \
+                     published: have the chain's owner write it, which seals it under a new \
+                     epoch"
+                )));
+            }
             if let (Some(id), None, None) = (overwritten, &policies, &chain.inner.protection) {
                 return Err(SatError::Integrity(format!(
                     "protected chunk {id} was written over through the plain API, and this \
@@ -1061,7 +1090,6 @@ impl Vault {
             // A MALLOC's read policy counts only for the chain's owner (its
             // creator, who may always say who reads it): a joiner's MALLOC
             // may name a policy the chain has since left.
-            let owner = seal::label_has_owner(&chain.inner.label, &self.key.certificate().tenant);
             let (read, write) = match (&chain.inner.protection, policies) {
                 (_, Some(p)) => p,
                 (Some(p), None) if owner => (p.read.clone(), p.write.clone()),
