@@ -16,13 +16,20 @@ pub(crate) use disabled::*;
 /// Whether the module was built with the encryption layer.
 pub(crate) const HAS_ABE: bool = cfg!(feature = "abe");
 
+/// Whether a chunk of `chain` carries a label (a protected chunk).
+fn any_protected(c: &sat_core::client::Client, chain: &sat_core::client::Chain) -> bool {
+    chain.ids().any(|id| {
+        c.label_of(id)
+            .is_some_and(|l| l != sat_core::chunk::NO_LABEL)
+    })
+}
+
 #[cfg(feature = "abe")]
 mod enabled {
     use std::sync::Arc;
 
     use sat_core::abe::seal::Header;
     use sat_core::abe::{Policy, Protection, SecureChain, Vault};
-    use sat_core::chunk::NO_LABEL;
     use sat_core::client::{Chain, Client};
     use sat_core::protocol::{Access, ProtocolId};
     use sat_core::SatError;
@@ -99,9 +106,12 @@ mod enabled {
         vault(c)?.malloc_lst(c, protocol, ids, sizes, &p)
     }
 
-    /// The protected chain a looked-up chain is, None when it is plain.
+    /// The protected chain a looked-up chain is, None when it is plain. A
+    /// chain with any protected chunk is protected (the layer refuses one
+    /// that mixes them): otherwise a LOOKUP_LST that puts a plain chunk
+    /// first would give the plain API over sealed bytes.
     pub(crate) fn adopt(c: &Client, chain: &Chain) -> Result<Option<Secure>, SatError> {
-        if c.label_of(chain.first()).unwrap_or(NO_LABEL) == NO_LABEL {
+        if !super::any_protected(c, chain) {
             return Ok(None);
         }
         vault(c)?.adopt(c, chain.clone()).map(Some)
@@ -176,7 +186,6 @@ mod enabled {
 #[cfg(not(feature = "abe"))]
 mod disabled {
 
-    use sat_core::chunk::NO_LABEL;
     use sat_core::client::{Chain, Client};
     use sat_core::protocol::{Access, ProtocolId};
     use sat_core::SatError;
@@ -226,7 +235,7 @@ mod disabled {
     }
 
     pub(crate) fn adopt(c: &Client, chain: &Chain) -> Result<Option<Secure>, SatError> {
-        if c.label_of(chain.first()).unwrap_or(NO_LABEL) == NO_LABEL {
+        if !super::any_protected(c, chain) {
             return Ok(None);
         }
         Err(absent())

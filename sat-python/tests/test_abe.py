@@ -225,7 +225,19 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
                 print("protected chain looked up without a key")
             except sat.AccessDenied:
                 print("no key yet")
+            # A plain chunk first does not make the list plain: no raw access to sealed bytes.
+            again.malloc(501, 64)
+            try:
+                raw = again.lookup_lst([501, 500])
+                print("mixed list looked up without a key:", raw)
+            except sat.AccessDenied:
+                print("no key for a mixed list")
             again.load_key(keys.format(rank=2))   # rita: tenant_a, reader only
+            try:
+                raw = again.lookup_lst([501, 500])
+                print("mixed list looked up:", raw)
+            except sat.UsageError as e:
+                print("mixed list refused:", "not protected" in str(e))
             c = again.lookup(500)
             print("rita reads:", again.get(c) == bytes(range(64)))
             # A tenant that may read but not write is refused, and publishes nothing that
@@ -250,6 +262,8 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         "forged symbol refused",
         "plain symbol: True",
         "no key yet",
+        "no key for a mixed list",
+        "mixed list refused: True",
         "rita reads: True",
         "rita may not write",
         "rita still reads: True",

@@ -2,8 +2,9 @@
 
 
 def test_pending_notifications_merge_into_the_last_version(satrun, provider):
-    """N releases while the subscriber's role thread runs no callback: once the role function
-    returns, the callback runs once, with the last version and its data."""
+    """N releases while the subscriber's role thread runs no callback: `run_handlers` on the role's
+    thread (refused on another, and in a callback) runs the callback once, with the last version
+    and its data, and nothing is left for after the role function."""
     out = satrun(
         """
         import threading
@@ -11,6 +12,7 @@ def test_pending_notifications_merge_into_the_last_version(satrun, provider):
 
         N = 200
         seen = []
+        refused = []
 
         def publisher(client):
             chain = client.malloc(40, 8)
@@ -28,6 +30,11 @@ def test_pending_notifications_merge_into_the_last_version(satrun, provider):
                 assert isinstance(event, sat.ChunkEvent) and event.chunk == 40
                 seen.append((event.version, int.from_bytes(event.data, "little"),
                              threading.get_ident() == role_thread))
+                try:
+                    client.run_handlers()
+                    refused.append("callback: ran")
+                except sat.UsageError:
+                    refused.append("callback")
                 if event.version == N:
                     client.unsubscribe(chain)
 
@@ -47,6 +54,20 @@ def test_pending_notifications_merge_into_the_last_version(satrun, provider):
             t.start()
             t.join()
             assert seen == [], seen
+
+            def elsewhere():
+                try:
+                    client.run_handlers()
+                    refused.append("thread: ran")
+                except sat.UsageError:
+                    refused.append("thread")
+
+            t = threading.Thread(target=elsewhere)
+            t.start()
+            t.join()
+            assert client.run_handlers() == 1
+            assert client.run_handlers() == 0
+            assert refused == ["thread", "callback"], refused
 
         sat.run({1: publisher, 2: subscriber})
         if seen:
