@@ -29,9 +29,14 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 /// Starts `attach ARGS` for a command that stays attached until its
 /// standard input closes; returns it once it printed its first line.
 fn start_holder(args: &[&str]) -> (Child, String) {
+    start_holder_with_env(args, &[])
+}
+
+fn start_holder_with_env(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
     use std::io::BufRead;
     let mut holder = Command::new(example("attach"))
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -759,6 +764,62 @@ fn a_process_killed_releasing_a_64_chunk_chain_leaves_it_whole() {
             "no kill landed inside a release: {}",
             service.log()
         );
+    }
+}
+
+/// A client that holds the secret but claims another process's pid in its
+/// hello, then goes silent inside a write scope on a host slot: the service
+/// drops it after the lease, as any silent client, but kills no process for
+/// it (the claimed pid does not hold its connection), and serves on. Before,
+/// the desk killed whatever pid was claimed (pid 0: the service itself).
+#[test]
+fn a_client_that_claims_another_pid_gets_no_process_killed() {
+    let service = Service::start_with_env(
+        "shm",
+        &["--slots", "4"],
+        &[("SAT_LEASE_S", "3"), ("SAT_HOST_SEGMENTS", "on")],
+    );
+    let a = service.address.as_str();
+    let mut bystander = Command::new("sleep").arg("600").spawn().unwrap();
+    let (mut holder, line) = start_holder_with_env(
+        &["hold-scope", a, "--chunk", "4"],
+        &[("SAT_TEST_CLAIM_PID", bystander.id().to_string())],
+    );
+    let pid: i32 = line
+        .split("pid ")
+        .nth(1)
+        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    // SAFETY: kill(2) with a pid and a signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Waits for the write scope until the lease has run out and the silent
+    // client is dropped.
+    let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
+    assert!(
+        ok && out.contains("counter 1"),
+        "{out} {err}\n{}",
+        service.log()
+    );
+    let log = service.log();
+    assert!(log.contains("dropped: it sent nothing for 3 s"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "says it is pid {} of this host, which does not hold the connection",
+            bystander.id()
+        )),
+        "{log}"
+    );
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "the process whose pid was claimed lives: {log}"
+    );
+    assert!(
+        holder.try_wait().unwrap().is_none(),
+        "the stopped client was not fenced either (its pid was not the one it claimed)"
+    );
+    for child in [&mut holder, &mut bystander] {
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }
 

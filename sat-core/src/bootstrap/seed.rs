@@ -391,10 +391,25 @@ impl SeedLink {
                 // are fenced: a lost one is killed, and gone, before its
                 // home frees its locks, so that it cannot wake and write
                 // into a slot another process has taken since.
+                // A pid is believed only of the process that holds the
+                // rank's connection: any process with the secret could
+                // otherwise name another one, or the seed's own group
+                // (pid 0), to be killed.
                 let fence = (0..seed.size as usize)
                     .map(|r| {
+                        // The seed itself has no connection to watch.
+                        let conn = conns.get(r).and_then(Option::as_ref)?;
                         let ours = seed.hosts[r] == seed.hosts[0] && seed.pids[r] != 0;
-                        (ours && fence_local).then_some(seed.pids[r])
+                        let pid = seed.pids[r];
+                        if ours && fence_local && !crate::os::pid_holds_peer(conn, pid) {
+                            tracing::warn!(
+                                "rank {r} says it is pid {pid} of this host, which does not hold \
+                                 its connection (or cannot be seen from here): if it is lost, no \
+                                 process is killed for it"
+                            );
+                            return None;
+                        }
+                        (ours && fence_local).then_some(pid)
                     })
                     .collect();
                 SeedWatch::start(conns, judge, fence)

@@ -876,6 +876,18 @@ fn session(
         return refuse(&mut stream, evicted_reason());
     }
     drop(pending);
+    // The pid a process claims is believed, to fence it or to remove its
+    // files once it died, only if that process holds this connection: a
+    // claimed pid would let any holder of the secret have the desk kill
+    // another process, or the service's own group (pid 0).
+    let ours = host == crate::os::hostname();
+    let fence_pid = (ours && crate::os::pid_holds_peer(&stream, pid)).then_some(pid);
+    if ours && fence_pid.is_none() {
+        tracing::warn!(
+            "desk: {who} says it is pid {pid} of this host, which does not hold the connection \
+             (or cannot be seen from here): if it is dropped, no process is killed for it"
+        );
+    }
     let _ = stream.set_write_timeout(None);
     let Some(counted) = Admitting::enter(&admitting) else {
         return refuse(
@@ -943,7 +955,7 @@ fn session(
             }
             SessionEnd::Silent(why) => {
                 tracing::warn!("desk: slot {client} (pid {pid} on {host:?}) dropped: {why}");
-                if offer.fence_local && host == crate::os::hostname() {
+                if let (true, Some(pid)) = (offer.fence_local, fence_pid) {
                     watch::kill(pid);
                     watch::fence(&format!("slot {client}"), pid);
                 }
@@ -952,7 +964,7 @@ fn session(
     }
     tracing::debug!("desk: the connection of slot {client} (pid {pid}) closed");
     let _ = events.send(Event::Closed { client });
-    if offer.provider == Provider::Shm && host == crate::os::hostname() {
+    if let (Provider::Shm, Some(pid)) = (offer.provider, fence_pid) {
         remove_files_of_dead(pid);
     }
 }

@@ -89,7 +89,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
         &mut control,
         &ToDesk::Hello {
             wire_version: WIRE_VERSION,
-            pid: std::process::id(),
+            pid: claimed_pid(),
             host: crate::os::hostname(),
             nonce: mine,
         },
@@ -346,4 +346,19 @@ impl Drop for Session {
             tracing::warn!("detaching from the service at {}: {e}", self.address);
         }
     }
+}
+
+/// The pid this process gives the desk: its own. Debug builds only:
+/// `SAT_TEST_CLAIM_PID=N` claims another one, as a hostile process that
+/// holds the secret could (`tests/service.rs` checks the desk believes it
+/// only of the process that holds the connection).
+fn claimed_pid() -> u32 {
+    #[cfg(debug_assertions)]
+    if let Some(pid) = std::env::var("SAT_TEST_CLAIM_PID")
+        .ok()
+        .and_then(|p| p.parse().ok())
+    {
+        return pid;
+    }
+    std::process::id()
 }
