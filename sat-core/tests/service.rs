@@ -48,6 +48,19 @@ fn start_holder_with_env(args: &[&str], env: &[(&str, String)]) -> (Child, Strin
     (holder, line)
 }
 
+/// Stops (SIGSTOP) the holder whose first line, "... (pid N)", is `line`;
+/// returns its pid.
+fn stop_holder(line: &str) -> i32 {
+    let pid: i32 = line
+        .split("pid ")
+        .nth(1)
+        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    // SAFETY: kill(2) with a pid and a signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    pid
+}
+
 fn data_written_is_found_by_a_process_that_attaches_later(provider: &str) {
     let service = Service::start(provider, &["--servers", "2", "--slots", "4"]);
     let a = service.address.as_str();
@@ -656,13 +669,7 @@ fn a_stopped_client_is_dropped_after_the_lease() {
         let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "2"]);
         assert!(ok && out.contains("counter 2"), "{out} {err}");
         let (mut holder, line) = start_holder(&["hold-scope", a, "--chunk", "4"]);
-        let pid: i32 = line
-            .split("pid ")
-            .nth(1)
-            .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
-            .unwrap_or_else(|| panic!("no pid in {line:?}"));
-        // SAFETY: kill(2) with a pid and a signal number.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let pid = stop_holder(&line);
         // Waits for the write scope until the lease has run out.
         let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
         assert!(
@@ -785,13 +792,7 @@ fn a_client_that_claims_another_pid_gets_no_process_killed() {
         &["hold-scope", a, "--chunk", "4"],
         &[("SAT_TEST_CLAIM_PID", bystander.id().to_string())],
     );
-    let pid: i32 = line
-        .split("pid ")
-        .nth(1)
-        .and_then(|r| r.trim().trim_end_matches(')').parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {line:?}"));
-    // SAFETY: kill(2) with a pid and a signal number.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    stop_holder(&line);
     // Waits for the write scope until the lease has run out and the silent
     // client is dropped.
     let (ok, out, err) = attach(&["cycle", a, "--chunk", "4", "--times", "1"]);
