@@ -59,6 +59,7 @@ pub mod os;
 pub mod progress;
 pub mod protocol;
 pub mod quiescence;
+pub(crate) mod refusals;
 pub mod segment;
 pub mod server;
 pub mod service;

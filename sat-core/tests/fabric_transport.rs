@@ -297,6 +297,47 @@ fn connect_rejects_malformed_addresses() {
     }
 }
 
+/// A joiner that gives another rank's endpoint as its own (a service's
+/// client slot, `add_peer`), as it is or with its padding changed, is
+/// refused, and that rank's packets stay its own. Before, the joiner's
+/// entry took them, and its leaving made them "no rank's" for good.
+#[test]
+fn a_joiner_cannot_take_another_ranks_endpoint() {
+    let _g = serial();
+    for provider in [Provider::Shm, Provider::Tcp] {
+        let opts = FabricOptions::new(provider);
+        let eps: Vec<FabricEndpoint> = (0..2)
+            .map(|_| FabricEndpoint::open(&opts).expect("open endpoint"))
+            .collect();
+        // Rank 2 is a free slot: no endpoint yet.
+        let mut table: Vec<Vec<u8>> = eps.iter().map(|e| e.address().to_vec()).collect();
+        table.push(Vec::new());
+        let mut ts: Vec<FabricTransport> = eps
+            .into_iter()
+            .enumerate()
+            .map(|(r, e)| e.connect(r as Rank, &table).expect("connect"))
+            .collect();
+        let mut spellings = vec![table[1].clone(), table[0].clone()];
+        if provider == Provider::Tcp {
+            let mut padded = table[1].clone();
+            padded[12] ^= 0x5A; // sin_zero
+            spellings.push(padded);
+        }
+        for address in &spellings {
+            match ts[0].add_peer(2, address) {
+                Err(TransportError::BadAddress { rank: 2, reason }) => {
+                    assert!(reason.contains("endpoint of rank"), "{provider}: {reason}")
+                }
+                other => panic!("{provider}: another rank's endpoint taken: {other:?}"),
+            }
+        }
+        // Rank 1's messages still reach rank 0 as rank 1's.
+        let sent = send_sizes(&mut ts[1], 0, 7);
+        let got = pump(&mut ts, &[sent.len(), 0], &[]);
+        assert_same(&got[0], &sent);
+    }
+}
+
 #[test]
 fn verbs_without_a_device_is_unavailable() {
     let _g = serial();

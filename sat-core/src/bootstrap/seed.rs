@@ -635,10 +635,15 @@ impl Seed {
         let mut joined = 1;
         // Each connection's hello is read on a thread of its own, so that a
         // socket that never speaks (or speaks slowly) holds up nobody.
-        let (hellos, heard) = std::sync::mpsc::channel::<(TcpStream, SatResult<ToSeed>)>();
-        let mut listening = 0usize;
+        let (hellos, heard) = std::sync::mpsc::channel::<Heard>();
+        // The connections whose hello is being read, oldest first (a clone
+        // of each, to close it): when too many wait, the oldest is closed to
+        // make room, so that sockets that never speak cannot keep out a
+        // process that holds the secret, which proves it within moments.
+        let mut listening = std::collections::BTreeMap::<u64, TcpStream>::new();
+        let mut next_id = 0u64;
         while joined < size {
-            let Ok((mut stream, hello)) = heard.try_recv() else {
+            let Ok((id, mut stream, hello)) = heard.try_recv() else {
                 if Instant::now() >= deadline {
                     let missing: Vec<String> = (1..size)
                         .filter(|&r| seed.conns[r as usize].is_none())
@@ -656,13 +661,24 @@ impl Seed {
                     if let (Ok(local), true) = (stream.local_addr(), seed.local_ip.is_loopback()) {
                         seed.local_ip = local.ip();
                     }
-                    if hear_hello(stream, &hellos, listening, deadline, &env.secret) {
-                        listening += 1;
+                    if listening.len() >= MAX_PENDING_HELLOS {
+                        if let Some((_, oldest)) = listening.pop_first() {
+                            let _ = oldest.shutdown(std::net::Shutdown::Both);
+                        }
+                        refusal(format_args!(
+                            "{MAX_PENDING_HELLOS} connections to the seed have not proved the \
+                             run's secret yet: closed the oldest"
+                        ));
+                    }
+                    next_id += 1;
+                    if let Some(clone) = hear_hello(stream, next_id, &hellos, deadline, &env.secret)
+                    {
+                        listening.insert(next_id, clone);
                     }
                 }
                 continue;
             };
-            listening -= 1;
+            listening.remove(&id);
             let problem = match hello {
                 Ok(ToSeed::Hello {
                     wire_version,
@@ -694,14 +710,14 @@ impl Seed {
                 // Not from a SAT process of this run: a SAT process says
                 // hello first. Ignored like bytes that do not decode.
                 Ok(other) => {
-                    tracing::warn!(
+                    refusal(format_args!(
                         "ignoring a connection to the seed: it sent {} before any hello",
                         other.kind()
-                    );
+                    ));
                     None
                 }
                 Err(e) => {
-                    tracing::warn!("ignoring a connection to the seed: {e}");
+                    refusal(format_args!("ignoring a connection to the seed: {e}"));
                     None
                 }
             };
@@ -863,25 +879,38 @@ impl Seed {
     }
 }
 
-/// Reads the hello of a connection to the seed, and the proof that the
-/// process holds the run's secret, on a thread of its own; hands the hello
-/// to `hellos` (an error instead if there is none, or no proof). False
-/// when the connection is closed instead (too many wait already, or no
-/// thread).
+/// A connection to the seed, by the number it was accepted under, with its
+/// hello (an error instead if there is none, or no proof).
+type Heard = (u64, TcpStream, SatResult<ToSeed>);
+
+/// Logs a refused or ignored connection to the seed, rate-limited
+/// ([`crate::refusals`]): anyone who reaches its port can cause them.
+fn refusal(why: std::fmt::Arguments<'_>) {
+    static LOG: std::sync::OnceLock<&'static crate::refusals::RefusalLog> =
+        std::sync::OnceLock::new();
+    LOG.get_or_init(|| crate::refusals::RefusalLog::start("seed"))
+        .log(why);
+}
+
+/// Reads the hello of connection `id` to the seed, and the proof that the
+/// process holds the run's secret, on a thread of its own; hands them to
+/// `hellos`. Returns a clone of the stream to close it by, or None when
+/// there is no thread for it (it is closed then).
 fn hear_hello(
     mut stream: TcpStream,
-    hellos: &std::sync::mpsc::Sender<(TcpStream, SatResult<ToSeed>)>,
-    listening: usize,
+    id: u64,
+    hellos: &std::sync::mpsc::Sender<Heard>,
     deadline: Instant,
     secret: &Option<Secret>,
-) -> bool {
-    if listening >= MAX_PENDING_HELLOS {
-        tracing::warn!(
-            "{MAX_PENDING_HELLOS} connections to the seed have not said hello yet: closing a new one"
-        );
-        return false;
-    }
+) -> Option<TcpStream> {
     stream.set_nodelay(true).ok();
+    let clone = match stream.try_clone() {
+        Ok(c) => c,
+        Err(e) => {
+            refusal(format_args!("a connection to the seed closed: {e}"));
+            return None;
+        }
+    };
     let hellos = hellos.clone();
     let secret = secret.clone();
     let wait = deadline.min(Instant::now() + HELLO_WAIT);
@@ -889,12 +918,13 @@ fn hear_hello(
         .name("sat-seed-hello".into())
         .spawn(move || {
             let hello = hear(&mut stream, wait, secret.as_ref());
-            let _ = hellos.send((stream, hello));
+            let _ = hellos.send((id, stream, hello));
         });
     if let Err(e) = &spawned {
         tracing::warn!("no thread to hear a process joining the run: {e}");
+        return None;
     }
-    spawned.is_ok()
+    Some(clone)
 }
 
 /// One joining process's hello and proof (see the module's step 0).

@@ -25,7 +25,7 @@ use std::io::Read;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
@@ -34,6 +34,7 @@ use crate::auth::{self, Nonce, Proof, Secret, Side};
 use crate::bootstrap::seed::{decode, hello_version, send, RunId};
 use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
+use crate::refusals::RefusalLog;
 use crate::topology::Topology;
 use crate::transport::{Provider, Rank};
 use crate::wire::WIRE_VERSION;
@@ -663,102 +664,11 @@ pub(crate) fn recv_by<T: Decode<()>>(
     })
 }
 
-/// The desk's warnings about refused connections: every one is logged at
-/// the default level (`SAT_LOG=warn`), but at most [`LOG_LINES`] lines per
-/// [`LOG_WINDOW`], then one line that counts the others, so that a flood
-/// fills no disk and does not slow the desk.
-struct RefusalLog {
-    state: Mutex<LogState>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct LogState {
-    /// When the current window began (its first refusal).
-    since: Option<Instant>,
-    lines: u32,
-    /// Refusals of the window not logged one by one.
-    more: u64,
-}
-
-const LOG_WINDOW: Duration = Duration::from_secs(10);
-const LOG_LINES: u32 = 5;
-
-fn refusals() -> &'static RefusalLog {
-    static LOG: OnceLock<RefusalLog> = OnceLock::new();
-    LOG.get_or_init(|| {
-        // Counts the refusals of a window that ends with no other: without
-        // it they would be told only at the next refusal.
-        let _ = std::thread::Builder::new()
-            .name("sat-desk-log".into())
-            .spawn(|| refusals().summarize());
-        RefusalLog {
-            state: Mutex::new(LogState::default()),
-            wake: Condvar::new(),
-        }
-    })
-}
-
 /// Logs a refused connection (or another event of the desk that anyone who
-/// reaches the port can cause), rate-limited.
+/// reaches the port can cause), rate-limited ([`crate::refusals`]).
 fn refusal(why: std::fmt::Arguments<'_>) {
-    refusals().log(why);
-}
-
-impl RefusalLog {
-    fn log(&self, why: std::fmt::Arguments<'_>) {
-        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if s.since.is_none_or(|t| now.duration_since(t) >= LOG_WINDOW) {
-            Self::flush(&mut s);
-            s.since = Some(now);
-            s.lines = 0;
-        }
-        if s.lines < LOG_LINES {
-            s.lines += 1;
-            drop(s);
-            tracing::warn!("desk: {why}");
-        } else {
-            s.more += 1;
-            if s.more == 1 {
-                self.wake.notify_one();
-            }
-        }
-    }
-
-    fn flush(s: &mut LogState) {
-        if s.more > 0 {
-            tracing::warn!(
-                "desk: ... and {} more refused connections in the last {} s",
-                s.more,
-                LOG_WINDOW.as_secs()
-            );
-            s.more = 0;
-        }
-    }
-
-    /// The logging thread: at the end of a window with refusals not logged,
-    /// counts them.
-    fn summarize(&self) {
-        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            while s.more == 0 {
-                s = self.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
-            }
-            let end = s.since.map_or_else(Instant::now, |t| t + LOG_WINDOW);
-            let now = Instant::now();
-            if now >= end {
-                Self::flush(&mut s);
-                s.since = None;
-                continue;
-            }
-            s = self
-                .wake
-                .wait_timeout(s, end - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
+    static LOG: OnceLock<&'static RefusalLog> = OnceLock::new();
+    LOG.get_or_init(|| RefusalLog::start("desk")).log(why);
 }
 
 /// What the desk tells a connection it closed to make room, and logs.

@@ -1161,6 +1161,10 @@ struct Core {
     av_addr: Vec<fi::fi_addr_t>,
     /// The rank of each address-vector entry: who sent an eager packet.
     rank_at: std::collections::HashMap<fi::fi_addr_t, Rank>,
+    /// The rank of each endpoint address entered ([`endpoint_key`]): one
+    /// endpoint is one rank's, or a joiner naming another rank's endpoint as
+    /// its own would take that rank's packets as its own.
+    rank_of_endpoint: std::collections::HashMap<Vec<u8>, Rank>,
     peers: Vec<PeerQueue>,
     dirty: Vec<Rank>,
     dirty_work: Vec<Rank>,
@@ -1385,6 +1389,7 @@ impl FabricEndpoint {
             recv_pool: BufPool::default(),
             av_addr: Vec::new(),
             rank_at: std::collections::HashMap::new(),
+            rank_of_endpoint: std::collections::HashMap::new(),
             peers: Vec::new(),
             dirty: Vec::new(),
             dirty_work: Vec::new(),
@@ -1499,6 +1504,16 @@ impl Core {
         let addr_format = unsafe { (*self.h.info.0).addr_format };
         validate_address(addr_format, addr, self.address.len())
             .map_err(|reason| TransportError::BadAddress { rank, reason })?;
+        let key = endpoint_key(addr_format, addr);
+        if let Some(&other) = self.rank_of_endpoint.get(&key).filter(|&&r| r != rank) {
+            return Err(TransportError::BadAddress {
+                rank,
+                reason: format!(
+                    "it is the endpoint of rank {other}, not one of its own: refused, so that \
+                     the packets of rank {other} stay its own"
+                ),
+            });
+        }
         let mut fi_addr: fi::fi_addr_t = fi::FI_ADDR_NOTAVAIL;
         // SAFETY: av is open; addr holds one address in the endpoint's
         // format (checked above); fi_addr receives one entry.
@@ -1520,8 +1535,17 @@ impl Core {
             };
             return Err(TransportError::BadAddress { rank, reason });
         }
+        // Another spelling of an endpoint entered already (the provider
+        // gives back its entry): refused too, and that entry left as it is.
+        if let Some(&other) = self.rank_at.get(&fi_addr).filter(|&&r| r != rank) {
+            return Err(TransportError::BadAddress {
+                rank,
+                reason: format!("the provider takes it for the endpoint of rank {other}: refused"),
+            });
+        }
         self.av_addr[rank as usize] = fi_addr;
         self.rank_at.insert(fi_addr, rank);
+        self.rank_of_endpoint.insert(key, rank);
         debug!(rank, address = %describe_address(addr), "entered a peer's endpoint");
         Ok(())
     }
@@ -1548,6 +1572,7 @@ impl Core {
         if fi_addr == fi::FI_ADDR_NOTAVAIL {
             return;
         }
+        self.rank_of_endpoint.retain(|_, &mut owner| owner != rank);
         self.rank_at.remove(&fi_addr);
         // SAFETY: av is open and fi_addr is one of its entries.
         let ret = unsafe { fi::sat_fi_av_remove(self.h.av, &mut fi_addr, 1, 0) };
@@ -1633,6 +1658,17 @@ pub fn describe_address(addr: &[u8]) -> String {
     match std::str::from_utf8(text) {
         Ok(t) if !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic()) => t.to_owned(),
         _ => addr.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// What names an endpoint in an address of `format` (validated): a socket
+/// address's family, port and IP, not the padding or an IPv6 flow label a
+/// joiner could vary to enter one endpoint twice; other formats whole.
+fn endpoint_key(format: u32, addr: &[u8]) -> Vec<u8> {
+    match format {
+        fi::FI_SOCKADDR_IN if addr.len() >= 8 => addr[..8].to_vec(),
+        fi::FI_SOCKADDR_IN6 if addr.len() >= 24 => [&addr[..4], &addr[8..24]].concat(),
+        _ => addr.to_vec(),
     }
 }
 
