@@ -241,7 +241,7 @@ impl RevocationList {
         let list: RevocationList =
             serde_json::from_slice(&bytes).map_err(|e| KeyError::Corrupt {
                 path: path.to_path_buf(),
-                why: e.to_string(),
+                why: parse_error(&e),
             })?;
         list.verify(authority)?;
         Ok(list)
@@ -267,9 +267,27 @@ impl RevocationList {
             .unwrap_or_default();
         let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
         let bytes = serde_json::to_vec_pretty(self).expect("json");
-        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Created new (a file or link planted under the temporary name is
+        // refused, never written through) and readable by all but written
+        // by its owner only, whatever the umask: whoever may write the list
+        // could put an older one back.
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = &written {
+            // Never a file this process did not make.
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                let _ = std::fs::remove_file(&tmp);
+            }
         }
         written.map_err(io)
     }
@@ -690,11 +708,29 @@ fn read_limited(path: &Path) -> Result<Zeroizing<Vec<u8>>, KeyError> {
     Ok(bytes)
 }
 
+/// What is wrong with a key file or a revocation list that does not parse,
+/// without the parser's own words: they quote the value they found, which
+/// in a damaged key file may be a secret key (a field moved to where
+/// another type is expected).
+fn parse_error(e: &serde_json::Error) -> String {
+    let what = match e.classify() {
+        serde_json::error::Category::Io => "unreadable",
+        serde_json::error::Category::Syntax => "not valid JSON",
+        serde_json::error::Category::Data => "a field missing, or of the wrong type or value",
+        serde_json::error::Category::Eof => "cut short",
+    };
+    format!("{what}, at line {} column {}", e.line(), e.column())
+}
+
+/// A key file whose kind is none SAT writes. Its `sat_abe` field is not
+/// quoted: a damaged file may hold a secret there.
+const UNKNOWN_KIND: &str = "an unknown kind of key (its \"sat_abe\" field names none SAT writes)";
+
 /// The key file `bytes` (read from `path`, named in errors).
 fn parse_bytes(bytes: &[u8], path: &Path) -> Result<File, KeyError> {
     let file: File = serde_json::from_slice(bytes).map_err(|e| KeyError::Corrupt {
         path: path.to_path_buf(),
-        why: e.to_string(),
+        why: parse_error(&e),
     })?;
     if file.format != 1 {
         return Err(KeyError::Corrupt {
@@ -727,7 +763,7 @@ fn of_kind(
                 AUTHORITY => "the authority's secret keys".into(),
                 PUBLIC => "the authority's public keys".into(),
                 TENANT => "a tenant's key".into(),
-                other => format!("an unknown kind of key ({other:?})"),
+                _ => UNKNOWN_KIND.into(),
             },
             wanted: match wanted {
                 AUTHORITY => "the authority's secret keys",
@@ -785,7 +821,7 @@ pub fn inspect(path: &Path) -> Result<KeyFileInfo, KeyError> {
         AUTHORITY => KeyKind::Authority,
         PUBLIC => KeyKind::Public,
         TENANT => KeyKind::Tenant,
-        other => return Err(bad(format!("an unknown kind of key ({other:?})"))),
+        _ => return Err(bad(UNKNOWN_KIND.into())),
     };
     let authority = f.public().map_err(&bad)?;
     let certificate = match kind {
@@ -1158,6 +1194,80 @@ mod tests {
         let e = inspect(&d.join("odd.key")).unwrap_err();
         assert!(matches!(e, KeyError::Corrupt { .. }), "{e}");
         assert!(e.to_string().contains("unknown kind"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A revocation list is written into a new temporary file (a link
+    /// planted under its name is refused, not written through), readable by
+    /// all and written by its owner only, then renamed over the list.
+    #[test]
+    fn a_revocation_list_is_written_whole_and_never_through_a_planted_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = temp_dir("crl");
+        let auth = AuthorityKeys::setup().unwrap();
+        let list = auth.revoke(None, &[7]);
+        let path = d.join("revoked.crl");
+        list.save(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644);
+        assert!(RevocationList::load(&path, auth.public()).is_ok());
+        let victim = d.join("victim");
+        std::fs::write(&victim, b"untouched").unwrap();
+        let tmp = d.join(format!(".revoked.crl.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        let newer = auth.revoke(Some(&list), &[8]);
+        assert!(newer.save(&path).is_err(), "written through a planted link");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+        assert!(
+            tmp.symlink_metadata().is_ok(),
+            "the planted link is left alone"
+        );
+        let kept = RevocationList::load(&path, auth.public()).unwrap();
+        assert_eq!(kept.revoked, [7], "the list stays the last one written");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A damaged key file whose secret fields moved where another type, or
+    /// the kind, is expected: the errors say what is wrong and where, and
+    /// quote none of the file's values.
+    #[test]
+    fn errors_about_a_damaged_key_file_quote_none_of_its_secrets() {
+        let d = temp_dir("damaged");
+        let auth = AuthorityKeys::setup().unwrap();
+        let t = auth.issue("erin", &["tenant_e"]).unwrap();
+        t.save(&d.join("erin.key")).unwrap();
+        let text = std::fs::read_to_string(d.join("erin.key")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // Every long string of the file: the secrets among them.
+        let mut values = Vec::new();
+        fn strings(v: &serde_json::Value, out: &mut Vec<String>) {
+            match v {
+                serde_json::Value::String(s) if s.len() >= 16 => out.push(s.clone()),
+                serde_json::Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+                serde_json::Value::Object(o) => o.values().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        strings(&json, &mut values);
+        assert!(!values.is_empty());
+        for (i, secret) in values.iter().enumerate() {
+            for field in ["format", "sat_abe"] {
+                let mut damaged = json.clone();
+                damaged[field] = secret.clone().into();
+                let path = d.join(format!("damaged-{i}-{field}.key"));
+                std::fs::write(&path, damaged.to_string()).unwrap();
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+                for e in [
+                    TenantKey::load(&path).map(|_| ()).unwrap_err(),
+                    inspect(&path).map(|_| ()).unwrap_err(),
+                ] {
+                    let said = e.to_string();
+                    assert!(!said.contains(secret.as_str()), "{field}: {said}");
+                    assert!(!said.contains(&secret[..16]), "{field}: {said}");
+                }
+            }
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -241,8 +241,16 @@ fn setup(o: &Options) -> Result<ExitCode, Fail> {
             return Err(exists(p));
         }
     }
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Fail(format!("cannot create {}: {e}", dir.display())))?;
+    // A folder made here is the owner's alone (whatever the umask): it
+    // holds the authority's secret keys, which nobody else may replace.
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Fail(format!("cannot create {}: {e}", dir.display())))?;
+    }
     let auth = AuthorityKeys::setup()?;
     auth.save(&secret).map_err(refusal)?;
     auth.public().save(&public).map_err(refusal)?;
