@@ -373,7 +373,11 @@ impl PyClient {
     /// client's protected data; without it, `SAT_ABE_KEY` is read at the
     /// client's first protected call. The key belongs to this client: two
     /// clients of one process (two `sat.connect`) may be two tenants, and a
-    /// later session starts with no key and no cached chain.
+    /// later session starts with no key and no cached chain. Loading a key
+    /// again replaces the first (and takes `SAT_ABE_CRL` again: the way a
+    /// running client takes a newer revocation list); what the client
+    /// decrypted before is checked again under the new key and list, never
+    /// served from its cache.
     fn load_key(&self, path: &str) -> PyResult<()> {
         self.h.check_process()?;
         self.h.with(|c| abe::load_key(c, path))

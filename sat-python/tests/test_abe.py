@@ -216,6 +216,14 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
             print("forged symbol refused")
         bob.write_symbol("plain", b"plain value")
         print("plain symbol:", alice.read_symbol("plain") == b"plain value")
+        # A client that loads another tenant's key acts as that tenant: what the first
+        # decrypted is checked again, not served from its cache.
+        alice.load_key(keys.format(rank=3))   # now bob
+        try:
+            alice.get(a)
+            print("the cache served tenant_a's data to bob's key")
+        except sat.AccessDenied:
+            print("switched key denied")
         alice.detach()
         bob.detach()
         # A later session: no key until one is loaded, and the chain is looked up afresh.
@@ -261,6 +269,7 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         "no data subscription: True",
         "forged symbol refused",
         "plain symbol: True",
+        "switched key denied",
         "no key yet",
         "no key for a mixed list",
         "mixed list refused: True",

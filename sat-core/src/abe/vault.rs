@@ -151,6 +151,9 @@ struct VaultState {
 
 /// One tenant's keys and caches; one per process is enough.
 pub struct Vault {
+    /// Unique in the process: a chain's plaintext checked by another vault
+    /// (another tenant's key) is checked again by this one.
+    id: u64,
     key: TenantKey,
     abe: Ac17,
     aead: Aead,
@@ -218,6 +221,10 @@ struct ChainState {
     /// header, as a flipped byte does) gives the copy another version, so
     /// the new bytes are checked in full.
     decrypted: Vec<Option<Decrypted>>,
+    /// Who checked those: the vault's id and the revocation list it had. A
+    /// hit is one only for the same: another tenant's key must pass the
+    /// read policy itself, and a newer list may revoke a version's signer.
+    checked_by: (u64, Option<u64>),
 }
 
 struct SecureInner {
@@ -409,7 +416,9 @@ impl Vault {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|s| *s >= 0.0)
             .map(Duration::from_secs_f64);
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Vault {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             key,
             abe: Ac17,
             aead: Aead::preferred(),
@@ -807,8 +816,18 @@ impl Vault {
         {
             return Ok(false);
         }
+        let checker = (
+            self.id,
+            self.lock().revocations.as_ref().map(|l| l.sequence),
+        );
         let mut decrypted = {
-            let st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            if st.checked_by != checker {
+                // Checked by another key, or before a newer revocation
+                // list: nothing is a hit, every chunk is checked again.
+                st.decrypted.iter_mut().for_each(|d| *d = None);
+                st.checked_by = checker;
+            }
             st.decrypted.clone()
         };
         if access != Access::Write {
@@ -1211,9 +1230,12 @@ impl Vault {
                 st.current.insert(id, e.clone());
             }
         }
+        let checker = (self.id, st.revocations.as_ref().map(|l| l.sequence));
         drop(st);
         let mut cs = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         cs.decrypted = decrypted.into_iter().map(|(_, d)| d).collect();
+        // The plaintext is what this vault sealed.
+        cs.checked_by = checker;
         Ok(())
     }
 
@@ -1964,6 +1986,7 @@ impl SecureChain {
                     holder: None,
                     headers: Vec::new(),
                     decrypted: vec![None; n],
+                    checked_by: (0, None),
                 }),
                 scope_ended: std::sync::Condvar::new(),
             }),
