@@ -148,6 +148,15 @@ fn two_tenants(provider: &str) {
     ] {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
     }
+    // Step 13: wanda's MALLOC of D joins alice's chain, and is told that
+    // alice's read policy, not hers, decides who reads it.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "[5] WARN: MALLOC of protected chunk 400: the chain exists, created by another tenant"
+        ),
+        "{stderr}"
+    );
     check_homes(&dump);
 }
 

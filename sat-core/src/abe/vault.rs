@@ -617,6 +617,19 @@ impl Vault {
                 if l != crate::chunk::NO_LABEL
                     && seal::label_has_write_policy(&l, &protection.write) =>
             {
+                // Another tenant's chain: its owner's read policy decides
+                // who reads what this process writes, not this MALLOC's. A
+                // tenant that took the ids first would read it: say so.
+                if l != mine {
+                    tracing::warn!(
+                        "MALLOC of protected chunk {}: the chain exists, created by another \
+                         tenant with the same write policy; this process joins it, and the \
+                         chain's read policy decides who reads what it writes, not this MALLOC's \
+                         ({}); if the chain should be this tenant's own, choose other chunk ids",
+                        ids[0],
+                        protection.read
+                    );
+                }
                 l
             }
             _ => mine,
