@@ -665,15 +665,40 @@ impl ServerState<'_> {
     /// For looking at what a server holds: with the encryption layer,
     /// protected chunks must show ciphertext only. A folder that cannot be
     /// written is reported and the run goes on.
+    ///
+    /// The dumps hold the run's data: the folder, when made here, and the
+    /// files are the user's alone (0700, 0600), and each file is written
+    /// new beside its name, then renamed over it, so that a file or link
+    /// planted under a dump's name in a shared folder is replaced, never
+    /// written through.
     fn dump_homes(&self, dir: &std::path::Path) {
-        let written = std::fs::create_dir_all(dir).and_then(|()| {
-            for &chunk in self.homes.keys() {
-                let path = dir.join(format!("home.{}.{chunk:016x}", self.rank));
-                let (_, data) = self.current_of(chunk).expect("listed");
-                std::fs::write(path, &data[..])?;
-            }
-            Ok(())
-        });
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let written = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .and_then(|()| {
+                for &chunk in self.homes.keys() {
+                    let name = format!("home.{}.{chunk:016x}", self.rank);
+                    let path = dir.join(&name);
+                    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+                    let (_, data) = self.current_of(chunk).expect("listed");
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&tmp)
+                        .and_then(|mut f| f.write_all(&data[..]))
+                        .and_then(|()| std::fs::rename(&tmp, &path))
+                        .inspect_err(|e| {
+                            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                                let _ = std::fs::remove_file(&tmp);
+                            }
+                        })?;
+                }
+                Ok(())
+            });
         if let Err(e) = written {
             tracing::warn!(
                 "server {}: SAT_HOME_DUMP={}: {e}; the homes were not dumped",

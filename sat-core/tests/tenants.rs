@@ -74,9 +74,18 @@ fn check_homes(dump: &std::path::Path) {
             pattern(0xC2, 64),
         ])
         .collect();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dump), 0o700, "the dump folder is the user's alone");
     for entry in std::fs::read_dir(dump).expect("the servers dumped their homes") {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.starts_with('.'), "a temporary file left: {name}");
+        assert_eq!(
+            mode(&path),
+            0o600,
+            "{name}: the run's data, the user's alone"
+        );
         let chunk = u64::from_str_radix(name.rsplit('.').next().unwrap(), 16).unwrap();
         if ![100, 101, 102, 200, 201, 300].contains(&chunk) {
             continue;
