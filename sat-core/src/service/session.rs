@@ -78,6 +78,18 @@ pub fn connect(address: &str) -> SatResult<Session> {
         .ok_or_else(|| SatError::Usage(format!("'{address}' resolves to no address")))?;
     let mut control =
         TcpStream::connect_timeout(&target, Duration::from_secs(10)).map_err(unreachable)?;
+    // Every service has a secret: without one, nothing could check that
+    // the process at the address is the service, and no service admits us.
+    // Said once connected (an address with nothing there says so first),
+    // before this process tells whatever listens there its pid or endpoint.
+    if secret.is_none() {
+        return Err(SatError::Bootstrap(format!(
+            "cannot attach to the SAT service at {address}: a service requires a secret and \
+             none was given: use the connection string of the service's address file \
+             (sat://SECRET@host:port), or set {}",
+            auth::SECRET_VAR
+        )));
+    }
     let _ = control.set_nodelay(true);
     let local_ip = control.local_addr().map_err(unreachable)?.ip();
     let lost = |error: std::io::Error| cut_off(address, Unread::Io { error });
@@ -97,13 +109,21 @@ pub fn connect(address: &str) -> SatResult<Session> {
     .map_err(lost)?;
     let (theirs, their_proof) = match hear(&mut control)? {
         FromDesk::Challenge { nonce, proof } => (nonce, proof),
-        FromDesk::Refused(why) => return Err(refused(address, why)),
+        // Before the process at the address proved the secret: its words
+        // are shown as its, not the service's (a process that merely
+        // listens there could write anything, a request for the secret
+        // included).
+        FromDesk::Refused(why) => {
+            return Err(SatError::Bootstrap(format!(
+                "the process at {address}, which has not proved that it is the service, \
+                 refused to attach: {why:?}"
+            )))
+        }
         other => return Err(unexpected(address, &other)),
     };
     // A process that does not hold the secret gets no endpoint address of
-    // ours: check the service before proving ourselves. Without a secret
-    // there is nothing to check, and the service refuses us, saying why.
-    if secret.is_some() {
+    // ours: check the service before proving ourselves.
+    {
         if let Err(refusal) =
             auth::check(secret, Side::Admitter, &mine, &theirs, their_proof.as_ref())
         {
