@@ -341,6 +341,17 @@ static void role(sat_bootstrap_t *b) {
         CHECK_STATUS(readSymbol(sdsm, FORGED, &data, &size), SAT_ERR_INTEGRITY,
                      "written over through the plain API");
         check_symbol(PLAIN_SYMBOL, PLAIN_TEXT);
+        /* A revocation list taken while the process runs; an older one is
+         * refused: revocations are never undone. */
+        char path[4096];
+        CHECK_STATUS(sat_abe_load_revocations(NULL), SAT_ERR_ARGUMENT, "path is NULL");
+        key_path(path, sizeof path, "missing.crl");
+        CHECK_STATUS(sat_abe_load_revocations(path), SAT_ERR_USAGE, "missing.crl");
+        key_path(path, sizeof path, "revoked-2.crl");
+        CHECK_OK(sat_abe_load_revocations(path));
+        key_path(path, sizeof path, "revoked-1.crl");
+        CHECK_STATUS(sat_abe_load_revocations(path), SAT_ERR_INTEGRITY, "older than list 2");
+        check_denied(a_reader, 1);
     } else if (me == KEYLESS) {
         check_denied(a_keyless, 1);
     } else if (me == OTHER) {

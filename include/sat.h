@@ -1287,6 +1287,27 @@ enum sat_status sat_abe_load_key(const char *path);
 
 #if defined(SAT_ABE)
 /**
+ * Takes the authority's revocation list at `path` (`sat-abe revoke`) for
+ * this process, which runs on: from now on a version or a key epoch signed
+ * under a certificate the list revokes is refused (`SAT_ERR_INTEGRITY`),
+ * what this process decrypted before included, at its next read. A process
+ * otherwise takes the list only with its key (`SAT_ABE_CRL`). A list
+ * older than one this process took is refused (`SAT_ERR_INTEGRITY`):
+ * revocations are never undone. `SAT_ERR_ARGUMENT` for a NULL path;
+ * `SAT_ERR_USAGE` for a file that cannot be read or is not a list of this
+ * authority, and without a key (load it first).
+ *
+ * Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE,
+ * SAT_ERR_ACCESS_DENIED (no key), SAT_ERR_INTEGRITY (see above).
+ *
+ * # Safety
+ * `path` is a NUL-terminated string.
+ */
+enum sat_status sat_abe_load_revocations(const char *path);
+#endif
+
+#if defined(SAT_ABE)
+/**
  * MALLOC of a protected chain: `size` plaintext bytes from chunk `baseid`
  * on, split as `sat_malloc` splits, readable by tenant keys whose
  * attributes satisfy `read_policy` and writable by those that satisfy

@@ -165,6 +165,48 @@ pub unsafe extern "C" fn sat_abe_load_key(path: *const c_char) -> sat_status {
     })
 }
 
+/// Takes the authority's revocation list at `path` (`sat-abe revoke`) for
+/// this process, which runs on: from now on a version or a key epoch signed
+/// under a certificate the list revokes is refused (`SAT_ERR_INTEGRITY`),
+/// what this process decrypted before included, at its next read. A process
+/// otherwise takes the list only with its key (`SAT_ABE_CRL`). A list
+/// older than one this process took is refused (`SAT_ERR_INTEGRITY`):
+/// revocations are never undone. `SAT_ERR_ARGUMENT` for a NULL path;
+/// `SAT_ERR_USAGE` for a file that cannot be read or is not a list of this
+/// authority, and without a key (load it first).
+///
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT, SAT_ERR_USAGE,
+/// SAT_ERR_ACCESS_DENIED (no key), SAT_ERR_INTEGRITY (see above).
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn sat_abe_load_revocations(path: *const c_char) -> sat_status {
+    const NAME: &str = "sat_abe_load_revocations";
+    boundary(NAME, || {
+        if path.is_null() {
+            return bad_argument(&format!(
+                "{NAME}: path is NULL; give the revocation list `sat-abe revoke` wrote"
+            ));
+        }
+        // SAFETY: the caller gives a NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(bytes));
+        let c = match client() {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        let v = match vault(NAME, &c) {
+            Ok(v) => v,
+            Err(s) => return s,
+        };
+        match v.load_revocations(path) {
+            Ok(()) => sat_status::SAT_OK,
+            Err(e) => fail(&e),
+        }
+    })
+}
+
 /// A policy argument: a C string, NULL and non-UTF-8 refused.
 fn policy_text(call: &str, which: &str, p: *const c_char) -> Result<String, sat_status> {
     if p.is_null() {

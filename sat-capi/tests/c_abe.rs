@@ -90,6 +90,12 @@ impl Keys {
             let key = auth.issue(name, attrs).unwrap();
             key.save(&dir.join(format!("tenant-{rank}.key"))).unwrap();
         }
+        // Two revocation lists of unused serials, the second newer.
+        let first = auth.revoke(None, &[11]);
+        first.save(&dir.join("revoked-1.crl")).unwrap();
+        auth.revoke(Some(&first), &[12])
+            .save(&dir.join("revoked-2.crl"))
+            .unwrap();
         std::fs::write(
             dir.join("corrupt.key"),
             b"{\"sat_abe\": \"tenant\", \"format\": 1, ",

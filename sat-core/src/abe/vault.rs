@@ -451,7 +451,8 @@ impl Vault {
     /// certificate is refused as an integrity error. A list older than one
     /// this vault has is refused: revocations are never undone.
     pub fn load_revocations(&self, path: &std::path::Path) -> SatResult<()> {
-        let list = RevocationList::load(path, self.key.authority()).map_err(key_error)?;
+        let list = RevocationList::load(path, self.key.authority())
+            .map_err(|e| SatError::Usage(format!("the revocation list: {e}")))?;
         // The newest list of this authority the process took, whichever
         // vault (client) took it: "a process refuses a list older than one
         // it took" (docs/ENCRYPTION.md), so a second client of the same
