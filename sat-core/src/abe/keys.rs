@@ -42,6 +42,10 @@ pub enum KeyError {
     Corrupt { path: PathBuf, why: String },
     #[error("{} holds secret keys but others may read or change it (mode {mode:04o}): make it private with chmod 600 {}", path.display(), path.display())]
     Exposed { path: PathBuf, mode: u32 },
+    #[error("{} holds secret keys but belongs to another user (uid {owner}, this process runs as uid {me}), who could replace them: use a key file of your own (copy it, then chmod 600)", path.display())]
+    NotOwned { path: PathBuf, owner: u32, me: u32 },
+    #[error("{} holds secret keys in a folder others may write (mode {mode:04o}, not sticky), where they could replace it: keep it in a folder of your own", path.display())]
+    OpenFolder { path: PathBuf, mode: u32 },
     #[error("{} holds {found}; give {wanted} here ({hint})", path.display())]
     WrongKind {
         path: PathBuf,
@@ -654,14 +658,37 @@ fn write_new(path: &Path, bytes: &[u8], secret: bool) -> Result<(), KeyError> {
 /// Refuses a file of secrets that others than its owner may read or write:
 /// its keys could be someone else's already, or be replaced.
 fn check_private(path: &Path) -> Result<(), KeyError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(path)
-        .map_err(|source| KeyError::Io {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(path).map_err(|source| KeyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mode = meta.permissions().mode();
+    // Its owner may change its mode and its keys at any time.
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(KeyError::NotOwned {
             path: path.to_path_buf(),
-            source,
-        })?
-        .permissions()
-        .mode();
+            owner: meta.uid(),
+            me,
+        });
+    }
+    // A folder others may write, unless sticky (as /tmp is), lets them
+    // rename another file over this one.
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let Ok(f) = std::fs::metadata(folder) {
+        let fmode = f.permissions().mode();
+        if fmode & 0o022 != 0 && fmode & 0o1000 == 0 {
+            return Err(KeyError::OpenFolder {
+                path: path.to_path_buf(),
+                mode: fmode & 0o7777,
+            });
+        }
+    }
     if mode & 0o077 != 0 {
         return Err(KeyError::Exposed {
             path: path.to_path_buf(),
@@ -1020,6 +1047,44 @@ mod tests {
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(TenantKey::load(&path).is_ok());
+        // A private file in a folder others may write: refused, unless the
+        // folder is sticky.
+        let open = d.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::copy(&path, open.join("carol.key")).unwrap();
+        std::fs::set_permissions(
+            open.join("carol.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        for (mode, refused) in [
+            (0o777, true),
+            (0o775, true),
+            (0o1777, false),
+            (0o755, false),
+        ] {
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).unwrap();
+            let loaded = TenantKey::load(&open.join("carol.key"));
+            assert_eq!(
+                matches!(loaded, Err(KeyError::OpenFolder { .. })),
+                refused,
+                "folder mode {mode:o}: {loaded:?}"
+            );
+        }
+        // A private file of another user's: refused, since that user could
+        // replace its keys. (Only root can make one to try.)
+        // SAFETY: geteuid has no arguments.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = d.join("theirs.key");
+            std::fs::copy(&path, &theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let e = TenantKey::load(&theirs).unwrap_err();
+            assert!(
+                matches!(e, KeyError::NotOwned { owner: 65534, .. }),
+                "another user's key file: {e}"
+            );
+        }
         // The authority's public keys may be read by all.
         auth.public().save(&d.join("public.key")).unwrap();
         assert!(AuthorityPublic::load(&d.join("public.key")).is_ok());
