@@ -425,9 +425,19 @@ fn tenant(c: &Client) -> RoleResult {
     // refuse the version; alice repairs.
     if let Ok(revoked) = std::env::var("TENANTS_REVOKED_KEY") {
         if me == CARL {
+            // Her own process, with the list that revokes her, publishes
+            // nothing...
             let mallory = Vault::load(std::path::Path::new(&revoked))?;
             let am = mallory.lookup_lst(c, &ids_a, WAIT)?;
-            mallory.put(c, &am, &pattern(0xA6, SIZE_A))?;
+            expect_denied(
+                "A written by a revoked tenant that holds the list",
+                mallory.put(c, &am, &pattern(0xA5, SIZE_A)),
+            );
+            // ... one without the list does, and readers refuse it.
+            let key = TenantKey::load(std::path::Path::new(&revoked)).map_err(|e| e.to_string())?;
+            let unaware = Vault::new(key);
+            let am = unaware.lookup_lst(c, &ids_a, WAIT)?;
+            unaware.put(c, &am, &pattern(0xA6, SIZE_A))?;
         }
         c.barrier(24, n)?;
         if me == ALICE || me == RITA {

@@ -139,6 +139,7 @@ fn two_tenants(provider: &str) {
         "A rolled back: integrity error",
         "A with a zeroed chunk: integrity error",
         "A written under a revoked certificate: integrity error",
+        "A written by a revoked tenant that holds the list: access denied",
         "rank 2: step 10 done",
         "rank 4: step 10 done",
         "A rolled back, to a reader that never saw A: integrity error",

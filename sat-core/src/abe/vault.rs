@@ -1011,6 +1011,23 @@ impl Vault {
         chain: &SecureChain,
         headers: &[Option<Header>],
     ) -> SatResult<()> {
+        // A tenant whose certificate this process's revocation list revokes
+        // publishes nothing: readers who hold the list refuse what it signs,
+        // and the version it would replace is left readable.
+        if let Some(list) = self.lock().revocations.as_ref() {
+            let me = self.key.certificate();
+            if list.is_revoked(me) {
+                return Err(SatError::AccessDenied(format!(
+                    "tenant {:?}: its certificate (serial {:016x}) is revoked by the authority's \
+                     revocation list {}: it may not write the protected chain at chunk {}; \
+                     nothing was published",
+                    me.tenant,
+                    me.serial,
+                    list.sequence,
+                    chain.first()
+                )));
+            }
+        }
         // The epoch to seal under: the chunks' own while this process holds
         // its KEK and its lifetime lasts, else a new one for the chain.
         let mut epochs: Vec<Option<Arc<Epoch>>> = Vec::with_capacity(headers.len());
