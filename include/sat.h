@@ -329,8 +329,10 @@ typedef enum sat_status {
      * another process will wake it). Also
      * a call a lost server took with it, in a run with replicated homes:
      * call it again (a RELEASE so failed may or may not have published:
-     * read the chunk to know; a write scope on the lost server's chunk
-     * published nothing).
+     * read the chunk to know; a chain whose chunks have homes on several
+     * servers may be left with the new version in some chunks and the old
+     * in the lost server's: write the whole chain again; a write scope on
+     * the lost server's chunk published nothing).
      */
     SAT_ERR_PROCESS_LOST = -14,
 } sat_status;
@@ -781,8 +783,13 @@ enum sat_status sat_readwrite(struct sat_chunk_t *chunk);
  * RELEASE: closes the scope; after WRITE or READWRITE the new data goes
  * to the chunks' homes (of a protected chain: sealed as its next version).
  * When the message cannot be sent, the scope stays open as it was and
- * the error is returned. A process that ends (`exit`, a crash) inside a
- * write scope publishes nothing: its homes keep their versions. A RELEASE
+ * the error is returned. The new data is on its way when RELEASE returns,
+ * not yet at every home (through messages; through shared memory on one
+ * host it is in place): in a run that outlives it, a process killed before
+ * it all arrived loses that release whole, its chunks keeping the version
+ * before (a chain up to 256 MiB is never left part old, part new). A
+ * process that ends (`exit`, a crash) inside a write scope publishes
+ * nothing: its homes keep their versions. A RELEASE
  * of a chain that was not acquired (a chunk of it is in no scope) returns
  * `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
  * over one of its chunks opened.

@@ -1005,8 +1005,13 @@ pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> sat_status {
 /// RELEASE: closes the scope; after WRITE or READWRITE the new data goes
 /// to the chunks' homes (of a protected chain: sealed as its next version).
 /// When the message cannot be sent, the scope stays open as it was and
-/// the error is returned. A process that ends (`exit`, a crash) inside a
-/// write scope publishes nothing: its homes keep their versions. A RELEASE
+/// the error is returned. The new data is on its way when RELEASE returns,
+/// not yet at every home (through messages; through shared memory on one
+/// host it is in place): in a run that outlives it, a process killed before
+/// it all arrived loses that release whole, its chunks keeping the version
+/// before (a chain up to 256 MiB is never left part old, part new). A
+/// process that ends (`exit`, a crash) inside a write scope publishes
+/// nothing: its homes keep their versions. A RELEASE
 /// of a chain that was not acquired (a chunk of it is in no scope) returns
 /// `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
 /// over one of its chunks opened.

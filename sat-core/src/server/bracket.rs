@@ -114,7 +114,8 @@ impl ServerState<'_> {
         if self.brackets.holds(client) {
             tracing::warn!(
                 "server {}: client {client} left in the middle of a chain's release: its {} \
-                 bytes of releases are dropped, and the chain keeps its last released version",
+                 bytes of releases are dropped (its RELEASE may have returned), and the chain keeps the \
+                 version before it",
                 self.rank,
                 self.brackets.bytes(client)
             );
