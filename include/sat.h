@@ -1099,7 +1099,9 @@ enum sat_status sat_barrier(uint32_t id, uint32_t count);
  *
  * Only on the role's thread (the thread sat_bootstrap runs the role
  * function on, or the one that called sat_connect), and not from a handler:
- * elsewhere SAT_ERR_USAGE.
+ * elsewhere SAT_ERR_USAGE. The handlers run on the caller's thread: one
+ * that acquires a chunk the caller holds in a scope is refused; call it
+ * holding no scope on what the handlers use.
  *
  * Returns: SAT_OK, or SAT_ERR_USAGE (no run, another thread, from a
  * handler), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.

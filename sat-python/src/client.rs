@@ -684,7 +684,8 @@ impl PyClient {
     /// waits. Only on the client's own thread (the role's, or the one that
     /// called `connect`), and not from a callback: elsewhere UsageError. A
     /// callback's exception is raised here; the events after it run at the
-    /// next call.
+    /// next call. Callbacks run on the calling thread: one that reads a
+    /// chain the caller holds in a scope is refused; call it outside scopes.
     fn run_handlers(&self, py: Python<'_>) -> PyResult<usize> {
         self.h.blocking(py, |c| c.run_handlers())
     }

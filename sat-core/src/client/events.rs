@@ -814,7 +814,10 @@ impl Client {
     /// `service::connect`), and not from a handler: handlers run one at a
     /// time on that thread, so elsewhere it is a usage error. A handler's
     /// error is returned, as from a wait, and the events after it stay
-    /// pending for the next call.
+    /// pending for the next call. The handlers run on the caller's thread:
+    /// one that acquires a chunk the caller holds in a scope is refused, as
+    /// a thread acquiring twice is; call it holding no scope on what the
+    /// handlers use.
     pub fn run_handlers(&self) -> SatResult<usize> {
         if self.finished.load(std::sync::atomic::Ordering::Acquire) {
             return Err(SatError::Usage(

@@ -504,6 +504,7 @@ impl Thread {
             80..=84 => self.panic_in_scope(st),
             85..=88 => self.put_get(st),
             89..=91 => self.failing_write(st),
+            92..=95 if self.program.rng.chance(25) => self.serve_now(st),
             92..=95 => self.subscription(st),
             96 => self.stray_write(st),
             _ if self.program.rng.chance(25) => self.wakeup_then_rendezvous(st),
@@ -1287,6 +1288,31 @@ impl Thread {
         if let Err(e) = self.client.release(id) {
             self.shared
                 .fail("RELEASE works", format!("chunk {id}: {e}"));
+        }
+    }
+
+    /// Runs the handlers of the events that arrived, now, as a role that
+    /// computes between its waits does (`Client::run_handlers`): on the
+    /// role's thread (thread 0) they run, and what they check is checked as
+    /// in a wait; on another thread the call is refused and runs nothing.
+    fn serve_now(&mut self, st: &mut State) {
+        // Handlers run on this thread: one that READs a chunk this thread
+        // holds in a scope would be refused (as in a barrier's wait, which
+        // is why the barrier ends them too).
+        if self.thread_index == 0 {
+            while !st.held.is_empty() {
+                self.end_scope(st, st.held.len() - 1, End::Release);
+            }
+        }
+        set_op(self, Some("run_handlers".into()));
+        let role = self.thread_index == 0;
+        match (self.client.run_handlers(), role) {
+            (Ok(_), true) | (Err(crate::error::SatError::Usage(_)), false) => {}
+            (Err(e), true) if self.lost(&e, "run_handlers") => {}
+            (r, _) => self.shared.fail(
+                "run_handlers runs handlers on the role's thread, and only there",
+                format!("thread {}: {r:?}", self.thread_index),
+            ),
         }
     }
 

@@ -269,7 +269,8 @@ class Client:
         """Runs, now, the callbacks of the notifications and signals that have arrived, and
         returns how many ran (0: none was waiting); never waits. Callbacks otherwise run only
         while this client waits (``barrier``, ``rendezvous``) and after a role returns. Only on
-        the client's own thread, not from a callback: elsewhere UsageError."""
+        the client's own thread, not from a callback: elsewhere UsageError. Callbacks run on the
+        calling thread: call it outside scopes on what they read."""
 
 def run(
     roles: Mapping[int, Callable[[Client], object]], args: Optional[Sequence[str]] = None
