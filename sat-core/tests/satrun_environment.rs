@@ -324,8 +324,16 @@ fn sat_recovery_on_lets_the_run_outlive_a_client() {
     );
     assert_eq!(lines(&o.stdout), ["[0] survived", "[2] survived"]);
 
-    // Without it, rank 1's failure stops the others.
-    let _ = std::fs::remove_file(&pid_file);
+    // Without it, rank 1's failure stops the others: here they would never
+    // end by themselves (they wait for a file nobody writes), so the run
+    // ending with rank 1's status is satrun stopping them. (They used to
+    // wait for rank 1 to be gone, then print: a race with the stop.)
+    let never = dir.path("never");
+    let script = format!(
+        "if [ $SAT_RANK = 1 ]; then exit 3; fi; \
+         while [ ! -e {n} ]; do sleep 0.02; done; echo survived",
+        n = never.display()
+    );
     let (o, _) = sh_run(&dir, &["-n", "3"], &[("SAT_RECOVERY", "off")], &script);
     assert_eq!(o.status.code(), Some(3), "{}", o.stderr);
     assert!(o.stderr.contains("stopping the 2 other"), "{}", o.stderr);
