@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sat_core::abe::seal::{label_has_write_policy, Header};
 use sat_core::abe::{Policy, Protection, SecureChain, Vault};
-use sat_core::chunk::{check_chain_size, ChainLayout, NO_LABEL};
+use sat_core::chunk::{check_chain_size, ChainLayout};
 use sat_core::client::{Chain, Client};
 use sat_core::protocol::Access;
 use sat_core::{SatError, SatResult};
@@ -334,13 +334,6 @@ pub unsafe extern "C" fn sat_malloc_protected(
             }
         }
     })
-}
-
-/// Whether `chain` (looked up) has a chunk with a label: a protected chain.
-pub(crate) fn is_protected(c: &Client, chain: &Chain) -> bool {
-    chain
-        .ids()
-        .any(|id| c.label_of(id).is_some_and(|l| l != NO_LABEL))
 }
 
 /// The handle of a protected chain this process looked up (`sealed`, in

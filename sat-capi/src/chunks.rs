@@ -784,7 +784,7 @@ fn lookup_ids(name: &str, ids: Vec<u64>) -> *mut sat_chunk_t {
             // plaintext, so that a reader written for plain chains works
             // unchanged.
             #[cfg(feature = "abe")]
-            if crate::abe::is_protected(&c, &chain) {
+            if c.any_labelled(&chain) {
                 return crate::abe::adopt(name, &c, chain);
             }
             register(&c, chain, data, true, None, |h, _| h)

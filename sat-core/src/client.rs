@@ -1084,6 +1084,15 @@ impl Client {
         Some(st.labels.get(&chunk).copied().unwrap_or(NO_LABEL))
     }
 
+    /// Whether any chunk of `chain` carries a label (the encryption layer's
+    /// mark of a protected chunk): one such chunk makes the whole chain one
+    /// the plain API must not read or write as it is.
+    pub fn any_labelled(&self, chain: &Chain) -> bool {
+        chain
+            .ids()
+            .any(|id| self.label_of(id).is_some_and(|l| l != NO_LABEL))
+    }
+
     fn allocate_labelled(
         &self,
         protocol: ProtocolId,

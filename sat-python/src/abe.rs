@@ -16,14 +16,6 @@ pub(crate) use disabled::*;
 /// Whether the module was built with the encryption layer.
 pub(crate) const HAS_ABE: bool = cfg!(feature = "abe");
 
-/// Whether a chunk of `chain` carries a label (a protected chunk).
-fn any_protected(c: &sat_core::client::Client, chain: &sat_core::client::Chain) -> bool {
-    chain.ids().any(|id| {
-        c.label_of(id)
-            .is_some_and(|l| l != sat_core::chunk::NO_LABEL)
-    })
-}
-
 #[cfg(feature = "abe")]
 mod enabled {
     use std::sync::Arc;
@@ -111,7 +103,7 @@ mod enabled {
     /// that mixes them): otherwise a LOOKUP_LST that puts a plain chunk
     /// first would give the plain API over sealed bytes.
     pub(crate) fn adopt(c: &Client, chain: &Chain) -> Result<Option<Secure>, SatError> {
-        if !super::any_protected(c, chain) {
+        if !c.any_labelled(chain) {
             return Ok(None);
         }
         vault(c)?.adopt(c, chain.clone()).map(Some)
@@ -235,7 +227,7 @@ mod disabled {
     }
 
     pub(crate) fn adopt(c: &Client, chain: &Chain) -> Result<Option<Secure>, SatError> {
-        if !super::any_protected(c, chain) {
+        if !c.any_labelled(chain) {
             return Ok(None);
         }
         Err(absent())
