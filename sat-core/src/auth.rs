@@ -1,30 +1,46 @@
-//! Who may join: the secret of a run or of a service, and the
-//! challenge-response by which a process proves it holds the secret without
-//! ever sending it.
+//! Who may join: the secret of a run or of a service, and the handshake by
+//! which a process proves it holds the secret without ever sending it, and
+//! without handing anyone something to test guesses of it against.
 //!
 //! A process that joins (a rank contacting the seed, a process attaching to
-//! a service's desk) and the one that admits it each pick a random nonce.
-//! Each side proves itself with HMAC-SHA256, keyed by the secret, over a
-//! label naming its side and both nonces:
+//! a service's desk) and the one that admits it run SPAKE2, a
+//! password-authenticated key exchange, with the secret as the password:
+//! each sends a token (its SPAKE2 message, a fresh curve point blinded by
+//! the secret), and each derives a key from both tokens and the secret. The
+//! two keys are equal only when both sides hold the same secret. Each side
+//! then proves it has the key with HMAC-SHA256, keyed by it, over a label
+//! naming its side and both tokens:
 //!
 //! ```text
-//! joiner   -> admitter   Hello { .., nonce: J }
-//! admitter -> joiner     Challenge { nonce: A, proof: HMAC(s, "admitter" | J | A) }
-//! joiner   -> admitter   Proof(HMAC(s, "joiner" | J | A))
+//! joiner   -> admitter   Hello { .., nonce: J }              (J: the joiner's token)
+//! admitter -> joiner     Challenge { nonce: A, proof: HMAC(k, "admitter" | J | A) }
+//! joiner   -> admitter   Proof(HMAC(k, "joiner" | J | A))
 //! ```
 //!
 //! The admitter checks the joiner's proof before it hands out a rank, a
 //! slot or any address; the joiner checks the admitter's, so it never sends
 //! its endpoint to a process that merely listens on the port. The labels
-//! keep one side's proof from passing as the other's; fresh nonces keep an
-//! overheard proof from being replayed. A wrong proof looks like random
-//! bytes: it tells an eavesdropper nothing about the secret.
+//! keep one side's proof from passing as the other's; fresh tokens keep an
+//! overheard proof from being replayed.
+//!
+//! Why a key exchange and not an HMAC keyed by the secret itself: such an
+//! HMAC, with the nonces beside it, lets whoever receives one (any process
+//! that connects to the desk, which proves itself first; anyone who
+//! overhears a handshake) test guesses of the secret offline, as fast as
+//! it can compute HMACs, and a secret a person chose falls in minutes. Here
+//! a guess can only be tested by a handshake with the admitter, one guess a
+//! connection: the key depends on the admitter's random scalar, which never
+//! leaves it. A wrong proof looks like random bytes.
+//!
+//! A token travels where a 32-byte nonce used to: the SPAKE2 message less
+//! its first byte, which names the sender's side and so is known.
 //!
 //! A [`Secret`] never reaches a log, an error message or `Debug` output:
 //! errors name where a secret came from, never what it is.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use spake2::{Ed25519Group, Identity, Password, Spake2};
 use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{SatError, SatResult};
@@ -41,7 +57,9 @@ const MAX_SECRET_LEN: usize = 256;
 /// Random bytes in a secret that SAT makes (64 hex digits).
 const GENERATED_BYTES: usize = 32;
 
-/// A nonce: fresh random bytes for one handshake.
+/// A side's token in one handshake: its SPAKE2 message without the side's
+/// byte, or fresh random bytes from a side without a secret (it proves
+/// nothing then, and is refused by a side that has one).
 pub type Nonce = [u8; 32];
 /// An HMAC-SHA256 proof of holding the secret.
 pub type Proof = [u8; 32];
@@ -67,6 +85,14 @@ impl Drop for Secret {
 }
 
 impl Secret {
+    /// The password of the handshake's key exchange: derived from the
+    /// secret, overwritten when dropped.
+    fn password(&self) -> Zeroizing<[u8; 32]> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"SAT handshake 2: password");
+        Zeroizing::new(mac.finalize().into_bytes().into())
+    }
+
     /// A fresh secret of 256 random bits, written as 64 hex digits.
     pub fn generate() -> SatResult<Secret> {
         let mut raw = [0u8; GENERATED_BYTES];
@@ -118,14 +144,6 @@ impl Secret {
     pub fn expose(&self) -> &str {
         std::str::from_utf8(&self.0).expect("a secret is ASCII")
     }
-
-    fn mac(&self, side: Side, joiner: &Nonce, admitter: &Nonce) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
-        mac.update(side.label());
-        mac.update(joiner);
-        mac.update(admitter);
-        mac
-    }
 }
 
 /// The two sides of a handshake.
@@ -140,8 +158,8 @@ pub enum Side {
 impl Side {
     fn label(self) -> &'static [u8] {
         match self {
-            Side::Joiner => b"SAT handshake 1: joiner",
-            Side::Admitter => b"SAT handshake 1: admitter",
+            Side::Joiner => b"SAT handshake 2: joiner",
+            Side::Admitter => b"SAT handshake 2: admitter",
         }
     }
 }
@@ -157,33 +175,151 @@ pub enum Refusal {
     Unexpected,
 }
 
-/// This side's proof for a handshake: none without a secret.
-pub fn prove(
-    secret: Option<&Secret>,
-    side: Side,
-    joiner: &Nonce,
-    admitter: &Nonce,
-) -> Option<Proof> {
-    secret.map(|s| s.mac(side, joiner, admitter).finalize().into_bytes().into())
+/// The SPAKE2 identities of the two sides: they make the joiner's and the
+/// admitter's messages differ, so that one side's token cannot be sent back
+/// as the other's.
+const JOINER_ID: &[u8] = b"SAT joiner";
+const ADMITTER_ID: &[u8] = b"SAT admitter";
+
+impl Side {
+    /// The first byte of this side's SPAKE2 message (left out of its token).
+    fn spake_byte(self) -> u8 {
+        match self {
+            Side::Joiner => b'A',
+            Side::Admitter => b'B',
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Joiner => Side::Admitter,
+            Side::Admitter => Side::Joiner,
+        }
+    }
 }
 
-/// Checks the proof of the other side (`side` is the side that made it),
-/// in constant time.
-pub fn check(
-    secret: Option<&Secret>,
+/// One side's half of a handshake, before it has the other's token.
+pub struct Handshake {
     side: Side,
-    joiner: &Nonce,
-    admitter: &Nonce,
-    proof: Option<&Proof>,
-) -> Result<(), Refusal> {
-    match (secret, proof) {
-        (None, None) => Ok(()),
-        (None, Some(_)) => Err(Refusal::Unexpected),
-        (Some(_), None) => Err(Refusal::Missing),
-        (Some(s), Some(p)) => s
-            .mac(side, joiner, admitter)
-            .verify_slice(p)
-            .map_err(|_| Refusal::Wrong),
+    spake: Option<Spake2<Ed25519Group>>,
+    token: Nonce,
+}
+
+impl Handshake {
+    /// Starts this side's half: with a secret, a SPAKE2 message; without,
+    /// random bytes (the other side then finds no proof, or one it cannot
+    /// check, and refuses).
+    pub fn start(secret: Option<&Secret>, side: Side) -> SatResult<Handshake> {
+        let Some(secret) = secret else {
+            return Ok(Handshake {
+                side,
+                spake: None,
+                token: nonce()?,
+            });
+        };
+        // The crate keeps copies of the password that it does not
+        // overwrite when they are dropped, so it gets a value derived from
+        // the secret, never the secret's text: freed memory may keep that
+        // value (which opens this run or service only), not the text, which
+        // a person may have used elsewhere (`tests/secrets_wiped.rs`).
+        let derived = secret.password();
+        let password = Password::new(derived.as_slice());
+        let (joiner, admitter) = (Identity::new(JOINER_ID), Identity::new(ADMITTER_ID));
+        let (spake, message) = match side {
+            Side::Joiner => Spake2::<Ed25519Group>::start_a(&password, &joiner, &admitter),
+            Side::Admitter => Spake2::<Ed25519Group>::start_b(&password, &joiner, &admitter),
+        };
+        let token = match message.split_first() {
+            Some((&b, rest)) if b == side.spake_byte() => rest.try_into().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            SatError::Bootstrap(
+                "the handshake's key exchange made a message of another shape".into(),
+            )
+        })?;
+        Ok(Handshake {
+            side,
+            spake: Some(spake),
+            token,
+        })
+    }
+
+    /// The token this side sends.
+    pub fn token(&self) -> Nonce {
+        self.token
+    }
+
+    /// Both tokens known: what proves this side and checks the other.
+    pub fn finish(self, theirs: &Nonce) -> SatResult<Proofs> {
+        let (joiner, admitter) = match self.side {
+            Side::Joiner => (self.token, *theirs),
+            Side::Admitter => (*theirs, self.token),
+        };
+        let key = match self.spake {
+            None => None,
+            Some(spake) => {
+                let mut message = [0u8; 33];
+                message[0] = self.side.other().spake_byte();
+                message[1..].copy_from_slice(theirs);
+                match spake.finish(&message) {
+                    Ok(key) => Some(Zeroizing::new(key)),
+                    // Not a point of the curve: the other side holds no key
+                    // this one could share. A random key makes this side's
+                    // proof random bytes and refuses any of theirs, as a
+                    // wrong secret would.
+                    Err(_) => {
+                        let mut key = Zeroizing::new(vec![0u8; 32]);
+                        fill_random(&mut key)?;
+                        Some(key)
+                    }
+                }
+            }
+        };
+        Ok(Proofs {
+            side: self.side,
+            key,
+            joiner,
+            admitter,
+        })
+    }
+}
+
+/// A finished handshake's key: the proof of this side, the check of the
+/// other's.
+pub struct Proofs {
+    side: Side,
+    key: Option<Zeroizing<Vec<u8>>>,
+    joiner: Nonce,
+    admitter: Nonce,
+}
+
+impl Proofs {
+    fn mac(&self, key: &[u8], side: Side) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(side.label());
+        mac.update(&self.joiner);
+        mac.update(&self.admitter);
+        mac
+    }
+
+    /// This side's proof: none without a secret.
+    pub fn mine(&self) -> Option<Proof> {
+        let key = self.key.as_ref()?;
+        Some(self.mac(key, self.side).finalize().into_bytes().into())
+    }
+
+    /// Checks the other side's proof, in constant time.
+    pub fn check_theirs(&self, proof: Option<&Proof>) -> Result<(), Refusal> {
+        match (&self.key, proof) {
+            (None, None) => Ok(()),
+            (None, Some(_)) => Err(Refusal::Unexpected),
+            (Some(_), None) => Err(Refusal::Missing),
+            (Some(key), Some(p)) => self
+                .mac(key, self.side.other())
+                .verify_slice(p)
+                .map_err(|_| Refusal::Wrong),
+        }
     }
 }
 
@@ -301,48 +437,83 @@ pub fn refusal_reason(refusal: Refusal, what: &str) -> String {
 mod tests {
     use super::*;
 
-    fn nonces() -> (Nonce, Nonce) {
-        (nonce().unwrap(), nonce().unwrap())
+    /// A whole handshake: the joiner's and the admitter's finished halves.
+    fn handshake(joiner: Option<&Secret>, admitter: Option<&Secret>) -> (Proofs, Proofs) {
+        let j = Handshake::start(joiner, Side::Joiner).unwrap();
+        let a = Handshake::start(admitter, Side::Admitter).unwrap();
+        let (jt, at) = (j.token(), a.token());
+        (j.finish(&at).unwrap(), a.finish(&jt).unwrap())
     }
 
     #[test]
-    fn a_proof_passes_only_with_the_same_secret_side_and_nonces() {
+    fn a_proof_passes_only_with_the_same_secret_side_and_tokens() {
         let s = Secret::generate().unwrap();
         let other = Secret::generate().unwrap();
         assert_ne!(s, other);
         assert_eq!(s.expose().len(), 64);
-        let (j, a) = nonces();
-        let p = prove(Some(&s), Side::Joiner, &j, &a).unwrap();
-        assert_eq!(check(Some(&s), Side::Joiner, &j, &a, Some(&p)), Ok(()));
-        assert_eq!(
-            check(Some(&other), Side::Joiner, &j, &a, Some(&p)),
-            Err(Refusal::Wrong)
-        );
+        let (j, a) = handshake(Some(&s), Some(&s));
+        let (jp, ap) = (j.mine().unwrap(), a.mine().unwrap());
+        assert_eq!(a.check_theirs(Some(&jp)), Ok(()));
+        assert_eq!(j.check_theirs(Some(&ap)), Ok(()));
         // One side's proof is not the other's.
-        assert_eq!(
-            check(Some(&s), Side::Admitter, &j, &a, Some(&p)),
-            Err(Refusal::Wrong)
-        );
+        assert_eq!(a.check_theirs(Some(&ap)), Err(Refusal::Wrong));
+        assert_eq!(j.check_theirs(Some(&jp)), Err(Refusal::Wrong));
+        // Another secret on either side: each refuses the other.
+        for (js, ad) in [(&other, &s), (&s, &other)] {
+            let (j2, a2) = handshake(Some(js), Some(ad));
+            assert_eq!(a2.check_theirs(j2.mine().as_ref()), Err(Refusal::Wrong));
+            assert_eq!(j2.check_theirs(a2.mine().as_ref()), Err(Refusal::Wrong));
+        }
         // A proof from an earlier handshake does not pass a fresh one.
-        let (j2, a2) = nonces();
+        let (j3, a3) = handshake(Some(&s), Some(&s));
+        assert_eq!(a3.check_theirs(Some(&jp)), Err(Refusal::Wrong));
+        assert_eq!(j3.check_theirs(Some(&ap)), Err(Refusal::Wrong));
+        // With a secret on one side only.
+        let (j4, a4) = handshake(None, Some(&s));
+        assert_eq!(j4.mine(), None);
+        assert_eq!(a4.check_theirs(None), Err(Refusal::Missing));
         assert_eq!(
-            check(Some(&s), Side::Joiner, &j, &a2, Some(&p)),
-            Err(Refusal::Wrong)
-        );
-        assert_eq!(
-            check(Some(&s), Side::Joiner, &j2, &a, Some(&p)),
-            Err(Refusal::Wrong)
-        );
-        assert_eq!(
-            check(Some(&s), Side::Joiner, &j, &a, None),
-            Err(Refusal::Missing)
-        );
-        assert_eq!(
-            check(None, Side::Joiner, &j, &a, Some(&p)),
+            j4.check_theirs(a4.mine().as_ref()),
             Err(Refusal::Unexpected)
         );
-        assert_eq!(check(None, Side::Joiner, &j, &a, None), Ok(()));
-        assert_eq!(prove(None, Side::Joiner, &j, &a), None);
+        let (j5, a5) = handshake(Some(&s), None);
+        assert_eq!(j5.check_theirs(None), Err(Refusal::Missing));
+        assert_eq!(
+            a5.check_theirs(j5.mine().as_ref()),
+            Err(Refusal::Unexpected)
+        );
+        let (j6, a6) = handshake(None, None);
+        assert_eq!(j6.check_theirs(a6.mine().as_ref()), Ok(()));
+        assert_eq!(a6.check_theirs(j6.mine().as_ref()), Ok(()));
+    }
+
+    #[test]
+    fn a_token_an_impostor_makes_up_gets_no_proof_through() {
+        let s = Secret::generate().unwrap();
+        // The joiner's own token sent back, bytes that are no point of the
+        // curve or are, a token of the other side's shape: the admitter
+        // refuses whatever proof comes with it, and does not panic.
+        let joiner = Handshake::start(Some(&s), Side::Joiner).unwrap();
+        let reflected = joiner.token();
+        for theirs in [reflected, [0u8; 32], [0xff; 32], [2u8; 32]] {
+            let a = Handshake::start(Some(&s), Side::Admitter)
+                .unwrap()
+                .finish(&theirs)
+                .unwrap();
+            assert!(a.mine().is_some());
+            assert_eq!(a.check_theirs(Some(&[0u8; 32])), Err(Refusal::Wrong));
+        }
+        // Two admitters answering the same joiner token prove with
+        // different keys: the admitter's key depends on its own fresh
+        // randomness, not on the secret and the tokens alone.
+        let first = Handshake::start(Some(&s), Side::Admitter).unwrap();
+        let second = Handshake::start(Some(&s), Side::Admitter).unwrap();
+        assert_ne!(first.token(), second.token());
+        let (p1, p2) = (
+            first.finish(&reflected).unwrap().mine(),
+            second.finish(&reflected).unwrap().mine(),
+        );
+        assert_ne!(p1, p2);
     }
 
     #[test]

@@ -19,9 +19,10 @@ use crate::transport::{Rank, MAX_HEADER};
 /// framing (13: one tag for every eager packet, its order number in the
 /// prefix; 14: the drain before a run's shutdown), or the bootstrap's
 /// messages (15: the run's id in the seed's setup; 16: a rendezvous told of
-/// the run's losses; 17: the service's run id in the desk's welcome); the bootstrap and a service's desk refuse processes
+/// the run's losses; 17: the service's run id in the desk's welcome; 18: the join's
+/// handshake a key exchange, `auth.rs`); the bootstrap and a service's desk refuse processes
 /// built with another version.
-pub const WIRE_VERSION: u32 = 17;
+pub const WIRE_VERSION: u32 = 18;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 
 use sat_core::abe::keys::{AuthorityKeys, TenantKey};
-use sat_core::auth::{Secret, ServiceAddress};
+use sat_core::auth::{Handshake, Secret, ServiceAddress, Side};
 
 /// The system's allocator, which looks into each block it frees.
 struct Watching;
@@ -222,6 +222,14 @@ fn secret_keys_and_the_run_secret_leave_no_copy_in_freed_memory() {
     line.push('\n');
     assert!(line.contains(made.expose()));
     drop(line);
+    // A handshake of each side with it (the key exchange's crate keeps
+    // copies of what it is given: a value derived from the secret).
+    let joiner = Handshake::start(given.as_ref(), Side::Joiner).unwrap();
+    let admitter = Handshake::start(Some(&made), Side::Admitter).unwrap();
+    let (jt, at) = (joiner.token(), admitter.token());
+    let (joiner, admitter) = (joiner.finish(&at).unwrap(), admitter.finish(&jt).unwrap());
+    assert_eq!(admitter.check_theirs(joiner.mine().as_ref()), Ok(()));
+    drop((joiner, admitter));
     drop(address);
     drop(made);
     drop(given);

@@ -4,8 +4,8 @@
 //! at once (the global barrier before roles start).
 //!
 //! The steps, each a round trip with every rank:
-//! 0. `Hello` (rank, size, host, pid, provider asked for, a nonce) ->
-//!    `Challenge` (the seed's nonce and proof) -> `Proof`: the run's secret,
+//! 0. `Hello` (rank, size, host, pid, provider asked for, a handshake
+//!    token) -> `Challenge` (the seed's token and proof) -> `Proof`: the run's secret,
 //!    proved both ways without being sent ([`crate::auth`]). The seed hears
 //!    a process's claims only once it has proved it; one that cannot is
 //!    told why and ignored, and the run goes on waiting for the real rank;
@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use bincode::{Decode, Encode};
 
 use super::env::RunEnv;
-use crate::auth::{self, Nonce, Proof, Secret, Side, SECRET_VAR};
+use crate::auth::{self, Handshake, Nonce, Proof, Secret, Side, SECRET_VAR};
 use crate::error::{SatError, SatResult};
 use crate::topology::Topology;
 use crate::transport::doorbell::BellPlace;
@@ -54,6 +54,7 @@ pub(crate) enum ToSeed {
         pid: u32,
         host: String,
         provider: Option<Provider>,
+        /// The process's handshake token ([`crate::auth::Handshake`]).
         nonce: Nonce,
     },
     /// The endpoint name, and where this rank's doorbell is
@@ -105,7 +106,7 @@ pub(crate) enum FromSeed {
     Table(Vec<Vec<u8>>, Vec<Option<BellPlace>>),
     Go,
     Abort(String),
-    /// The seed's nonce and its proof of holding the run's secret.
+    /// The seed's handshake token and its proof of holding the run's secret.
     Challenge {
         nonce: Nonce,
         proof: Option<Proof>,
@@ -502,7 +503,8 @@ impl Peer {
             local_ip,
             deadline,
         };
-        let mine = auth::nonce()?;
+        let secret = env.secret.as_ref();
+        let handshake = Handshake::start(secret, Side::Joiner)?;
         let hello = ToSeed::Hello {
             wire_version: WIRE_VERSION,
             rank: env.rank,
@@ -510,7 +512,7 @@ impl Peer {
             pid: env.pid,
             host: env.host.clone(),
             provider: env.provider,
-            nonce: mine,
+            nonce: handshake.token(),
         };
         send(&mut peer.stream, &hello).map_err(lost)?;
         let (theirs, proof) = match peer.recv()? {
@@ -519,8 +521,8 @@ impl Peer {
         };
         // The seed proves itself first: a process that merely listens on
         // SAT_SEED learns nothing more than the hello.
-        let secret = env.secret.as_ref();
-        if let Err(refusal) = auth::check(secret, Side::Admitter, &mine, &theirs, proof.as_ref()) {
+        let proofs = handshake.finish(&theirs)?;
+        if let Err(refusal) = proofs.check_theirs(proof.as_ref()) {
             return Err(SatError::Bootstrap(format!(
                 "the process at SAT_SEED={seed} is not this run's seed: {}",
                 match refusal {
@@ -538,8 +540,7 @@ impl Peer {
                 }
             )));
         }
-        let proof = auth::prove(secret, Side::Joiner, &mine, &theirs);
-        send(&mut peer.stream, &ToSeed::Proof(proof)).map_err(lost)?;
+        send(&mut peer.stream, &ToSeed::Proof(proofs.mine())).map_err(lost)?;
         Ok(peer)
     }
 
@@ -953,10 +954,12 @@ fn hear(stream: &mut TcpStream, wait: Instant, secret: Option<&Secret>) -> SatRe
     else {
         return Ok(hello);
     };
-    let ours = auth::nonce()?;
+    let handshake = Handshake::start(secret, Side::Admitter)?;
+    let ours = handshake.token();
+    let proofs = handshake.finish(theirs)?;
     let challenge = FromSeed::Challenge {
         nonce: ours,
-        proof: auth::prove(secret, Side::Admitter, theirs, &ours),
+        proof: proofs.mine(),
     };
     send(stream, &challenge)
         .map_err(|e| SatError::Bootstrap(format!("lost the connection of {FROM}: {e}")))?;
@@ -969,7 +972,7 @@ fn hear(stream: &mut TcpStream, wait: Instant, secret: Option<&Secret>) -> SatRe
             )))
         }
     };
-    if let Err(refusal) = auth::check(secret, Side::Joiner, theirs, &ours, proof.as_ref()) {
+    if let Err(refusal) = proofs.check_theirs(proof.as_ref()) {
         let reason = auth::refusal_reason(refusal, "the run");
         let _ = send(stream, &FromSeed::Abort(reason.clone()));
         return Err(SatError::Bootstrap(format!(

@@ -2,8 +2,8 @@
 //!
 //! A process attaches over one TCP connection to the service's address,
 //! which it keeps open for as long as it is attached:
-//! 1. `Hello` (wire version, pid, host, a nonce) -> `Challenge` (the desk's
-//!    nonce, and its proof of holding the service's secret);
+//! 1. `Hello` (wire version, pid, host, its handshake token) -> `Challenge`
+//!    (the desk's token, and its proof of holding the service's secret);
 //! 2. `Proof` (the process's proof, [`crate::auth`]) -> `Offer` (the
 //!    provider to open), or `Refused`: nothing about the service (a slot,
 //!    a rank, an address) goes to a process that has not proved it holds
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
 
-use crate::auth::{self, Nonce, Proof, Secret, Side};
+use crate::auth::{self, Handshake, Nonce, Proof, Secret, Side};
 use crate::bootstrap::seed::{decode, hello_version, send, RunId};
 use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
@@ -74,6 +74,7 @@ pub(crate) enum ToDesk {
         wire_version: u32,
         pid: u32,
         host: String,
+        /// The process's handshake token ([`crate::auth::Handshake`]).
         nonce: Nonce,
     },
     /// The endpoint the attaching process opened with the offered provider.
@@ -102,7 +103,7 @@ pub(crate) enum FromDesk {
         run_id: RunId,
     },
     Refused(String),
-    /// The desk's nonce and its own proof of holding the secret. (New
+    /// The desk's handshake token and its own proof of holding the secret. (New
     /// messages go last: a process of another version still decodes
     /// `Refused`, which tells it why.)
     Challenge {
@@ -759,13 +760,17 @@ fn session(
         Err(e) => return unproven(&mut stream, &pending, hello, e),
     };
     // The secret, before anything about the service leaves the desk.
-    let Ok(ours) = auth::nonce() else {
+    let secret = Some(&offer.secret);
+    let Ok(proofs) = Handshake::start(secret, Side::Admitter).and_then(|h| {
+        let ours = h.token();
+        h.finish(&theirs).map(|p| (ours, p))
+    }) else {
         return refuse(&mut stream, "the service has no random numbers".into());
     };
-    let secret = Some(&offer.secret);
+    let (ours, proofs) = proofs;
     let challenge = FromDesk::Challenge {
         nonce: ours,
-        proof: auth::prove(secret, Side::Admitter, &theirs, &ours),
+        proof: proofs.mine(),
     };
     if let Err(e) = send(&mut stream, &challenge) {
         return unproven(&mut stream, &pending, hello, Unread::Io { error: e });
@@ -774,8 +779,7 @@ fn session(
     let proof_by = pending.accepted + proving.1;
     match recv_by::<ToDesk>(&mut stream, proof_by, MAX_UNPROVEN_FRAME) {
         Ok(ToDesk::Proof(proof)) => {
-            if let Err(refusal) = auth::check(secret, Side::Joiner, &theirs, &ours, proof.as_ref())
-            {
+            if let Err(refusal) = proofs.check_theirs(proof.as_ref()) {
                 return refuse(&mut stream, auth::refusal_reason(refusal, "the service"));
             }
         }

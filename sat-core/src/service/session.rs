@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::desk::{
     recv_by, FromDesk, ToDesk, Unread, ADMISSION_TIMEOUT, HELLO_WAIT, MAX_FRAME, MAX_UNPROVEN,
 };
-use crate::auth::{self, Refusal, ServiceAddress, Side};
+use crate::auth::{self, Handshake, Refusal, ServiceAddress, Side};
 use crate::bootstrap::seed::send;
 use crate::bootstrap::watch::{Fatal, PeerWatch};
 use crate::client::Client;
@@ -96,14 +96,14 @@ pub fn connect(address: &str) -> SatResult<Session> {
     let hear = |control: &mut TcpStream| {
         recv_by::<FromDesk>(control, deadline, MAX_FRAME).map_err(|e| cut_off(address, e))
     };
-    let mine = auth::nonce()?;
+    let handshake = Handshake::start(secret, Side::Joiner)?;
     send(
         &mut control,
         &ToDesk::Hello {
             wire_version: WIRE_VERSION,
             pid: claimed_pid(),
             host: crate::os::hostname(),
-            nonce: mine,
+            nonce: handshake.token(),
         },
     )
     .map_err(lost)?;
@@ -123,10 +123,9 @@ pub fn connect(address: &str) -> SatResult<Session> {
     };
     // A process that does not hold the secret gets no endpoint address of
     // ours: check the service before proving ourselves.
+    let proofs = handshake.finish(&theirs)?;
     {
-        if let Err(refusal) =
-            auth::check(secret, Side::Admitter, &mine, &theirs, their_proof.as_ref())
-        {
+        if let Err(refusal) = proofs.check_theirs(their_proof.as_ref()) {
             // From here a wrong secret in the string and a process that
             // is not the service look the same: the message names both,
             // the likelier first.
@@ -143,11 +142,7 @@ pub fn connect(address: &str) -> SatResult<Session> {
             }));
         }
     }
-    send(
-        &mut control,
-        &ToDesk::Proof(auth::prove(secret, Side::Joiner, &mine, &theirs)),
-    )
-    .map_err(lost)?;
+    send(&mut control, &ToDesk::Proof(proofs.mine())).map_err(lost)?;
     let provider = match hear(&mut control)? {
         FromDesk::Offer { provider } => provider,
         FromDesk::Refused(why) => return Err(refused(address, why)),
