@@ -10,7 +10,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # What `make install` copies, built optimized: libsat (.so and .a) and satrun.
 RELEASE_BUILD = $(CARGO) build --release -j $(JOBS) -p sat-capi -p sat-core --lib --bin satrun
 
-.PHONY: setup demo test simulate fuzz soak abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-advised bench-python bench-videostream clean header install uninstall
+.PHONY: setup demo test simulate simulate-rare fuzz soak abe-test miri python-test bench bench-abe bench-detail bench-protocols bench-advised bench-python bench-videostream clean header install uninstall
 
 setup:
 	@scripts/setup.sh
@@ -30,6 +30,7 @@ test:
 	$(RELEASE_BUILD)
 	$(CARGO) test -j $(JOBS) --workspace -- --test-threads=2
 	$(MAKE) --no-print-directory simulate SEEDS=$(SIM_SEEDS)
+	$(MAKE) --no-print-directory simulate-rare
 	$(MAKE) --no-print-directory abe-test
 	$(MAKE) --no-print-directory miri
 	$(MAKE) --no-print-directory fuzz INPUTS=$(FUZZ_SHORT)
@@ -52,11 +53,20 @@ fuzz:
 # runs seeds S..S+N; a failure prints its seed, and `sat-simulate --seed S --trace` replays it.
 SEEDS ?= 200
 FROM ?= 0
-# The seeds `make test` runs.
+# The seeds `make test` runs: 0..SIM_SEEDS, then seeds outside that range known to reach a rare
+# path (a server's loss that the client's transport reports before the run does:
+# sat-core/src/client/failover.rs).
 SIM_SEEDS ?= 300
+SIM_RARE_SEEDS ?= 44559 44754
 simulate:
 	$(CARGO) build --release -j $(JOBS) -p sat-core --features simulator --bin sat-simulate
 	$(TARGET_DIR)/release/sat-simulate --seeds $(SEEDS) --from $(FROM) --jobs $(JOBS)
+
+simulate-rare:
+	$(CARGO) build --release -j $(JOBS) -p sat-core --features simulator --bin sat-simulate
+	@for s in $(SIM_RARE_SEEDS); do \
+		$(TARGET_DIR)/release/sat-simulate --seeds 1 --from $$s --jobs 1 || exit 1; \
+	done
 
 # The C ABI's unsafe code under Miri, nightly's interpreter (sat-capi's unit tests: handles checked
 # before any read, the chains' memory, the status, panic and log paths, all without a run, since

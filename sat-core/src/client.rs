@@ -377,6 +377,9 @@ struct ClientState {
     /// Chunks this process reads in place ([`in_place`]): the thread that
     /// does, and when its scope started (for the statistics stream).
     in_place: HashMap<ChunkId, (std::thread::ThreadId, u64)>,
+    /// Servers the transport could not reach, whose loss the run has not
+    /// announced yet (`client/failover.rs`).
+    suspects: Vec<failover::Suspect>,
 }
 
 /// What a release waits for before it returns: the home's acknowledgement
@@ -476,6 +479,7 @@ impl Client {
                 replicated,
                 put_source: None,
                 in_place: HashMap::new(),
+                suspects: Vec::new(),
             }),
         }
     }
@@ -2608,7 +2612,7 @@ impl ClientState {
         // (the next server alive) may already serve it
         // (`client/failover.rs`).
         let stand_in = self.ring.backup_after(server);
-        let n = self
+        let polled = self
             .transport
             .poll(&mut |out: &mut dyn Sender, m: Received<'_>| {
                 match wire::decode(m.header) {
@@ -2630,11 +2634,21 @@ impl ClientState {
                     _ => {}
                 }
                 handle(me, (server, stand_in), mail, out, m)
-            })?;
-        self.received += n as u64;
+            });
+        // The news of a loss is applied even when the same poll reports an
+        // error: it may be what the error is about.
         for (src, lost) in std::mem::take(&mut self.mail.losses) {
             self.server_lost(me, src, lost);
         }
+        let n = match polled {
+            Ok(n) => n,
+            Err(e) => {
+                self.peer_trouble(e)?;
+                0
+            }
+        };
+        self.suspicion_expired()?;
+        self.received += n as u64;
         switch::retry((me, server), &mut self.store, self.transport.as_mut());
         for (chunk, place) in self.mail.named.drain(..) {
             self.host.named(chunk, place);

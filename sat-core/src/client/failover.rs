@@ -20,13 +20,86 @@
 //! - its subscriptions to those chunks are made again at the new homes;
 //! - it answers `LossSeen`, after which its server takes its requests about
 //!   those chunks again.
+//!
+//! The transport may see the loss first: a message to the dead server, or
+//! one on its way from it, fails, and the next poll reports the server
+//! unreachable. That is not the run's word: it may come before the
+//! stand-in's `ServerLost`, and reported as it is, it would fail the call
+//! it caught with a transport error a program is not told to retry (and
+//! every later call, each sending through the dead server again), while
+//! the run goes on without that server. So a server the transport cannot
+//! reach is [`Suspect`]: the error is held back and the calls wait on,
+//! until the `ServerLost` ends them as above, or, if no such news comes
+//! within [`suspect_patience`], the error is reported after all.
+
+use std::time::{Duration, Instant};
 
 use super::{ClientState, Mailbox};
 use crate::chunk::ChunkId;
-use crate::transport::{Payload, Rank, Sender, MAX_HEADER};
+use crate::transport::{Payload, Rank, Sender, TransportError, MAX_HEADER};
 use crate::wire::{self, Message};
 
+/// A server the transport reported unreachable, of which the run has not
+/// said that it was lost (see the module's doc).
+pub(super) struct Suspect {
+    server: Rank,
+    error: TransportError,
+    since: Instant,
+}
+
+/// How long a suspect server's error is held back: past the lease in which
+/// the run's seed declares a silent process lost (under `satrun` a dead
+/// process is declared at once), with room for the news to travel.
+fn suspect_patience() -> Duration {
+    Duration::from_secs(2 * crate::settings::get().lease_s.max(1) + 5)
+}
+
 impl ClientState {
+    /// What an error of the transport's poll means for this client: held
+    /// back (Ok) when it says a server of a run with replicated homes is
+    /// unreachable, whose loss the run is about to announce or already
+    /// did (then the error is only about messages that were on their way
+    /// to or from it); the error itself otherwise.
+    pub(super) fn peer_trouble(&mut self, error: TransportError) -> Result<(), TransportError> {
+        let TransportError::PeerLost { rank, .. } = &error else {
+            return Err(error);
+        };
+        let rank = *rank;
+        if !self.replicated || !self.ring.servers().contains(&rank) {
+            return Err(error);
+        }
+        if self.ring.is_lost(rank) {
+            tracing::debug!("lost server {rank}: {error}");
+        } else if !self.suspects.iter().any(|s| s.server == rank) {
+            tracing::warn!(
+                "{error}: waiting for the run to say it was lost (up to {} s), as its backups \
+                 then take its place",
+                suspect_patience().as_secs()
+            );
+            self.suspects.push(Suspect {
+                server: rank,
+                error,
+                since: Instant::now(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The held-back error of a suspect server whose loss the run did not
+    /// announce in time; forgets the suspects it did announce.
+    pub(super) fn suspicion_expired(&mut self) -> Result<(), TransportError> {
+        let ring = &self.ring;
+        self.suspects.retain(|s| !ring.is_lost(s.server));
+        match self
+            .suspects
+            .iter()
+            .position(|s| s.since.elapsed() >= suspect_patience())
+        {
+            Some(i) => Err(self.suspects.swap_remove(i).error),
+            None => Ok(()),
+        }
+    }
+
     /// Message `ServerLost { server: lost }` from `src` (see the module's
     /// doc). Returns whether it was taken.
     pub(super) fn server_lost(&mut self, me: Rank, src: Rank, lost: Rank) -> bool {

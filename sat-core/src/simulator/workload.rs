@@ -1588,7 +1588,9 @@ enum End {
 }
 
 /// Faults a client's transport may show: one coherence send that fails,
-/// or the end of the process.
+/// the end of the process, or a server that died: what is sent to it is
+/// lost, and the next poll reports it unreachable, as the tcp provider's
+/// failed completions do, before (or after) the run's word of the loss.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Fault(Arc<FaultState>);
 
@@ -1597,6 +1599,10 @@ struct FaultState {
     /// The thread whose next coherence message fails.
     fail_next: std::sync::Mutex<Option<std::thread::ThreadId>>,
     dead: AtomicBool,
+    /// A server that died (0: none; server 0, the seed's, never dies here).
+    server_gone: std::sync::atomic::AtomicU32,
+    /// A failed send to it, reported by the next poll.
+    deferred: std::sync::Mutex<Option<TransportError>>,
 }
 
 impl Fault {
@@ -1622,6 +1628,16 @@ impl Fault {
     /// The process is gone: nothing leaves, nothing arrives.
     pub fn die(&self) {
         self.0.dead.store(true, Ordering::Relaxed);
+    }
+
+    /// Server `rank` died: what this process sends it from now on fails.
+    pub fn server_died(&self, rank: Rank) {
+        self.0.server_gone.store(rank, Ordering::Relaxed);
+    }
+
+    fn server_is_gone(&self, rank: Rank) -> bool {
+        let gone = self.0.server_gone.load(Ordering::Relaxed);
+        gone != 0 && gone == rank
     }
 }
 
@@ -1656,6 +1672,15 @@ impl<T: Transport> Sender for Faulty<T> {
         if matches!(wire::decode(header), Ok(Message::Coherence { .. })) && self.fault.fails_now() {
             return lost("a simulated send failure");
         }
+        if self.fault.server_is_gone(dest) {
+            // Taken, and failed later, as a connection's send does.
+            let mut deferred = Shared::lock(&self.fault.0.deferred);
+            deferred.get_or_insert(TransportError::PeerLost {
+                rank: dest,
+                reason: "a send failed: the server died (simulated)".into(),
+            });
+            return Ok(());
+        }
         self.inner.send(dest, header, payload)
     }
 }
@@ -1676,7 +1701,11 @@ impl<T: Transport> Transport for Faulty<T> {
         if self.fault.0.dead.load(Ordering::Relaxed) {
             return Ok(0);
         }
-        self.inner.poll(on_message)
+        let n = self.inner.poll(on_message)?;
+        match Shared::lock(&self.fault.0.deferred).take() {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
 
     fn messages_sent(&self) -> u64 {

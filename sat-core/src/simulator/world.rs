@@ -794,6 +794,11 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             if due && dead_server.is_none() && !servers[victim].2 {
                 dead_server = Some(victim);
                 servers[victim].2 = true;
+                // Its clients' connections to it fail from now on, maybe
+                // before the stand-in's word of the loss reaches them.
+                for f in &faults {
+                    f.server_died(victim as u32);
+                }
                 shared.note(|| format!("server {victim} dies"));
                 taking_over = servers[victim].0.homes().map(|(c, _, _)| c).collect();
                 let moved: Vec<usize> = (topology.clients_of(victim as u32).iter())
