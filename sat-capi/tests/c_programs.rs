@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 13] = [
+const BINDINGS: [&str; 14] = [
     "api",
     "capacity",
     "chain_subscribe",
@@ -54,6 +54,7 @@ const BINDINGS: [&str; 13] = [
     "protocols",
     "recovery",
     "service",
+    "signals",
     "user_protocol",
 ];
 
@@ -391,6 +392,33 @@ fn lifetimes_shared_library() {
 #[test]
 fn lifetimes_static_library_sanitized() {
     lifetimes(StaticAsan);
+}
+
+/// signals.c: a SIGTERM handler the program installed before its first SAT
+/// call still gets SIGTERM, in the role and after the run, and a 2 ms
+/// interval timer running in every process from before the bootstrap to
+/// the end delays nothing for good: the bootstrap, a barrier and a read
+/// complete (`SAT_BOOTSTRAP_TIMEOUT` bounds the wait where they would
+/// not).
+#[test]
+fn a_programs_signal_handlers_and_timers_outlive_the_bootstrap() {
+    let exe = bindings(Shared).join("signals");
+    for provider in PROVIDERS {
+        let run = three_processes(
+            &exe,
+            provider,
+            &[],
+            &[("SAT_BOOTSTRAP_TIMEOUT", "30")],
+            false,
+        );
+        run.succeeded().has(&[
+            "[1] PASS signals role: ",
+            "[2] PASS signals role: ",
+            "[0] PASS signals after the run: ",
+            "[1] PASS signals after the run: ",
+            "[2] PASS signals after the run: ",
+        ]);
+    }
 }
 
 /// capacity.c: C chains count against `<memory capacity>` (16 MiB on rank
@@ -1437,6 +1465,34 @@ fn c_processes_attach_to_a_service_and_find_what_others_left() {
                 );
             }
         }
+    }
+}
+
+/// signals.c attached to a service: a SIGTERM handler the program set
+/// before `sat_connect` gets SIGTERM, and a crash after it is a death by
+/// SIGSEGV (where libfabric's psm provider is installed, its handler used
+/// to print a backtrace and exit with status 1 instead).
+#[test]
+fn a_c_process_attached_to_a_service_keeps_its_signals() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = bindings(Shared).join("signals");
+    for provider in PROVIDERS {
+        let service = Service::start(provider);
+        let out = run_bounded(command(&exe).args(["attached", service.address.as_str()]));
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success() && stdout.contains("PASS signals attached: "),
+            "{provider} attached:\n{stdout}{stderr}"
+        );
+        let out = run_bounded(command(&exe).args(["crash", service.address.as_str()]));
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSEGV),
+            "{provider} crash: {:?}\n{}{}",
+            out.status,
+            text(&out.stdout),
+            text(&out.stderr)
+        );
     }
 }
 

@@ -56,7 +56,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use libfabric_sys as fi;
@@ -272,6 +272,8 @@ fn getinfo(
     local_ip: Option<IpAddr>,
     with_order: bool,
 ) -> Result<InfoList, TransportError> {
+    // Before libfabric's providers first run, and put their handlers in.
+    remember_program_signal_actions();
     let prov_name = CString::new(provider.fabric_name()).expect("provider names have no NUL");
     let node = node_for(provider, local_ip);
     let node_c = node.map(|ip| CString::new(ip.to_string()).expect("an IP has no NUL"));
@@ -583,14 +585,19 @@ const PSM_TAKEN_SIGNALS: [c_int; 6] = [
     libc::SIGSEGV,
 ];
 
-/// Gives back to their default the signals whose handler is
-/// libinfinipath's ([`PSM_TAKEN_SIGNALS`]). Its constructor ran when
+/// Gives back to their default (once per process, whatever the provider)
+/// the signals whose handler is libinfinipath's ([`PSM_TAKEN_SIGNALS`]). Its constructor ran when
 /// libfabric was loaded, before any code of the program's could run, so
 /// the action it replaced was the default (or one set by another library's
 /// constructor, which this cannot know). A process satrun starts (or a
 /// Python process, whose `sat` module sets the variables before it loads
 /// libfabric) has none of them: its own handlers stay as they are.
 fn drop_psm_signal_handlers() {
+    static DROPPED: Once = Once::new();
+    DROPPED.call_once(drop_psm_signal_handlers_now);
+}
+
+fn drop_psm_signal_handlers_now() {
     for sig in PSM_TAKEN_SIGNALS {
         // SAFETY: sigaction and dladdr with valid, zero-initialised structs;
         // dladdr only reads the loader's tables.
@@ -634,14 +641,62 @@ fn handler_is_in(handler: libc::sighandler_t, name: &[u8]) -> bool {
     }
 }
 
+/// The stop signals.
+const STOP_SIGNALS: [c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// The program's own handlers of the [`STOP_SIGNALS`] and the
+/// [`CRASH_SIGNALS`], in that order, noted before this process first called
+/// libfabric: the shm provider then puts its handlers in front of them
+/// (which unlink its regions, then hand the signal to what was there: the
+/// program's handler, or libinfinipath's backtrace and `exit(1)`), and
+/// [`install_shm_signal_handlers`] puts the program's back behind SAT's.
+static PROGRAM_ACTIONS: OnceLock<[Option<libc::sigaction>; 8]> = OnceLock::new();
+
+/// Notes, once, the handlers of the [`STOP_SIGNALS`] and [`CRASH_SIGNALS`]
+/// that are the program's: not the default, not ignored, and none of
+/// libfabric's or libinfinipath's (whose constructor runs when libfabric is
+/// loaded, before `main`: its handlers stand for the default).
+fn remember_program_signal_actions() {
+    PROGRAM_ACTIONS.get_or_init(|| {
+        let mut signals = [0; 8];
+        signals[..3].copy_from_slice(&STOP_SIGNALS);
+        signals[3..].copy_from_slice(&CRASH_SIGNALS);
+        signals.map(|sig| {
+            // SAFETY: sigaction(2) only reads the action into a zeroed
+            // struct; dladdr only reads the loader's tables.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, ptr::null(), &mut action) != 0 {
+                    return None;
+                }
+                let handler = action.sa_sigaction;
+                let programs = handler != libc::SIG_DFL
+                    && handler != libc::SIG_IGN
+                    && !handler_is_in(handler, b"libfabric")
+                    && !handler_is_in(handler, b"infinipath");
+                programs.then_some(action)
+            }
+        })
+    });
+}
+
+/// The program's own action for `sig`, noted before libfabric first ran
+/// ([`PROGRAM_ACTIONS`]); None for the default.
+fn programs_action(sig: c_int) -> Option<libc::sigaction> {
+    let at = (STOP_SIGNALS.iter().chain(&CRASH_SIGNALS)).position(|&s| s == sig)?;
+    PROGRAM_ACTIONS.get()?[at]
+}
+
 /// Installs, once per process, handlers that unlink this process's shm
 /// regions on SIGTERM, SIGINT and SIGHUP, then die of the signal, where the
 /// action is the default or the shm provider's own (which unlinks under a
 /// lock, not safe in a signal handler, then hands the signal to the action
 /// before it). A signal the process ignores (`nohup`) stays ignored, and
-/// one whose handler the program installed after the provider's (once its
-/// endpoint is open) stays the program's: the process may go on, and its
-/// endpoint's close removes the region. (The Python module installs the
+/// one the program handles stays the program's, whether it installed its
+/// handler before SAT's first call (the provider's in front of it is
+/// taken away: [`PROGRAM_ACTIONS`]) or after the endpoint opened: the
+/// process may go on, and its endpoint's close (or its `exit`) removes the
+/// region. (The Python module installs the
 /// interpreter's handlers again once the endpoint is open, so Ctrl-C
 /// raises KeyboardInterrupt.)
 /// And the same on a crash or an abort ([`CRASH_SIGNALS`]), whose handlers
@@ -669,6 +724,18 @@ fn install_shm_signal_handlers() {
                 if old[i].sa_sigaction == libc::SIG_IGN {
                     continue;
                 }
+                // The shm provider's handler unlinks, as ours does, then
+                // hands the signal to what was there before libfabric ran:
+                // ours hands it there itself (the program's handler, or the
+                // default's core dump where libinfinipath's would print a
+                // backtrace and exit(1)).
+                if handler_is_in(old[i].sa_sigaction, b"libfabric") {
+                    old[i] = programs_action(sig).unwrap_or_else(|| {
+                        let mut default: libc::sigaction = std::mem::zeroed();
+                        default.sa_sigaction = libc::SIG_DFL;
+                        default
+                    });
+                }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = unlink_shm_and_chain
                     as extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void)
@@ -682,7 +749,8 @@ fn install_shm_signal_handlers() {
                 }
             }
         }
-        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        for sig in STOP_SIGNALS {
+            let program = programs_action(sig);
             // SAFETY: sigaction with valid, zero-initialised structs; the
             // handler only calls async-signal-safe functions.
             unsafe {
@@ -691,9 +759,18 @@ fn install_shm_signal_handlers() {
                     continue;
                 }
                 let handler = old.sa_sigaction;
-                let dies = handler == libc::SIG_DFL
-                    || (handler != libc::SIG_IGN && handler_is_in(handler, b"libfabric"));
-                if !dies {
+                let providers = handler != libc::SIG_IGN && handler_is_in(handler, b"libfabric");
+                if let (true, Some(program)) = (providers, program) {
+                    // The provider's handler would unlink, then hand the
+                    // signal to the program's: the program's is put back
+                    // as it was (it may go on; its exit or the endpoint's
+                    // close removes the region).
+                    if libc::sigaction(sig, &program, ptr::null_mut()) != 0 {
+                        warn!(sig, "could not give the program its signal handler back");
+                    }
+                    continue;
+                }
+                if handler != libc::SIG_DFL && !providers {
                     continue;
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();
@@ -1331,6 +1408,7 @@ impl FabricEndpoint {
         };
         let address = get_name(h.ep)?;
 
+        drop_psm_signal_handlers();
         if provider == Provider::Shm {
             install_shm_signal_handlers();
             if let Some(name) = address
