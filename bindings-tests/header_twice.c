@@ -6,6 +6,17 @@
 #include <sat_compat.h>
 #include <sat.h>
 
+/* The paper's lowercase names are functions, not macros: headers included
+ * after sat_compat.h that call something `barrier(` still compile. */
+#if defined(__cplusplus) && __cplusplus >= 202002L && __has_include(<barrier>)
+#include <barrier>
+#endif
+#if defined(__has_include)
+#if __has_include(<rdma/fi_collective.h>)
+#include <rdma/fi_collective.h>
+#endif
+#endif
+
 #include <stdio.h>
 #include <string.h>
 

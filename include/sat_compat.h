@@ -139,9 +139,18 @@ typedef sat_bootstrap_t _SAT_Bootstrap_t;
 
 /* ------------------------- synchronization and topology (Figure 8) */
 
-#define rendezvous(id) sat_rendezvous(id)
-#define wakeup(id) sat_wakeup(id)
-#define barrier(id, count) sat_barrier((id), (count))
+/* Functions, not macros: a macro named `barrier` would rewrite every
+ * `barrier(` after it, in C++'s <barrier> (std::barrier) and libfabric's
+ * <rdma/fi_collective.h> (its `->barrier(` member calls). Define
+ * SAT_COMPAT_NO_LOWERCASE before including this header to leave out these
+ * three lowercase names where the program has its own. */
+#ifndef SAT_COMPAT_NO_LOWERCASE
+static inline enum sat_status rendezvous(uint32_t id) { return sat_rendezvous(id); }
+static inline enum sat_status wakeup(uint32_t id) { return sat_wakeup(id); }
+static inline enum sat_status barrier(uint32_t id, uint32_t count) {
+    return sat_barrier(id, count);
+}
+#endif
 #define clientGetClientNr() sat_client_count()
 
 /* ------------------------------------------- publish-subscribe (Figure 9) */

@@ -226,7 +226,9 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// and its handlers are over, new calls fail with `SAT_ERR_USAGE` and
 /// `sat_bootstrap` waits for calls still in progress on other threads before
 /// the client goes. Chunk handles are invalid once it returns (a call with
-/// one returns `SAT_ERR_USAGE`).
+/// one returns `SAT_ERR_USAGE`). SAT's threads have ended then; on one host
+/// the process keeps its doorbell (the memory its peers ring to wake it: two
+/// `memfd` descriptors, close-on-exec) until it exits.
 ///
 /// Returns `SAT_ERR_ROLE` when the role called `sat_role_failed` (its open
 /// scopes publish nothing) or failed inside SAT, `SAT_ERR_USAGE` when called
@@ -241,6 +243,7 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// `SAT_CHUNK_SIZE` that is not valid, a role of this rank with no function
 /// in the table),
 /// SAT_ERR_TOPOLOGY, SAT_ERR_BOOTSTRAP (no launcher, peers that never came),
+/// SAT_ERR_TIMEOUT (the seed did not answer within `SAT_BOOTSTRAP_TIMEOUT`),
 /// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
 ///
 /// # Safety

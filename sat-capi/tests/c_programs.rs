@@ -120,7 +120,8 @@ fn three_processes(
 // --------------------------------------------------- bindings-tests: tests
 
 /// sat.h and sat_compat.h, each included twice, compile with every warning
-/// an error in C99 and C11 (and sat.h as C++ when a C++ compiler is here).
+/// an error in C99 and C11 (and as C++17 and C++20 when a C++ compiler is
+/// here), followed by headers that call a `barrier(` of their own.
 #[test]
 fn headers_included_twice_compile_cleanly() {
     let a = artifacts();
@@ -130,6 +131,8 @@ fn headers_included_twice_compile_cleanly() {
     let mut compilers = vec![("cc", "c99"), ("cc", "c11")];
     if command("c++").arg("--version").output().is_ok() {
         compilers.push(("c++", "c++17"));
+        // With <barrier>, which a `barrier` macro would break.
+        compilers.push(("c++", "c++20"));
     } else {
         eprintln!("no c++ here: the header is not tried as C++");
     }
@@ -1531,6 +1534,38 @@ const MEMCHECK: [&str; 5] = [
     "--errors-for-leak-kinds=none",
     "--child-silent-after-fork=yes",
 ];
+
+/// service.c under memcheck, attached to a service (no satrun around it):
+/// no error, nothing definitely lost.
+#[test]
+fn a_c_process_attached_to_a_service_is_clean_under_memcheck() {
+    assert!(
+        command("valgrind").arg("--version").output().is_ok(),
+        "valgrind is missing: scripts/setup.sh --test installs it"
+    );
+    let exe = bindings(Shared).join("service");
+    let service = Service::start("shm");
+    for mode in ["produce", "consume"] {
+        let out = run_bounded(
+            command("valgrind")
+                .args(MEMCHECK)
+                .arg(&exe)
+                .args([mode, service.address.as_str()])
+                .env("SAT_TEST_UNDER_MEMCHECK", "1"),
+        );
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            out.status.success()
+                && stdout.contains(&format!("PASS {mode}: "))
+                && stderr.contains("ERROR SUMMARY: 0 errors")
+                && !stderr
+                    .lines()
+                    .any(|l| l.contains("definitely lost: ") && !l.contains(" 0 bytes")),
+            "{mode} under memcheck ({:?}):\n{stdout}{stderr}",
+            out.status
+        );
+    }
+}
 
 fn run_checked(c: &Checked, checker: Checker, provider: &str) {
     let np = c.np.to_string();

@@ -373,7 +373,11 @@ struct ClientState {
     /// caller's bytes (address, length), which the release publishes
     /// instead of the chunk's local bytes. Set and cleared within one hold
     /// of the client's lock, while the caller's slice is borrowed.
-    put_source: Option<(ChunkId, usize, usize)>,
+    /// A triple, not an `Option`: every byte is written, always. A `None`
+    /// leaves its payload uninitialized, and the optimized test of it read
+    /// those bytes, which valgrind's memcheck reports (a length of 0 stands
+    /// for none).
+    put_source: (ChunkId, usize, usize),
     /// Chunks this process reads in place ([`in_place`]): the thread that
     /// does, and when its scope started (for the statistics stream).
     in_place: HashMap<ChunkId, (std::thread::ThreadId, u64)>,
@@ -477,7 +481,7 @@ impl Client {
                 staging: false,
                 bracket_unsent: std::collections::VecDeque::new(),
                 replicated,
-                put_source: None,
+                put_source: (0, 0, 0),
                 in_place: HashMap::new(),
                 suspects: Vec::new(),
             }),
@@ -2770,15 +2774,18 @@ impl ClientState {
             bytes.copy_from_slice(source);
             return self.end_scope_acked(to, chunk, ending);
         }
-        self.put_source = Some((chunk, source.as_ptr() as usize, source.len()));
+        self.put_source = (chunk, source.as_ptr() as usize, source.len());
         let ended = self.end_scope_acked(to, chunk, ending);
-        self.put_source = None;
+        self.put_source = (0, 0, 0);
         ended
     }
 
     /// The bytes a PUT's release of `chunk` publishes, when it is one.
     fn put_source<'a>(&self, chunk: ChunkId) -> Option<&'a [u8]> {
-        let (c, addr, len) = self.put_source?;
+        let (c, addr, len) = self.put_source;
+        if len == 0 {
+            return None;
+        }
         // SAFETY: set by `end_scope_from` from a slice it borrows, for the
         // duration of the call that reaches here, and cleared after it.
         (c == chunk).then(|| unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
