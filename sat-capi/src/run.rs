@@ -246,6 +246,25 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// SAT_ERR_TIMEOUT (the seed did not answer within `SAT_BOOTSTRAP_TIMEOUT`),
 /// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
 ///
+/// Set while a bootstrap runs in this process: a second one is refused.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// At `exit()`: a process that exits while its `sat_bootstrap` runs (a role
+/// that calls `exit`, even `exit(0)`) leaves its run without a word, and
+/// the run then names whichever process noticed (the server that lost it):
+/// this line, on the process's own stderr (`[rank]` under satrun), says
+/// which one went.
+extern "C" fn say_exit_during_run() {
+    if RUNNING.load(Ordering::Acquire) {
+        const NOTE: &[u8] = b"SAT: this process exited (exit() or a return from main) while \
+            sat_bootstrap ran its role: its run goes on without it, or stops if it cannot\n";
+        // SAFETY: write(2) of a static buffer to stderr.
+        unsafe {
+            libc::write(2, NOTE.as_ptr().cast(), NOTE.len());
+        }
+    }
+}
+
 /// # Safety
 /// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
 /// to use the process's own arguments).
@@ -257,8 +276,6 @@ pub unsafe extern "C" fn sat_bootstrap(
     argc: c_int,
     argv: *const *mut c_char,
 ) -> sat_status {
-    /// Set while a bootstrap runs in this process: a second one is refused.
-    static RUNNING: AtomicBool = AtomicBool::new(false);
     /// Set by the first bootstrap that got as far as joining: a process
     /// takes part in one run (the launcher's environment, such as the
     /// seed's socket, is spent by the first), so a later call is refused
@@ -289,6 +306,12 @@ pub unsafe extern "C" fn sat_bootstrap(
             );
         }
         let _running = Running;
+        if !CALLED.load(Ordering::Acquire) {
+            // SAFETY: atexit with a function that takes and returns nothing.
+            if unsafe { libc::atexit(say_exit_during_run) } != 0 {
+                tracing::debug!("could not register the note of an exit during the run");
+            }
+        }
         if CALLED.swap(true, Ordering::AcqRel) {
             return usage(
                 "sat_bootstrap: this process called sat_bootstrap before (its run is over, or \

@@ -1471,6 +1471,28 @@ fn c_processes_attach_to_a_service_and_find_what_others_left() {
     }
 }
 
+/// A C role that calls `exit(0)` leaves a line on its own stderr saying so:
+/// satrun then shows which rank went, not only the server that lost it.
+#[test]
+fn a_c_process_that_exits_in_its_role_says_so() {
+    let exe = bindings(Shared).join("signals");
+    let run = three_processes(&exe, "shm", &["exit"], &[], false);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(
+        all.contains(
+            "[2] SAT: this process exited (exit() or a return from main) while \
+             sat_bootstrap ran its role"
+        ),
+        "{}",
+        run.context()
+    );
+    assert!(
+        !all.contains("[1] SAT: this process exited"),
+        "{}",
+        run.context()
+    );
+}
+
 /// signals.c attached to a service: a SIGTERM handler the program set
 /// before `sat_connect` gets SIGTERM, and a crash after it is a death by
 /// SIGSEGV (where libfabric's psm provider is installed, its handler used
