@@ -2644,11 +2644,14 @@ impl ClientState {
         for (src, lost) in std::mem::take(&mut self.mail.losses) {
             self.server_lost(me, src, lost);
         }
-        let n = match polled {
-            Ok(n) => n,
+        // A poll that reported an error held back says nothing of how many
+        // messages it delivered: counted as traffic, so that a wait polls
+        // on for the news of the loss rather than sleep.
+        let (n, troubled) = match polled {
+            Ok(n) => (n, 0),
             Err(e) => {
                 self.peer_trouble(e)?;
-                0
+                (0, 1)
             }
         };
         self.suspicion_expired()?;
@@ -2663,7 +2666,7 @@ impl ClientState {
         let granted = self.host.retry(&mut self.store, &mut self.mail.events, me);
         self.host
             .tell_home_again(self.transport.as_mut(), &mut self.header, (me, server));
-        Ok(n + granted + hinted)
+        Ok(n + troubled + granted + hinted)
     }
 
     /// Asks `chunk`'s home for a valid copy before a READ of `chain`
