@@ -920,10 +920,12 @@ impl Client {
                 wait_ms,
             })
             .collect::<Vec<_>>();
-        // The homes answer within `timeout`; allow for the way back.
-        let outcomes = self.allocation(
+        // The homes answer within `timeout`; allow for the way back. The
+        // first chunk nobody allocated ends the LOOKUP.
+        let outcomes = self.allocation_until(
             &requests,
             Some(timeout.saturating_add(Duration::from_secs(30))),
+            true,
         )?;
         let mut sizes = Vec::with_capacity(ids.len());
         let mut protocols = Vec::with_capacity(ids.len());
@@ -2153,9 +2155,23 @@ impl Client {
         requests: &[Message],
         bound: Option<Duration>,
     ) -> SatResult<Vec<AllocOutcome>> {
+        self.allocation_until(requests, bound, false)
+    }
+
+    /// [`Client::allocation`]; with `missing_ends`, the outcomes end at the
+    /// first `NotAllocated` (a LOOKUP fails there): the requests after it
+    /// are not waited for, nor sent when they are beyond the window. Else a
+    /// LOOKUP of a long chain whose end nobody allocated would wait out
+    /// its timeout once per window of requests.
+    fn allocation_until(
+        &self,
+        requests: &[Message],
+        bound: Option<Duration>,
+        missing_ends: bool,
+    ) -> SatResult<Vec<AllocOutcome>> {
         let _sat = stats::doing(Activity::Sdsm);
         let mut numbers = Vec::with_capacity(requests.len());
-        let outcomes = self.allocation_numbered(requests, bound, &mut numbers);
+        let outcomes = self.allocation_numbered(requests, bound, missing_ends, &mut numbers);
         // Whatever happened, answers still due to this call are nobody's
         // now: they are dropped when they come.
         let mut st = self.lock();
@@ -2171,6 +2187,7 @@ impl Client {
         &self,
         requests: &[Message],
         bound: Option<Duration>,
+        missing_ends: bool,
         numbers: &mut Vec<u64>,
     ) -> SatResult<Vec<AllocOutcome>> {
         let mut outcomes = Vec::with_capacity(requests.len());
@@ -2227,7 +2244,11 @@ impl Client {
                 let request = &requests[outcomes.len()];
                 return Err(self.unanswered(request, bound.unwrap_or_default()));
             };
+            let missing = matches!(outcome, AllocOutcome::NotAllocated);
             outcomes.push(outcome);
+            if missing && missing_ends {
+                break;
+            }
             deadline = bound.and_then(|b| self.deadline_in(b));
         }
         Ok(outcomes)

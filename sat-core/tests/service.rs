@@ -92,6 +92,46 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
     data_written_is_found_by_a_process_that_attaches_later("tcp");
 }
 
+/// A server keeps the versions of its chunks in its host slots, once: not
+/// a second, zero-filled buffer per chunk in its own memory (each home's
+/// version 0 shares one buffer of zeros per size). 64 MiB written in 1 MiB
+/// chunks grows the server's anonymous memory by far less than 64 MiB
+/// (it grew by the whole 64 MiB before).
+#[test]
+fn a_server_holds_host_slot_versions_once() {
+    let service = Service::start("shm", &["--servers", "1", "--slots", "2"]);
+    let servers = service.servers();
+    assert_eq!(servers.len(), 1);
+    let before = status_kib(servers[0], "RssAnon:");
+    let a = service.address.as_str();
+    let out = common::run(
+        Command::new(example("attach"))
+            .args([
+                "write", a, "--chunk", "7", "--bytes", "67108864", "--seed", "3",
+            ])
+            .env("SAT_CHUNK_SIZE", "1048576"),
+    );
+    assert!(out.status.success(), "write failed: {}", text(&out.stderr));
+    let after = status_kib(servers[0], "RssAnon:");
+    assert!(
+        after < before + 32 * 1024,
+        "the server's anonymous memory went from {before} to {after} KiB for 64 MiB of versions \
+         in host slots"
+    );
+    let out = common::run(
+        Command::new(example("attach"))
+            .args([
+                "check", a, "--chunk", "7", "--bytes", "67108864", "--seed", "3",
+            ])
+            .env("SAT_CHUNK_SIZE", "1048576"),
+    );
+    assert!(
+        out.status.success() && text(&out.stdout).contains("checked 67108864 bytes"),
+        "check failed: {}",
+        text(&out.stderr)
+    );
+}
+
 /// A client whose server entered it late in its address vector (the second
 /// client of a two-server service, on server 1) writes payloads over the
 /// eager size: they must reach their homes, which receive them from that

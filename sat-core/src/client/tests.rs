@@ -227,6 +227,32 @@ fn a_raw_malloc_of_a_size_out_of_range_is_refused() {
     );
 }
 
+/// A LOOKUP of a long chain whose end nobody allocated fails at the first
+/// missing chunk: the requests beyond the window are never sent. (It used
+/// to wait out the timeout once per window of 32 requests: about 5 minutes
+/// for a chain of 1,024 missing chunks and a 10 s timeout.)
+#[test]
+fn a_lookup_of_a_chain_ends_at_its_first_missing_chunk() {
+    let (result, sent) = Run::new(1, Schedule::Immediate).serve(|clients| {
+        let c = &clients[0];
+        c.malloc(1, 8).unwrap();
+        let before = c.messages_sent();
+        let result = c.lookup_chain(1, 1_000, Duration::from_millis(20));
+        (result, c.messages_sent() - before)
+    });
+    let Err(SatError::Timeout(why)) = result else {
+        panic!("{result:?}")
+    };
+    assert!(
+        why.contains("LOOKUP of chunk 2: no process allocated it"),
+        "{why}"
+    );
+    assert!(
+        sent <= 40,
+        "{sent} requests sent for a LOOKUP that failed at its second chunk"
+    );
+}
+
 /// A MALLOC whose home never answers fails after its bound with an error
 /// that says which server to look at.
 #[test]

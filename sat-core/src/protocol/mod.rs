@@ -36,6 +36,7 @@ pub mod home_only;
 pub mod mesi;
 pub mod registry;
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -385,11 +386,12 @@ pub struct LastRelease {
 }
 
 impl LastRelease {
-    /// Version 0: `size` zero bytes.
+    /// Version 0: `size` zero bytes, shared with every other version 0 of
+    /// that size ([`zeros`]).
     pub fn new(size: usize) -> LastRelease {
         LastRelease {
             version: 0,
-            data: vec![0u8; size].into(),
+            data: zeros(size),
         }
     }
 
@@ -428,6 +430,31 @@ impl LastRelease {
         }
         Ok(())
     }
+}
+
+/// `size` zero bytes, one buffer for every caller that asks for that size
+/// while one still holds it. Every home starts with a version 0; a chunk
+/// whose versions live in a host slot never replaces it, and a buffer of
+/// its own would hold the chunk's size a second time in the server's
+/// memory, resident (moving zeros into an `Arc` writes every page). The
+/// first release replaces a shared buffer with one of its own: writers
+/// copy it first when another holds it ([`LastRelease::apply`]).
+pub fn zeros(size: usize) -> Arc<[u8]> {
+    static SHARED: std::sync::Mutex<Option<HashMap<usize, std::sync::Weak<[u8]>>>> =
+        std::sync::Mutex::new(None);
+    let mut guard = SHARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let by_size = guard.get_or_insert_with(HashMap::new);
+    if let Some(held) = by_size.get(&size).and_then(std::sync::Weak::upgrade) {
+        return held;
+    }
+    let fresh: Arc<[u8]> = vec![0u8; size].into();
+    if by_size.len() >= 256 {
+        by_size.retain(|_, w| w.strong_count() > 0);
+    }
+    by_size.insert(size, Arc::downgrade(&fresh));
+    fresh
 }
 
 #[cfg(test)]

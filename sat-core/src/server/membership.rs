@@ -235,8 +235,8 @@ impl ServerState<'_> {
         }
     }
 
-    /// After each poll: the desk's requests, then the endpoints to enter or
-    /// remove.
+    /// After each poll: the desk's requests, then the endpoints to remove,
+    /// then those to enter.
     pub(super) fn apply_membership(&mut self, transport: &mut dyn Transport) {
         while let Some(action) = self
             .service
@@ -275,6 +275,17 @@ impl ServerState<'_> {
                 self.client_lost(transport, client, "the transport could not reach it");
             }
         }
+        // Those that left first: a joiner's endpoint may be where a client
+        // that has just left had its own (over tcp, the port the system
+        // gives again), and must not be taken for that client's.
+        for client in std::mem::take(&mut self.service_mut().leaving) {
+            if let Err(e) = transport.remove_peer(client) {
+                tracing::warn!(
+                    "server {}: could not forget the endpoint of {client}: {e}",
+                    self.rank
+                );
+            }
+        }
         for (client, address) in std::mem::take(&mut self.service_mut().joining) {
             let refused = match transport.add_peer(client, &address) {
                 Ok(()) => {
@@ -292,14 +303,6 @@ impl ServerState<'_> {
             } else {
                 let msg = Message::Admitted { client, refused };
                 self.send(transport, SEED, &msg, Payload::None);
-            }
-        }
-        for client in std::mem::take(&mut self.service_mut().leaving) {
-            if let Err(e) = transport.remove_peer(client) {
-                tracing::warn!(
-                    "server {}: could not forget the endpoint of {client}: {e}",
-                    self.rank
-                );
             }
         }
     }
