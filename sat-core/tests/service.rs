@@ -92,6 +92,47 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
     data_written_is_found_by_a_process_that_attaches_later("tcp");
 }
 
+/// Over tcp the system gives a closed endpoint's port again. A process
+/// whose endpoint gets the port of a client that detached from another slot
+/// is admitted: that client's endpoint, entered until its slot is taken
+/// again, is forgotten. Before, the joiner was refused as that client
+/// ("it is the endpoint of rank 2, not one of its own"). The two attaching
+/// processes are held to one port (libfabric's FI_TCP_PORT_*_RANGE).
+#[test]
+fn a_joiner_at_the_port_of_a_client_that_left_is_admitted() {
+    let service = Service::start("tcp", &["--servers", "1", "--slots", "4"]);
+    let a = service.address.as_str();
+    // Slot 1 held while the first process takes slot 2.
+    let (mut holder, line) = start_holder(&["hold", a, "--chunk", "9", "--bytes", "8"]);
+    assert!(line.contains("slot 1"), "{line}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let cycle = || {
+        common::run(
+            Command::new(example("attach"))
+                .args(["cycle", a, "--chunk", "5", "--times", "1"])
+                .env("FI_TCP_PORT_LOW_RANGE", &port)
+                .env("FI_TCP_PORT_HIGH_RANGE", &port),
+        )
+    };
+    let first = cycle();
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    // Slot 1 free again: the next process takes it, at the same port.
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    let second = cycle();
+    assert!(
+        second.status.success() && text(&second.stdout).contains("counter 2"),
+        "{}\n{}",
+        text(&second.stderr),
+        service.log()
+    );
+}
+
 /// A server keeps the versions of its chunks in its host slots, once: not
 /// a second, zero-filled buffer per chunk in its own memory (each home's
 /// version 0 shares one buffer of zeros per size). 64 MiB written in 1 MiB

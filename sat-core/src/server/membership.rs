@@ -287,6 +287,29 @@ impl ServerState<'_> {
             }
         }
         for (client, address) in std::mem::take(&mut self.service_mut().joining) {
+            // The endpoint of a client that detached stays entered (its
+            // acknowledgement went to it) until its slot is taken again.
+            // A joiner at the same address shows that endpoint closed (over
+            // tcp the system gave its port again; over shm its pid): it is
+            // forgotten now. A client still attached keeps its own, and the
+            // joiner is refused (`transport/fabric.rs`).
+            if let Some(gone) = transport.rank_of_address(&address).filter(|&other| {
+                other != client
+                    && !self.topology.is_server(other)
+                    && self.client_done.get(other as usize) == Some(&true)
+            }) {
+                tracing::debug!(
+                    "server {}: client {client} joins at the endpoint client {gone} had before it \
+                     left: forgotten",
+                    self.rank
+                );
+                if let Err(e) = transport.remove_peer(gone) {
+                    tracing::warn!(
+                        "server {}: could not forget the endpoint of {gone}: {e}",
+                        self.rank
+                    );
+                }
+            }
             let refused = match transport.add_peer(client, &address) {
                 Ok(()) => {
                     self.client_done[client as usize] = false;

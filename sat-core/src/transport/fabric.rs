@@ -3128,6 +3128,13 @@ impl Transport for FabricTransport {
         Ok(())
     }
 
+    fn rank_of_address(&self, address: &[u8]) -> Option<Rank> {
+        // SAFETY: info is live for the endpoint's lifetime.
+        let addr_format = unsafe { (*self.core.h.info.0).addr_format };
+        let key = endpoint_key(addr_format, address);
+        self.core.rank_of_endpoint.get(&key).copied()
+    }
+
     fn remove_peer(&mut self, rank: Rank) -> Result<(), TransportError> {
         if rank >= self.core.size || rank == self.core.rank {
             return Err(TransportError::UnknownRank {

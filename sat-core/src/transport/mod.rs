@@ -246,4 +246,11 @@ pub trait Transport: Sender + Send {
         let _ = rank;
         Err(TransportError::FixedMembership("a peer cannot leave"))
     }
+
+    /// The rank whose endpoint `address` is entered as, if any (an address
+    /// that is not one of this transport's format is no rank's).
+    fn rank_of_address(&self, address: &[u8]) -> Option<Rank> {
+        let _ = address;
+        None
+    }
 }
