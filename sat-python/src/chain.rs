@@ -150,11 +150,6 @@ impl Region {
     }
 
     /// Whether the `len` bytes at address `start` overlap these.
-    fn overlaps(&self, start: usize, len: usize) -> bool {
-        let mine = self.ptr.as_ptr() as usize;
-        start < mine + self.len && mine < start + len
-    }
-
     fn out_of_memory(len: usize) -> PyErr {
         PyMemoryError::new_err(format!(
             "cannot allocate {len} bytes of local memory for the chain: free memory, or use a \
@@ -340,8 +335,8 @@ pub(crate) fn map(
     let (ids, sizes) = ids_and_sizes(&layout);
     if let Some(existing) = h.chain(py, &ids) {
         let had = existing.get();
-        let same_memory = had.mapped() && had.region.ptr.as_ptr() as usize == start;
-        if same_memory && had.region.len == len && had.protocol == Some(protocol) {
+        let same_memory = had.mapped() && had.start == start;
+        if same_memory && had.len == len && had.protocol == Some(protocol) {
             return Ok(existing);
         }
         return Err(usage(format!(
@@ -358,7 +353,7 @@ pub(crate) fn map(
     }
     // Two chains in one memory would overwrite each other's data (a scope's
     // memoryview of another chain, or an array mapped twice).
-    if let Some(other) = h.find_chain(py, |c| c.region.overlaps(start, len)) {
+    if let Some(other) = h.find_chain(py, |c| c.overlaps(start, len)) {
         return Err(usage(format!(
             "MAP of chunk {base}: this memory is already the local memory of the chain at chunk \
              {}; two chains in one memory would overwrite each other's data: give each chain \
@@ -494,7 +489,10 @@ fn record(
         PyChain {
             h: h.clone(),
             chain,
-            region,
+            start: region.ptr.as_ptr() as usize,
+            len: region.len,
+            mapped: matches!(region.owner, Owner::Exporter(_)),
+            region: std::sync::Mutex::new(Some(region)),
             protocol,
             secure,
             freed: std::sync::atomic::AtomicBool::new(false),
@@ -509,7 +507,14 @@ fn record(
 pub(crate) struct PyChain {
     pub(crate) h: Arc<Handle>,
     pub(crate) chain: CoreChain,
-    region: Arc<Region>,
+    /// Its local bytes: None once `free` gave them back (the arrays and
+    /// views made from them hold the region for as long as they live).
+    region: std::sync::Mutex<Option<Arc<Region>>>,
+    /// Where those bytes start and how many there are, and whether they
+    /// are a caller's buffer (`Client.map`): kept past `free`.
+    start: usize,
+    len: usize,
+    mapped: bool,
     /// The protocol it was allocated or mapped with here; None for a chain
     /// looked up, whose protocol the core does not tell.
     protocol: Option<ProtocolId>,
@@ -602,7 +607,26 @@ impl PyChain {
 
     /// The size of the chain's data (the plaintext's when protected).
     pub(crate) fn data_len(&self) -> usize {
-        self.region.len
+        self.len
+    }
+
+    /// Whether its local bytes overlap `len` bytes at `start`.
+    fn overlaps(&self, start: usize, len: usize) -> bool {
+        start < self.start + self.len && self.start < start + len
+    }
+
+    /// Its local bytes, for a buffer; an error once `free` gave them back.
+    fn memory(&self) -> PyResult<Arc<Region>> {
+        let held = self
+            .region
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.clone().ok_or_else(|| {
+            usage(format!(
+                "the chain at chunk {} was given back (Chain.free): malloc or lookup it again",
+                self.chain.first()
+            ))
+        })
     }
 
     /// The size of each chunk's data (the plaintext's when protected).
@@ -615,7 +639,7 @@ impl PyChain {
 
     /// Whether its local bytes are a caller's buffer (`Client.map`).
     fn mapped(&self) -> bool {
-        matches!(self.region.owner, Owner::Exporter(_))
+        self.mapped
     }
 }
 
@@ -632,7 +656,7 @@ impl PyChain {
     #[getter]
     fn size(&self) -> PyResult<usize> {
         self.h.check_process()?;
-        Ok(self.region.len)
+        Ok(self.len)
     }
 
     /// The number of chunks.
@@ -721,8 +745,15 @@ impl PyChain {
             me.h.blocking(py, |c| c.free_mapped_for("FREE", &me.chain))?;
         me.freed.store(true, std::sync::atomic::Ordering::Release);
         me.h.forget_chain(py, &me.chain.ids().collect::<Vec<_>>(), slf);
-        // The region itself goes with the last array or view using it.
+        // The region itself goes with the last array or view using it: this
+        // Chain's hold on it ends now, not when the Chain is collected.
         drop(memory);
+        drop(
+            me.region
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         Ok(())
     }
 
@@ -789,7 +820,7 @@ impl PyChain {
             None => np.call_method1("dtype", ("u1",))?,
         };
         let itemsize: usize = dtype.getattr("itemsize")?.extract()?;
-        let size = me.region.len;
+        let size = me.len;
         if itemsize == 0 {
             return Err(PyValueError::new_err(format!(
                 "dtype {dtype} has items of 0 bytes: give a dtype with a size"
@@ -821,7 +852,7 @@ impl PyChain {
             py,
             PyBuffer {
                 chain: slf.clone().unbind(),
-                bytes: Bytes::Chain(me.region.clone()),
+                bytes: Bytes::Chain(me.memory()?),
                 readonly: false,
             },
         )?;
@@ -842,7 +873,7 @@ impl PyChain {
             "<sat.Chain base {} of {} chunks, {} bytes, {}{}{}>",
             self.chain.first(),
             self.chain.len(),
-            self.region.len,
+            self.len,
             self.protocol.map_or("looked up", protocol_name),
             if self.mapped() { ", mapped" } else { "" },
             if self.secure.is_some() {
@@ -972,7 +1003,7 @@ impl PyScope {
             py,
             PyBuffer {
                 chain: self.chain.clone_ref(py),
-                bytes: Bytes::Chain(chain.region.clone()),
+                bytes: Bytes::Chain(chain.memory()?),
                 readonly: access == Access::Read,
             },
         )?;

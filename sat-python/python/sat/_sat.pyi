@@ -122,7 +122,8 @@ class Chain:
     def readwrite(self) -> Scope: ...
     def free(self) -> None:
         """FREE: gives the chain back in this process; the Chain is no longer valid (UsageError), its
-        chunks stay in the S-DSM (``malloc`` or ``lookup`` them again for a new Chain)."""
+        chunks stay in the S-DSM (``malloc`` or ``lookup`` them again for a new Chain). Its memory goes
+        back to the system at once, or with the last array or view made from it."""
     def array(
         self,
         dtype: Optional[numpy.typing.DTypeLike] = None,
