@@ -345,6 +345,11 @@ fn serve_with(
     loop {
         if server.st.service.is_some() && STOP.load(std::sync::atomic::Ordering::SeqCst) {
             tracing::debug!("server {rank}: stopped by a signal");
+            // Attached processes hear that the service stopped, not that
+            // its process died.
+            if let Some(service) = server.st.service.as_mut() {
+                service.tell_stopped(Instant::now() + Duration::from_secs(1));
+            }
             break;
         }
         match server.step(transport)? {

@@ -92,6 +92,43 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
     data_written_is_found_by_a_process_that_attaches_later("tcp");
 }
 
+/// A process attached when the service is stopped (SIGTERM to `satrun
+/// --serve`) is told that the service was stopped, not that its process
+/// died or was stopped (which it was told before).
+#[test]
+fn an_attached_process_hears_that_the_service_was_stopped() {
+    use std::io::BufRead;
+    let mut service = Service::start("shm", &["--servers", "1", "--slots", "2"]);
+    let mut holder = Command::new(example("attach"))
+        .args([
+            "hold",
+            service.address.as_str(),
+            "--chunk",
+            "9",
+            "--bytes",
+            "8",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(holder.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("attached in slot"), "{line}");
+    assert_eq!(service.stop(), 0);
+    // Its next call (the detach) fails with the reason.
+    drop(holder.stdin.take());
+    let out = holder.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("the service was stopped by its operator"),
+        "{err}"
+    );
+}
+
 /// Over tcp the system gives a closed endpoint's port again. A process
 /// whose endpoint gets the port of a client that detached from another slot
 /// is admitted: that client's endpoint, entered until its slot is taken

@@ -35,6 +35,14 @@ pub(crate) struct ServiceSide {
 }
 
 impl ServiceSide {
+    /// The service stops: the seed's desk tells its attached processes
+    /// ([`Desk::tell_stopped`]); other servers have no desk.
+    pub(crate) fn tell_stopped(&mut self, deadline: std::time::Instant) {
+        if let Some(desk) = self.desk.as_mut() {
+            desk.tell_stopped(deadline);
+        }
+    }
+
     pub(crate) fn new(desk: Option<Desk>) -> ServiceSide {
         ServiceSide {
             forgetting: HashMap::new(),

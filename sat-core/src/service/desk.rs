@@ -127,6 +127,9 @@ pub(crate) enum DeskAction {
 /// closes. Without it the process waited for ever for answers.
 type Dropped = Arc<OnceLock<String>>;
 
+/// The reason [`Desk::tell_stopped`] gives every attached session.
+const SERVICE_STOPPED: &str = "the service stopped";
+
 /// Where a session waits for its slot (or the reason it has none), and
 /// where the desk says why it dropped the session once attached.
 struct Reply {
@@ -248,6 +251,28 @@ impl Desk {
             }
         }
         self.actions.pop_front()
+    }
+
+    /// The service stops (its operator stopped `satrun --serve`): every
+    /// attached process is told so on its connection, rather than finding
+    /// it closed (which reads as a service that died), and its session
+    /// closes. Returns once every session has closed, or at `deadline`.
+    pub(crate) fn tell_stopped(&mut self, deadline: Instant) {
+        for slot in &self.slots {
+            if let Slot::Attached(dropped) = slot {
+                let _ = dropped.set(SERVICE_STOPPED.into());
+            }
+        }
+        while self.slots.iter().any(|s| matches!(s, Slot::Attached(_))) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Event::Closed { client }) => self.closed(client),
+                Ok(Event::Join { reply, .. }) => {
+                    let _ = reply.send(Err("the service is stopping".into()));
+                }
+                Err(_) => return,
+            }
+        }
     }
 
     fn join(&mut self, address: Vec<u8>, reply: Reply) {
@@ -857,6 +882,11 @@ fn session(
     };
     if send(&mut stream, &welcome).is_ok() {
         let told = |why: &str| {
+            if why == SERVICE_STOPPED {
+                return "the service was stopped by its operator (satrun --serve ended): this \
+                        session is over; attach again once a service runs"
+                    .to_owned();
+            }
             format!(
                 "this process (slot {client}) was dropped by the service: {why}; the service \
                  revoked its scopes and went on without it: attach again"
