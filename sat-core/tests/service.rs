@@ -33,12 +33,18 @@ fn start_holder(args: &[&str]) -> (Child, String) {
 }
 
 fn start_holder_with_env(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
+    spawn_holder(args, env, Stdio::inherit())
+}
+
+/// [`start_holder_with_env`], its standard error going to `stderr`.
+fn spawn_holder(args: &[&str], env: &[(&str, String)], stderr: Stdio) -> (Child, String) {
     use std::io::BufRead;
     let mut holder = Command::new(example("attach"))
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -97,26 +103,16 @@ fn data_written_is_found_by_a_process_that_attaches_later_tcp() {
 /// died or was stopped (which it was told before).
 #[test]
 fn an_attached_process_hears_that_the_service_was_stopped() {
-    use std::io::BufRead;
     let mut service = Service::start("shm", &["--servers", "1", "--slots", "2"]);
-    let mut holder = Command::new(example("attach"))
-        .args([
-            "hold",
-            service.address.as_str(),
-            "--chunk",
-            "9",
-            "--bytes",
-            "8",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(holder.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let args = [
+        "hold",
+        service.address.as_str(),
+        "--chunk",
+        "9",
+        "--bytes",
+        "8",
+    ];
+    let (mut holder, line) = spawn_holder(&args, &[], Stdio::piped());
     assert!(line.contains("attached in slot"), "{line}");
     assert_eq!(service.stop(), 0);
     // Its next call (the detach) fails with the reason.
