@@ -215,6 +215,25 @@ pub struct sat_bootstrap_t {
 /// program does not play (entry 0 is the S-DSM server's, always NULL).
 pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 
+/// Set while a bootstrap runs in this process: a second one is refused.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// At `exit()`: a process that exits while its `sat_bootstrap` runs (a role
+/// that calls `exit`, even `exit(0)`) leaves its run without a word, and
+/// the run then names whichever process noticed (the server that lost it):
+/// this line, on the process's own stderr (`[rank]` under satrun), says
+/// which one went.
+extern "C" fn say_exit_during_run() {
+    if RUNNING.load(Ordering::Acquire) {
+        const NOTE: &[u8] = b"SAT: this process exited (exit() or a return from main) while \
+            sat_bootstrap ran its role: its run goes on without it, or stops if it cannot\n";
+        // SAFETY: write(2) of a static buffer to stderr.
+        unsafe {
+            libc::write(2, NOTE.as_ptr().cast(), NOTE.len());
+        }
+    }
+}
+
 /// Joins the run and plays this process's role (Figure 10): `roles[r]` is
 /// the function of role `r`, for `r` < `nroles`. Returns when the run is
 /// over for this process (its role, then its subscriptions' handlers, have
@@ -246,25 +265,6 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// SAT_ERR_TIMEOUT (the seed did not answer within `SAT_BOOTSTRAP_TIMEOUT`),
 /// SAT_ERR_TRANSPORT, SAT_ERR_ABORTED, SAT_ERR_ROLE (see above).
 ///
-/// Set while a bootstrap runs in this process: a second one is refused.
-static RUNNING: AtomicBool = AtomicBool::new(false);
-
-/// At `exit()`: a process that exits while its `sat_bootstrap` runs (a role
-/// that calls `exit`, even `exit(0)`) leaves its run without a word, and
-/// the run then names whichever process noticed (the server that lost it):
-/// this line, on the process's own stderr (`[rank]` under satrun), says
-/// which one went.
-extern "C" fn say_exit_during_run() {
-    if RUNNING.load(Ordering::Acquire) {
-        const NOTE: &[u8] = b"SAT: this process exited (exit() or a return from main) while \
-            sat_bootstrap ran its role: its run goes on without it, or stops if it cannot\n";
-        // SAFETY: write(2) of a static buffer to stderr.
-        unsafe {
-            libc::write(2, NOTE.as_ptr().cast(), NOTE.len());
-        }
-    }
-}
-
 /// # Safety
 /// `roles` points at `nroles` entries; `argv` at `argc` C strings (or NULL
 /// to use the process's own arguments).
