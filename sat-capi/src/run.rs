@@ -306,18 +306,17 @@ pub unsafe extern "C" fn sat_bootstrap(
             );
         }
         let _running = Running;
-        if !CALLED.load(Ordering::Acquire) {
-            // SAFETY: atexit with a function that takes and returns nothing.
-            if unsafe { libc::atexit(say_exit_during_run) } != 0 {
-                tracing::debug!("could not register the note of an exit during the run");
-            }
-        }
         if CALLED.swap(true, Ordering::AcqRel) {
             return usage(
                 "sat_bootstrap: this process called sat_bootstrap before (its run is over, or \
                  it could not join one); a process bootstraps once: start the program again \
                  (under satrun) to join another run",
             );
+        }
+        // Once per process: only the first bootstrap gets this far.
+        // SAFETY: atexit with a function that takes and returns nothing.
+        if unsafe { libc::atexit(say_exit_during_run) } != 0 {
+            tracing::debug!("could not register the note of an exit during the run");
         }
         let args: Vec<String> = if argv.is_null() || argc <= 0 {
             std::env::args().collect()

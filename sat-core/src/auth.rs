@@ -162,6 +162,21 @@ impl Side {
             Side::Admitter => b"SAT handshake 2: admitter",
         }
     }
+
+    /// The first byte of this side's SPAKE2 message (left out of its token).
+    fn spake_byte(self) -> u8 {
+        match self {
+            Side::Joiner => b'A',
+            Side::Admitter => b'B',
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Joiner => Side::Admitter,
+            Side::Admitter => Side::Joiner,
+        }
+    }
 }
 
 /// What is wrong with a proof.
@@ -180,23 +195,6 @@ pub enum Refusal {
 /// as the other's.
 const JOINER_ID: &[u8] = b"SAT joiner";
 const ADMITTER_ID: &[u8] = b"SAT admitter";
-
-impl Side {
-    /// The first byte of this side's SPAKE2 message (left out of its token).
-    fn spake_byte(self) -> u8 {
-        match self {
-            Side::Joiner => b'A',
-            Side::Admitter => b'B',
-        }
-    }
-
-    fn other(self) -> Side {
-        match self {
-            Side::Joiner => Side::Admitter,
-            Side::Admitter => Side::Joiner,
-        }
-    }
-}
 
 /// One side's half of a handshake, before it has the other's token.
 pub struct Handshake {
@@ -243,6 +241,14 @@ impl Handshake {
             spake: Some(spake),
             token,
         })
+    }
+
+    /// The admitter's whole half, once the joiner's token came: the token
+    /// to answer with, and the proofs.
+    pub fn answer(secret: Option<&Secret>, joiners: &Nonce) -> SatResult<(Nonce, Proofs)> {
+        let admitter = Handshake::start(secret, Side::Admitter)?;
+        let token = admitter.token();
+        Ok((token, admitter.finish(joiners)?))
     }
 
     /// The token this side sends.

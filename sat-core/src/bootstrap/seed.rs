@@ -954,9 +954,7 @@ fn hear(stream: &mut TcpStream, wait: Instant, secret: Option<&Secret>) -> SatRe
     else {
         return Ok(hello);
     };
-    let handshake = Handshake::start(secret, Side::Admitter)?;
-    let ours = handshake.token();
-    let proofs = handshake.finish(theirs)?;
+    let (ours, proofs) = Handshake::answer(secret, theirs)?;
     let challenge = FromSeed::Challenge {
         nonce: ours,
         proof: proofs.mine(),

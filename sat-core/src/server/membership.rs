@@ -243,6 +243,16 @@ impl ServerState<'_> {
         }
     }
 
+    /// Removes `client`'s endpoint from the transport.
+    fn forget_endpoint(&self, transport: &mut dyn Transport, client: Rank) {
+        if let Err(e) = transport.remove_peer(client) {
+            tracing::warn!(
+                "server {}: could not forget the endpoint of {client}: {e}",
+                self.rank
+            );
+        }
+    }
+
     /// After each poll: the desk's requests, then the endpoints to remove,
     /// then those to enter.
     pub(super) fn apply_membership(&mut self, transport: &mut dyn Transport) {
@@ -287,12 +297,7 @@ impl ServerState<'_> {
         // that has just left had its own (over tcp, the port the system
         // gives again), and must not be taken for that client's.
         for client in std::mem::take(&mut self.service_mut().leaving) {
-            if let Err(e) = transport.remove_peer(client) {
-                tracing::warn!(
-                    "server {}: could not forget the endpoint of {client}: {e}",
-                    self.rank
-                );
-            }
+            self.forget_endpoint(transport, client);
         }
         for (client, address) in std::mem::take(&mut self.service_mut().joining) {
             // The endpoint of a client that detached stays entered (its
@@ -311,12 +316,7 @@ impl ServerState<'_> {
                      left: forgotten",
                     self.rank
                 );
-                if let Err(e) = transport.remove_peer(gone) {
-                    tracing::warn!(
-                        "server {}: could not forget the endpoint of {gone}: {e}",
-                        self.rank
-                    );
-                }
+                self.forget_endpoint(transport, gone);
             }
             let refused = match transport.add_peer(client, &address) {
                 Ok(()) => {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use bincode::{Decode, Encode};
 
-use crate::auth::{self, Handshake, Nonce, Proof, Secret, Side};
+use crate::auth::{self, Handshake, Nonce, Proof, Secret};
 use crate::bootstrap::seed::{decode, hello_version, send, RunId};
 use crate::bootstrap::watch::{self, watch_session, SessionEnd};
 use crate::error::SatResult;
@@ -786,13 +786,9 @@ fn session(
     };
     // The secret, before anything about the service leaves the desk.
     let secret = Some(&offer.secret);
-    let Ok(proofs) = Handshake::start(secret, Side::Admitter).and_then(|h| {
-        let ours = h.token();
-        h.finish(&theirs).map(|p| (ours, p))
-    }) else {
+    let Ok((ours, proofs)) = Handshake::answer(secret, &theirs) else {
         return refuse(&mut stream, "the service has no random numbers".into());
     };
-    let (ours, proofs) = proofs;
     let challenge = FromDesk::Challenge {
         nonce: ours,
         proof: proofs.mine(),
