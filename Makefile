@@ -54,10 +54,12 @@ fuzz:
 SEEDS ?= 200
 FROM ?= 0
 # The seeds `make test` runs: 0..SIM_SEEDS, then seeds outside that range known to reach a rare
-# path (a server's loss that the client's transport reports before the run does:
-# sat-core/src/client/failover.rs).
+# path: a server's loss that the client's transport reports before the run does (44559, 44754:
+# sat-core/src/client/failover.rs); a chain's release under way when a server is lost (48341:
+# sat-core/src/server/republish.rs); a READ asked in the poll that took in its home's loss while
+# another thread waited on the chunk (48646); a client lost with its server (52019).
 SIM_SEEDS ?= 300
-SIM_RARE_SEEDS ?= 44559 44754
+SIM_RARE_SEEDS ?= 44559 44754 48341 48646 52019
 simulate:
 	$(CARGO) build --release -j $(JOBS) -p sat-core --features simulator --bin sat-simulate
 	$(TARGET_DIR)/release/sat-simulate --seeds $(SEEDS) --from $(FROM) --jobs $(JOBS)

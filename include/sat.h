@@ -330,10 +330,9 @@ typedef enum sat_status {
      * another process will wake it). Also
      * a call a lost server took with it, in a run with replicated homes:
      * call it again (a RELEASE so failed may or may not have published:
-     * read the chunk to know; a chain whose chunks have homes on several
-     * servers may be left with the new version in some chunks and the old
-     * in the lost server's: write the whole chain again; a write scope on
-     * the lost server's chunk published nothing).
+     * read the chunk to know; a chain's RELEASE so failed publishes all
+     * its chunks or none, whatever servers their homes are on; a write
+     * scope on the lost server's chunk published nothing).
      */
     SAT_ERR_PROCESS_LOST = -14,
 } sat_status;

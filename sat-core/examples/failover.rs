@@ -20,11 +20,17 @@
 //! own chunks: each must hold the round of its last release that returned
 //! (or of one under way when a server was lost), byte for byte. Calls that
 //! a server's loss caught are made again.
+//!
+//! With `--chains`, each round writes all of a client's chunks in one WRITE
+//! scope of their chain and releases it as one, and reads the next client's
+//! whole chain in one READ scope: every chunk of a chain must hold the same
+//! round (a chain's release applies all or nothing, also when a server is
+//! lost during it).
 
 use std::time::Duration;
 
 use sat_core::bootstrap::{run, RoleResult, Roles};
-use sat_core::client::Client;
+use sat_core::client::{Chain, Client};
 use sat_core::protocol::Access;
 use sat_core::SatError;
 
@@ -36,6 +42,7 @@ struct Options {
     rounds: u64,
     chunks: u64,
     bytes: usize,
+    chains: bool,
 }
 
 /// The bytes of `rank`'s chunk `j` at `round`.
@@ -91,6 +98,95 @@ fn read(c: &Client, chunk: u64, lost: &mut u64) -> Result<(u32, u64, u64), SatEr
     seen.map_err(SatError::Usage)
 }
 
+/// The round every chunk of `chain` (`chunks` of `bytes` each, its writer's
+/// chunk numbers in order) holds, as one READ scope of the chain sees it;
+/// an error for a torn chain (chunks of different rounds or writers).
+fn read_chain(
+    c: &Client,
+    chain: &Chain,
+    o: &Options,
+    lost: &mut u64,
+) -> Result<(u32, u64), SatError> {
+    let seen = again(lost, || {
+        c.acquire_chain(chain, Access::Read)?;
+        let seen = c.with_chain(chain, |d| {
+            let mut whole = None;
+            for (j, chunk) in chain.ids().enumerate() {
+                let (rank, k, round) = parse(&d[j * o.bytes..(j + 1) * o.bytes], chunk)?;
+                if k != j as u64 && round != 0 {
+                    return Err(format!("chunk {chunk} holds chunk {k} of rank {rank}"));
+                }
+                match whole {
+                    None => whole = Some((rank, round, chunk)),
+                    Some((r, n, first)) if (r, n) != (rank, round) => {
+                        return Err(format!(
+                            "torn chain: chunk {first} holds rank {r}'s round {n}, chunk {chunk} \
+                             rank {rank}'s round {round}"
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+            let (rank, round, _) = whole.unwrap_or((0, 0, 0));
+            Ok((rank, round))
+        });
+        c.release_chain(chain)?;
+        seen
+    })?;
+    seen.map_err(SatError::Usage)
+}
+
+/// `--chains`: every round writes the client's chain in one scope and reads
+/// the next client's in one scope (see the module's doc).
+fn role_chains(c: &Client, o: &Options, own: &Chain, theirs: &Chain, n: u64) -> RoleResult {
+    let rank = c.rank();
+    let mut lost = 0;
+    let (mut acked, mut maybe, mut newest) = (0u64, 0u64, 0u64);
+    for round in 1..=o.rounds {
+        again(&mut lost, || c.acquire_chain(own, Access::Write))?;
+        c.with_chain_mut(own, |d| {
+            for (j, part) in d.chunks_mut(o.bytes).enumerate() {
+                fill(part, rank, j as u64, round);
+            }
+        })?;
+        match c.release_chain(own) {
+            Ok(()) => acked = round,
+            Err(SatError::ProcessLost(why)) => {
+                lost += 1;
+                maybe = round;
+                eprintln!("failover: release of the chain, round {round}: {why}");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let (_, seen) = read_chain(c, theirs, o, &mut lost)?;
+        if seen < newest {
+            return Err(
+                format!("the next client's chain went back from round {newest} to {seen}").into(),
+            );
+        }
+        newest = seen;
+        if round % 10 == 0 {
+            println!("rank {rank} round {round}");
+        }
+    }
+    again(&mut lost, || c.barrier(2, n as u32))?;
+    let (writer, round) = read_chain(c, own, o, &mut lost)?;
+    if writer != rank || !(round == acked || (round == maybe && maybe > acked)) {
+        return Err(format!(
+            "the chain holds rank {writer}'s round {round}; its last release that returned was \
+             round {acked} (one under way: {maybe})"
+        )
+        .into());
+    }
+    again(&mut lost, || c.barrier(3, n as u32))?;
+    println!(
+        "rank {rank}: {} rounds of a chain of {} chunks, every chain read whole and the last \
+         released version read back ({lost} calls made again after a loss)",
+        o.rounds, o.chunks
+    );
+    Ok(())
+}
+
 fn role(c: &Client, o: &Options) -> RoleResult {
     let rank = c.rank();
     let clients = c.topology().clients();
@@ -98,13 +194,16 @@ fn role(c: &Client, o: &Options) -> RoleResult {
     let n = clients.len() as u64;
     let own: Vec<u64> = (0..o.chunks).map(|j| BASE + me * o.chunks + j).collect();
     let sizes = vec![o.bytes; own.len()];
-    c.malloc_lst(sat_core::protocol::ProtocolId::HomeMesi, &own, &sizes)?;
+    let own_chain = c.malloc_lst(sat_core::protocol::ProtocolId::HomeMesi, &own, &sizes)?;
     let next = (me + 1) % n;
     let theirs: Vec<u64> = (0..o.chunks).map(|j| BASE + next * o.chunks + j).collect();
-    c.lookup_lst(&theirs, Duration::from_secs(60))?;
+    let their_chain = c.lookup_lst(&theirs, Duration::from_secs(60))?;
     let mut lost = 0;
     again(&mut lost, || c.barrier(1, n as u32))?;
     println!("rank {rank} started");
+    if o.chains {
+        return role_chains(c, o, &own_chain, &their_chain, n);
+    }
     // The round of each own chunk's last release that returned, and of one
     // under way when a server was lost (published or not).
     let mut acked = vec![0u64; own.len()];
@@ -175,6 +274,7 @@ fn main() {
         rounds: number("--rounds", 100),
         chunks: number("--chunks", 12).max(1),
         bytes: (number("--bytes", 4096) as usize).max(HEADER),
+        chains: args.iter().any(|a| a == "--chains"),
     });
     let mut roles = Roles::new();
     for id in 1..=8 {

@@ -1577,6 +1577,15 @@ impl Client {
             // the endpoint to the background progress, and cost no poll.
             if st.store.get(chunk).is_some_and(|c| c.host.is_none()) {
                 st.progress(self.rank)?;
+                // That poll may have taken in the loss of the chunk's home
+                // while another thread waits on it: asked now, from the
+                // chunk's old state, the new home's grant would come after
+                // that thread's failure started the chunk afresh, unasked
+                // for, and its home would count a scope nobody holds. The
+                // checks above wait for that thread first.
+                if st.store.get(chunk).is_some_and(|c| c.orphaned.is_some()) {
+                    continue;
+                }
             }
             // A scope that reads must see the version through this place: a
             // place that joined after the version arrived is filled from
@@ -2594,6 +2603,10 @@ struct Mailbox {
     /// Per chunk, the releases up to this count whose `Durable` a lost
     /// server took with it, and why (`client/failover.rs`).
     durable_lost: HashMap<ChunkId, (u64, String)>,
+    /// Per chunk, the last release of it made in a chain's release, kept
+    /// until its `Durable` comes: sent again if a server's loss takes that
+    /// with it (`server/republish.rs`).
+    unconfirmed: HashMap<ChunkId, failover::Unconfirmed>,
     /// Allocation requests a lost server took with it, and why.
     alloc_lost: HashMap<u64, String>,
     /// News of lost servers taken in by the last poll: (from, lost).
@@ -2908,6 +2921,11 @@ impl ClientState {
                 (true, _) => self.store.bytes(chunk, place),
                 _ => None,
             };
+            // A chain's release in a run with replicated homes: its bytes
+            // are kept until both servers hold them.
+            let kept = (publishes && self.replicated && self.staging)
+                .then(|| data.map(<[u8]>::to_vec))
+                .flatten();
             let epoch = self.store.get(chunk).map_or(0, |c| c.epoch);
             let delivered = send_to_home(
                 self.transport.as_mut(),
@@ -2929,7 +2947,12 @@ impl ClientState {
                 self.mail.events.count_published();
                 self.store.spread(chunk, place);
                 if self.replicated {
-                    self.mail.durable.entry(chunk).or_default().0 += 1;
+                    let due = self.mail.durable.entry(chunk).or_default();
+                    due.0 += 1;
+                    let due = due.0;
+                    if let Some(bytes) = kept {
+                        self.mail.keep_unconfirmed(chunk, op, due, bytes);
+                    }
                 }
             }
             if matches!(op, ToHome::Abort) {
@@ -3246,7 +3269,11 @@ fn handle(
         Ok(Message::ClientDoneAck) => mail.done_acked = true,
         Ok(Message::Durable { chunk, client, .. }) if client == me => {
             match mail.durable.get_mut(&chunk) {
-                Some((due, got)) if *got < *due => *got += 1,
+                Some((due, got)) if *got < *due => {
+                    *got += 1;
+                    let got = *got;
+                    mail.confirmed(chunk, got);
+                }
                 _ => tracing::warn!(
                     "dropped a durable of chunk {chunk}: no release of it waits for one"
                 ),

@@ -117,6 +117,7 @@ mod message_counts;
 mod notices;
 pub(crate) mod recovery;
 mod replicas;
+mod republish;
 pub(crate) mod spill;
 mod switch;
 
@@ -404,6 +405,14 @@ fn serve_with(
 }
 
 /// What one round of a server's loop did.
+/// Whether a home's step on a release tells its writer the release is
+/// durable (a run with replicated homes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TellWriter {
+    Durable,
+    Nothing,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
     /// Something arrived or is queued to leave: poll again at once.
@@ -576,6 +585,14 @@ impl<'t> Server<'t> {
         assert!(self.st.cannot_fail_over(server).is_none());
         self.st
             .seed_server_lost(transport, server, "the test killed it");
+    }
+
+    /// The seed's watch says `client` died: the seed tells the server
+    /// serving it, as in a run.
+    #[cfg(feature = "simulator")]
+    pub(crate) fn watch_lost(&mut self, transport: &mut dyn Transport, client: Rank) {
+        self.st
+            .watched_client_lost(transport, client, "the simulator killed it");
     }
 
     /// The seed hears that `client` finished the run, as its watch would
@@ -1005,6 +1022,12 @@ impl ServerState<'_> {
             {
                 self.forget_client_at_homes(out, client)
             }
+            Message::Republish {
+                chunk,
+                client,
+                version,
+                yielded,
+            } => self.republish(out, m, src_is_server, (chunk, client, version), yielded),
             Message::ClientFinished { client } if m.src == SEED && self.is_my_client(client) => {
                 self.client_finished(out, client)
             }
@@ -1467,11 +1490,27 @@ impl ServerState<'_> {
     fn at_home(
         &mut self,
         out: &mut dyn Sender,
-        (src, src_is_server): (Rank, bool),
+        src: (Rank, bool),
         chunk: u64,
         client: Rank,
         op: CoherenceOp,
         payload: &[u8],
+    ) {
+        self.home_step(out, src, (chunk, client), op, payload, TellWriter::Durable)
+    }
+
+    /// [`ServerState::at_home`], where `tell` says whether the writer of a
+    /// release in a run with replicated homes is sent its `Durable` (a
+    /// release sent again after a server's loss is not: the writer was told
+    /// that it may or may not be published, `server/republish.rs`).
+    fn home_step(
+        &mut self,
+        out: &mut dyn Sender,
+        (src, src_is_server): (Rank, bool),
+        (chunk, client): (u64, Rank),
+        op: CoherenceOp,
+        payload: &[u8],
+        tell: TellWriter,
     ) {
         if !self.bring_in(chunk) {
             return;
@@ -1532,7 +1571,7 @@ impl ServerState<'_> {
             }
             self.answers_after_backup(out, chunk, &mut outs);
             self.home_out = outs;
-            if to_home.publishes() {
+            if to_home.publishes() && tell == TellWriter::Durable {
                 let durable = replicas::Held::Durable { client, version };
                 self.send_or_hold(out, chunk, durable);
             }

@@ -20,9 +20,9 @@ use crate::transport::{Rank, MAX_HEADER};
 /// prefix; 14: the drain before a run's shutdown), or the bootstrap's
 /// messages (15: the run's id in the seed's setup; 16: a rendezvous told of
 /// the run's losses; 17: the service's run id in the desk's welcome; 18: the join's
-/// handshake a key exchange, `auth.rs`); the bootstrap and a service's desk refuse processes
-/// built with another version.
-pub const WIRE_VERSION: u32 = 18;
+/// handshake a key exchange, `auth.rs`; 19: `Republish`); the bootstrap and a service's desk
+/// refuse processes built with another version.
+pub const WIRE_VERSION: u32 = 19;
 
 /// A message between two processes of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
@@ -277,6 +277,22 @@ pub enum Message {
     Drain { wave: u64 },
     /// Server -> seed: the answer to a `Drain`.
     Drained { wave: u64, sent: u64, received: u64 },
+    /// Client -> the chunk's home (through its server), in a run with
+    /// replicated homes, after a server's loss and before its `LossSeen`:
+    /// the release of `version` of `chunk`, part of a chain's release whose
+    /// `Durable` the loss kept from it, again. The payload is the released
+    /// bytes. The home applies it only if it is the chunk's next version
+    /// and the release cannot have reached it otherwise (the client still
+    /// holds the write scope there, or the chunk was just taken over from
+    /// the lost server): `server/republish.rs`.
+    /// `yielded`: the release was a `ReleaseYield` (of a scope opened in
+    /// E, with an invalidation to acknowledge), and is made again as one.
+    Republish {
+        chunk: u64,
+        client: Rank,
+        version: u64,
+        yielded: bool,
+    },
 }
 
 /// The chunks one [`Message::Fetch`] may list: its header must fit in
@@ -586,6 +602,7 @@ impl Message {
             Message::ClientsSeen { .. } => "clients_seen",
             Message::Drain { .. } => "drain",
             Message::Drained { .. } => "drained",
+            Message::Republish { .. } => "republish",
         }
     }
 }
@@ -814,6 +831,12 @@ mod tests {
                 chunk: u64::MAX,
                 client: u32::MAX,
                 version: u64::MAX,
+            },
+            Message::Republish {
+                chunk: u64::MAX,
+                client: u32::MAX,
+                version: u64::MAX,
+                yielded: true,
             },
         ] {
             let n = encode(&msg, &mut buf).unwrap();

@@ -354,9 +354,30 @@ fn read_back(out: &str) -> usize {
 /// back every version whose release returned (`examples/failover.rs`).
 #[test]
 fn a_server_killed_mid_run_loses_no_released_version_with_replicated_homes() {
+    let clients = kill_server_1_of_failover(&[]);
+    assert_eq!(read_back(&clients), 3, "{clients}");
+}
+
+/// The same with every round's chunks written and released as one chain
+/// (and the next client's chain read in one scope): a release under way
+/// when server 1 dies (its chunks' homes, and its client's way to them) is
+/// applied whole, never in part: no client reads a chain whose chunks hold
+/// different rounds (`server/republish.rs`).
+#[test]
+fn a_chain_released_as_a_server_is_killed_is_never_read_torn() {
+    let clients = kill_server_1_of_failover(&["--chains", "--bytes", "65536"]);
+    assert!(!clients.contains("torn chain"), "{clients}");
+    let whole = "every chain read whole and the last released version read back";
+    assert_eq!(clients.matches(whole).count(), 3, "{clients}");
+}
+
+/// Runs `examples/failover.rs` (with `extra` arguments) on replicated homes
+/// and kills server 1 once rank 3 wrote 20 rounds: every other process must
+/// end well. Returns what the clients printed.
+fn kill_server_1_of_failover(extra: &[&str]) -> String {
     let port = free_port();
     let topology_arg = topology("replicated.xml");
-    let args = [
+    let mut args = vec![
         "--rounds",
         "200",
         "--chunks",
@@ -364,6 +385,7 @@ fn a_server_killed_mid_run_loses_no_released_version_with_replicated_homes() {
         "--topology",
         topology_arg.to_str().unwrap(),
     ];
+    args.extend_from_slice(extra);
     let mut children: Vec<Child> = (0..6)
         .map(|r| {
             mpirun_style_of("failover", port, (6, r), &args)
@@ -378,14 +400,17 @@ fn a_server_killed_mid_run_loses_no_released_version_with_replicated_homes() {
     let outs = wait_all(children);
     assert_eq!(outs[1].status.code(), None, "the victim died by its signal");
     for r in [0, 2, 3, 4, 5] {
-        assert!(outs[r].status.success(), "rank {r} went on and ended well");
+        assert!(
+            outs[r].status.success(),
+            "rank {r} went on and ended well: {}",
+            text(&outs[r].stderr)
+        );
     }
     let clients: String = seen.join("\n")
         + "\n"
         + &rx.iter().collect::<Vec<_>>().join("\n")
         + &text(&outs[4].stdout)
         + &text(&outs[5].stdout);
-    assert_eq!(read_back(&clients), 3, "{clients}");
     let seed = text(&outs[0].stderr);
     assert!(
         seed.contains("server 1 was lost") && seed.contains("the run goes on without it"),
@@ -396,6 +421,7 @@ fn a_server_killed_mid_run_loses_no_released_version_with_replicated_homes() {
         "the lost server's client moved: {}",
         text(&outs[4].stderr)
     );
+    clients
 }
 
 /// The same under `satrun --enable-recovery`, losing server 2 (whose

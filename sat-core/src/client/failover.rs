@@ -18,6 +18,10 @@
 //!   barrier waiting for its round (called again, it goes ahead as after a
 //!   lost process);
 //! - its subscriptions to those chunks are made again at the new homes;
+//! - a chain's release whose `Durable`s the loss took (some of its chunks'
+//!   releases may have been applied and others not) is sent again, chunk by
+//!   chunk, as `Republish`: each home applies what it did not have, so the
+//!   chain ends all new (`server/republish.rs`);
 //! - it answers `LossSeen`, after which its server takes its requests about
 //!   those chunks again.
 //!
@@ -36,8 +40,20 @@ use std::time::{Duration, Instant};
 
 use super::{ClientState, Mailbox};
 use crate::chunk::ChunkId;
+use crate::protocol::mesi::ToHome;
 use crate::transport::{Payload, Rank, Sender, TransportError, MAX_HEADER};
 use crate::wire::{self, Message};
+
+/// A chunk's release made in a chain's release, in a run with replicated
+/// homes, whose `Durable` has not come: what `Republish` sends again.
+pub(super) struct Unconfirmed {
+    /// The release (its version; whether it yields an E copy).
+    op: ToHome,
+    /// The chunk's count of publishing releases that this one made: its
+    /// `Durable` is the one that brings the count of `Durable`s there.
+    due: u64,
+    bytes: Vec<u8>,
+}
 
 /// A server the transport reported unreachable, of which the run has not
 /// said that it was lost (see the module's doc).
@@ -136,6 +152,8 @@ impl ClientState {
         let affected: Vec<ChunkId> = (self.store.chunk_ids().into_iter())
             .filter(|&c| moved || self.ring.home(c) == lost)
             .collect();
+        // Before `home_lost` counts their `Durable`s as come.
+        let again = self.mail.unconfirmed_of(&affected);
         for &chunk in &affected {
             self.store.orphan(chunk, &why);
         }
@@ -152,6 +170,17 @@ impl ClientState {
             tracing::debug!("could not forget the endpoint of lost server {lost}: {e}");
         }
         let out: &mut dyn Sender = self.transport.as_mut();
+        // Ahead of `LossSeen`: the homes take them before any other
+        // process can read the chunks (`server/republish.rs`).
+        for (chunk, u) in again {
+            let msg = Message::Republish {
+                chunk,
+                client: me,
+                version: u.op.released_version().unwrap_or(0),
+                yielded: matches!(u.op, ToHome::ReleaseYield { .. }),
+            };
+            send_with(out, server, &msg, Payload::Copy(&u.bytes));
+        }
         send(out, server, &Message::LossSeen { server: lost });
         for (chunk, with_data, seen) in self.mail.events.subscribe_again(&affected) {
             let msg = Message::Resubscribe {
@@ -201,6 +230,44 @@ impl ClientState {
 }
 
 impl Mailbox {
+    /// Keeps the bytes of `op`, the release of `chunk` that made its count
+    /// of publishing releases `due`, until its `Durable` comes.
+    pub(super) fn keep_unconfirmed(
+        &mut self,
+        chunk: ChunkId,
+        op: ToHome,
+        due: u64,
+        bytes: Vec<u8>,
+    ) {
+        if op.released_version().is_some() {
+            self.unconfirmed
+                .insert(chunk, Unconfirmed { op, due, bytes });
+        }
+    }
+
+    /// `chunk`'s count of `Durable`s is now `got`.
+    pub(super) fn confirmed(&mut self, chunk: ChunkId, got: u64) {
+        if self.unconfirmed.get(&chunk).is_some_and(|u| u.due <= got) {
+            self.unconfirmed.remove(&chunk);
+        }
+    }
+
+    /// Of `chunks`, the releases whose `Durable` has not come, to send
+    /// again; every one of them is forgotten.
+    fn unconfirmed_of(&mut self, chunks: &[ChunkId]) -> Vec<(ChunkId, Unconfirmed)> {
+        let mut again = Vec::new();
+        for chunk in chunks {
+            let Some(u) = self.unconfirmed.remove(chunk) else {
+                continue;
+            };
+            let got = self.durable.get(chunk).map_or(0, |d| d.1);
+            if got < u.due {
+                again.push((*chunk, u));
+            }
+        }
+        again
+    }
+
     /// The waits of this client that the loss ends (see the module's doc).
     fn home_lost(
         &mut self,
@@ -229,9 +296,13 @@ impl Mailbox {
 }
 
 fn send(out: &mut dyn Sender, to: Rank, msg: &Message) {
+    send_with(out, to, msg, Payload::None)
+}
+
+fn send_with(out: &mut dyn Sender, to: Rank, msg: &Message, payload: Payload<'_>) {
     let mut header = [0u8; MAX_HEADER];
     let n = wire::encode(msg, &mut header).expect("fits a header");
-    if let Err(e) = out.send(to, &header[..n], Payload::None) {
+    if let Err(e) = out.send(to, &header[..n], payload) {
         tracing::warn!("could not send {} to server {to}: {e}", msg.kind());
     }
 }

@@ -193,6 +193,14 @@ pub enum ToHome {
 }
 
 impl ToHome {
+    /// The version a release of whole bytes makes (None for the others).
+    pub fn released_version(self) -> Option<Version> {
+        match self {
+            ToHome::Release { version } | ToHome::ReleaseYield { version } => Some(version),
+            _ => None,
+        }
+    }
+
     /// Whether the chunk's new bytes (or their diff) travel with it.
     pub fn publishes(self) -> bool {
         matches!(

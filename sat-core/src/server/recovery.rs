@@ -92,6 +92,32 @@ impl RunRecovery {
 }
 
 impl ServerState<'_> {
+    /// Seed: the watch says client `rank` is gone. Its server (the one
+    /// serving it now) is told, after whatever the seed sent it before: a
+    /// server's loss this server has to apply first, say.
+    pub(super) fn watched_client_lost(
+        &mut self,
+        transport: &mut dyn Transport,
+        rank: Rank,
+        why: &str,
+    ) {
+        // Should its server be lost, its stand-in counts it done.
+        self.failover.gone.insert(rank);
+        let server = self.serving(rank);
+        if server == self.rank {
+            if self.client_done[rank as usize] {
+                // Its connection closed as it exited after its run.
+                return;
+            }
+            self.client_lost(transport, rank, why);
+        } else {
+            // Its server knows whether it had finished, and says so.
+            tracing::debug!("seed: client {rank}'s watch connection ended ({why})");
+            let msg = Message::ClientLost { client: rank };
+            self.send(transport, server, &msg, Payload::Copy(why.as_bytes()));
+        }
+    }
+
     fn recovery_mut(&mut self) -> &mut RunRecovery {
         self.recovery.as_mut().expect("a run with recovery")
     }
@@ -140,23 +166,8 @@ impl ServerState<'_> {
                     Some(_) => return Err(self.recovery_mut().server_lost(rank, &why)),
                 }
             }
-            if self.topology.get(rank).is_none() {
-                continue;
-            }
-            // Should its server be lost, its stand-in counts it done.
-            self.failover.gone.insert(rank);
-            let server = self.serving(rank);
-            if server == self.rank {
-                if self.client_done[rank as usize] {
-                    // Its connection closed as it exited after its run.
-                    continue;
-                }
-                self.client_lost(transport, rank, &why);
-            } else {
-                // Its server knows whether it had finished, and says so.
-                tracing::debug!("seed: client {rank}'s watch connection ended ({why})");
-                let msg = Message::ClientLost { client: rank };
-                self.send(transport, server, &msg, Payload::Copy(why.as_bytes()));
+            if self.topology.get(rank).is_some() {
+                self.watched_client_lost(transport, rank, &why);
             }
         }
         for client in std::mem::take(&mut self.recovery_mut().unreachable) {

@@ -846,6 +846,8 @@ impl Thread {
             .client
             .with_chain(chain, |bytes| bytes.to_vec())
             .expect("a chain in scope is readable");
+        // Per chunk: the version seen and the token its bytes hold.
+        let mut versions = Vec::with_capacity(ids.len());
         for (k, &id) in ids.iter().enumerate() {
             let mine = &seen[layout.range(k)];
             // A write scope opened in E (no grant) builds on the holder's
@@ -877,6 +879,10 @@ impl Thread {
                 }
             };
             self.record_scope(id, sees);
+            if access != Access::Write {
+                let token = content::read(mine, id).map_or(0, |(t, _)| t);
+                versions.push((id, sees, token));
+            }
             if access.exclusive() {
                 let prev = if access == Access::ReadWrite {
                     content::read(mine, id).map_or(0, |(t, _)| t)
@@ -886,6 +892,19 @@ impl Thread {
                 let granted = self.client.local_version(id).unwrap_or(0);
                 let mut oracle = Shared::lock(&self.shared.oracle);
                 tokens.push((id, oracle.token(self.client_index, id, granted, prev)));
+            }
+        }
+        if versions.len() > 1 {
+            let torn = Shared::lock(&self.shared.oracle).torn(&versions);
+            if let Err(e) = torn {
+                self.shared.fail(
+                    "a chain's release applies all or nothing",
+                    format!(
+                        "thread {} {access:?} of chain {ids:?}: {e}",
+                        self.thread_index
+                    ),
+                );
+                return tokens;
             }
         }
         if access.exclusive() {

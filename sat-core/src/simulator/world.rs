@@ -114,6 +114,8 @@ pub(crate) struct Oracle {
     pub lane_reads: BTreeMap<(usize, u64), u32>,
     /// Releases of whole chains: the client and the chain's tokens.
     pub chains: Vec<(usize, Vec<u64>)>,
+    /// Token -> the whole chain's release it belongs to (in `chains`).
+    pub chain_of: HashMap<u64, usize>,
     /// Tokens some home has shown.
     pub applied: std::collections::HashSet<u64>,
     /// Clients that died.
@@ -214,7 +216,46 @@ impl Oracle {
 
     /// A release of the whole chain of these tokens begins.
     pub fn chain_release(&mut self, client: usize, tokens: Vec<u64>) {
+        for &t in &tokens {
+            self.chain_of.insert(t, self.chains.len());
+        }
         self.chains.push((client, tokens));
+    }
+
+    /// A scope on a chain saw, per chunk, its version and the token its
+    /// bytes hold: an error when it shows part of a whole chain's release
+    /// and, on another chunk of that chain, a version older than that
+    /// release's (a torn chain: bytes of two releases no scope wrote
+    /// together). A release of the chain's chunk that ended without
+    /// publishing (aborted) does not count.
+    pub fn torn(&self, seen: &[(u64, Version, u64)]) -> Result<(), String> {
+        for &(chunk, _, token) in seen {
+            let Some(&r) = self.chain_of.get(&token) else {
+                continue;
+            };
+            let (writer, tokens) = &self.chains[r];
+            for t in tokens
+                .iter()
+                .filter_map(|t| self.tokens.get(t).map(|x| (t, x)))
+            {
+                let (other, t) = t;
+                if t.chunk == chunk || t.status == Status::Aborted {
+                    continue;
+                }
+                let Some(&(_, version, held)) = seen.iter().find(|s| s.0 == t.chunk) else {
+                    continue;
+                };
+                if version < t.version {
+                    return Err(format!(
+                        "chunk {chunk} holds token {token} of client {writer}'s release of a \
+                         whole chain, and chunk {} version {version} (token {held}), older than \
+                         that release's version {} (token {other}, {:?})",
+                        t.chunk, t.version, t.status
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A lost server's `chunk` was taken over by its backup at `version`
@@ -692,6 +733,13 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
             1 + pick.below(u64::from(shape.servers - 1)) as usize,
         )
     });
+    // Some of them come a few steps after a client began releasing a whole
+    // chain: one of its chunks' releases may have reached its home and
+    // another not. (Its own stream: the other picks stay as they were.)
+    let mut aim = rng.fork(11);
+    let server_on_chain = server_death_at.is_some() && aim.chance(40);
+    let mut server_chains_seen = 0usize;
+    let mut server_kill_at: Option<u64> = None;
     let mut dead_server: Option<usize> = None;
     let mut said_bye: BTreeSet<usize> = BTreeSet::new();
     // The lost server's chunks that its backup has not taken over yet.
@@ -772,17 +820,20 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                         }
                     }
                     let rank = client_rank(victim);
-                    // Its server, or the one that stands in for it.
-                    let mut own = topology.server_of(rank) as usize;
-                    while Some(own) == dead_server {
-                        own = (own + 1) % servers.len();
-                    }
-                    let (server, ep, _) = &mut servers[own];
-                    server.client_lost(ep, rank);
-                    // The seed's watch knows it is gone.
-                    if own != 0 && shape.server_dies {
+                    let own = topology.server_of(rank) as usize;
+                    if Some(own) == dead_server {
+                        // Its server is lost: the seed's watch tells the
+                        // stand-in, after the loss it sent it.
                         let (seed, ep, _) = &mut servers[0];
-                        seed.said_goodbye(ep, rank);
+                        seed.watch_lost(ep, rank);
+                    } else {
+                        let (server, ep, _) = &mut servers[own];
+                        server.client_lost(ep, rank);
+                        // The seed's watch knows it is gone.
+                        if own != 0 && shape.server_dies {
+                            let (seed, ep, _) = &mut servers[0];
+                            seed.said_goodbye(ep, rank);
+                        }
                     }
                 }
             }
@@ -790,7 +841,17 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         if let Some((at, victim)) = server_death_at {
             // Mostly while a version it applied waits for its backup: the
             // moment that loses a release if anything does.
-            let due = steps >= at && (servers[victim].0.replicating() || steps >= at + 2_000);
+            let due = if server_on_chain {
+                let o = Shared::lock(&shared.oracle);
+                let fresh = o.chains.len() > server_chains_seen;
+                server_chains_seen = o.chains.len();
+                if fresh && steps >= at / 4 && server_kill_at.is_none() {
+                    server_kill_at = Some(steps + 1 + aim.below(6));
+                }
+                server_kill_at.is_some_and(|k| steps >= k) || steps >= at + 20_000
+            } else {
+                steps >= at && (servers[victim].0.replicating() || steps >= at + 2_000)
+            };
             if due && dead_server.is_none() && !servers[victim].2 {
                 dead_server = Some(victim);
                 servers[victim].2 = true;

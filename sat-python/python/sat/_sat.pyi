@@ -55,9 +55,8 @@ class ProcessLostError(SatError):
     A rendezvous waiting at the loss, or the first after it, raises it too (its wakeup may have
     been the lost process's to send): call it again if another process will wake it.
     Also a call a lost server took with it, in a run with replicated homes: call it again (a
-    release so failed may or may not have published: read the chunk to know; a chain with homes
-    on several servers may hold the new version in some chunks and the old in the lost server's:
-    write the whole chain again)."""
+    release so failed may or may not have published: read the chunk to know; the release of a
+    chain so failed publishes all its chunks or none, whatever servers their homes are on)."""
 
 _BytesLike = Union[bytes, bytearray, memoryview]
 _Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]
