@@ -1069,9 +1069,12 @@ enum sat_status sat_rendezvous(uint32_t id);
  * the rendezvous' coordinator has applied it (one round trip): a
  * rendezvous called after it returned, in any process, sees it.
  *
- * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED,
- * SAT_ERR_PROCESS_LOST (a run with recovery lost this process's server
- * before the answer: call again).
+ * In a run with replicated homes that loses this process's server while
+ * the wakeup is under way, it is sent again through the server that takes
+ * over: it is applied once, whether the lost server had passed it on or
+ * not, and the call returns as usual.
+ *
+ * Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
 enum sat_status sat_wakeup(uint32_t id);
 
@@ -1084,7 +1087,10 @@ enum sat_status sat_wakeup(uint32_t id);
  * each process after the run lost a process fails with
  * SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
  * loss or after: call it again with the count of the processes left (a
- * lost server takes no client with it).
+ * lost server takes no client with it). An arrival of a lost server's own
+ * client that the server carried is sent again through the server that
+ * takes over, and counted once: if its round had ended, the call returns
+ * SAT_OK (and the next call fails for the loss instead).
  *
  * Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
  * SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.

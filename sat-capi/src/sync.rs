@@ -40,9 +40,12 @@ pub extern "C" fn sat_rendezvous(id: u32) -> sat_status {
 /// the rendezvous' coordinator has applied it (one round trip): a
 /// rendezvous called after it returned, in any process, sees it.
 ///
-/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED,
-/// SAT_ERR_PROCESS_LOST (a run with recovery lost this process's server
-/// before the answer: call again).
+/// In a run with replicated homes that loses this process's server while
+/// the wakeup is under way, it is sent again through the server that takes
+/// over: it is applied once, whether the lost server had passed it on or
+/// not, and the call returns as usual.
+///
+/// Returns: SAT_OK, or SAT_ERR_USAGE, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
 #[no_mangle]
 pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
     call("wakeup", |c| c.wakeup(id))
@@ -56,7 +59,10 @@ pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
 /// each process after the run lost a process fails with
 /// SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
 /// loss or after: call it again with the count of the processes left (a
-/// lost server takes no client with it).
+/// lost server takes no client with it). An arrival of a lost server's own
+/// client that the server carried is sent again through the server that
+/// takes over, and counted once: if its round had ended, the call returns
+/// SAT_OK (and the next call fails for the loss instead).
 ///
 /// Returns: SAT_OK, or SAT_ERR_USAGE (count 0, no run), SAT_ERR_TRANSPORT,
 /// SAT_ERR_ABORTED, SAT_ERR_PROCESS_LOST.

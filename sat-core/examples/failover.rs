@@ -21,6 +21,12 @@
 //! (or of one under way when a server was lost), byte for byte. Calls that
 //! a server's loss caught are made again.
 //!
+//! With `--sync`, the clients write nothing: each round passes a token
+//! round the ring of clients by rendezvous and wakeup, then meets at a
+//! barrier (two barrier ids in turn). A wakeup applied twice or never, or
+//! a barrier arrival counted and then called again, leaves them waiting
+//! for each other for good.
+//!
 //! With `--chains`, each round writes all of a client's chunks in one WRITE
 //! scope of their chain and releases it as one, and reads the next client's
 //! whole chain in one READ scope: every chunk of a chain must hold the same
@@ -43,6 +49,7 @@ struct Options {
     chunks: u64,
     bytes: usize,
     chains: bool,
+    sync: bool,
 }
 
 /// The bytes of `rank`'s chunk `j` at `round`.
@@ -187,11 +194,43 @@ fn role_chains(c: &Client, o: &Options, own: &Chain, theirs: &Chain, n: u64) -> 
     Ok(())
 }
 
+/// `--sync`: the token ring and the barriers (see the module's doc).
+fn role_sync(c: &Client, o: &Options, me: u64, n: u64) -> RoleResult {
+    let rank = c.rank();
+    let mut lost = 0;
+    let next = ((me + 1) % n) as u32;
+    for round in 1..=o.rounds {
+        if me == 0 {
+            again(&mut lost, || c.wakeup(100 + next))?;
+            again(&mut lost, || c.rendezvous(100))?;
+        } else {
+            again(&mut lost, || c.rendezvous(100 + me as u32))?;
+            again(&mut lost, || c.wakeup(100 + next))?;
+        }
+        again(&mut lost, || c.barrier(1 + (round % 2) as u32, n as u32))?;
+        if round % 10 == 0 {
+            println!("rank {rank} round {round}");
+        }
+    }
+    println!(
+        "rank {rank}: {} rounds of a token ring and a barrier ({lost} calls made again after a \
+         loss)",
+        o.rounds
+    );
+    Ok(())
+}
+
 fn role(c: &Client, o: &Options) -> RoleResult {
     let rank = c.rank();
     let clients = c.topology().clients();
     let me = clients.iter().position(|&r| r == rank).unwrap() as u64;
     let n = clients.len() as u64;
+    if o.sync {
+        let mut lost = 0;
+        again(&mut lost, || c.barrier(1, n as u32))?;
+        println!("rank {rank} started");
+        return role_sync(c, o, me, n);
+    }
     let own: Vec<u64> = (0..o.chunks).map(|j| BASE + me * o.chunks + j).collect();
     let sizes = vec![o.bytes; own.len()];
     let own_chain = c.malloc_lst(sat_core::protocol::ProtocolId::HomeMesi, &own, &sizes)?;
@@ -275,6 +314,7 @@ fn main() {
         chunks: number("--chunks", 12).max(1),
         bytes: (number("--bytes", 4096) as usize).max(HEADER),
         chains: args.iter().any(|a| a == "--chains"),
+        sync: args.iter().any(|a| a == "--sync"),
     });
     let mut roles = Roles::new();
     for id in 1..=8 {

@@ -50,7 +50,7 @@
 //! - **Signals** are publish-subscribe without a chunk: raising one notifies
 //!   every client subscribed to it at that moment, the raiser included.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::transport::Rank;
 use crate::wire::SyncOp;
@@ -84,7 +84,17 @@ pub struct Coordinator {
     fetches: Vec<(Rank, Vec<u64>)>,
     /// Processes the run has lost (a run with recovery).
     losses: u32,
+    /// Per client, the tickets of its last wakeups applied and barrier
+    /// arrivals whose round ended (at most [`TAKEN`]): a lost server's
+    /// client sends again what that server carried, not knowing whether it
+    /// got here (`client/failover.rs`); such a ticket is answered again,
+    /// not applied or counted twice.
+    taken: HashMap<Rank, VecDeque<u64>>,
 }
+
+/// How many tickets of each client [`Coordinator`] remembers: more than a
+/// client has requests in flight (one per thread).
+const TAKEN: usize = 1024;
 
 impl Coordinator {
     /// Handles `op` from `client`; appends the answers to `out`. Returns an
@@ -127,6 +137,11 @@ impl Coordinator {
                 }
             }
             SyncOp::Wakeup { id, ticket } => {
+                if self.was_taken(client, ticket) {
+                    out.push((client, SyncOp::WakeupDone { id, ticket }));
+                    return Ok(());
+                }
+                self.take(client, ticket);
                 let r = self.rendezvous.entry(id).or_default();
                 r.generation += 1;
                 let generation = r.generation;
@@ -141,6 +156,10 @@ impl Coordinator {
                 ticket,
                 losses,
             } => {
+                if self.was_taken(client, ticket) {
+                    out.push((client, SyncOp::BarrierDone { id, ticket }));
+                    return Ok(());
+                }
                 if losses < self.losses {
                     let lost = SyncOp::BarrierLost {
                         id,
@@ -176,10 +195,12 @@ impl Coordinator {
                     b.fetches.push((client, fetch));
                 }
                 if b.arrived.len() as u32 == b.count {
-                    for (c, ticket, _) in b.arrived.drain(..) {
+                    let ended: Vec<(Rank, u64, u32)> = b.arrived.drain(..).collect();
+                    self.fetches.append(&mut b.fetches);
+                    for (c, ticket, _) in ended {
+                        self.take(c, ticket);
                         out.push((c, SyncOp::BarrierDone { id, ticket }));
                     }
-                    self.fetches.append(&mut b.fetches);
                 }
             }
             SyncOp::SignalSubscribe { id } => {
@@ -206,6 +227,30 @@ impl Coordinator {
     /// Client `client` has left: it sleeps nowhere and subscribes to nothing.
     /// A barrier it entered keeps its arrival (it was counted when made).
     pub fn client_left(&mut self, client: Rank) {
+        self.withdraw(client);
+        // A later process in its place (a service's slot) numbers its
+        // tickets afresh.
+        self.taken.remove(&client);
+    }
+
+    /// Whether `client`'s request `ticket` was applied (a wakeup) or
+    /// counted in a round that ended (a barrier arrival).
+    fn was_taken(&self, client: Rank, ticket: u64) -> bool {
+        self.taken.get(&client).is_some_and(|t| t.contains(&ticket))
+    }
+
+    fn take(&mut self, client: Rank, ticket: u64) {
+        let t = self.taken.entry(client).or_default();
+        if t.len() == TAKEN {
+            t.pop_front();
+        }
+        t.push_back(ticket);
+    }
+
+    /// [`Coordinator::client_left`], remembering its tickets: a lost
+    /// server's client, told as lost, goes on and sends again what that
+    /// server carried.
+    fn withdraw(&mut self, client: Rank) {
         for r in self.rendezvous.values_mut() {
             r.sleepers.retain(|&(c, _)| c != client);
         }
@@ -226,7 +271,7 @@ impl Coordinator {
     /// every rendezvous sleeper `SleepLost` (its wakeup may have been the
     /// lost process's to send).
     pub fn client_lost(&mut self, client: Rank, out: &mut Vec<(Rank, SyncOp)>) {
-        self.client_left(client);
+        self.withdraw(client);
         self.losses += 1;
         let losses = self.losses;
         // In id order: the answers' order is the same in every replay of a
@@ -307,10 +352,13 @@ mod tests {
     /// A wakeup by `client`: what it sends to the others. Its own answer,
     /// that the wakeup is applied, comes last, with its ticket.
     fn wake(c: &mut Coordinator, client: Rank, id: u32) -> Vec<(Rank, SyncOp)> {
-        let mut out = run(c, client, SyncOp::Wakeup { id, ticket: 9 });
+        // Each call its own ticket, as a client numbers them.
+        static TICKETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(100);
+        let ticket = TICKETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut out = run(c, client, SyncOp::Wakeup { id, ticket });
         assert_eq!(
             out.pop(),
-            Some((client, SyncOp::WakeupDone { id, ticket: 9 })),
+            Some((client, SyncOp::WakeupDone { id, ticket })),
             "the waker hears its wakeup is applied"
         );
         out
@@ -549,5 +597,76 @@ mod tests {
         // A wakeup sent before a told sleeper comes still counts.
         wake(&mut c, 7, 2);
         assert_eq!(run(&mut c, 4, told(2, 0, 1)), vec![awake(4, 2, 1)]);
+    }
+
+    /// A lost server's client sends again the wakeups and barrier arrivals
+    /// that server carried, not knowing whether they got here: one that did
+    /// is answered again, not applied or counted a second time; one that
+    /// did not is taken as new.
+    #[test]
+    fn a_request_sent_again_after_a_servers_loss_is_taken_once() {
+        let mut c = Coordinator::default();
+        let wakeup = SyncOp::Wakeup { id: 1, ticket: 40 };
+        assert_eq!(
+            run(&mut c, 3, wakeup),
+            vec![(3, SyncOp::WakeupDone { id: 1, ticket: 40 })]
+        );
+        // Again: answered, and the rendezvous is still one wakeup ahead.
+        assert_eq!(
+            run(&mut c, 3, wakeup),
+            vec![(3, SyncOp::WakeupDone { id: 1, ticket: 40 })]
+        );
+        assert_eq!(run(&mut c, 4, sleep(1, 0)), vec![awake(4, 1, 1)]);
+        assert!(
+            run(&mut c, 4, sleep(1, 1)).is_empty(),
+            "one wakeup, not two"
+        );
+        // A round of 2 ends with client 3's arrival; it comes again (its
+        // answer was lost with its server) and is answered, not counted in
+        // the next round.
+        let arrive = |ticket| SyncOp::Barrier {
+            id: 5,
+            count: 2,
+            ticket,
+            losses: 0,
+        };
+        assert!(run(&mut c, 3, arrive(41)).is_empty());
+        assert_eq!(run(&mut c, 4, arrive(7)).len(), 2);
+        assert_eq!(
+            run(&mut c, 3, arrive(41)),
+            vec![(3, SyncOp::BarrierDone { id: 5, ticket: 41 })]
+        );
+        assert!(
+            run(&mut c, 4, arrive(8)).is_empty(),
+            "the next round waits for 2"
+        );
+        // Told as lost (its server was), client 3 is withdrawn, but its
+        // tickets are remembered; one that never came is taken as new.
+        let mut out = Vec::new();
+        c.client_lost(3, &mut out);
+        let told = |ticket| SyncOp::Barrier {
+            id: 5,
+            count: 2,
+            ticket,
+            losses: 1,
+        };
+        assert_eq!(
+            run(&mut c, 3, told(41)),
+            vec![(3, SyncOp::BarrierDone { id: 5, ticket: 41 })]
+        );
+        assert!(run(&mut c, 3, told(42)).is_empty(), "a new arrival waits");
+        // A client that leaves (a service's slot given to another process)
+        // is forgotten with its tickets.
+        c.client_left(3);
+        assert_eq!(
+            run(&mut c, 3, SyncOp::Wakeup { id: 1, ticket: 40 }),
+            vec![(3, SyncOp::WakeupDone { id: 1, ticket: 40 })]
+        );
+        let after_loss = SyncOp::Sleep {
+            id: 1,
+            seen: 1,
+            losses: 1,
+        };
+        assert_eq!(run(&mut c, 4, after_loss), vec![awake(4, 1, 2)], "applied");
     }
 }

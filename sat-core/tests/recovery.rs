@@ -371,6 +371,18 @@ fn a_chain_released_as_a_server_is_killed_is_never_read_torn() {
     assert_eq!(clients.matches(whole).count(), 3, "{clients}");
 }
 
+/// A token passed round the clients by rendezvous and wakeup, and a barrier,
+/// round after round while server 1 is killed: its client's wakeups and
+/// arrivals that the server carried are sent again and taken once, so no
+/// token is doubled or lost and no barrier round is counted twice
+/// (`sync.rs`): every client ends its rounds.
+#[test]
+fn wakeups_and_barriers_under_way_when_a_server_is_killed_are_taken_once() {
+    let clients = kill_server_1_of_failover(&["--sync"]);
+    let done = "200 rounds of a token ring and a barrier";
+    assert_eq!(clients.matches(done).count(), 3, "{clients}");
+}
+
 /// Runs `examples/failover.rs` (with `extra` arguments) on replicated homes
 /// and kills server 1 once rank 3 wrote 20 rounds: every other process must
 /// end well. Returns what the clients printed.

@@ -14,9 +14,11 @@
 //! - a call waiting for such a chunk's grant fails with `ProcessLost`; so
 //!   does a RELEASE waiting for the home to say both servers hold it (it
 //!   may have been published or not: read the chunk to know), a MALLOC or
-//!   LOOKUP waiting for its home, and, for the lost server's clients, a
-//!   barrier waiting for its round (called again, it goes ahead as after a
-//!   lost process);
+//!   LOOKUP waiting for its home;
+//! - for the lost server's clients, barrier arrivals and wakeups it carried
+//!   (or whose answers it did) are sent again through the stand-in, as they
+//!   were: their coordinator takes each once (`sync.rs`), so the calls end
+//!   as their first requests would have;
 //! - its subscriptions to those chunks are made again at the new homes;
 //! - a chain's release whose `Durable`s the loss took (some of its chunks'
 //!   releases may have been applied and others not) is sent again, chunk by
@@ -159,7 +161,7 @@ impl ClientState {
         }
         let ring = &self.ring;
         let was_home = |chunk: ChunkId| moved || ring.home(chunk) == lost;
-        self.mail.home_lost(&affected, was_home, moved, &why);
+        self.mail.home_lost(&affected, was_home, &why);
         self.ring = after;
         if moved {
             self.server = stand_in;
@@ -208,6 +210,13 @@ impl ClientState {
             for (id, seen) in self.mail.sync.sleeps_again() {
                 let op = wire::SyncOp::Sleep { id, seen, losses };
                 send(out, server, &Message::Sync { client: me, op });
+            }
+            // Barrier arrivals and wakeups the lost server carried, or whose
+            // answers it did: sent again as they were. Their coordinator
+            // takes each ticket once, and answers it again if it had.
+            for (op, fetch) in self.mail.sync.in_flight() {
+                let msg = Message::Sync { client: me, op };
+                send_with(out, server, &msg, Payload::Copy(&fetch));
             }
         }
         if moved && self.mail.idle_told {
@@ -269,13 +278,7 @@ impl Mailbox {
     }
 
     /// The waits of this client that the loss ends (see the module's doc).
-    fn home_lost(
-        &mut self,
-        chunks: &[ChunkId],
-        was_home: impl Fn(ChunkId) -> bool,
-        moved: bool,
-        why: &str,
-    ) {
+    fn home_lost(&mut self, chunks: &[ChunkId], was_home: impl Fn(ChunkId) -> bool, why: &str) {
         for chunk in chunks {
             if let Some((due, got)) = self.durable.get_mut(chunk) {
                 if *got < *due {
@@ -288,9 +291,6 @@ impl Mailbox {
             if answer.is_none() && was_home(*chunk) {
                 self.alloc_lost.insert(*number, why.to_owned());
             }
-        }
-        if moved {
-            self.sync.arrivals_lost();
         }
     }
 }

@@ -32,8 +32,10 @@ pub(crate) struct Answers {
     wakeups_done: HashMap<u64, bool>,
     /// Barrier answers not taken yet, by ticket.
     barriers: HashMap<u64, BarrierAnswer>,
-    /// Barrier arrivals sent and not answered yet: ticket -> barrier.
-    pending: HashMap<u64, u32>,
+    /// Barrier arrivals sent and not answered yet: ticket -> the arrival
+    /// and its pushes (sent again as they were if this client's server is
+    /// lost with them: `client/failover.rs`).
+    pending: HashMap<u64, (SyncOp, Vec<u8>)>,
     /// How many lost processes coordinators have told this client of (a
     /// run with recovery) through its barrier calls: its barrier arrivals
     /// say so ([`crate::sync`]).
@@ -108,20 +110,24 @@ impl Answers {
         }
     }
 
-    /// This client's server was lost with the arrivals it carried
-    /// (`client/failover.rs`): each call waiting for one fails as one its
-    /// coordinator dropped for a loss, and is made again.
-    pub fn arrivals_lost(&mut self) {
-        let pending: Vec<(u64, u32)> = self.pending.drain().collect();
-        for (ticket, id) in pending {
-            self.barrier_answer(id, ticket, BarrierAnswer::Lost(self.losses));
-        }
-        // A wakeup the lost server carried may or may not have been
-        // applied: its call fails with the loss, as other calls in flight
-        // do, and the program calls it again.
-        for (ticket, _) in self.wakeups.drain() {
-            self.wakeups_done.insert(ticket, false);
-        }
+    /// This client's server was lost with the arrivals and wakeups it
+    /// carried (`client/failover.rs`): the requests to send again, as they
+    /// were, through the stand-in. Each may have reached its coordinator
+    /// or not; the coordinator knows which of a client's tickets it has
+    /// taken (`Coordinator::on_request`), so that a wakeup is applied once
+    /// and an arrival counted once, and the waiting call gets the answer
+    /// its first request would have had.
+    pub fn in_flight(&self) -> Vec<(SyncOp, Vec<u8>)> {
+        let mut again: Vec<(u64, (SyncOp, Vec<u8>))> = (self.pending.iter())
+            .map(|(&t, a)| (t, a.clone()))
+            .collect();
+        again.extend(
+            (self.wakeups.iter())
+                .map(|(&ticket, &id)| (ticket, (SyncOp::Wakeup { id, ticket }, Vec::new()))),
+        );
+        // In the order they were first made.
+        again.sort_unstable_by_key(|(t, _)| *t);
+        again.into_iter().map(|(_, a)| a).collect()
     }
 
     /// The rendezvous calls waiting: (id, the generation they have seen),
@@ -154,7 +160,12 @@ impl Answers {
     }
 
     fn barrier_answer(&mut self, id: u32, ticket: u64, answer: BarrierAnswer) {
-        self.pending.remove(&ticket);
+        if self.pending.remove(&ticket).is_none() {
+            // Answered already: an arrival sent again after a server's loss
+            // (`client/failover.rs`) may be answered twice.
+            tracing::debug!("barrier {id}: a second answer to arrival {ticket}: dropped");
+            return;
+        }
         if self.abandoned.remove(&ticket).is_some() {
             tracing::debug!(
                 "barrier {id}: the answer to arrival {ticket} ({answer:?}) is discarded: \
@@ -327,18 +338,19 @@ impl Client {
             let mut abandoned = st.mail.sync.abandoned.values();
             (!abandoned.any(|&(b, t)| b == id && t == me)).then_some(())
         })?;
-        let (ticket, losses) = {
+        let (ticket, arrival) = {
             let mut st = self.lock();
-            let t = st.mail.sync.next_ticket;
-            st.mail.sync.next_ticket += 1;
-            st.mail.sync.pending.insert(t, id);
-            (t, st.mail.sync.losses)
-        };
-        let arrival = SyncOp::Barrier {
-            id,
-            count,
-            ticket,
-            losses,
+            let sync = &mut st.mail.sync;
+            let ticket = sync.next_ticket;
+            sync.next_ticket += 1;
+            let arrival = SyncOp::Barrier {
+                id,
+                count,
+                ticket,
+                losses: sync.losses,
+            };
+            sync.pending.insert(ticket, (arrival, fetch.to_vec()));
+            (ticket, arrival)
         };
         self.sync_send_with(arrival, fetch)?;
         let waited = self.wait_running_handlers(None, |st| st.mail.sync.barriers.remove(&ticket));
