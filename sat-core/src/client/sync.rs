@@ -1,7 +1,7 @@
 //! Synchronization objects as a client uses them (section 2.4); their
 //! semantics are set by the coordinator, see [`crate::sync`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::thread::ThreadId;
 
 use super::events::Queue;
@@ -27,9 +27,9 @@ pub(crate) struct Answers {
     /// Rendezvous calls waiting: how many, by id and the generation they
     /// have seen (`client/failover.rs` asks again for them).
     sleeping: HashMap<(u32, u64), u32>,
-    /// Wakeup answers not taken yet, by ticket: applied (true), or lost
-    /// with this client's server (false).
-    wakeups_done: HashMap<u64, bool>,
+    /// Tickets of wakeups applied whose calls have not taken the answer
+    /// yet.
+    wakeups_done: HashSet<u64>,
     /// Barrier answers not taken yet, by ticket.
     barriers: HashMap<u64, BarrierAnswer>,
     /// Barrier arrivals sent and not answered yet: ticket -> the arrival
@@ -101,7 +101,7 @@ impl Answers {
             }
             SyncOp::WakeupDone { ticket, .. } => {
                 if self.wakeups.remove(&ticket).is_some() {
-                    self.wakeups_done.insert(ticket, true);
+                    self.wakeups_done.insert(ticket);
                 }
             }
             SyncOp::SignalSubscribed { id } => events.signal_subscribed(id),
@@ -222,19 +222,13 @@ impl Client {
             self.lock().mail.sync.wakeups.remove(&ticket);
             return Err(e);
         }
-        let applied = self
-            .wait_inner(None, WaitFor::Reply, None, |st| {
-                st.mail.sync.wakeups_done.remove(&ticket)
-            })?
-            .expect("a wait without a deadline ends with its value");
-        if applied {
-            Ok(())
-        } else {
-            Err(SatError::ProcessLost(format!(
-                "wakeup({id}): this process's server was lost before the rendezvous' \
-                 coordinator answered, so the wakeup may not have been applied: call it again"
-            )))
-        }
+        // A server's loss does not end the wait: the wakeup is sent again
+        // through the stand-in and applied once (`client/failover.rs`).
+        self.wait_inner(None, WaitFor::Reply, None, |st| {
+            st.mail.sync.wakeups_done.remove(&ticket).then_some(())
+        })?
+        .expect("a wait without a deadline ends with its value");
+        Ok(())
     }
 
     /// rendezvous (the report's `sleep`): waits for a wakeup on `id` that

@@ -56,12 +56,7 @@ impl ServerState<'_> {
         (chunk, client, version): (u64, u32, u64),
         yielded: bool,
     ) {
-        let legit = if src_is_server {
-            client < self.topology.len() && !self.topology.is_server(client)
-        } else {
-            self.is_my_client(m.src) && client == m.src
-        };
-        if !legit || !self.replicated() {
+        if !self.on_behalf_of(m.src, src_is_server, client) || !self.replicated() {
             tracing::warn!(
                 "server {}: dropped a republish of chunk {chunk} from {} for client {client}: \
                  not a client's own, or no replicated run",
