@@ -272,6 +272,25 @@ impl Coordinator {
     /// lost process's to send).
     pub fn client_lost(&mut self, client: Rank, out: &mut Vec<(Rank, SyncOp)>) {
         self.withdraw(client);
+        self.lose(out);
+    }
+
+    /// A server was lost (a run with replicated homes): one loss, whatever
+    /// the number of its clients, `moved`, which go on through another
+    /// server. Their sleeps and signal subscriptions went through it and
+    /// are forgotten (they make them again, and send again what it carried:
+    /// `client/failover.rs`); every waiting arrival and sleeper is told of
+    /// the loss, as for a client's.
+    pub fn server_lost(&mut self, moved: &[Rank], out: &mut Vec<(Rank, SyncOp)>) {
+        for &client in moved {
+            self.withdraw(client);
+        }
+        self.lose(out);
+    }
+
+    /// Counts one more loss: every waiting arrival told of fewer is answered
+    /// `BarrierLost`, and every rendezvous sleeper `SleepLost`.
+    fn lose(&mut self, out: &mut Vec<(Rank, SyncOp)>) {
         self.losses += 1;
         let losses = self.losses;
         // In id order: the answers' order is the same in every replay of a
@@ -668,5 +687,47 @@ mod tests {
             losses: 1,
         };
         assert_eq!(run(&mut c, 4, after_loss), vec![awake(4, 1, 2)], "applied");
+    }
+
+    /// A lost server is one loss, however many clients it served: a waiting
+    /// arrival is told of it once, and its call made again, told of that
+    /// one loss, counts (sat.h: a barrier call fails once for a loss).
+    #[test]
+    fn a_servers_loss_counts_once_whatever_its_clients() {
+        let mut c = Coordinator::default();
+        let arrive = |ticket, losses| SyncOp::Barrier {
+            id: 9,
+            count: 3,
+            ticket,
+            losses,
+        };
+        // Client 5 waits in a round of 3; the server of clients 3 and 4 is
+        // lost.
+        assert!(run(&mut c, 5, arrive(1, 0)).is_empty());
+        let mut out = Vec::new();
+        c.server_lost(&[3, 4], &mut out);
+        assert_eq!(
+            out,
+            vec![(
+                5,
+                SyncOp::BarrierLost {
+                    id: 9,
+                    ticket: 1,
+                    losses: 1
+                }
+            )]
+        );
+        // Each comes again, told of the one loss: counted, and the round
+        // of 3 ends.
+        assert!(run(&mut c, 5, arrive(2, 1)).is_empty());
+        assert!(run(&mut c, 3, arrive(1, 1)).is_empty());
+        assert_eq!(
+            run(&mut c, 4, arrive(1, 1)),
+            vec![
+                (5, SyncOp::BarrierDone { id: 9, ticket: 2 }),
+                (3, SyncOp::BarrierDone { id: 9, ticket: 1 }),
+                (4, SyncOp::BarrierDone { id: 9, ticket: 1 }),
+            ]
+        );
     }
 }

@@ -195,7 +195,7 @@ impl ClientState {
         }
         if moved {
             // The coordinator forgot this client's signal subscriptions
-            // with its server (`Coordinator::client_lost`): made again. A
+            // with its server (`Coordinator::server_lost`): made again. A
             // signal raised meanwhile is not told.
             for id in self.mail.events.signals_again() {
                 let op = wire::SyncOp::SignalSubscribe { id };

@@ -127,6 +127,12 @@ impl ServerState<'_> {
     }
 
     fn finished_elsewhere(&mut self, out: &mut dyn Sender, client: Rank) {
+        if self.shutdown_sent {
+            // Every server is done, so every client is: a goodbye heard
+            // this late has nobody to tell, and the stand-in may have ended
+            // already (a send to it would fail the seed's end).
+            return;
+        }
         if self.is_my_client(client) {
             self.client_finished(out, client);
         } else {
@@ -189,13 +195,13 @@ impl ServerState<'_> {
                 entry.side.requests_void(client);
             }
         }
-        for &client in &moved {
-            if self.rank == SEED {
-                let mut answers = Vec::new();
-                self.coordinator.client_lost(client, &mut answers);
-                for (to, op) in answers {
-                    self.send_to_client(out, to, &Message::Sync { client: to, op });
-                }
+        // One process lost, however many clients it served: counted once,
+        // or a barrier call told of it would fail again for the same loss.
+        if self.rank == SEED {
+            let mut answers = Vec::new();
+            self.coordinator.server_lost(&moved, &mut answers);
+            for (to, op) in answers {
+                self.send_to_client(out, to, &Message::Sync { client: to, op });
             }
         }
         let mut taken = BTreeSet::new();

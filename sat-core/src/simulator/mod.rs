@@ -35,6 +35,10 @@
 //!   writer or many readers);
 //! - a handler's events of a chunk never go back in version, and the data
 //!   an event carries is the bytes of the version it names;
+//! - a barrier lets a thread through a round only once every thread has
+//!   arrived at it, and a server's loss fails a thread's barrier call at
+//!   most once (most runs that lose a server pass a barrier, and lose no
+//!   client then); a wakeup never fails for a server's loss;
 //! - every operation ends within a step bound, and the run ends;
 //! - no panic, no server error.
 //!

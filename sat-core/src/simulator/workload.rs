@@ -126,6 +126,9 @@ pub(crate) struct RunKind {
     pub replicated: bool,
     /// A server dies during the run.
     pub server_loss: bool,
+    /// A run that loses a server (and no client) passes a barrier this
+    /// many times.
+    pub loss_barrier: Option<u32>,
 }
 
 /// The programs of every client of a run.
@@ -178,11 +181,20 @@ pub(crate) fn plan(
     // Not where clients may die: a barrier would count on them (a run with
     // recovery fails such rounds once in every survivor, `crate::sync`,
     // which its unit tests check).
-    let barrier = (!deaths && rng.chance(60)).then(|| Barrier {
-        id: 7,
-        count: threads.iter().sum::<usize>() as u32,
-        rounds: 1 + rng.below(6) as u32,
-    });
+    let count = threads.iter().sum::<usize>() as u32;
+    let barrier = if deaths {
+        kind.loss_barrier.map(|rounds| Barrier {
+            id: 7,
+            count,
+            rounds,
+        })
+    } else {
+        rng.chance(60).then(|| Barrier {
+            id: 7,
+            count,
+            rounds: 1 + rng.below(6) as u32,
+        })
+    };
     (0..clients)
         .map(|ci| {
             let threads = threads[ci as usize];
@@ -198,7 +210,9 @@ pub(crate) fn plan(
                         send_faults,
                         barrier,
                         server_loss: kind.server_loss,
-                        client_loss: kind.deaths,
+                        // (A run that passes a barrier across a server's
+                        // loss loses no client.)
+                        client_loss: kind.deaths && kind.loss_barrier.is_none(),
                     })
                     .collect(),
             }
@@ -326,6 +340,8 @@ pub(crate) fn run_thread(mut t: Thread) -> ThreadOutcome {
         chains: Vec::new(),
         held: Vec::new(),
         private: 1 + t.client_index as ChunkId * 3 + t.thread_index as ChunkId,
+        barrier_failed_for_loss: false,
+        rendezvous_failed_for_loss: 0,
     };
     t.run(&mut state);
     set_op(&t, None);
@@ -336,6 +352,10 @@ struct State {
     chains: Vec<Known>,
     held: Vec<Held>,
     private: ChunkId,
+    /// A barrier call of this thread failed for a server's loss (once).
+    barrier_failed_for_loss: bool,
+    /// Rendezvous of this thread that failed for a loss (once per loss).
+    rendezvous_failed_for_loss: u32,
 }
 
 fn set_op(t: &Thread, op: Option<String>) {
@@ -1508,12 +1528,63 @@ impl Thread {
         while !st.held.is_empty() {
             self.end_scope(st, st.held.len() - 1, End::Release);
         }
-        set_op(self, Some(format!("barrier {} of {}", b.id, b.count)));
-        if let Err(e) = self.client.barrier(b.id, b.count) {
-            self.shared
-                .fail("a barrier every thread reaches ends", e.to_string());
+        let round = {
+            let mut o = Shared::lock(&self.shared.oracle);
+            let arrived = o.barrier_rounds.entry(self.id).or_default();
+            *arrived += 1;
+            *arrived
+        };
+        set_op(
+            self,
+            Some(format!("barrier {} of {}, round {round}", b.id, b.count)),
+        );
+        // A run that loses a server fails each thread's first call after the
+        // loss, uncounted (sat.h: call it again with the count left, the
+        // same: a lost server takes no client with it). Any other failure,
+        // or a second one, breaks the barrier.
+        loop {
+            match self.client.barrier(b.id, b.count) {
+                Ok(()) => break,
+                Err(crate::SatError::ProcessLost(why))
+                    if self.program.server_loss && !st.barrier_failed_for_loss =>
+                {
+                    st.barrier_failed_for_loss = true;
+                    self.note(|| format!("barrier {} failed for the loss: {why}", b.id));
+                }
+                Err(e) => {
+                    return self
+                        .shared
+                        .fail("a barrier every thread reaches ends", e.to_string());
+                }
+            }
         }
-        self.note(|| format!("passed barrier {}", b.id));
+        // It let this thread through only once every thread had arrived at
+        // this round.
+        {
+            let o = Shared::lock(&self.shared.oracle);
+            let behind = o
+                .barrier_rounds
+                .iter()
+                .filter(|&(_, &r)| r >= round)
+                .count();
+            if behind < b.count as usize {
+                let rounds: Vec<String> = (o.barrier_rounds.iter())
+                    .map(|(t, r)| format!("thread {t}: {r}"))
+                    .collect();
+                drop(o);
+                return self.shared.fail(
+                    "a barrier lets a thread through only once every thread arrived",
+                    format!(
+                        "round {round} of barrier {} passed with {behind} of {} threads arrived \
+                         at it ({})",
+                        b.id,
+                        b.count,
+                        rounds.join(", ")
+                    ),
+                );
+            }
+        }
+        self.note(|| format!("passed barrier {}, round {round}", b.id));
         // As an iterative program does after a barrier: read the chunks of
         // protocols that learn (pushed to it from the second round on).
         let learned: Vec<usize> = (0..st.chains.len())
@@ -1568,9 +1639,9 @@ impl Thread {
     /// sibling thread's rendezvous would consume the wakeup for the whole
     /// process): the wakeup returned once its coordinator applied it, so
     /// the rendezvous returns on it at once, however the messages of the
-    /// two calls are delivered. A run that loses a server may fail either
-    /// call once (`ProcessLost`), and one that loses a client with
-    /// recovery the rendezvous; then the pair is not checked.
+    /// two calls are delivered. A run that loses a process may fail the
+    /// rendezvous once (`ProcessLost`): then the pair is not checked. The
+    /// wakeup never fails for a server's loss.
     ///
     /// Holding no scope, as for the barrier: the rendezvous runs the
     /// process's handlers, which read chunks this thread might hold.
@@ -1580,10 +1651,10 @@ impl Thread {
         }
         let id = 1000 + self.id as u32;
         set_op(self, Some(format!("wakeup {id}")));
-        match self.client.wakeup(id) {
-            Ok(()) => {}
-            Err(crate::SatError::ProcessLost(_)) if self.program.server_loss => return,
-            Err(e) => return self.shared.fail("wakeup works", e.to_string()),
+        // A server's loss does not fail it: the wakeup is sent again
+        // through the stand-in and applied once (sat.h, `sat_wakeup`).
+        if let Err(e) = self.client.wakeup(id) {
+            return self.shared.fail("wakeup works", e.to_string());
         }
         set_op(self, Some(format!("rendezvous {id} after a wakeup")));
         match self.client.rendezvous(id) {
@@ -1591,8 +1662,15 @@ impl Thread {
                 Shared::lock(&self.shared.oracle).rendezvous_met += 1;
                 self.note(|| format!("woke and met rendezvous {id}"));
             }
-            Err(crate::SatError::ProcessLost(_))
-                if self.program.server_loss || self.program.client_loss => {}
+            // Once per process the run may lose, at most: each loss fails
+            // a rendezvous once (`crate::sync`).
+            Err(crate::SatError::ProcessLost(why))
+                if st.rendezvous_failed_for_loss
+                    < u32::from(self.program.server_loss) + u32::from(self.program.client_loss) =>
+            {
+                st.rendezvous_failed_for_loss += 1;
+                self.note(|| format!("rendezvous {id} failed for a loss: {why}"));
+            }
             Err(e) => self
                 .shared
                 .fail("a rendezvous after a wakeup returns", e.to_string()),
