@@ -831,7 +831,9 @@ enum sat_status sat_get(struct sat_chunk_t *chunk);
 
 /**
  * FREE: gives the chain back in this process (the report's "free: locally
- * removing the data"): its subscription through this handle ends, the
+ * removing the data"): its subscription through this handle ends (called
+ * from another thread while its handler runs on the role's thread, FREE
+ * waits for that run to end: no handler is given a chain given back), the
  * memory SAT allocated for it is returned to the system (a MAP'd chain's
  * memory stays the caller's), and the handle is invalid from then on
  * (every call with it returns `SAT_ERR_USAGE`; its fields stay readable a
@@ -940,8 +942,11 @@ enum sat_status sat_protocol_register(const struct sat_protocol_ops *ops,
  *
  * The role's client serves the threads the role starts too. When the role
  * and its handlers are over, new calls fail with `SAT_ERR_USAGE` and
- * `sat_bootstrap` waits for calls still in progress on other threads before
- * the client goes. Chunk handles are invalid once it returns (a call with
+ * `sat_bootstrap` waits for calls still in progress on other threads, and
+ * for the scopes other threads hold or left open to end (RELEASE and ABORT
+ * still go through, and publish or not as they say; every 10 s a warning
+ * names the chunks waited for), before the client goes. A scope the
+ * role's own thread left open is then released, with a warning. Chunk handles are invalid once it returns (a call with
  * one returns `SAT_ERR_USAGE`). SAT's threads have ended then; on one host
  * the process keeps its doorbell (the memory its peers ring to wake it: two
  * `memfd` descriptors, close-on-exec) until it exits.
@@ -1260,7 +1265,9 @@ enum sat_status sat_subscribe_data(struct sat_chunk_t *chunk,
 /**
  * UNSUBSCRIBE: the handler this handle was subscribed with will not run
  * again, not even for releases already notified. Other handles'
- * subscriptions go on, whatever chunks they share with it.
+ * subscriptions go on, whatever chunks they share with it. Called from
+ * another thread while that handler runs on the role's thread, it returns
+ * once that run has ended.
  *
  * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not
  * subscribed, a handle that is not valid), SAT_ERR_TRANSPORT.

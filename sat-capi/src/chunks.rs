@@ -1057,7 +1057,9 @@ pub extern "C" fn sat_get(chunk: *mut sat_chunk_t) -> sat_status {
 }
 
 /// FREE: gives the chain back in this process (the report's "free: locally
-/// removing the data"): its subscription through this handle ends, the
+/// removing the data"): its subscription through this handle ends (called
+/// from another thread while its handler runs on the role's thread, FREE
+/// waits for that run to end: no handler is given a chain given back), the
 /// memory SAT allocated for it is returned to the system (a MAP'd chain's
 /// memory stays the caller's), and the handle is invalid from then on
 /// (every call with it returns `SAT_ERR_USAGE`; its fields stay readable a

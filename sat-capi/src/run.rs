@@ -146,6 +146,20 @@ fn lend(client: &Client) {
 /// caller is in no call itself. Called twice by a run (the second time
 /// finds nothing lent).
 fn take_back() {
+    take_back_with(false)
+}
+
+/// [`take_back`] at the end of a role: also waits until no other thread
+/// holds a scope (sat.h, Threads: a scope a thread left open, or holds
+/// still, is waited for until some thread ends it), so that a thread's
+/// RELEASE or ABORT after the role returned goes through and publishes, or
+/// not, as that thread says. A scope of the role's own thread is released
+/// by the end of the role, with a warning.
+fn take_back_at_role_end() {
+    take_back_with(true)
+}
+
+fn take_back_with(mut wait_for_scopes: bool) {
     let _ = LENT
         .calls
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
@@ -154,14 +168,33 @@ fn take_back() {
     let mut waited = 0u32;
     loop {
         let v = LENT.calls.load(Ordering::Acquire);
+        if v & DRAINING == 0 {
+            break;
+        }
+        if v == DRAINING && wait_for_scopes {
+            // No call is in progress, and none can begin but RELEASE and
+            // ABORT: the scopes other threads hold can only end.
+            let client = LENT.client.load(Ordering::Acquire);
+            // SAFETY: the client stays until this function clears the
+            // pointer (below).
+            if let Some(client) = unsafe { client.as_ref() } {
+                if let Err(e) = client.wait_for_other_threads_scopes() {
+                    // The run is ending for another reason: its end
+                    // releases them.
+                    tracing::warn!(
+                        "the end of the role stopped waiting for other threads' scopes: {e}"
+                    );
+                    wait_for_scopes = false;
+                }
+            }
+        }
         // Drained once no call is counted: the exchange fails if a RELEASE
         // counted itself in meanwhile, and the wait goes on.
-        if v & DRAINING == 0
-            || (v == DRAINING
-                && LENT
-                    .calls
-                    .compare_exchange(DRAINING, 0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok())
+        if v == DRAINING
+            && LENT
+                .calls
+                .compare_exchange(DRAINING, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
         {
             break;
         }
@@ -243,8 +276,11 @@ extern "C" fn say_exit_during_run() {
 ///
 /// The role's client serves the threads the role starts too. When the role
 /// and its handlers are over, new calls fail with `SAT_ERR_USAGE` and
-/// `sat_bootstrap` waits for calls still in progress on other threads before
-/// the client goes. Chunk handles are invalid once it returns (a call with
+/// `sat_bootstrap` waits for calls still in progress on other threads, and
+/// for the scopes other threads hold or left open to end (RELEASE and ABORT
+/// still go through, and publish or not as they say; every 10 s a warning
+/// names the chunks waited for), before the client goes. A scope the
+/// role's own thread left open is then released, with a warning. Chunk handles are invalid once it returns (a call with
 /// one returns `SAT_ERR_USAGE`). SAT's threads have ended then; on one host
 /// the process keeps its doorbell (the memory its peers ring to wake it: two
 /// `memfd` descriptors, close-on-exec) until it exits.
@@ -337,7 +373,7 @@ pub unsafe extern "C" fn sat_bootstrap(
         // SAFETY: the caller gives nroles entries.
         let table = unsafe { std::slice::from_raw_parts(roles, nroles) };
         *lock(&ROLE_FAILURE) = None;
-        let mut r = Roles::new().before_client_ends(take_back);
+        let mut r = Roles::new().before_client_ends(take_back_at_role_end);
         for (role, f) in table.iter().enumerate().skip(1) {
             let Some(f) = *f else { continue };
             r = r.role(role as u32, move |c: &Client| {

@@ -41,7 +41,7 @@ fn artifacts() -> &'static Artifacts {
 
 // ------------------------------------------------------ the bindings tests
 
-const BINDINGS: [&str; 14] = [
+const BINDINGS: [&str; 15] = [
     "api",
     "capacity",
     "chain_subscribe",
@@ -53,6 +53,7 @@ const BINDINGS: [&str; 14] = [
     "outside",
     "protocols",
     "recovery",
+    "role_end",
     "service",
     "signals",
     "user_protocol",
@@ -395,6 +396,34 @@ fn lifetimes_shared_library() {
 #[test]
 fn lifetimes_static_library_sanitized() {
     lifetimes(StaticAsan);
+}
+
+/// role_end.c: a thread exits inside two write scopes; once the role has
+/// returned and SAT refuses new calls, another thread ABORTs one and
+/// RELEASEs the other. The end of the role waits for those scopes (sat.h,
+/// Threads), so both calls succeed, and the other client sees the release
+/// and not the abort. (The end of the role used to release them itself, and
+/// refuse the thread's calls: an ABORT published.)
+fn role_end(variant: Variant) {
+    let exe = bindings(variant).join("role_end");
+    for provider in PROVIDERS {
+        let run = three_processes(&exe, provider, &[], &[], variant.sanitized());
+        run.succeeded().has(&[
+            "[1] PASS role_end role (rank 1): ",
+            "[2] PASS role_end role (rank 2): ",
+            "[1] PASS role_end after the role: ",
+        ]);
+    }
+}
+
+#[test]
+fn role_end_shared_library() {
+    role_end(Shared);
+}
+
+#[test]
+fn role_end_static_library_sanitized() {
+    role_end(StaticAsan);
 }
 
 /// signals.c: a SIGTERM handler the program installed before its first SAT

@@ -810,7 +810,7 @@ impl Client {
             ))
         };
         let memory = {
-            let mut st = self.lock();
+            let mut st = self.lock_outside_dispatch_of_chain(chain)?;
             if chain
                 .ids()
                 .any(|id| st.labels.get(&id).is_some_and(|&l| l != NO_LABEL))
@@ -852,7 +852,7 @@ impl Client {
     /// chunk in a scope): nothing changes, the subscription included.
     pub fn free_mapped_for(&self, call: &str, chain: &Chain) -> SatResult<Box<dyn LocalMemory>> {
         let _sat = stats::doing(Activity::Sdsm);
-        let mut st = self.lock();
+        let mut st = self.lock_outside_dispatch_of_chain(chain)?;
         let memory = st.store.unmap(chain).map_err(|e| {
             SatError::Usage(format!(
                 "{call} of the chain at chunk {}: {e}",
@@ -1463,6 +1463,14 @@ impl Client {
         let _sat = stats::doing(Activity::Sdsm);
         let started = stats::scope_start();
         let me = this_thread();
+        // Dropped after any lock of the loop's (declared before it): leaves
+        // the chunk's queue on every way out.
+        let mut seat = QueueSeat {
+            client: self,
+            chunk,
+            me,
+            seated: false,
+        };
         let granted = loop {
             let mut guard = self.lock();
             let st = &mut *guard;
@@ -1542,18 +1550,38 @@ impl Client {
             // one waits for them, then asks the new home
             // (`client/failover.rs`).
             let orphaned = |c: &crate::store::LocalChunk| c.orphaned.is_some();
+            // Threads already waiting for the chunk go first when their
+            // access or this one's writes: readers that read again and again
+            // never starve a writer of their process (sat.h), nor writers a
+            // reader.
+            // (A thread inside a scope on the chunk never waits behind
+            // them: they may wait for that very scope.)
+            let exclusive = access.exclusive();
+            let behind = |c: &crate::store::LocalChunk| {
+                !c.holders.contains(&me)
+                    && (c.queued.iter().take_while(|&&(t, _)| t != me))
+                        .any(|&(_, w)| w || exclusive)
+            };
             if (beside && must_wait(c.side.as_ref(), access))
                 || acking(c)
                 || switching(c)
                 || (beside && orphaned(c))
+                || behind(c)
                 || st.mail.undurable(chunk)
             {
+                if !seat.seated {
+                    c.queued.push((me, exclusive));
+                    seat.seated = true;
+                }
                 drop(guard);
                 self.wait(None, |st| {
                     if st.mail.undurable(chunk) {
                         return None;
                     }
                     let c = st.store.get(chunk)?;
+                    if behind(c) {
+                        return None;
+                    }
                     let free = if switching(c) || (orphaned(c) && !c.holders.is_empty()) {
                         false
                     } else if c.holders.is_empty() {
@@ -1567,6 +1595,10 @@ impl Client {
                     free.then_some(())
                 })?;
                 continue;
+            }
+            if seat.seated {
+                c.queued.retain(|&(t, _)| t != me);
+                seat.seated = false;
             }
             st.store.prepare(chunk, place);
             // Take in what has arrived first: an invalidation waiting in the
@@ -2280,6 +2312,34 @@ impl Client {
         ))
     }
 
+    /// Waits until no thread but the calling one holds a scope of this
+    /// client or waits for one: the C face's end of a role (sat.h: a scope
+    /// another thread holds, or left open when it exited, is waited for
+    /// until some thread ends it; RELEASE and ABORT still go through). Says
+    /// every 10 s which chunks it waits for. The caller's own scopes are
+    /// left to [`Client::finish`].
+    pub fn wait_for_other_threads_scopes(&self) -> SatResult<()> {
+        let me = this_thread();
+        let mut note_at = Instant::now() + Duration::from_secs(10);
+        self.wait_inner(None, WaitFor::Peers, None, |st| {
+            let held = st.store.held_beside(me, 8);
+            if held.is_empty() {
+                return Some(());
+            }
+            if Instant::now() >= note_at {
+                note_at = Instant::now() + Duration::from_secs(10);
+                let named: Vec<String> = held.iter().map(u64::to_string).collect();
+                tracing::warn!(
+                    "the end of the role waits for scopes other threads hold or left open \
+                     (chunks {}): end them with RELEASE or ABORT from a thread of this process",
+                    named.join(", ")
+                );
+            }
+            None
+        })?;
+        Ok(())
+    }
+
     /// Tells the server this client's role has returned and waits for its
     /// acknowledgement, so no message of ours is in flight when we close.
     /// A scope left open is released (with a warning).
@@ -2552,6 +2612,27 @@ fn reads_ahead(protocol: ProtocolId) -> bool {
             | ProtocolId::UpdateMesi
             | ProtocolId::LearnedMesi
     )
+}
+
+/// A thread's place in a chunk's queue of waiting threads
+/// ([`crate::store::LocalChunk::queued`]) while [`Client::acquire_at`] waits:
+/// given up when the wait ends in an error, so that the threads behind it go
+/// on.
+struct QueueSeat<'c> {
+    client: &'c Client,
+    chunk: ChunkId,
+    me: std::thread::ThreadId,
+    seated: bool,
+}
+
+impl Drop for QueueSeat<'_> {
+    fn drop(&mut self) {
+        if self.seated {
+            if let Some(c) = self.client.lock().store.get_mut(self.chunk) {
+                c.queued.retain(|&(t, _)| t != self.me);
+            }
+        }
+    }
 }
 
 /// The calling thread's id, kept per thread: `std::thread::current()` clones

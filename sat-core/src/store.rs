@@ -198,6 +198,13 @@ pub(crate) struct LocalChunk {
     /// The threads inside a scope (or waiting for one) of this chunk: a
     /// thread waits for another's scope, and is told of its own misuse.
     pub holders: Vec<ThreadId>,
+    /// Threads of this process that wait for another thread's scope on the
+    /// chunk, in the order they began to, and whether each asks to write. A
+    /// thread that comes later does not pass one whose access conflicts
+    /// with its own (`Client::acquire_at`): without the queue, a thread
+    /// that reads again as soon as it released got the chunk before a
+    /// writer that waited, every time, and starved it.
+    pub queued: Vec<(ThreadId, bool)>,
     /// The open scope's start, access and hit, for the statistics stream.
     pub scope_stat: Option<(u64, crate::protocol::Access, bool)>,
     /// Grants taken so far: a thread that sent a request waits for the
@@ -358,6 +365,18 @@ impl Store {
     }
 
     /// The chunks known here, in id order.
+    /// The chunks (at most `at_most`, lowest first) that a thread other
+    /// than `me` holds in a scope or waits for.
+    pub fn held_beside(&self, me: ThreadId, at_most: usize) -> Vec<ChunkId> {
+        let mut held: Vec<ChunkId> = (self.chunks.iter())
+            .filter(|(_, c)| c.holders.iter().any(|&t| t != me))
+            .map(|(&id, _)| id)
+            .collect();
+        held.sort_unstable();
+        held.truncate(at_most);
+        held
+    }
+
     pub fn chunk_ids(&self) -> Vec<ChunkId> {
         let mut ids: Vec<ChunkId> = self.chunks.keys().copied().collect();
         ids.sort_unstable();
@@ -413,6 +432,7 @@ impl Store {
                 places: Vec::new(),
                 scope_place: 0,
                 holders: Vec::new(),
+                queued: Vec::new(),
                 scope_stat: None,
                 grants: 0,
                 digest: None,

@@ -653,7 +653,9 @@ impl PyClient {
     }
 
     /// UNSUBSCRIBE: the callback of that chain (or chunk id) will not run
-    /// again, not even for notifications already received.
+    /// again, not even for notifications already received. Called from
+    /// another thread while that callback runs, it returns once the run
+    /// ended.
     fn unsubscribe(&self, py: Python<'_>, target: Target<'_>) -> PyResult<()> {
         let subject = target.subject()?;
         events::unsubscribe(py, &self.h, subject)

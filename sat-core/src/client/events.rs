@@ -190,7 +190,10 @@ pub(crate) struct Queue {
     signal_asks: HashMap<u32, u32>,
     /// Events to handle, with the subscription each is for.
     pending: VecDeque<(Topic, Event)>,
-    handling: bool,
+    /// The subscription whose event is being handled (its handler runs, on
+    /// the role's thread): UNSUBSCRIBE and FREE from another thread wait
+    /// for it to end ([`Client::lock_outside_dispatch_of`]).
+    handling: Option<Topic>,
     published: u64,
     received: u64,
     /// Releases this process told its subscribers itself
@@ -397,7 +400,7 @@ impl Queue {
     /// (busy, published, received) for a probe of the quiescence detection.
     pub fn probe(&self) -> (bool, u64, u64) {
         (
-            self.handling || !self.pending.is_empty(),
+            self.handling.is_some() || !self.pending.is_empty(),
             self.published + self.direct,
             self.received + self.direct,
         )
@@ -761,8 +764,40 @@ impl Client {
     }
 
     fn end_chunk_subscription(&self, topic: Topic) -> SatResult<()> {
-        let mut st = self.lock();
+        let mut st = self.lock_outside_dispatch_of(topic)?;
         self.end_chunk_subscription_locked(&mut st, topic)
+    }
+
+    /// The client's lock, taken once no handler of `topic` runs on another
+    /// thread: an UNSUBSCRIBE or FREE that returns while the role's thread
+    /// is still inside that handler (its event taken just before) would
+    /// break "the handler will not run again", and after FREE hand the
+    /// handler a chain given back. From inside a handler (the role's
+    /// thread) there is nothing to wait for: the running handler is the
+    /// caller's.
+    fn lock_outside_dispatch_of(
+        &self,
+        topic: Topic,
+    ) -> SatResult<std::sync::MutexGuard<'_, ClientState>> {
+        loop {
+            let st = self.lock();
+            if st.mail.events.handling != Some(topic) || IN_HANDLER.with(Cell::get) {
+                return Ok(st);
+            }
+            drop(st);
+            self.wait_inner(None, WaitFor::Peers, None, |st| {
+                (st.mail.events.handling != Some(topic)).then_some(())
+            })?;
+        }
+    }
+
+    /// [`Client::lock_outside_dispatch_of`] for FREE of `chain`: its
+    /// subscription's handler.
+    pub(super) fn lock_outside_dispatch_of_chain(
+        &self,
+        chain: &Chain,
+    ) -> SatResult<std::sync::MutexGuard<'_, ClientState>> {
+        self.lock_outside_dispatch_of(Topic::of_chain(chain))
     }
 
     /// [`Client::end_chunk_subscription`] under the caller's hold of the
@@ -848,7 +883,7 @@ impl Client {
                 let Some(next) = st.mail.events.pending.pop_front() else {
                     return Ok(ran);
                 };
-                st.mail.events.handling = true;
+                st.mail.events.handling = Some(next.0);
                 next
             };
             let handler = self.handlers_lock().map.get(&topic).cloned();
@@ -860,7 +895,7 @@ impl Client {
                 IN_HANDLER.with(|f| f.set(false));
                 r
             });
-            self.lock().mail.events.handling = false;
+            self.lock().mail.events.handling = None;
             ran += usize::from(outcome.is_some());
             match outcome {
                 None | Some(Ok(Ok(()))) => {}

@@ -234,6 +234,13 @@ impl Client {
     /// rendezvous (the report's `sleep`): waits for a wakeup on `id` that
     /// this process has not consumed yet, sent before or after this call.
     ///
+    /// Threads of one process: a call returns on a wakeup newer than the
+    /// process had consumed when the call began, so a wakeup releases every
+    /// call that began before one of them returned on it; a later call
+    /// waits for the next wakeup. How many of several threads' calls made
+    /// close together one wakeup releases depends on their timing: one id
+    /// per thread hands each wakeup to one thread.
+    ///
     /// A rendezvous that fails (a handler run while it waits returned an
     /// error) consumes no wakeup: one that comes later, or came while the
     /// handler ran, is kept for the next rendezvous, which returns with it;
@@ -364,7 +371,7 @@ impl Client {
             Some(BarrierAnswer::Done) => Ok(()),
             Some(BarrierAnswer::Refused(in_force)) => Err(SatError::Usage(format!(
                 "barrier {id} with a count of {count}: the round in progress waits for \
-                 {in_force} processes; every process must give the same count"
+                 {in_force} calls; every call of a round must give the same count"
             ))),
             Some(BarrierAnswer::Lost(losses)) => Err(SatError::ProcessLost(format!(
                 "barrier {id}: the run has lost {losses} process(es) since this process was \
@@ -417,7 +424,7 @@ impl Client {
             Arrival::Refused { in_force } => {
                 return Err(SatError::Usage(format!(
                     "barrier {id} with a count of {count}: the round in progress waits for \
-                     {in_force} processes; every process must give the same count"
+                     {in_force} calls; every call of a round must give the same count"
                 )))
             }
             Arrival::Counted { last: true, .. } => return Ok(()),

@@ -537,6 +537,45 @@ fn readers_beside_open_read_scopes_wait_once_a_writer_waits() {
     assert_eq!(only.join(), Join::Ask);
 }
 
+/// A thread that reads again as soon as it released does not pass a thread
+/// of its process that waits to write: its next READ waits for that write
+/// and sees it. (It used to get the chunk first every time: a process whose
+/// reader threads kept reading starved its writer for good.) On a home's
+/// messages and on a host slot.
+#[test]
+fn a_reader_that_reads_again_does_not_pass_a_waiting_writer_of_its_process() {
+    for run in [Run::new(1, Schedule::Immediate), Run::on_one_host(1)] {
+        run.serve(|c| {
+            let c = &c[0];
+            c.malloc(43, 8).unwrap();
+            c.acquire(43, Access::Read).unwrap();
+            std::thread::scope(|s| {
+                let writer = s.spawn(|| {
+                    c.acquire(43, Access::ReadWrite)?;
+                    c.with_data_mut(43, |d| d.copy_from_slice(&7u64.to_le_bytes()))?;
+                    c.release(43)
+                });
+                // Until the writer waits for this thread's scope.
+                while c.lock().store.get(43).map_or(0, |k| k.queued.len()) == 0 {
+                    assert!(!writer.is_finished(), "the writer passed a read scope");
+                    std::thread::yield_now();
+                }
+                c.release(43).unwrap();
+                c.acquire(43, Access::Read).unwrap();
+                let seen = c
+                    .with_data(43, |d| u64::from_le_bytes(d.try_into().unwrap()))
+                    .unwrap();
+                c.release(43).unwrap();
+                writer.join().unwrap().unwrap();
+                assert_eq!(
+                    seen, 7,
+                    "the READ after the release came after the waiting write"
+                );
+            });
+        });
+    }
+}
+
 // ------------------------------------ waits that a failing handler abandons
 
 /// What a test's threads return: any error, with its message.
@@ -819,6 +858,59 @@ fn publish(client: &Client, chunk: ChunkId, value: u64) -> SatResult<()> {
     client.acquire(chunk, Access::Write)?;
     client.with_data_mut(chunk, |d| d.copy_from_slice(&value.to_le_bytes()))?;
     client.release(chunk)
+}
+
+/// UNSUBSCRIBE from another thread while the role's thread is inside the
+/// subscription's handler returns only once that handler has ended ("will
+/// not run again"). It used to return at once, the handler already under
+/// way running on after it (after FREE, with the chain given back).
+#[test]
+fn an_unsubscribe_from_another_thread_waits_for_the_handler_under_way() {
+    Run::new(2, Schedule::Immediate).serve(|c| {
+        let (a, b) = (&c[0], &c[1]);
+        a.malloc(44, 8).unwrap();
+        a.enter_role();
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let handler_ended = Arc::new(AtomicBool::new(false));
+        let ended = handler_ended.clone();
+        a.subscribe(44, false, move |_, _| {
+            entered_tx.send(()).ok();
+            go_rx.lock().unwrap().recv().ok();
+            ended.store(true, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        publish(b, 44, 1).unwrap();
+        std::thread::scope(|s| {
+            let handler_ended = &handler_ended;
+            let unsubscriber = s.spawn(move || {
+                entered_rx.recv_timeout(WAIT).expect("the handler ran");
+                std::thread::scope(|s| {
+                    let call = s.spawn(|| {
+                        a.unsubscribe(44).unwrap();
+                        handler_ended.load(Ordering::SeqCst)
+                    });
+                    // Time for the call to return early, if it does.
+                    let until = std::time::Instant::now() + LAG;
+                    while !call.is_finished() && std::time::Instant::now() < until {
+                        std::thread::yield_now();
+                    }
+                    let early = call.is_finished();
+                    go_tx.send(()).unwrap();
+                    (early, call.join().unwrap())
+                })
+            });
+            // The role's thread runs the handler, which waits for `go`.
+            while a.run_handlers().unwrap() == 0 {
+                std::thread::yield_now();
+            }
+            let (early, ended_first) = unsubscriber.join().unwrap();
+            assert!(!early, "UNSUBSCRIBE returned while its handler still ran");
+            assert!(ended_first, "UNSUBSCRIBE returned before its handler ended");
+        });
+    });
 }
 
 /// What a test's handlers saw: (subscription, chunk, version, data).

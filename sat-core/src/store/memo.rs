@@ -75,6 +75,10 @@ impl<K: Copy + Eq + Hash, V> Memo<K, V> {
         self.slots.iter().map(|(k, _)| k)
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &V)> {
+        self.slots.iter().map(|(k, v)| (k, v))
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len()
     }

@@ -261,7 +261,8 @@ class Client:
         protected chain, or a chunk of one, raises UsageError: its bytes are sealed; READ the chain
         in the callback instead."""
     def unsubscribe(self, target: Union[Chain, int]) -> None:
-        """Ends the subscription of that chain (or chunk id), and only that one."""
+        """Ends the subscription of that chain (or chunk id), and only that one: its callback does not
+        run again. Called from another thread while that callback runs, it returns once the run ended."""
     def subscribe_signal(self, id: int, callback: Callable[[int], object]) -> None: ...
     def unsubscribe_signal(self, id: int) -> None: ...
     def raise_signal(self, id: int) -> None: ...
