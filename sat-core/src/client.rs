@@ -1433,6 +1433,19 @@ impl Client {
         {
             let st = self.lock();
             for id in chain.ids() {
+                if st.in_place.contains_key(&id)
+                    && !st.store.get(id).is_some_and(|c| c.side.in_scope())
+                {
+                    // Not a scope this call can end: the thread that reads
+                    // in place ends it.
+                    return Err(SatError::Usage(format!(
+                        "RELEASE of the chain that starts at chunk {}: chunk {id} is read in \
+                         place (a READ without a copy, `read(copy=False)`), which only the \
+                         thread reading ends, when its READ ends; RELEASE ends scopes opened \
+                         by READ, WRITE or READWRITE",
+                        chain.first()
+                    )));
+                }
                 if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
                     return Err(SatError::Usage(format!(
                         "RELEASE of the chain that starts at chunk {}: chunk {id} is in no scope; \

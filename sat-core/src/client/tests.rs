@@ -576,6 +576,25 @@ fn a_reader_that_reads_again_does_not_pass_a_waiting_writer_of_its_process() {
     }
 }
 
+/// A RELEASE of a chain read in place (by another thread, say) is refused
+/// saying so: only the READ in place's own end ends it, and "in no scope"
+/// sent the caller looking for a scope that was open.
+#[test]
+fn a_release_of_a_chain_read_in_place_says_so() {
+    Run::on_one_host(1).serve(|c| {
+        let c = &c[0];
+        let chain = c.malloc_lst(ProtocolId::HomeMesi, &[45], &[8]).unwrap();
+        let view = c.read_in_place(45).unwrap();
+        assert!(view.is_some(), "a chunk in a host slot is read in place");
+        let e = c.release_chain(&chain).unwrap_err().to_string();
+        assert!(e.contains("is read in place"), "{e}");
+        drop(view);
+        c.end_read_in_place(45).unwrap();
+        let e = c.release_chain(&chain).unwrap_err().to_string();
+        assert!(e.contains("is in no scope"), "{e}");
+    });
+}
+
 // ------------------------------------ waits that a failing handler abandons
 
 /// What a test's threads return: any error, with its message.
