@@ -1571,7 +1571,8 @@ impl Client {
             // them: they may wait for that very scope.)
             let exclusive = access.exclusive();
             let behind = |c: &crate::store::LocalChunk| {
-                !c.holders.contains(&me)
+                !c.queued.is_empty()
+                    && !c.holders.contains(&me)
                     && (c.queued.iter().take_while(|&&(t, _)| t != me))
                         .any(|&(_, w)| w || exclusive)
             };
