@@ -1057,6 +1057,14 @@ const char *sat_status_string(int32_t status);
  * Waits for a wakeup of rendezvous `id` not consumed yet by this process,
  * sent before or after this call (the report's `sleep`/`rendezvous`).
  *
+ * Several threads of one process: a call returns on a wakeup newer than
+ * what the process had consumed when the call began. A wakeup thus
+ * releases every call of the process that began before one of them
+ * returned on it, and a call made after that waits for the next one; how
+ * many threads' calls made close together one wakeup releases depends on
+ * their timing. To hand each wakeup to one thread, give each thread an id
+ * of its own.
+ *
  * In a run with recovery, a call that waits when the run loses a process,
  * or the first one after the loss, fails with SAT_ERR_PROCESS_LOST: the
  * wakeup it waits for may have been the lost process's to send. Call it
