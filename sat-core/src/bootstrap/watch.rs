@@ -174,7 +174,9 @@ impl Fatal {
     }
 
     fn heard(&self) -> u64 {
-        self.0.heard_ms.load(Ordering::Relaxed)
+        // Acquire: pairs with the store below, made after any reason the
+        // same bytes carried was set.
+        self.0.heard_ms.load(Ordering::Acquire)
     }
 
     /// The watch's thread starts, with `lease`.
@@ -193,7 +195,7 @@ impl Fatal {
     /// The watch heard its peer.
     fn heard_now(&self) {
         let now = self.now_ms();
-        self.0.heard_ms.store(now, Ordering::Relaxed);
+        self.0.heard_ms.store(now, Ordering::Release);
     }
 
     /// The watch's thread finished a pass over its connection.
@@ -760,14 +762,13 @@ fn peer_loop(mut stream: TcpStream, judge: Judge, fatal: &Fatal, stop: &AtomicBo
                 return;
             }
         }
-        let closed = match read_available(&mut stream, &mut frames) {
-            Heard::Nothing => None,
+        let (closed, got) = match read_available(&mut stream, &mut frames) {
+            Heard::Nothing => (None, false),
             Heard::Bytes => {
                 heard = Instant::now();
-                fatal.heard_now();
-                None
+                (None, true)
             }
-            Heard::Closed(why) => Some(why),
+            Heard::Closed(why) => (Some(why), false),
         };
         match frames.take() {
             Ok(bodies) => {
@@ -793,6 +794,15 @@ fn peer_loop(mut stream: TcpStream, judge: Judge, fatal: &Fatal, stop: &AtomicBo
                 ));
                 return;
             }
+        }
+        // Heard only once what came is taken in: a call that finds the
+        // watch fresh ([`Fatal::check`]) then finds an abort that came in the
+        // same bytes. Marked before, a process stopped past its lease could
+        // wake, see the watch fresh and release, while the service's word
+        // that it was dropped waited in the next lines (its release was
+        // reported done, and dropped).
+        if got {
+            fatal.heard_now();
         }
         if stop.load(Ordering::Acquire) {
             return;
