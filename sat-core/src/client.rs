@@ -3311,7 +3311,11 @@ fn coherence(
             store.silent_writes = 0;
         }
         if r.take_data {
-            store.take_data(chunk, payload);
+            if msg.is_grant() {
+                store.take_data(chunk, payload);
+            } else {
+                store.take_push(chunk, payload);
+            }
             // A push that learned sets asked for (`learned`).
             if pushed {
                 store.pushed += 1;

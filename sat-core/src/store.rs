@@ -548,6 +548,21 @@ impl Store {
 
     /// Bytes from the home: the chunk's new content in every resident place.
     pub fn take_data(&mut self, chunk: ChunkId, data: &[u8]) {
+        self.take_version(chunk, data, false)
+    }
+
+    /// A version the home pushed unasked (update-based MESI's updates, a
+    /// learned set's pushes): as [`Store::take_data`], except that memory
+    /// the caller owns (MAP'd, not a face's own chain) is left alone and
+    /// its place invalid. Its bytes are the caller's until a scope opens
+    /// there: a PUT publishes them (Figure 6), and a scope that reads copies
+    /// the version in then. Written over, a PUT of memory the caller had
+    /// just filled published the pusher's bytes.
+    pub fn take_push(&mut self, chunk: ChunkId, data: &[u8]) {
+        self.take_version(chunk, data, true)
+    }
+
+    fn take_version(&mut self, chunk: ChunkId, data: &[u8], pushed: bool) {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
@@ -558,6 +573,7 @@ impl Store {
             if let Some(mem) = self
                 .regions
                 .get_mut(&p.region)
+                .filter(|r| !(pushed && r.mapped && !r.discardable))
                 .and_then(|r| r.resident_mut())
             {
                 let to = &mut mem.bytes_mut()[p.range.clone()];

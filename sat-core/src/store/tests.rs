@@ -313,3 +313,35 @@ fn bytes_written_outside_a_scope_never_reach_another_place() {
         "no place holds the version: it is fetched again"
     );
 }
+
+/// A pushed version (an update, a learned set's push) leaves memory the
+/// caller owns (MAP) as the caller filled it, and its place invalid: a PUT
+/// then publishes the caller's bytes (Figure 6). SAT's own places take it.
+/// A granted version is written everywhere, the caller's memory included.
+#[test]
+fn a_pushed_version_leaves_the_callers_memory_alone() {
+    let mut s = Store::new(MemoryCapacity::Unlimited);
+    let mapped = Box::new(Lent {
+        bytes: vec![0x33u8; 4],
+        discardable: false,
+        exposed: true,
+    });
+    s.add_chain(single(1, 4), &[MESI], Vec::new(), Some(mapped));
+    s.take_push(1, &[0x22; 4]);
+    assert_eq!(s.bytes(1, 0), Some(&[0x33u8; 4][..]), "the caller's bytes");
+    assert!(!s.get(1).unwrap().places[0].valid, "not the version's");
+    s.take_data(1, &[0x44; 4]);
+    assert_eq!(s.bytes(1, 0), Some(&[0x44u8; 4][..]), "a grant fills it");
+    // A face's own chain (C's, discardable) and SAT's memory take a push.
+    let own = Box::new(Lent {
+        bytes: vec![0x33u8; 4],
+        discardable: true,
+        exposed: true,
+    });
+    s.add_chain(single(2, 4), &[MESI], Vec::new(), Some(own));
+    s.take_push(2, &[0x22; 4]);
+    assert_eq!(s.bytes(2, 0), Some(&[0x22u8; 4][..]));
+    s.add_chain(single(3, 4), &[MESI], Vec::new(), None);
+    s.take_push(3, &[0x22; 4]);
+    assert_eq!(s.bytes(3, 0), Some(&[0x22u8; 4][..]));
+}
