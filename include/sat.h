@@ -946,8 +946,9 @@ enum sat_status sat_protocol_register(const struct sat_protocol_ops *ops,
  * for the scopes other threads hold or left open to end (RELEASE and ABORT
  * still go through, and publish or not as they say; every 10 s a warning
  * names the chunks waited for), before the client goes. A scope the
- * role's own thread left open is then released, with a warning. Chunk handles are invalid once it returns (a call with
- * one returns `SAT_ERR_USAGE`). SAT's threads have ended then; on one host
+ * role's own thread left open is then released, with a warning. Chunk
+ * handles are invalid once it returns (a call with one returns
+ * `SAT_ERR_USAGE`). SAT's threads have ended then; on one host
  * the process keeps its doorbell (the memory its peers ring to wake it: two
  * `memfd` descriptors, close-on-exec) until it exits.
  *

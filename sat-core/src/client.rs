@@ -1433,9 +1433,10 @@ impl Client {
         {
             let st = self.lock();
             for id in chain.ids() {
-                if st.in_place.contains_key(&id)
-                    && !st.store.get(id).is_some_and(|c| c.side.in_scope())
-                {
+                if st.store.get(id).is_some_and(|c| c.side.in_scope()) {
+                    continue;
+                }
+                if st.in_place.contains_key(&id) {
                     // Not a scope this call can end: the thread that reads
                     // in place ends it.
                     return Err(SatError::Usage(format!(
@@ -1446,13 +1447,11 @@ impl Client {
                         chain.first()
                     )));
                 }
-                if !st.store.get(id).is_some_and(|c| c.side.in_scope()) {
-                    return Err(SatError::Usage(format!(
-                        "RELEASE of the chain that starts at chunk {}: chunk {id} is in no scope; \
-                         release the chain that was acquired (READ, WRITE or READWRITE)",
-                        chain.first()
-                    )));
-                }
+                return Err(SatError::Usage(format!(
+                    "RELEASE of the chain that starts at chunk {}: chunk {id} is in no scope; \
+                     release the chain that was acquired (READ, WRITE or READWRITE)",
+                    chain.first()
+                )));
             }
         }
         // Where the run outlives its clients, all or nothing ([`bracket`]).

@@ -364,7 +364,6 @@ impl Store {
         self.chunks.get_mut(&chunk)
     }
 
-    /// The chunks known here, in id order.
     /// The chunks (at most `at_most`, lowest first) that a thread other
     /// than `me` holds in a scope or waits for.
     pub fn held_beside(&self, me: ThreadId, at_most: usize) -> Vec<ChunkId> {
@@ -377,6 +376,7 @@ impl Store {
         held
     }
 
+    /// The chunks known here, in id order.
     pub fn chunk_ids(&self) -> Vec<ChunkId> {
         let mut ids: Vec<ChunkId> = self.chunks.keys().copied().collect();
         ids.sort_unstable();

@@ -1562,12 +1562,12 @@ impl Thread {
         // this round.
         {
             let o = Shared::lock(&self.shared.oracle);
-            let behind = o
+            let arrived = o
                 .barrier_rounds
                 .iter()
                 .filter(|&(_, &r)| r >= round)
                 .count();
-            if behind < b.count as usize {
+            if arrived < b.count as usize {
                 let rounds: Vec<String> = (o.barrier_rounds.iter())
                     .map(|(t, r)| format!("thread {t}: {r}"))
                     .collect();
@@ -1575,7 +1575,7 @@ impl Thread {
                 return self.shared.fail(
                     "a barrier lets a thread through only once every thread arrived",
                     format!(
-                        "round {round} of barrier {} passed with {behind} of {} threads arrived \
+                        "round {round} of barrier {} passed with {arrived} of {} threads arrived \
                          at it ({})",
                         b.id,
                         b.count,
