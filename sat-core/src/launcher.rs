@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::auth::{Secret, ServiceAddress, SECRET_VAR};
 use crate::topology::{Topology, TopologyError};
-use crate::transport::fabric::{check_provider, remove_shm_leftovers};
+use crate::transport::fabric::{check_provider, remove_shm_leftovers, sweep_dead_regions};
 use crate::transport::{Provider, TransportError};
 
 pub(crate) mod joins;
@@ -910,6 +910,30 @@ fn notice(message: &str) {
     let _ = err.flush();
 }
 
+/// Removes the shm regions that processes of this user left when they were
+/// killed with nobody to clean up after them (a `satrun --serve` killed with
+/// SIGKILL takes its servers with it), and says so: each holds 16 MiB of RAM
+/// until removed (`transport/shm_files.rs` says what is taken and what is
+/// left alone).
+fn sweep_shm_leftovers() {
+    match sweep_dead_regions() {
+        Ok(swept) if swept.is_empty() => {}
+        Ok(swept) => {
+            let mut pids: Vec<u32> = swept.iter().map(|r| r.pid).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+            notice(&format!(
+                "removed {} shared-memory file(s) in /dev/shm left by processes that no longer \
+                 run (pid {})",
+                swept.len(),
+                pids.join(", ")
+            ));
+        }
+        Err(e) => tracing::debug!("no sweep of /dev/shm: {e}"),
+    }
+}
+
 /// Forwards a rank's stream line by line, each prefixed `[rank] `.
 fn forward_lines(rank: u32, stream: impl Read, to_stderr: bool, open: Arc<OpenStreams>) {
     let prefix = format!("[{rank}] ");
@@ -981,6 +1005,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     // them already, at its start; blocking again changes nothing).
     let signals = sys::block_forwarded_signals().map_err(system("blocking signals"))?;
     sys::become_subreaper();
+    sweep_shm_leftovers();
     let (events, inbox) = mpsc::channel::<Event>();
     // The first signal received, 0 before: no rank starts once it is set.
     // A signal that came before `run` (while `main` checked the run, with

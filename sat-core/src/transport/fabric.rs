@@ -186,7 +186,6 @@ const SEQ_MASK: u32 = 0x7fff_ffff;
 const EAGER_IGNORE: u64 = !LARGE_TAG;
 
 const SHM_ADDR_PREFIX: &[u8] = b"fi_shm://";
-const SHM_DIR: &str = "/dev/shm";
 
 // ---------------------------------------------------------------------------
 // Provider discovery
@@ -411,61 +410,11 @@ fn no_sas(provider: Provider) -> TransportError {
 }
 
 // ---------------------------------------------------------------------------
-// shm files
+// shm files (`shm_files.rs`)
 // ---------------------------------------------------------------------------
 
-/// Whether `name` is a file the shm provider creates for process `pid`:
-/// one 16 MiB region `<pid>:<uid>:<n>` per endpoint, `n` counting the
-/// process's endpoints from 0 (its address is `fi_shm://<pid>:<uid>:<n>`).
-fn is_shm_file_of(name: &str, pid: u32) -> bool {
-    let Some(rest) = name.strip_prefix(&pid.to_string()) else {
-        return false;
-    };
-    let Some(rest) = rest.strip_prefix(':') else {
-        return false;
-    };
-    let mut parts = rest.split(':');
-    let numeric =
-        |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
-    numeric(parts.next()) && numeric(parts.next()) && parts.next().is_none()
-}
-
-/// The names under `/dev/shm` that belong to the shm endpoints of `pid`.
-pub fn shm_files_of(pid: u32) -> std::io::Result<Vec<String>> {
-    let entries = match std::fs::read_dir(SHM_DIR) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let name = entry?.file_name();
-        if let Some(name) = name.to_str() {
-            if is_shm_file_of(name, pid) {
-                names.push(name.to_string());
-            }
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-/// Removes the `/dev/shm` files the shm provider left behind for process `pid`
-/// (a process killed with SIGKILL cannot close its endpoint). Returns how many.
-pub fn remove_shm_leftovers(pid: u32) -> std::io::Result<usize> {
-    let mut removed = 0;
-    for name in shm_files_of(pid)? {
-        match std::fs::remove_file(std::path::Path::new(SHM_DIR).join(&name)) {
-            Ok(()) => {
-                debug!(pid, file = %name, "removed a leftover shm region");
-                removed += 1;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(removed)
-}
+pub use super::shm_files::{remove_shm_leftovers, shm_files_of, sweep_dead_regions, SweptRegion};
+use super::shm_files::{Claim, SHM_DIR};
 
 /// The paths of this process's open shm regions, for the signal handler,
 /// which may only call async-signal-safe functions: the paths are written
@@ -945,6 +894,9 @@ struct Handles {
     av: *mut fi::fid_av,
     ep: *mut fi::fid_ep,
     shm_slot: Option<usize>,
+    /// This endpoint's hold on its shm region, which tells a sweep that the
+    /// region is in use (`shm_files.rs`).
+    shm_claim: Option<Claim>,
     /// Peers left while this endpoint was open (`remove_peer`): the
     /// provider may still hold their connections or sends (to a host that
     /// can no longer be reached, it retries for minutes) and find its
@@ -1318,6 +1270,7 @@ impl FabricEndpoint {
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
             shm_slot: None,
+            shm_claim: None,
             peers_left: false,
         };
         let info = h.info.0;
@@ -1417,6 +1370,9 @@ impl FabricEndpoint {
             {
                 let mut path = format!("{SHM_DIR}/").into_bytes();
                 path.extend_from_slice(name);
+                h.shm_claim = Claim::take(std::path::Path::new(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&path),
+                ));
                 h.shm_slot = register_shm_path(&path);
                 if h.shm_slot.is_none() {
                     warn!("too many shm endpoints to clean up on a signal");
@@ -3265,17 +3221,6 @@ mod tests {
             compact_prefix(4090, data | (1 << 50)).is_err(),
             "stray bits"
         );
-    }
-
-    #[test]
-    fn shm_file_names() {
-        assert!(is_shm_file_of("1234:0:0", 1234));
-        assert!(is_shm_file_of("1234:0:17", 1234));
-        assert!(!is_shm_file_of("12345:0:0", 1234));
-        assert!(!is_shm_file_of("1234:0", 1234));
-        assert!(!is_shm_file_of("1234:0:0:0", 1234));
-        assert!(!is_shm_file_of("1234:a:0", 1234));
-        assert!(!is_shm_file_of("x1234:0:0", 1234));
     }
 
     #[test]

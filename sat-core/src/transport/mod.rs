@@ -17,6 +17,7 @@ pub mod doorbell;
 pub mod fabric;
 pub mod mem;
 pub(crate) mod sequence;
+mod shm_files;
 pub mod wakeup;
 
 /// A process of the run: index in the address table, 0 is the seed server.

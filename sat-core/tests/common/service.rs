@@ -116,6 +116,15 @@ impl Service {
         children_of(self.pid())
     }
 
+    /// Kills satrun with SIGKILL, as the OOM killer or `kill -9` would: its
+    /// servers die with it (they are started to) and clean up nothing.
+    /// Returns once satrun is reaped.
+    pub fn kill_hard(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     /// Stops the service and returns satrun's exit status.
     pub fn stop(&mut self) -> i32 {
         let mut child = self.child.take().expect("running");
