@@ -41,7 +41,7 @@ pub enum sat_status {
     /// a symbol's value).
     SAT_ERR_NO_MEMORY = -13,
     /// A run with recovery lost a process this call may have counted on
-    /// (a barrier: call it again with the count of the processes left; a
+    /// (a barrier: call it again with the number of calls left; a
     /// rendezvous, whose wakeup it may have been to send: call it again if
     /// another process will wake it). Also
     /// a call a lost server took with it, in a run with replicated homes:

@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     let failures: Mutex<Vec<Failure>> = Mutex::new(Vec::new());
     let totals = Mutex::new((
         0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64, 0u64,
-        0u64, 0u64, 0u64,
+        0u64, 0u64, 0u64, 0u64,
     ));
     std::thread::scope(|s| {
         for _ in 0..o.jobs.min(o.seeds.max(1)) {
@@ -107,6 +107,7 @@ fn main() -> ExitCode {
                         t.15 += out.put_direct;
                         t.16 += out.read_in_place;
                         t.17 += out.rendezvous_met;
+                        t.18 += out.barriers_called_again;
                         if o.seeds == 1 {
                             println!("{out:?}");
                         }
@@ -139,12 +140,14 @@ fn main() -> ExitCode {
         put_direct,
         in_place,
         rendezvous,
+        barriers_again,
     ) = totals.into_inner().unwrap();
     println!(
         "sat-simulate: {passed} of {} seeds passed ({}..{}) in {:.1} s: {steps} steps, \
          {committed} releases published, {aborted} scopes aborted, {reads} reads checked, \
          {pushed} chunks pushed as barriers ended, {asked_ahead} reads asked ahead of a chain's \
          READ, {put_direct} PUTs straight into host slots, {in_place} READs in place, {rendezvous} rendezvous met after their own wakeup, \
+         {barriers_again} barrier calls made again after a loss, \
          {switches} protocol switches applied, \
          {moved} \
          homes moved, {spilled} versions read back from spill files, {lost} clients lost by \

@@ -310,8 +310,13 @@ impl Client {
     /// In a run with recovery, this process's first call after the run lost
     /// a process fails with [`SatError::ProcessLost`] and does not count,
     /// whether it arrived before the loss or after ([`crate::sync`]): call
-    /// again with the count of the processes left (a lost server takes no
-    /// client with it).
+    /// again with the number of calls the round can still get (a lost
+    /// client's calls are gone; a lost server takes no client with it).
+    /// Where several threads of this process call it, each call waiting
+    /// when the process hears of the loss fails, but a call made after one
+    /// of them failed goes ahead: the thread whose call failed must tell the
+    /// others the new count, since every call of a round gives the same
+    /// count.
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
         let fetch = self.learned_arrival(id);
         self.barrier_round(id, count, &fetch)?;

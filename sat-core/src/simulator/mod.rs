@@ -103,6 +103,8 @@ pub struct Outcome {
     pub read_in_place: u64,
     /// Rendezvous that returned on their thread's own wakeup, answered.
     pub rendezvous_met: u64,
+    /// Barrier calls a loss failed, made again with the count left.
+    pub barriers_called_again: u64,
     /// Protocol switches of adaptive chunks the clients applied.
     pub switches: u64,
     /// Adaptive chunks whose home moved to another server.

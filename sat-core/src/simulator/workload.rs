@@ -129,6 +129,9 @@ pub(crate) struct RunKind {
     /// A run that loses a server (and no client) passes a barrier this
     /// many times.
     pub loss_barrier: Option<u32>,
+    /// A run with recovery, whose client may die, passes a barrier this
+    /// many times; each client then runs one thread (below).
+    pub death_barrier: Option<u32>,
 }
 
 /// The programs of every client of a run.
@@ -177,17 +180,26 @@ pub(crate) fn plan(
         lanes,
         advice,
     });
-    let threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
-    // Not where clients may die: a barrier would count on them (a run with
-    // recovery fails such rounds once in every survivor, `crate::sync`,
-    // which its unit tests check).
+    let mut threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
+    // Where a client may die, its survivors' first barrier call after the
+    // death fails and they call again with the count of the calls left
+    // (sat.h). A process learns of the loss from its own failed call, so
+    // each client runs one thread there: a second thread of a process that
+    // another thread's failure told of the loss would not fail, and could
+    // not know the count to call with. (A service's barriers wait for the
+    // clients that come: no deaths and barriers together there.)
+    if kind.death_barrier.is_some() {
+        threads.fill(1);
+    }
     let count = threads.iter().sum::<usize>() as u32;
     let barrier = if deaths {
-        kind.loss_barrier.map(|rounds| Barrier {
-            id: 7,
-            count,
-            rounds,
-        })
+        kind.loss_barrier
+            .or(kind.death_barrier)
+            .map(|rounds| Barrier {
+                id: 7,
+                count,
+                rounds,
+            })
     } else {
         rng.chance(60).then(|| Barrier {
             id: 7,
@@ -352,7 +364,8 @@ struct State {
     chains: Vec<Known>,
     held: Vec<Held>,
     private: ChunkId,
-    /// A barrier call of this thread failed for a server's loss (once).
+    /// A barrier call of this thread failed for a loss (once: a run loses
+    /// one process at most while it passes barriers).
     barrier_failed_for_loss: bool,
     /// Rendezvous of this thread that failed for a loss (once per loss).
     rendezvous_failed_for_loss: u32,
@@ -1530,25 +1543,35 @@ impl Thread {
         }
         let round = {
             let mut o = Shared::lock(&self.shared.oracle);
-            let arrived = o.barrier_rounds.entry(self.id).or_default();
-            *arrived += 1;
-            *arrived
+            let arrived = (o.barrier_rounds.entry(self.id)).or_insert((self.client_index, 0));
+            arrived.1 += 1;
+            arrived.1
         };
         set_op(
             self,
             Some(format!("barrier {} of {}, round {round}", b.id, b.count)),
         );
-        // A run that loses a server fails each thread's first call after the
-        // loss, uncounted (sat.h: call it again with the count left, the
-        // same: a lost server takes no client with it). Any other failure,
-        // or a second one, breaks the barrier.
+        // A run that loses a process fails each thread's first call after
+        // the loss, uncounted (sat.h: call it again with the count left: a
+        // lost server takes no client with it, a lost client its one
+        // thread). Any other failure, or a second one, breaks the barrier.
+        let count_left = |st: &State| {
+            if st.barrier_failed_for_loss {
+                let dead = Shared::lock(&self.shared.oracle).dead.len() as u32;
+                b.count - dead
+            } else {
+                b.count
+            }
+        };
         loop {
-            match self.client.barrier(b.id, b.count) {
+            match self.client.barrier(b.id, count_left(st)) {
                 Ok(()) => break,
                 Err(crate::SatError::ProcessLost(why))
-                    if self.program.server_loss && !st.barrier_failed_for_loss =>
+                    if (self.program.server_loss || self.program.client_loss)
+                        && !st.barrier_failed_for_loss =>
                 {
                     st.barrier_failed_for_loss = true;
+                    Shared::lock(&self.shared.oracle).barriers_called_again += 1;
                     self.note(|| format!("barrier {} failed for the loss: {why}", b.id));
                 }
                 Err(e) => {
@@ -1559,26 +1582,26 @@ impl Thread {
             }
         }
         // It let this thread through only once every thread had arrived at
-        // this round.
+        // this round (every thread of a client that is still alive: a dead
+        // one's arrival may have counted, or not).
         {
             let o = Shared::lock(&self.shared.oracle);
-            let arrived = o
-                .barrier_rounds
-                .iter()
-                .filter(|&(_, &r)| r >= round)
+            let dead = o.dead.len() as u32;
+            let arrived = (o.barrier_rounds.values())
+                .filter(|&&(c, r)| r >= round && !o.dead.contains(&c))
                 .count();
-            if arrived < b.count as usize {
+            if arrived < (b.count - dead) as usize {
                 let rounds: Vec<String> = (o.barrier_rounds.iter())
-                    .map(|(t, r)| format!("thread {t}: {r}"))
+                    .map(|(t, (c, r))| format!("thread {t} of client {c}: {r}"))
                     .collect();
                 drop(o);
                 return self.shared.fail(
                     "a barrier lets a thread through only once every thread arrived",
                     format!(
-                        "round {round} of barrier {} passed with {arrived} of {} threads arrived \
-                         at it ({})",
+                        "round {round} of barrier {} passed with {arrived} of {} live threads \
+                         arrived at it ({})",
                         b.id,
-                        b.count,
+                        b.count - dead,
                         rounds.join(", ")
                     ),
                 );

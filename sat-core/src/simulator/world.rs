@@ -101,6 +101,8 @@ pub(crate) struct Oracle {
     pub notifications: u64,
     /// Rendezvous that returned on their thread's own wakeup.
     pub rendezvous_met: u64,
+    /// Barrier calls a loss failed, made again.
+    pub barriers_called_again: u64,
     pub hearings: Vec<Hearing>,
     /// Clients whose role failed: they run no handlers at the end.
     pub failed_roles: BTreeSet<usize>,
@@ -125,9 +127,10 @@ pub(crate) struct Oracle {
     /// chunks, that opens before its process knows of the loss (on a grant
     /// the server sent before it died) ends without its home as well.
     pub lost_server: Option<(u32, Vec<usize>, BTreeSet<u64>)>,
-    /// Per simulated thread: the rounds of the run's barrier it has arrived
-    /// at (a call the loss failed and that is made again counts once).
-    pub barrier_rounds: BTreeMap<usize, u32>,
+    /// Per simulated thread: its client, and the rounds of the run's barrier
+    /// it has arrived at (a call the loss failed and that is made again
+    /// counts once).
+    pub barrier_rounds: BTreeMap<usize, (usize, u32)>,
 }
 
 impl Oracle {
@@ -641,6 +644,12 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
     // the seed: every other pick of a seed stays as it was.)
     let mut across = Rng::new(seed ^ 0x0bad_ba77_1e55_0000);
     let loss_barrier = (shape.server_dies && across.chance(70)).then(|| 1 + across.below(6) as u32);
+    // Most runs with recovery pass a barrier too, whether a client dies in
+    // them or not: its survivors' first call after the death fails once,
+    // and they call again with the count left (`crate::sync`). Not with a
+    // server's loss as well: a run loses one process while it passes them.
+    let death_barrier = (shape.recovering && !shape.server_dies && across.chance(60))
+        .then(|| 1 + across.below(6) as u32);
     // The clients and their threads.
     let kind = workload::RunKind {
         clients: shape.clients,
@@ -649,6 +658,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         replicated: shape.replicated,
         server_loss: shape.server_dies,
         loss_barrier,
+        death_barrier,
     };
     let plans = workload::plan(&mut rng, &topology, kind, config);
     let mut clients: Vec<Arc<Client>> = Vec::new();
@@ -1039,6 +1049,7 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
         put_direct: clients.iter().map(|c| c.puts_into_slots()).sum(),
         read_in_place: clients.iter().map(|c| c.reads_in_place()).sum(),
         rendezvous_met: oracle.rendezvous_met,
+        barriers_called_again: oracle.barriers_called_again,
         switches: clients.iter().map(|c| c.protocol_switches()).sum(),
         moved,
         spilled,
