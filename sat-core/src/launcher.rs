@@ -910,27 +910,38 @@ fn notice(message: &str) {
     let _ = err.flush();
 }
 
-/// Removes the shm regions that processes of this user left when they were
-/// killed with nobody to clean up after them (a `satrun --serve` killed with
-/// SIGKILL takes its servers with it), and says so: each holds 16 MiB of RAM
-/// until removed (`transport/shm_files.rs` says what is taken and what is
-/// left alone).
-fn sweep_shm_leftovers() {
+/// Removes what processes of this user left when they were killed with
+/// nobody to clean up after them (a `satrun --serve` killed with SIGKILL
+/// takes its servers with it), and says so: their shm regions, 16 MiB of RAM
+/// each until removed (`transport/shm_files.rs` says what is taken and what
+/// is left alone), and their servers' spill folders (`server/spill.rs`).
+fn sweep_leftovers() {
+    let pids = |pids: &mut Vec<u32>| {
+        pids.sort_unstable();
+        pids.dedup();
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     match sweep_dead_regions() {
         Ok(swept) if swept.is_empty() => {}
-        Ok(swept) => {
-            let mut pids: Vec<u32> = swept.iter().map(|r| r.pid).collect();
-            pids.sort_unstable();
-            pids.dedup();
-            let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-            notice(&format!(
-                "removed {} shared-memory file(s) in /dev/shm left by processes that no longer \
-                 run (pid {})",
-                swept.len(),
-                pids.join(", ")
-            ));
-        }
+        Ok(swept) => notice(&format!(
+            "removed {} shared-memory file(s) in /dev/shm left by processes that no longer run \
+             (pid {})",
+            swept.len(),
+            pids(&mut swept.iter().map(|r| r.pid).collect())
+        )),
         Err(e) => tracing::debug!("no sweep of /dev/shm: {e}"),
+    }
+    match crate::server::spill::sweep_dead_folders() {
+        Ok(swept) if swept.is_empty() => {}
+        Ok(swept) => notice(&format!(
+            "removed {} spill folder(s) left by servers that no longer run (pid {})",
+            swept.len(),
+            pids(&mut swept.iter().map(|f| f.pid).collect())
+        )),
+        Err(e) => tracing::debug!("no sweep of the spill folders: {e}"),
     }
 }
 
@@ -1005,7 +1016,7 @@ pub fn run(plan: &Plan) -> Result<i32, LaunchError> {
     // them already, at its start; blocking again changes nothing).
     let signals = sys::block_forwarded_signals().map_err(system("blocking signals"))?;
     sys::become_subreaper();
-    sweep_shm_leftovers();
+    sweep_leftovers();
     let (events, inbox) = mpsc::channel::<Event>();
     // The first signal received, 0 before: no rank starts once it is set.
     // A signal that came before `run` (while `main` checked the run, with

@@ -122,6 +122,23 @@ pub fn physical_memory() -> Option<u64> {
     (pages > 0 && page > 0).then(|| pages as u64 * page as u64)
 }
 
+/// `flock(2)` on `file` with `how` (`LOCK_SH`, `LOCK_EX`, with `LOCK_NB` not
+/// to wait: `WouldBlock` when another open file holds a lock in the way). A
+/// lock lasts until its open file is closed, or its process dies however it
+/// dies: it marks a file or folder as in use by a live process.
+pub fn flock(file: &std::fs::File, how: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock takes a descriptor `file` owns and plain flags.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() != std::io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
 pub fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

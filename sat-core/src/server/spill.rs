@@ -17,7 +17,11 @@
 //! The files live in a folder of the server's own (`SAT_SPILL_DIR`, else
 //! the system's temporary folder), mode 0700, one file per chunk, mode 0600;
 //! the folder goes when the server ends, and satrun removes it after a
-//! server it started was stopped by a signal ([`remove_leftovers`]). A file that cannot be written
+//! server it started was stopped by a signal ([`remove_leftovers`]). A server
+//! holds a shared `flock` on its folder while it runs; when satrun itself was
+//! killed, with its servers, the next satrun removes the folders of this user
+//! whose server no longer runs and that nobody holds ([`sweep_dead_folders`]).
+//! A file that cannot be written
 //! leaves the version in RAM (over the capacity, said in the log); one that
 //! cannot be read back is an error the log names, and the message that
 //! needed it is dropped.
@@ -48,9 +52,12 @@ pub(crate) struct Spill {
     pub read: u64,
 }
 
-/// The server's folder of spilled versions, removed with it.
+/// The server's folder of spilled versions, removed with it, and the
+/// folder opened with a shared `flock` on it: while the server lives no
+/// sweep takes the folder, even one whose pid means nothing (another pid
+/// namespace that shares the folder).
 #[derive(Debug)]
-struct Folder(PathBuf);
+struct Folder(PathBuf, #[allow(dead_code)] Option<std::fs::File>);
 
 impl Drop for Folder {
     fn drop(&mut self) {
@@ -136,7 +143,12 @@ impl Spill {
             let mut builder = std::fs::DirBuilder::new();
             std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
             builder.recursive(false).create(&path)?;
-            self.folder = Some(Folder(path));
+            let claim = std::fs::File::open(&path)
+                .and_then(|f| crate::os::flock(&f, libc::LOCK_SH | libc::LOCK_NB).map(|()| f));
+            if let Err(e) = &claim {
+                tracing::debug!("spill folder {} not claimed: {e}", path.display());
+            }
+            self.folder = Some(Folder(path, claim.ok()));
         }
         Ok(&self.folder.as_ref().expect("made").0)
     }
@@ -197,6 +209,76 @@ pub(crate) fn remove_leftovers(pid: u32) -> std::io::Result<usize> {
         }
     }
     Ok(removed)
+}
+
+/// A spill folder removed by [`sweep_dead_folders`]: its name and the pid of
+/// the server that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweptFolder {
+    pub name: String,
+    pub pid: u32,
+}
+
+/// Removes, in the folder servers spill to, the spill folders of this user's
+/// servers that no longer run and that no live process holds (a server holds
+/// its own while it runs). Returns what it removed; a folder it cannot look
+/// at is left alone.
+pub fn sweep_dead_folders() -> std::io::Result<Vec<SweptFolder>> {
+    sweep_dead_folders_in(&spill_base())
+}
+
+/// The pid in a spill folder's name, `sat-spill-<pid>-r<rank>-<salt>`.
+fn folder_pid(name: &str) -> Option<u32> {
+    let (pid, rest) = name.strip_prefix("sat-spill-")?.split_once('-')?;
+    let (rank, salt) = rest.strip_prefix('r')?.split_once('-')?;
+    let digits = |s: &str, radix: u32| !s.is_empty() && s.chars().all(|c| c.is_digit(radix));
+    (digits(pid, 10) && digits(rank, 10) && digits(salt, 16))
+        .then(|| pid.parse().ok())
+        .flatten()
+}
+
+fn sweep_dead_folders_in(base: &Path) -> std::io::Result<Vec<SweptFolder>> {
+    use std::os::unix::fs::MetadataExt;
+    let entries = match std::fs::read_dir(base) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let mut swept = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(pid) = folder_pid(&name) else {
+            continue;
+        };
+        if !crate::os::process_gone(pid) {
+            continue;
+        }
+        let path = entry.path();
+        // Not following a link: the folder itself, this user's.
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == euid);
+        if !ours {
+            continue;
+        }
+        let Ok(folder) = std::fs::File::open(&path) else {
+            continue;
+        };
+        if crate::os::flock(&folder, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::debug!(pid, folder = %name, "removed the spill folder of a server that no longer runs");
+                swept.push(SweptFolder { name, pid });
+            }
+            Err(e) => tracing::debug!(folder = %name, "a dead server's spill folder stays: {e}"),
+        }
+    }
+    Ok(swept)
 }
 
 impl ServerState<'_> {
@@ -333,5 +415,66 @@ mod tests {
         assert_eq!(mode(&file_of(&folder, 42)), 0o600);
         drop(s);
         assert!(!folder.exists());
+    }
+
+    #[test]
+    fn a_spill_folder_name_gives_its_pid() {
+        assert_eq!(folder_pid("sat-spill-123-r0-ab12"), Some(123));
+        for not in [
+            "sat-spill-123-r0",
+            "sat-spill-x-r0-ab",
+            "sat-spill-123-0-ab",
+            "sat-spill-123-r0-zz",
+            "sat-stats.0",
+        ] {
+            assert_eq!(folder_pid(not), None, "{not:?}");
+        }
+    }
+
+    /// A dead server's folder goes, with its files; one that a live process
+    /// holds stays (a server of another pid namespace), and so does a live
+    /// server's.
+    #[test]
+    fn the_sweep_takes_only_unheld_folders_of_dead_servers() {
+        let base = std::env::temp_dir().join(format!("sat-spill-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        let dead = child.id();
+        let names = [
+            format!("sat-spill-{dead}-r0-1f"),
+            format!("sat-spill-{dead}-r1-2f"),
+            format!("sat-spill-{}-r2-3f", std::process::id()),
+        ];
+        for n in &names {
+            std::fs::create_dir(base.join(n)).unwrap();
+            std::fs::write(base.join(n).join("000000000000002a"), b"version").unwrap();
+        }
+        let held = std::fs::File::open(base.join(&names[1])).unwrap();
+        crate::os::flock(&held, libc::LOCK_SH).unwrap();
+        let swept = sweep_dead_folders_in(&base).unwrap();
+        let left: Vec<bool> = names.iter().map(|n| base.join(n).exists()).collect();
+        drop(held);
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(
+            swept,
+            [SweptFolder {
+                name: names[0].clone(),
+                pid: dead
+            }]
+        );
+        assert_eq!(left, [false, true, true], "{names:?}");
+    }
+
+    /// A server's own folder is held while it lives: a sweep leaves it.
+    #[test]
+    fn a_servers_folder_is_held_while_it_lives() {
+        let mut s = Spill::new(MemoryCapacity::Chunks(1));
+        s.write_out(0, 1, b"one").unwrap();
+        let folder = s.folder.as_ref().unwrap().0.clone();
+        let other = std::fs::File::open(&folder).unwrap();
+        let taken = crate::os::flock(&other, libc::LOCK_EX | libc::LOCK_NB);
+        drop(s);
+        assert!(taken.is_err(), "{} was not held", folder.display());
     }
 }

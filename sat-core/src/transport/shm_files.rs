@@ -25,11 +25,12 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use tracing::debug;
+
+use crate::os::flock;
 
 pub(crate) const SHM_DIR: &str = "/dev/shm";
 
@@ -122,19 +123,6 @@ fn open_region(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
-}
-
-fn flock(file: &File, how: libc::c_int) -> io::Result<()> {
-    loop {
-        // SAFETY: flock takes a descriptor `file` owns and plain flags.
-        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
 }
 
 /// A region removed by [`sweep_dead_regions`].
