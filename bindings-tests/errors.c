@@ -98,6 +98,24 @@ static void misuse(int idx) {
     CHECK_OK(sat_release(c));
     CHECK_STATUS(sat_release(c), SAT_ERR_USAGE, "RELEASE");
 
+    /* A chain inside another chain's scope cannot end part of it: RELEASE
+       and ABORT of the inner one are refused, end nothing, and the outer
+       chain's RELEASE publishes it whole. */
+    uint64_t outer_id = 1000 + 10 * (uint64_t)idx;
+    sat_chunk_t *outer = CHECK_CHUNK(sat_malloc(NULL, outer_id, 4 * 65536));
+    sat_chunk_t *inner = CHECK_CHUNK(sat_lookup(NULL, outer_id + 1, 2));
+    if (outer != NULL && inner != NULL) {
+        CHECK_OK(sat_write(outer));
+        memset(outer->data, 3, outer->size);
+        CHECK_STATUS(sat_release(inner), SAT_ERR_USAGE, "in a scope that another chain over it opened");
+        CHECK_STATUS(sat_abort(inner), SAT_ERR_USAGE, "in a scope that another chain over it opened");
+        memset(outer->data, 2, outer->size);
+        CHECK_OK(sat_release(outer));
+        CHECK_OK(sat_read(inner));
+        CHECK_TRUE(inner->data[0] == 2 && inner->data[inner->size - 1] == 2, "the outer chain's release");
+        CHECK_OK(sat_release(inner));
+    }
+
     /* Synchronization and subscriptions out of order. */
     CHECK_STATUS(sat_barrier(9, 0), SAT_ERR_USAGE, "count of 0");
     CHECK_STATUS(sat_unsubscribe(c), SAT_ERR_USAGE, "not subscribed");

@@ -1012,9 +1012,11 @@ pub extern "C" fn sat_readwrite(chunk: *mut sat_chunk_t) -> sat_status {
 /// before (a chain up to 256 MiB is never left part old, part new). A
 /// process that ends (`exit`, a crash) inside a write scope publishes
 /// nothing: its homes keep their versions. A RELEASE
-/// of a chain that was not acquired (a chunk of it is in no scope) returns
-/// `SAT_ERR_USAGE` and ends nothing, not even a scope that another chain
-/// over one of its chunks opened.
+/// of a chain that was not acquired (a chunk of it is in no scope, or in a
+/// scope another chain over it opened: a LOOKUP of part of a chain in a
+/// scope) returns `SAT_ERR_USAGE` and ends nothing, not even a scope that
+/// another chain over one of its chunks opened: a chain's scope ends as a
+/// whole, through the chain that opened it.
 ///
 /// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
 /// a handle that is not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED;
@@ -1031,6 +1033,8 @@ pub extern "C" fn sat_release(chunk: *mut sat_chunk_t) -> sat_status {
 /// RELEASE, any thread of the process may end the scope, also while the end
 /// of the role waits for the calls in progress. A protected chain's scope
 /// cannot end unchanged (the encryption layer seals at RELEASE): RELEASE it.
+/// An ABORT of a chain that was not acquired is refused and ends nothing,
+/// as RELEASE's is.
 ///
 /// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
 /// a handle that is not valid, no run, a protected chain), SAT_ERR_TRANSPORT,

@@ -1416,6 +1416,7 @@ impl Client {
     /// next scope here fetches it); a read scope ends as with a release.
     /// Reports the first error.
     pub fn abort_chain(&self, chain: &Chain) -> SatResult<()> {
+        self.check_chain_scopes(chain, "ABORT")?;
         let mut first = None;
         for id in chain.ids() {
             if let Err(e) = self.abort(id) {
@@ -1426,34 +1427,12 @@ impl Client {
     }
 
     /// Releases every chunk of `chain`; reports the first error. A chain
-    /// with a chunk outside any scope was not acquired as a whole: the
-    /// RELEASE is refused and ends nothing (else it would end a scope that
-    /// another chain over the same chunk opened).
+    /// with a chunk outside any scope, or inside a scope another chain over
+    /// it opened, was not acquired as a whole: the RELEASE is refused and
+    /// ends nothing (else it would end a scope that another chain over the
+    /// same chunk opened, or part of one, publishing part of a chain).
     pub fn release_chain(&self, chain: &Chain) -> SatResult<()> {
-        {
-            let st = self.lock();
-            for id in chain.ids() {
-                if st.store.get(id).is_some_and(|c| c.side.in_scope()) {
-                    continue;
-                }
-                if st.in_place.contains_key(&id) {
-                    // Not a scope this call can end: the thread that reads
-                    // in place ends it.
-                    return Err(SatError::Usage(format!(
-                        "RELEASE of the chain that starts at chunk {}: chunk {id} is read in \
-                         place (a READ without a copy, `read(copy=False)`), which only the \
-                         thread reading ends, when its READ ends; RELEASE ends scopes opened \
-                         by READ, WRITE or READWRITE",
-                        chain.first()
-                    )));
-                }
-                return Err(SatError::Usage(format!(
-                    "RELEASE of the chain that starts at chunk {}: chunk {id} is in no scope; \
-                     release the chain that was acquired (READ, WRITE or READWRITE)",
-                    chain.first()
-                )));
-            }
-        }
+        self.check_chain_scopes(chain, "RELEASE")?;
         // Where the run outlives its clients, all or nothing ([`bracket`]).
         if self.bracketed(chain) {
             return self.release_chain_bracketed(chain);
@@ -1465,6 +1444,55 @@ impl Client {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Checks that this thread may end `chain`'s scopes as a whole (`what`,
+    /// RELEASE or ABORT): each chunk of it is in a scope that was opened
+    /// through this chain. A scope opened through another chain over the
+    /// same chunk, a wider one (MALLOC 100..103, then LOOKUP 101..102 and
+    /// RELEASE of that), is not this chain's to end: ending its middle
+    /// would publish part of the wider chain, and leave the rest in a scope
+    /// its own RELEASE could no longer end.
+    fn check_chain_scopes(&self, chain: &Chain, what: &str) -> SatResult<()> {
+        let me = this_thread();
+        let st = self.lock();
+        for id in chain.ids() {
+            if let Some(c) = st.store.get(id).filter(|c| c.side.in_scope()) {
+                let here = st.store.place_index(id, Some(chain));
+                let opened = c.holder_place(me);
+                if here.is_none() || opened.is_none() || here == opened {
+                    continue;
+                }
+                let other = (opened.and_then(|p| st.store.chain_start(id, p)))
+                    .map_or(String::new(), |first| {
+                        format!(" (the chain that starts at chunk {first})")
+                    });
+                return Err(SatError::Usage(format!(
+                    "{what} of the chain that starts at chunk {}: chunk {id} is in a scope that \
+                     another chain over it opened{other}; {what} that chain: a chain's scope \
+                     ends as a whole",
+                    chain.first()
+                )));
+            }
+            if st.in_place.contains_key(&id) {
+                // Not a scope this call can end: the thread that reads
+                // in place ends it.
+                return Err(SatError::Usage(format!(
+                    "{what} of the chain that starts at chunk {}: chunk {id} is read in place \
+                     (a READ without a copy, `read(copy=False)`), which only the thread \
+                     reading ends, when its READ ends; {what} ends scopes opened by READ, \
+                     WRITE or READWRITE",
+                    chain.first()
+                )));
+            }
+            return Err(SatError::Usage(format!(
+                "{what} of the chain that starts at chunk {}: chunk {id} is in no scope; {} \
+                 the chain that was acquired (READ, WRITE or READWRITE)",
+                chain.first(),
+                what.to_lowercase()
+            )));
+        }
+        Ok(())
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
@@ -1694,7 +1722,7 @@ impl Client {
             let asked_ahead = std::mem::take(&mut c.asked_ahead);
             let req = match step {
                 Acquire::Hit => {
-                    c.holders.push(me);
+                    c.add_holder(me, place);
                     if stats::on() && c.scope_stat.is_none() {
                         c.scope_stat = Some((started, access, !asked_ahead));
                     }
@@ -1738,7 +1766,7 @@ impl Client {
                 }
             }
             let c = st.store.get_mut(chunk).expect("placed");
-            c.holders.push(me);
+            c.add_holder(me, place);
             if stats::on() && c.scope_stat.is_none() {
                 c.scope_stat = Some((started, access, false));
             }
@@ -3167,13 +3195,8 @@ impl ClientState {
     /// holder, and the statistics stream records the scope with its last.
     fn scope_ended(&mut self, chunk: ChunkId) {
         let c = self.store.get_mut(chunk).expect("known");
-        let me = this_thread();
-        if let Some(i) = c.holders.iter().position(|&t| t == me) {
-            c.holders.swap_remove(i);
-        } else if !c.holders.is_empty() {
-            // A scope opened by another thread and closed by this one.
-            c.holders.swap_remove(0);
-        }
+        // (A scope opened by another thread may be closed by this one.)
+        c.remove_holder(this_thread());
         let last = c.holders.is_empty();
         // The scope's entry in the statistics ends with its last holder.
         if let Some((start, access, hit)) = last.then(|| c.scope_stat.take()).flatten() {

@@ -198,6 +198,10 @@ pub(crate) struct LocalChunk {
     /// The threads inside a scope (or waiting for one) of this chunk: a
     /// thread waits for another's scope, and is told of its own misuse.
     pub holders: Vec<ThreadId>,
+    /// The instance each holder's scope opened through, beside `holders`
+    /// (same order): a chain's RELEASE or ABORT ends only scopes its own
+    /// chain opened, not part of a wider one (`Client::release_chain`).
+    pub holder_places: Vec<usize>,
     /// Threads of this process that wait for another thread's scope on the
     /// chunk, in the order they began to, and whether each asks to write. A
     /// thread that comes later does not pass one whose access conflicts
@@ -245,6 +249,31 @@ pub(crate) struct LocalChunk {
 }
 
 impl LocalChunk {
+    /// `thread` is inside a scope of the chunk (or waits for one), opened
+    /// through instance `place`.
+    pub fn add_holder(&mut self, thread: ThreadId, place: usize) {
+        self.holders.push(thread);
+        self.holder_places.push(place);
+    }
+
+    /// `thread`'s scope has ended; a thread that ends another's scope (the
+    /// end of a C role) takes the first holder's.
+    pub fn remove_holder(&mut self, thread: ThreadId) {
+        let i = self.holders.iter().position(|&t| t == thread);
+        if let Some(i) = i.or((!self.holders.is_empty()).then_some(0)) {
+            self.holders.swap_remove(i);
+            self.holder_places.swap_remove(i);
+        }
+    }
+
+    /// The instance the scope `thread` would end opened through (its own,
+    /// else the first holder's, as [`LocalChunk::remove_holder`] takes).
+    pub fn holder_place(&self, thread: ThreadId) -> Option<usize> {
+        let i = self.holders.iter().position(|&t| t == thread);
+        i.or((!self.holders.is_empty()).then_some(0))
+            .map(|i| self.holder_places[i])
+    }
+
     /// Whether the chunk's bytes are digested (while copied in or out) and
     /// checked against the digest before a scope trusts them: when code
     /// outside SAT can write them (C's `chunk->data`, numpy views) and the
@@ -432,6 +461,7 @@ impl Store {
                 places: Vec::new(),
                 scope_place: 0,
                 holders: Vec::new(),
+                holder_places: Vec::new(),
                 queued: Vec::new(),
                 scope_stat: None,
                 grants: 0,
@@ -526,6 +556,12 @@ impl Store {
     /// The bytes of the open write scope of `chunk`.
     pub fn scope_bytes(&self, chunk: ChunkId) -> Option<&[u8]> {
         self.bytes(chunk, self.chunks.get(&chunk)?.scope_place)
+    }
+
+    /// The first chunk of the chain that holds instance `place` of `chunk`.
+    pub fn chain_start(&self, chunk: ChunkId, place: usize) -> Option<ChunkId> {
+        let region = self.chunks.get(&chunk)?.places.get(place)?.region;
+        Some(self.regions.get(&region)?.layout.chunks().first()?.0)
     }
 
     pub fn scope_place(&self, chunk: ChunkId) -> Option<usize> {
@@ -751,11 +787,7 @@ impl Store {
         let Some(c) = self.chunks.get_mut(&chunk) else {
             return;
         };
-        if let Some(i) = c.holders.iter().position(|&t| t == thread) {
-            c.holders.swap_remove(i);
-        } else if !c.holders.is_empty() {
-            c.holders.swap_remove(0);
-        }
+        c.remove_holder(thread);
         if c.holders.is_empty() {
             self.afresh(chunk);
         }

@@ -1207,6 +1207,50 @@ fn releasing_a_chain_that_was_not_acquired_ends_nothing() {
     });
 }
 
+/// A chain inside another chain's scope (LOOKUP of the middle of a chain
+/// being written) cannot end part of that scope: its RELEASE and ABORT are
+/// refused and end nothing, and the wider chain's RELEASE then publishes
+/// the whole chain as one version. They used to publish the middle alone,
+/// leaving the ends in a scope nobody could release, and another process
+/// read a chain torn between two writes.
+#[test]
+fn a_chain_inside_another_chains_scope_cannot_end_part_of_it() {
+    for host in [false, true] {
+        let run = if host {
+            Run::on_one_host(2)
+        } else {
+            Run::new(2, Schedule::Immediate)
+        };
+        run.serve(|clients| {
+            let (w, r) = (&clients[0], &clients[1]);
+            let ids = [100, 101, 102, 103];
+            let a = w.malloc_lst(ProtocolId::HomeMesi, &ids, &[8]).unwrap();
+            let sub = w.lookup_lst(&[101, 102], WAIT).unwrap();
+            w.acquire_chain(&a, Access::Write).unwrap();
+            w.with_chain_mut(&a, |d| d.fill(3)).unwrap();
+            for (what, ended) in [
+                ("RELEASE", w.release_chain(&sub)),
+                ("ABORT", w.abort_chain(&sub)),
+            ] {
+                let e = ended.expect_err(what).to_string();
+                assert!(
+                    e.contains("chunk 101 is in a scope that another chain over it opened")
+                        && e.contains("the chain that starts at chunk 100"),
+                    "{what}: {e}"
+                );
+            }
+            w.with_chain_mut(&a, |d| d.fill(2))
+                .expect("still in its scope");
+            w.release_chain(&a).unwrap();
+            let theirs = r.lookup_lst(&ids, WAIT).unwrap();
+            r.acquire_chain(&theirs, Access::Read).unwrap();
+            let seen = r.with_chain(&theirs, |d| d.to_vec()).unwrap();
+            r.release_chain(&theirs).unwrap();
+            assert_eq!(seen, vec![2u8; 32], "host slots: {host}");
+        });
+    }
+}
+
 /// On one host, scopes open on the home's slot: hand-offs of a chunk in
 /// both directions, and reads that fetch each new version, cost no
 /// message, and each read sees the last release.
