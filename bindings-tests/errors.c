@@ -134,6 +134,11 @@ static void misuse(int idx) {
     CHECK_NULL(sat_lookup_lst(bogus, &one), "not one this library hands out");
     CHECK_TRUE(sat_lookup(sat_home_only(), mine, 1) != NULL, "LOOKUP with a handle SAT gave");
 
+    /* The symbol table's chunks are reached only through the symbol calls:
+       a chain over one would let this process overwrite others' symbols. */
+    CHECK_NULL(sat_lookup(NULL, 0xFFFFFF0000000000ULL + 5, 1), "reserved for the symbol table");
+    CHECK_TRUE(sat_last_status() == SAT_ERR_USAGE, "the status of a reserved LOOKUP");
+
     /* What nobody allocates or writes: a bounded wait, then an error. */
     CHECK_NULL(sat_lookup(NULL, 123456789, 1), "no process allocated it");
     CHECK_STATUS(sat_read_symbol("errors/nobody writes this", &data, &size), SAT_ERR_TIMEOUT, "");

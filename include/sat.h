@@ -708,9 +708,11 @@ struct sat_chunk_t *sat_malloc_lst(const struct sat_consistency_t *consistency,
  * 0 or over the limit, a chain past the end of the space, a consistency SAT
  * did not hand out, a `SAT_LOOKUP_TIMEOUT` that is not a number of
  * seconds), SAT_ERR_TIMEOUT (nobody allocated it within
- * SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE, SAT_ERR_NO_MEMORY,
- * SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; with the encryption layer
- * SAT_ERR_ACCESS_DENIED and SAT_ERR_INTEGRITY.
+ * SAT_LOOKUP_TIMEOUT), SAT_ERR_CHUNK, SAT_ERR_USAGE (a chunk of the range
+ * reserved for the symbol table, from 0xFFFFFF0000000000 up, which only
+ * the symbol calls reach), SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT,
+ * SAT_ERR_ABORTED; with the encryption layer SAT_ERR_ACCESS_DENIED and
+ * SAT_ERR_INTEGRITY.
  */
 struct sat_chunk_t *sat_lookup(const struct sat_consistency_t *consistency,
                                uint64_t baseid,

@@ -910,6 +910,16 @@ impl Client {
         let _sat = stats::doing(Activity::Sdsm);
         // Validates the ids (none, duplicates) before asking anyone.
         ChainLayout::malloc_lst(ids, &[1])?;
+        // The symbol table's chunks are reached only through the symbol
+        // calls: a chain over them would let one process overwrite every
+        // process's symbols.
+        if let Some(&id) = ids.iter().find(|&&id| id >= SYMBOL_TABLE_BASE) {
+            return Err(SatError::Usage(format!(
+                "LOOKUP of chunk {id:#x}: chunks from {SYMBOL_TABLE_BASE:#x} up are reserved for \
+                 the symbol table, reached only through the symbol calls (read_symbol, \
+                 write_symbol); look up chunks below that"
+            )));
+        }
         let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let requests = ids
             .iter()
@@ -1299,7 +1309,27 @@ impl Client {
     /// looked up by this process), waiting for the home when the local copy
     /// does not allow it. Close it with [`Client::release`]. When the chunk
     /// is in several local chains, this scope uses its first instance.
+    ///
+    /// The chunks reserved for the symbol table (from
+    /// [`SYMBOL_TABLE_BASE`] up) are written only by the symbol calls: a
+    /// WRITE or READWRITE of one here is refused, as LOOKUP, MALLOC and MAP
+    /// of them are (one process could otherwise corrupt every process's
+    /// symbols).
     pub fn acquire(&self, chunk: ChunkId, access: Access) -> SatResult<()> {
+        if access.exclusive() && chunk >= SYMBOL_TABLE_BASE {
+            return Err(SatError::Usage(format!(
+                "{} of chunk {chunk:#x}: chunks from {SYMBOL_TABLE_BASE:#x} up are the symbol \
+                 table's, written only through the symbol calls (write_symbol); keep user \
+                 chunks below that",
+                access_name(access)
+            )));
+        }
+        self.acquire_at(chunk, None, access)
+    }
+
+    /// [`Client::acquire`] of a chunk of the symbol table, for the symbol
+    /// calls.
+    pub(crate) fn acquire_reserved(&self, chunk: ChunkId, access: Access) -> SatResult<()> {
         self.acquire_at(chunk, None, access)
     }
 

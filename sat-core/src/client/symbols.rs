@@ -403,7 +403,7 @@ impl Client {
         check_name(name).map_err(|e| usage(CALL, name, e))?;
         let b = bucket_index(name);
         let bucket_id = self.open_bucket(CALL, name, b)?;
-        self.acquire(bucket_id, Access::ReadWrite)?;
+        self.acquire_reserved(bucket_id, Access::ReadWrite)?;
         let written = self.write_in_bucket(name, data, b, bucket_id);
         // The scope closes whatever happened: on error the entries are as
         // they were.
@@ -521,7 +521,7 @@ impl Client {
         let b = bucket_index(name);
         let bucket_id = self.open_bucket(CALL, name, b)?;
         loop {
-            self.acquire(bucket_id, Access::Read)?;
+            self.acquire_reserved(bucket_id, Access::Read)?;
             let seen = self.local_version(bucket_id);
             let found = self.read_in_bucket(name, b, bucket_id);
             let released = self.release(bucket_id);

@@ -506,9 +506,45 @@ fn bad_names_and_a_full_bucket_are_errors() {
     });
 }
 
-/// User code in the reserved range: a bucket it overwrote is reported as
-/// corrupt, with the range named; a value id it took costs one failed write;
-/// a bucket it took with another size cannot be opened.
+/// Writes `bytes` over the table's chunk `chunk`, as no public call may:
+/// what a process of an older library, or memory gone wrong, could leave.
+fn clobber(c: &Client, chunk: u64, bytes: &[u8]) {
+    c.acquire_reserved(chunk, Access::Write).unwrap();
+    c.with_data_mut(chunk, |d| d.copy_from_slice(bytes))
+        .unwrap();
+    c.release(chunk).unwrap();
+}
+
+/// The public calls keep out of the table: LOOKUP of its chunks, and a
+/// WRITE or PUT of one this process holds, are refused (a process could
+/// otherwise corrupt every process's symbols); its reader may read.
+#[test]
+fn the_public_calls_keep_out_of_the_symbol_table() {
+    run_clients(Schedule::Immediate, |c, me| {
+        if me != 0 {
+            return;
+        }
+        let b = bucket_index("kept");
+        c.write_symbol("kept", b"value").unwrap();
+        let bucket = SYMBOL_TABLE_BASE + b;
+        let e = c.lookup_lst(&[bucket], WAIT).unwrap_err().to_string();
+        assert!(e.contains("reserved for the symbol table"), "{e}");
+        for e in [
+            c.put(bucket, &[0x5a; BUCKET_SIZE]).unwrap_err(),
+            c.acquire(bucket, Access::ReadWrite).unwrap_err(),
+        ] {
+            let e = e.to_string();
+            assert!(e.contains("written only through the symbol calls"), "{e}");
+        }
+        let mut seen = vec![0; BUCKET_SIZE];
+        c.get(bucket, &mut seen).unwrap();
+        assert_eq!(c.read_symbol("kept", WAIT).unwrap(), b"value");
+    });
+}
+
+/// A clobbered table (see [`clobber`]): a bucket overwritten is reported as
+/// corrupt, with the range named; a value id taken costs one failed write;
+/// a bucket taken with another size cannot be opened.
 #[test]
 fn a_clobbered_bucket_is_reported() {
     run_clients(Schedule::Immediate, |c, me| {
@@ -517,7 +553,7 @@ fn a_clobbered_bucket_is_reported() {
         }
         let b = bucket_index("victim");
         c.write_symbol("victim", b"value").unwrap();
-        c.put(SYMBOL_TABLE_BASE + b, &[0x5a; BUCKET_SIZE]).unwrap();
+        clobber(c, SYMBOL_TABLE_BASE + b, &[0x5a; BUCKET_SIZE]);
         for e in [
             c.read_symbol("victim", WAIT).unwrap_err(),
             c.write_symbol("victim", b"again").unwrap_err(),
@@ -536,7 +572,7 @@ fn a_clobbered_bucket_is_reported() {
             );
         }
         // The error left no scope open.
-        c.put(SYMBOL_TABLE_BASE + b, &[0; BUCKET_SIZE]).unwrap();
+        clobber(c, SYMBOL_TABLE_BASE + b, &[0; BUCKET_SIZE]);
         c.write_symbol("victim", b"again").unwrap();
 
         // User code cannot MALLOC in the reserved range...
