@@ -340,7 +340,9 @@ typedef enum sat_status {
 /**
  * The level of a log line, most severe first. Without `SAT_LOG` only
  * errors and warnings are logged; `SAT_LOG=debug` (or any filter of the
- * debug stream: README, "Environment") adds the rest.
+ * debug stream: README, "Environment") adds the rest. A filter that names
+ * parts of SAT only (`SAT_LOG=sat_capi=debug`) keeps the errors and
+ * warnings of the other parts.
  */
 typedef enum sat_log_level {
     SAT_LOG_ERROR = 1,

@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Under `satrun`, which already prefixes every line with `[rank]`, the rank
-//! is not printed twice. Without `SAT_LOG`, only warnings and errors appear.
+//! is not printed twice. Without `SAT_LOG`, only warnings and errors appear;
+//! a filter that names parts of SAT only (`sat_capi=debug`) keeps the
+//! warnings and errors of the others.
 //!
 //! The lines go to standard error, never standard output: a library must not
 //! mix its diagnostics into an application's output (the report prints them
@@ -55,12 +57,7 @@ pub fn set_thread_rank(rank: Option<u32>) {
 /// application that installed its own `tracing` subscriber keeps it).
 pub fn init() {
     INIT.get_or_init(|| {
-        let filter = std::env::var("SAT_LOG").unwrap_or_default();
-        let filter = if filter.trim().is_empty() {
-            "warn".to_string()
-        } else {
-            filter
-        };
+        let filter = with_default_level(&std::env::var("SAT_LOG").unwrap_or_default());
         let filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
             eprintln!("SAT_LOG={filter:?} is not a valid filter ({e}); using 'warn'");
             EnvFilter::new("warn")
@@ -83,6 +80,25 @@ pub fn init() {
             })
             .try_init();
     });
+}
+
+/// The filter a `SAT_LOG` value means: one that only names parts of SAT
+/// (`sat_capi=debug`) turns those parts up and leaves every other part at
+/// warnings and errors, as without `SAT_LOG` (a `tracing` filter alone would
+/// turn everything else off, warnings and errors included). A level given
+/// alone (`debug`, `error`, `off`) sets the rest.
+fn with_default_level(filter: &str) -> String {
+    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+    let filter = filter.trim();
+    let sets_the_rest = filter
+        .split(',')
+        .map(str::trim)
+        .any(|d| LEVELS.iter().any(|l| d.eq_ignore_ascii_case(l)));
+    match (filter.is_empty(), sets_the_rest) {
+        (true, _) => "warn".to_string(),
+        (false, true) => filter.to_string(),
+        (false, false) => format!("warn,{filter}"),
+    }
 }
 
 /// The first directive of a `SAT_LOG` filter that names something other
@@ -212,7 +228,23 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::stray_target;
+    use super::{stray_target, with_default_level};
+
+    #[test]
+    fn a_filter_of_parts_keeps_the_others_warnings() {
+        assert_eq!(with_default_level(""), "warn");
+        assert_eq!(with_default_level(" debug "), "debug");
+        assert_eq!(with_default_level("OFF"), "OFF");
+        assert_eq!(
+            with_default_level("error,sat_core=debug"),
+            "error,sat_core=debug"
+        );
+        assert_eq!(with_default_level("sat_capi=debug"), "warn,sat_capi=debug");
+        assert_eq!(
+            with_default_level("sat_core::server=trace, sat_capi=info"),
+            "warn,sat_core::server=trace, sat_capi=info"
+        );
+    }
 
     #[test]
     fn a_filter_that_can_turn_on_nothing_is_named() {
