@@ -17,6 +17,7 @@ mod handle;
 mod service;
 mod symbols;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use pyo3::exceptions::PyTypeError;
@@ -60,7 +61,8 @@ fn call_role(f: &Py<PyAny>, h: &Arc<Handle>, client: &Client) -> RoleResult {
 /// each client role id (1 and above) to a function taking a `Client`. Every
 /// process of the run calls it; the server processes serve until the end.
 /// A failing role function or subscription callback makes it raise
-/// `RoleError`, whose `__cause__` is the Python exception.
+/// `RoleError`, whose `__cause__` is the Python exception. A process joins
+/// one run: a second call, or one from inside a role, raises `UsageError`.
 #[pyfunction]
 #[pyo3(signature = (roles, args = None))]
 fn run(py: Python<'_>, roles: &Bound<'_, PyAny>, args: Option<Vec<String>>) -> PyResult<()> {
@@ -88,7 +90,28 @@ fn run(py: Python<'_>, roles: &Bound<'_, PyAny>, args: Option<Vec<String>>) -> P
         let h = h.clone();
         table = table.role(id, move |client: &Client| call_role(&f, &h, client));
     }
+    // A process takes part in one run: the launcher's environment (the
+    // seed's socket among it) is spent by the first, so a second `run`, or
+    // one from inside a role, would fail on it with an error about the
+    // launcher or rank 0. Said as what it is, at once.
+    static RUNNING: AtomicBool = AtomicBool::new(false);
+    static CALLED: AtomicBool = AtomicBool::new(false);
+    if RUNNING.load(Ordering::Acquire) {
+        return Err(usage(
+            "sat.run: this process is already in a run (sat.run was called from inside a role?); \
+             call sat.run once, from the main program: each role function gets its client",
+        ));
+    }
+    if CALLED.swap(true, Ordering::AcqRel) {
+        return Err(usage(
+            "sat.run: this process called sat.run before (its run is over, or it could not join \
+             one); a process joins one run: start the program again (under satrun) to join \
+             another",
+        ));
+    }
+    RUNNING.store(true, Ordering::Release);
     let outcome = py.detach(|| sat_core::bootstrap::run(table, args));
+    RUNNING.store(false, Ordering::Release);
     // The chains point back at the handle: let them go (those Python still
     // holds keep their memory, readable after the run).
     drop(h.forget_chains());

@@ -32,6 +32,35 @@ def test_run_checks_roles_before_joining():
         sat.run({"a": print})  # type: ignore[dict-item]
 
 
+def test_a_process_runs_once(satrun):
+    """sat.run from inside a role, or after the run, raises UsageError saying so (it used to fail
+    on the spent launcher environment, blaming rank 0)."""
+    out = satrun(
+        """
+        import sat
+
+        def role(client):
+            try:
+                sat.run({1: lambda c: None})
+            except sat.UsageError as e:
+                print("inside:", e)
+
+        sat.run({1: role})
+        try:
+            sat.run({1: role})
+        except sat.UsageError as e:
+            print("after:", e)
+        """,
+        n=2,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    inside = [l for l in out.lines(1) if l.startswith("inside:")]
+    assert len(inside) == 1 and "already in a run" in inside[0], out.stdout + out.stderr
+    for rank in (0, 1):
+        after = [l for l in out.lines(rank) if l.startswith("after:")]
+        assert len(after) == 1 and "called sat.run before" in after[0], out.stdout + out.stderr
+
+
 def test_misuse_raises_the_right_error(satrun):
     out = satrun(
         """

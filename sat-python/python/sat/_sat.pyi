@@ -275,7 +275,11 @@ class Client:
 
 def run(
     roles: Mapping[int, Callable[[Client], object]], args: Optional[Sequence[str]] = None
-) -> None: ...
+) -> None:
+    """Bootstraps this process into the run and plays its role: ``roles`` maps each client role
+    id (1 and above) to a function taking a ``Client``. A failing role function or callback makes
+    it raise RoleError, whose ``__cause__`` is the Python exception. A process joins one run: a
+    second call, or one from inside a role, raises UsageError."""
 def connect(address: str) -> Client:
     """Attaches this process to the SAT service whose connection string is ``address``:
     ``"sat://SECRET@host:port"``, the one line of the address file ``satrun --serve`` writes, or
