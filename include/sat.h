@@ -1103,7 +1103,10 @@ enum sat_status sat_wakeup(uint32_t id);
 /**
  * Waits until `count` calls of barrier `id` have arrived. A call is an
  * arrival: each thread that calls it arrives once, so two processes whose
- * four threads each call it make a count of 8.
+ * four threads each call it make a count of 8. The first arrival of a
+ * round fixes its count: a call with another count fails with
+ * SAT_ERR_USAGE and does not count, and the round goes on waiting for the
+ * count it has (as MPI's would, a program whose calls disagree waits).
  *
  * In a run with recovery (`satrun --enable-recovery`), the first call of
  * each process after the run lost a process fails with
@@ -1185,10 +1188,13 @@ enum sat_status sat_init_symbol_table(void);
 
 /**
  * Writes `size` bytes at `data` as the value of symbol `name` (replacing
- * any earlier value, whatever its size).
+ * any earlier value, whatever its size). A value over a chunk's 1 GiB
+ * limit is kept as a chain of chunks: its size is bounded by memory only.
  *
  * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name or data, a name not
- * UTF-8), SAT_ERR_CHUNK (a value over the chunk size limit), SAT_ERR_USAGE,
+ * UTF-8), SAT_ERR_CHUNK (a value larger than this machine's memory),
+ * SAT_ERR_USAGE (among others: the name's bucket has used all its value
+ * chunk ids, which values written again with another size use up),
  * SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; SAT_ERR_INTEGRITY
  * over a protected symbol.
  */

@@ -49,6 +49,8 @@ pub enum ChunkError {
     NoIds,
     #[error("the list of sizes is empty: give at least one size (it is used round-robin)")]
     NoSizes,
+    #[error("LOOKUP of 0 chunks from chunk {baseid}: give a number of chunks of at least 1")]
+    NoChunks { baseid: ChunkId },
     #[error(
         "{count} chunks from id {baseid} run past the end of the logical space (u64::MAX): \
          choose a lower base id or a larger chunk size"

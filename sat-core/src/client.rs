@@ -881,7 +881,7 @@ impl Client {
         timeout: Duration,
     ) -> SatResult<Chain> {
         if nbchunks == 0 {
-            return Err(ChunkError::NoIds.into());
+            return Err(ChunkError::NoChunks { baseid: base }.into());
         }
         let last = base
             .checked_add(nbchunks - 1)

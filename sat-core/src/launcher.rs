@@ -313,9 +313,12 @@ fn parse_serve_args(args: &[OsString]) -> Result<Invocation, LaunchError> {
                 return Ok(v);
             }
             i += 1;
-            args.get(i)
+            let value = args
+                .get(i)
                 .map(|v| v.to_string_lossy().into_owned())
-                .ok_or_else(|| usage(format!("{name} needs a value")))
+                .ok_or_else(|| usage(format!("{name} needs a value")))?;
+            not_an_option(&name, &value)?;
+            Ok(value)
         };
         let number = |v: String, what: &str| -> Result<u32, LaunchError> {
             match v.parse::<u32>() {
@@ -402,9 +405,12 @@ where
         }
         let mut value_of = |name: &str| -> Result<OsString, LaunchError> {
             i += 1;
-            args.get(i)
+            let value = args
+                .get(i)
                 .cloned()
-                .ok_or_else(|| usage(format!("{name} needs a value")))
+                .ok_or_else(|| usage(format!("{name} needs a value")))?;
+            not_an_option(name, &value.to_string_lossy())?;
+            Ok(value)
         };
         match text {
             "-h" | "--help" => return Ok(Invocation::Help),
@@ -537,6 +543,38 @@ fn set_once<T: PartialEq>(slot: &mut Option<T>, value: T, name: &str) -> Result<
             Ok(())
         }
     }
+}
+
+/// The options of satrun's command line, which no option's value can be:
+/// `--topology -n 2 PROG` lacks the file, and reading `-n` as it would
+/// leave `2` where a program's name goes.
+const OPTION_NAMES: [&str; 14] = [
+    "-n",
+    "-np",
+    "--np",
+    "--topology",
+    "--provider",
+    "--enable-recovery",
+    "--serve",
+    "--servers",
+    "--slots",
+    "--listen",
+    "--address-file",
+    "-h",
+    "--help",
+    "--",
+];
+
+/// Refuses `value`, given to option `name`, when it is one of satrun's
+/// options: the value was left out.
+fn not_an_option(name: &str, value: &str) -> Result<(), LaunchError> {
+    if OPTION_NAMES.contains(&value) {
+        return Err(usage(format!(
+            "{name} needs a value, and got the option {value}: write {name} VALUE (or \
+             {name}=VALUE)"
+        )));
+    }
+    Ok(())
 }
 
 /// `--topology FILE` or `--topology=FILE` in a program's own arguments (the
@@ -818,6 +856,14 @@ fn find_topology_file(
         .clone()
         .map(|p| (p, "satrun's --topology".to_owned()));
     for app in &args.apps {
+        if app.args.last().is_some_and(|a| a == "--topology") {
+            // The seed would find no file there either, and the run would
+            // go on under the default topology, unsaid.
+            return Err(usage(format!(
+                "the arguments of {} end with --topology and no file: write --topology FILE",
+                app.program.to_string_lossy()
+            )));
+        }
         let Some(path) = topology_in_program_args(&app.args) else {
             continue;
         };

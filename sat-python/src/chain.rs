@@ -383,7 +383,7 @@ pub(crate) fn lookup(
 ) -> PyResult<Py<PyChain>> {
     h.check_process()?;
     if nbchunks == 0 {
-        return Err(chunk_error(ChunkError::NoIds));
+        return Err(chunk_error(ChunkError::NoChunks { baseid: base }));
     }
     let last = base.checked_add(nbchunks - 1).ok_or_else(|| {
         chunk_error(ChunkError::IdOverflow {

@@ -115,6 +115,12 @@ fn load_topology(args: &[String], size: u32) -> SatResult<Topology> {
 }
 
 fn read_topology(args: &[String], size: u32) -> SatResult<Topology> {
+    if args.last().is_some_and(|a| a == "--topology") {
+        // Else the run would go on under the default topology, unsaid.
+        return Err(SatError::Usage(
+            "the program's arguments end with --topology and no file: write --topology FILE".into(),
+        ));
+    }
     match topology_path(args) {
         Some(path) => {
             let t = Topology::from_file(std::path::Path::new(&path))?;

@@ -151,6 +151,18 @@ fn bad_usage() {
             "--topology is given twice",
         ),
         (&["--provider"], "--provider needs a value"),
+        (
+            &["--topology", "-n", "2", "prog"],
+            "--topology needs a value, and got the option -n",
+        ),
+        (
+            &["-n", "--provider", "shm", "prog"],
+            "-n needs a value, and got the option --provider",
+        ),
+        (
+            &["--serve", "--topology", "--slots", "2"],
+            "--topology needs a value, and got the option --slots",
+        ),
     ];
     for (args, want) in cases {
         let m = usage_error(args);
@@ -208,6 +220,11 @@ fn plan_reads_the_topology() {
         .unwrap()
         .topology_file
         .is_some());
+
+    // Named without its file: an error, not the default topology.
+    let a = run_args(&["-n", "3", "/bin/true", "--topology"]);
+    let m = plan(&a, &LaunchEnv::default()).unwrap_err().to_string();
+    assert!(m.contains("end with --topology and no file"), "{m}");
 
     // Sized against -n.
     let a = run_args(&["-n", "2", "--topology", t.to_str().unwrap(), "/bin/true"]);
