@@ -1515,9 +1515,15 @@ impl Client {
                     chain.first()
                 )));
             }
+            // (ABORT's says it as the per-chunk ABORT does.)
+            let abort = if what == "ABORT" {
+                " (ABORT without a matching READ, WRITE or READWRITE)"
+            } else {
+                ""
+            };
             return Err(SatError::Usage(format!(
-                "{what} of the chain that starts at chunk {}: chunk {id} is in no scope; {} \
-                 the chain that was acquired (READ, WRITE or READWRITE)",
+                "{what} of the chain that starts at chunk {}: chunk {id} is in no scope{abort}; \
+                 {} the chain that was acquired (READ, WRITE or READWRITE)",
                 chain.first(),
                 what.to_lowercase()
             )));
