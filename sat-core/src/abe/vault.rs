@@ -1461,7 +1461,7 @@ impl Vault {
         // deadlock because nothing takes an anchor while it holds a bucket
         // or a value (readers take it after theirs are released).
         let anchor = self.open_anchor(client, name)?;
-        client.acquire(anchor, Access::Write)?;
+        client.acquire_reserved(anchor, Access::Write)?;
         let written = (|| {
             let version = client
                 .local_version(anchor)
@@ -1493,7 +1493,7 @@ impl Vault {
     /// written).
     fn anchor_version(&self, client: &Client, name: &str) -> SatResult<u64> {
         let anchor = self.open_anchor(client, name)?;
-        client.acquire(anchor, Access::Read)?;
+        client.acquire_reserved(anchor, Access::Read)?;
         let version = client.local_version(anchor).unwrap_or(0);
         client.release(anchor)?;
         Ok(version)
