@@ -8,7 +8,10 @@
  * increments: inside its next write scope it writes a value nobody may see
  * and kills itself. The survivors then learn of the loss from a barrier of
  * every client, which fails with SAT_ERR_PROCESS_LOST instead of waiting
- * forever, pass a barrier of the two left, and check the counter. */
+ * forever, pass a barrier of the two left, and check the counter. A thread
+ * each survivor starts after the loss fails its first barrier call for the
+ * loss too, as every thread does once, then passes with the count left. */
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +43,19 @@ static int increment(sat_chunk_t *c) {
     return sat_release(c) == SAT_OK ? 0 : -1;
 }
 
+/* A thread started after the loss: its two calls of barrier 2. */
+struct late_thread {
+    uint32_t count;
+    enum sat_status first, second;
+};
+
+static void *late_barrier(void *arg) {
+    struct late_thread *t = (struct late_thread *)arg;
+    t->first = sat_barrier(2, t->count);
+    t->second = sat_barrier(2, t->count);
+    return NULL;
+}
+
 /* Barrier `id` of `count` calls, called again while it reports a loss. */
 static enum sat_status barrier_of(uint32_t id, uint32_t count) {
     enum sat_status s;
@@ -64,7 +80,19 @@ static void role(sat_bootstrap_t *b) {
     /* The victim never comes: the barrier of every client fails once the
      * run has lost it, and this call does not count. */
     CHECK_STATUS(sat_barrier(1, clients), SAT_ERR_PROCESS_LOST, "lost");
-    CHECK_OK(barrier_of(2, clients - 1));
+    /* Every thread learns of the loss from a call of its own, also one
+     * started after it: this thread's next call goes ahead, the new one's
+     * first fails; both call with the count left (two threads of each of
+     * the clients left). */
+    uint32_t left = 2 * (clients - 1);
+    struct late_thread late = {left, SAT_OK, SAT_OK};
+    pthread_t t;
+    CHECK_TRUE(pthread_create(&t, NULL, late_barrier, &late) == 0, "pthread_create");
+    CHECK_OK(sat_barrier(2, left));
+    CHECK_TRUE(pthread_join(t, NULL) == 0, "pthread_join");
+    CHECK_TRUE(late.first == SAT_ERR_PROCESS_LOST && late.second == SAT_OK,
+               "a thread started after the loss: first call %d, second %d", late.first,
+               late.second);
     CHECK_OK(sat_read(c));
     uint64_t v = load(c);
     CHECK_OK(sat_release(c));

@@ -325,10 +325,10 @@ typedef enum sat_status {
     SAT_ERR_NO_MEMORY = -13,
     /**
      * A run with recovery lost a process this call may have counted on
-     * (a barrier: call it again with the number of calls left; a
-     * rendezvous, whose wakeup it may have been to send: call it again if
-     * another process will wake it). Also
-     * a call a lost server took with it, in a run with replicated homes:
+     * (a barrier, each thread's first call after it: call it again with the
+     * number of calls left; a rendezvous, whose wakeup it may have been to
+     * send: call it again if another process will wake it). Also a call a
+     * lost server took with it, in a run with replicated homes:
      * call it again (a RELEASE so failed may or may not have published:
      * read the chunk to know; a chain's RELEASE so failed publishes all
      * its chunks or none, whatever servers their homes are on; a write
@@ -1108,16 +1108,14 @@ enum sat_status sat_wakeup(uint32_t id);
  * SAT_ERR_USAGE and does not count, and the round goes on waiting for the
  * count it has (as MPI's would, a program whose calls disagree waits).
  *
- * In a run with recovery (`satrun --enable-recovery`), the first call of
- * each process after the run lost a process fails with
- * SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
- * loss or after: call it again with the number of calls the round can
- * still get (a lost client's calls are gone; a lost server takes no client
- * with it). Where several threads of a process call the barrier, each
- * call waiting when the process hears of the loss fails, but a call made
- * after one of them failed goes ahead: the thread whose call failed must
- * tell the others the new count before they call, since every call of a
- * round gives the same count. An arrival of a lost server's own
+ * In a run with recovery (`satrun --enable-recovery`), each thread's first
+ * call after the run lost a process fails with SAT_ERR_PROCESS_LOST and
+ * does not count, whether it arrived before the loss or after: call it
+ * again with the number of calls the round can still get (a lost client's
+ * calls are gone; a lost server takes no client with it). Every thread
+ * learns of a loss from a call of its own (also a thread that starts
+ * after the loss, at its first call), so each knows to call again with
+ * the new count whatever the others did first. An arrival of a lost server's own
  * client that the server carried is sent again through the server that
  * takes over, and counted once: if its round had ended, the call returns
  * SAT_OK (and the next call fails for the loss instead).

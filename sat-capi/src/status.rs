@@ -41,10 +41,10 @@ pub enum sat_status {
     /// a symbol's value).
     SAT_ERR_NO_MEMORY = -13,
     /// A run with recovery lost a process this call may have counted on
-    /// (a barrier: call it again with the number of calls left; a
-    /// rendezvous, whose wakeup it may have been to send: call it again if
-    /// another process will wake it). Also
-    /// a call a lost server took with it, in a run with replicated homes:
+    /// (a barrier, each thread's first call after it: call it again with the
+    /// number of calls left; a rendezvous, whose wakeup it may have been to
+    /// send: call it again if another process will wake it). Also a call a
+    /// lost server took with it, in a run with replicated homes:
     /// call it again (a RELEASE so failed may or may not have published:
     /// read the chunk to know; a chain's RELEASE so failed publishes all
     /// its chunks or none, whatever servers their homes are on; a write

@@ -66,16 +66,14 @@ pub extern "C" fn sat_wakeup(id: u32) -> sat_status {
 /// SAT_ERR_USAGE and does not count, and the round goes on waiting for the
 /// count it has (as MPI's would, a program whose calls disagree waits).
 ///
-/// In a run with recovery (`satrun --enable-recovery`), the first call of
-/// each process after the run lost a process fails with
-/// SAT_ERR_PROCESS_LOST and does not count, whether it arrived before the
-/// loss or after: call it again with the number of calls the round can
-/// still get (a lost client's calls are gone; a lost server takes no client
-/// with it). Where several threads of a process call the barrier, each
-/// call waiting when the process hears of the loss fails, but a call made
-/// after one of them failed goes ahead: the thread whose call failed must
-/// tell the others the new count before they call, since every call of a
-/// round gives the same count. An arrival of a lost server's own
+/// In a run with recovery (`satrun --enable-recovery`), each thread's first
+/// call after the run lost a process fails with SAT_ERR_PROCESS_LOST and
+/// does not count, whether it arrived before the loss or after: call it
+/// again with the number of calls the round can still get (a lost client's
+/// calls are gone; a lost server takes no client with it). Every thread
+/// learns of a loss from a call of its own (also a thread that starts
+/// after the loss, at its first call), so each knows to call again with
+/// the new count whatever the others did first. An arrival of a lost server's own
 /// client that the server carried is sent again through the server that
 /// takes over, and counted once: if its round had ended, the call returns
 /// SAT_OK (and the next call fails for the loss instead).

@@ -30,14 +30,15 @@
 //!   answer of a call that gave up from the answer of its next call.
 //! - **Barriers after a loss** (a run with recovery, `bootstrap/watch.rs`):
 //!   a round may count on a process that died, and would wait forever. So
-//!   each arrival says how many lost processes its client has been told of;
+//!   each arrival says how many lost processes its thread has been told of;
 //!   when a coordinator hears of a loss, it answers every waiting arrival
 //!   told of fewer with `BarrierLost`, and answers so any later arrival
 //!   told of fewer. The call fails with the number of processes lost, its
-//!   client is then told, and its next call (with a count of the processes
-//!   left) goes ahead. Every survivor's first barrier call after a loss
-//!   thus fails once, whether it arrived before or after the loss: what a
-//!   program sees does not depend on the timing.
+//!   thread is then told, and its next call (with the count of the calls
+//!   left) goes ahead. Every surviving thread's first barrier call after a
+//!   loss thus fails once, whether it arrived before or after the loss:
+//!   what a program sees does not depend on the timing, nor on which of a
+//!   process's threads heard first.
 //! - **Rendezvous after a loss** likewise: the wakeup a rendezvous waits
 //!   for may have been the lost process's to send. Each sleep says how many
 //!   losses its client has been told of; a coordinator that hears of a loss

@@ -36,10 +36,14 @@ pub(crate) struct Answers {
     /// and its pushes (sent again as they were if this client's server is
     /// lost with them: `client/failover.rs`).
     pending: HashMap<u64, (SyncOp, Vec<u8>)>,
-    /// How many lost processes coordinators have told this client of (a
+    /// How many lost processes coordinators have told each thread of (a
     /// run with recovery) through its barrier calls: its barrier arrivals
-    /// say so ([`crate::sync`]).
-    losses: u32,
+    /// say so ([`crate::sync`]). Per thread, not per process: every thread
+    /// learns of a loss from a failed call of its own, and so knows to call
+    /// again with the count left, whatever the other threads did first.
+    losses: HashMap<ThreadId, u32>,
+    /// The thread that made each barrier arrival not answered yet.
+    callers: HashMap<u64, ThreadId>,
     /// The same, told through its rendezvous calls: its sleeps say so.
     /// Apart, so that each kind of call fails once after a loss, whichever
     /// comes first.
@@ -87,9 +91,12 @@ impl Answers {
                 self.barrier_answer(id, ticket, BarrierAnswer::Refused(count))
             }
             SyncOp::BarrierLost { id, ticket, losses } => {
-                // Told, even if the call gave up: its next arrival is not
-                // dropped again for the same losses.
-                self.losses = self.losses.max(losses);
+                // Told, even if the call gave up: its thread's next arrival
+                // is not dropped again for the same losses.
+                if let Some(&thread) = self.callers.get(&ticket) {
+                    let told = self.losses.entry(thread).or_default();
+                    *told = (*told).max(losses);
+                }
                 self.barrier_answer(id, ticket, BarrierAnswer::Lost(losses))
             }
             SyncOp::SleepLost { id, losses } => {
@@ -160,6 +167,7 @@ impl Answers {
     }
 
     fn barrier_answer(&mut self, id: u32, ticket: u64, answer: BarrierAnswer) {
+        self.callers.remove(&ticket);
         if self.pending.remove(&ticket).is_none() {
             // Answered already: an arrival sent again after a server's loss
             // (`client/failover.rs`) may be answered twice.
@@ -307,16 +315,14 @@ impl Client {
     /// and that this process read after the same barrier last time are
     /// pushed to it as the round ends (`super::learned`).
     ///
-    /// In a run with recovery, this process's first call after the run lost
+    /// In a run with recovery, each thread's first call after the run lost
     /// a process fails with [`SatError::ProcessLost`] and does not count,
     /// whether it arrived before the loss or after ([`crate::sync`]): call
     /// again with the number of calls the round can still get (a lost
     /// client's calls are gone; a lost server takes no client with it).
-    /// Where several threads of this process call it, each call waiting
-    /// when the process hears of the loss fails, but a call made after one
-    /// of them failed goes ahead: the thread whose call failed must tell the
-    /// others the new count, since every call of a round gives the same
-    /// count.
+    /// Every thread learns of a loss from a call of its own (a thread that
+    /// starts after the loss, at its first call), so each knows to call
+    /// again with the new count whatever the others did first.
     pub fn barrier(&self, id: u32, count: u32) -> SatResult<()> {
         let fetch = self.learned_arrival(id);
         self.barrier_round(id, count, &fetch)?;
@@ -353,9 +359,10 @@ impl Client {
                 id,
                 count,
                 ticket,
-                losses: sync.losses,
+                losses: sync.losses.get(&me).copied().unwrap_or(0),
             };
             sync.pending.insert(ticket, (arrival, fetch.to_vec()));
+            sync.callers.insert(ticket, me);
             (ticket, arrival)
         };
         self.sync_send_with(arrival, fetch)?;
@@ -379,7 +386,7 @@ impl Client {
                  {in_force} calls; every call of a round must give the same count"
             ))),
             Some(BarrierAnswer::Lost(losses)) => Err(SatError::ProcessLost(format!(
-                "barrier {id}: the run has lost {losses} process(es) since this process was \
+                "barrier {id}: the run has lost {losses} process(es) since this thread was \
                  last told, and the round may count on one of them; call the barrier again \
                  with the number of calls the round can still get: a lost client's are gone, a \
                  lost server takes no client with it (this call did not count)"

@@ -130,7 +130,7 @@ pub(crate) struct RunKind {
     /// many times.
     pub loss_barrier: Option<u32>,
     /// A run with recovery, whose client may die, passes a barrier this
-    /// many times; each client then runs one thread (below).
+    /// many times.
     pub death_barrier: Option<u32>,
 }
 
@@ -180,17 +180,11 @@ pub(crate) fn plan(
         lanes,
         advice,
     });
-    let mut threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
-    // Where a client may die, its survivors' first barrier call after the
-    // death fails and they call again with the count of the calls left
-    // (sat.h). A process learns of the loss from its own failed call, so
-    // each client runs one thread there: a second thread of a process that
-    // another thread's failure told of the loss would not fail, and could
-    // not know the count to call with. (A service's barriers wait for the
-    // clients that come: no deaths and barriers together there.)
-    if kind.death_barrier.is_some() {
-        threads.fill(1);
-    }
+    let threads: Vec<usize> = (0..clients).map(|_| 1 + rng.below(3) as usize).collect();
+    // Where a client may die, each surviving thread's first barrier call
+    // after the death fails and it calls again with the count of the calls
+    // left (sat.h). (A service's barriers wait for the clients that come:
+    // no deaths and barriers together there.)
     let count = threads.iter().sum::<usize>() as u32;
     let barrier = if deaths {
         kind.loss_barrier
@@ -1553,12 +1547,11 @@ impl Thread {
         );
         // A run that loses a process fails each thread's first call after
         // the loss, uncounted (sat.h: call it again with the count left: a
-        // lost server takes no client with it, a lost client its one
-        // thread). Any other failure, or a second one, breaks the barrier.
+        // lost server takes no client with it, a lost client its threads).
+        // Any other failure, or a second one, breaks the barrier.
         let count_left = |st: &State| {
             if st.barrier_failed_for_loss {
-                let dead = Shared::lock(&self.shared.oracle).dead.len() as u32;
-                b.count - dead
+                b.count - Shared::lock(&self.shared.oracle).dead_threads
             } else {
                 b.count
             }
@@ -1586,7 +1579,7 @@ impl Thread {
         // one's arrival may have counted, or not).
         {
             let o = Shared::lock(&self.shared.oracle);
-            let dead = o.dead.len() as u32;
+            let dead = o.dead_threads;
             let arrived = (o.barrier_rounds.values())
                 .filter(|&&(c, r)| r >= round && !o.dead.contains(&c))
                 .count();

@@ -122,6 +122,8 @@ pub(crate) struct Oracle {
     pub applied: std::collections::HashSet<u64>,
     /// Clients that died.
     pub dead: BTreeSet<usize>,
+    /// The API threads of those clients.
+    pub dead_threads: u32,
     /// The server that died (a run with replicated homes), its clients and
     /// the chunks it was the home of: a scope of those clients, or on those
     /// chunks, that opens before its process knows of the loss (on a grant
@@ -829,6 +831,8 @@ pub fn run(seed: u64, config: &Config) -> Result<Outcome, Failure> {
                         let mut o = Shared::lock(&shared.oracle);
                         o.scopes.retain(|s| s.client != victim);
                         o.client_died(victim, &homes);
+                        o.dead_threads +=
+                            thread_client.iter().filter(|&&c| c == victim).count() as u32;
                         // Its subscriptions hear nothing more.
                         o.failed_roles.insert(victim);
                     }
