@@ -339,6 +339,10 @@ struct ClientState {
     store: Store,
     /// The labels of the chunks allocated or looked up with one.
     labels: HashMap<ChunkId, Label>,
+    /// Scopes a thread is ending through a chain (thread, chunk, the
+    /// chain's instance): which holder's scope ends, when another thread
+    /// holds one on the chunk through another chain (`check_chain_scopes`).
+    ending_through: Vec<(std::thread::ThreadId, ChunkId, usize)>,
     header: [u8; MAX_HEADER],
     /// Messages the transport has delivered to this client.
     received: u64,
@@ -483,6 +487,7 @@ impl Client {
                 replicated,
                 put_source: (0, 0, 0),
                 in_place: HashMap::new(),
+                ending_through: Vec::new(),
                 suspects: Vec::new(),
             }),
         }
@@ -1453,6 +1458,7 @@ impl Client {
                 first.get_or_insert(e);
             }
         }
+        self.forget_ending_through(chain);
         first.map_or(Ok(()), Err)
     }
 
@@ -1464,16 +1470,19 @@ impl Client {
     pub fn release_chain(&self, chain: &Chain) -> SatResult<()> {
         self.check_chain_scopes(chain, "RELEASE")?;
         // Where the run outlives its clients, all or nothing ([`bracket`]).
-        if self.bracketed(chain) {
-            return self.release_chain_bracketed(chain);
-        }
-        let mut first = None;
-        for id in chain.ids() {
-            if let Err(e) = self.release(id) {
-                first.get_or_insert(e);
+        let released = if self.bracketed(chain) {
+            self.release_chain_bracketed(chain)
+        } else {
+            let mut first = None;
+            for id in chain.ids() {
+                if let Err(e) = self.release(id) {
+                    first.get_or_insert(e);
+                }
             }
-        }
-        first.map_or(Ok(()), Err)
+            first.map_or(Ok(()), Err)
+        };
+        self.forget_ending_through(chain);
+        released
     }
 
     /// Checks that this thread may end `chain`'s scopes as a whole (`what`,
@@ -1485,22 +1494,32 @@ impl Client {
     /// its own RELEASE could no longer end.
     fn check_chain_scopes(&self, chain: &Chain, what: &str) -> SatResult<()> {
         let me = this_thread();
-        let st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if !st.store.holds(chain) {
+            // A freed handle: ending scopes through it would end those of
+            // a chain looked up again over the same chunks.
+            return Err(given_back(chain));
+        }
+        let mut through = Vec::new();
         for id in chain.ids() {
             if let Some(c) = st.store.get(id).filter(|c| c.side.in_scope()) {
                 let here = st.store.place_index(id, Some(chain));
-                let opened = c.holder_place(me);
-                if here.is_none() || opened.is_none() || here == opened {
+                if c.holders.is_empty() || here.is_none() || c.holds_through(here) {
+                    through.extend(here.map(|p| (me, id, p)));
                     continue;
                 }
-                let other = (opened.and_then(|p| st.store.chain_start(id, p)))
-                    .map_or(String::new(), |first| {
-                        format!(" (the chain that starts at chunk {first})")
-                    });
+                let other = (c.holder_place(me).and_then(|p| st.store.chain_start(id, p))).map_or(
+                    String::new(),
+                    |(first, len)| {
+                        format!(" (the chain of {len} chunk(s) that starts at chunk {first})")
+                    },
+                );
                 return Err(SatError::Usage(format!(
-                    "{what} of the chain that starts at chunk {}: chunk {id} is in a scope that \
-                     another chain over it opened{other}; {what} that chain: a chain's scope \
-                     ends as a whole",
+                    "{what} of the chain of {} chunk(s) that starts at chunk {}: chunk {id} is in \
+                     a scope that another chain over it opened{other}; {what} that chain: a \
+                     chain's scope ends as a whole",
+                    chain.len(),
                     chain.first()
                 )));
             }
@@ -1528,7 +1547,24 @@ impl Client {
                 what.to_lowercase()
             )));
         }
+        // This call's scopes to end, each through this chain's instance
+        // (older entries of this thread on these chunks give way).
+        st.ending_through
+            .retain(|&(t, id, _)| t != me || !through.iter().any(|&(_, c, _)| c == id));
+        st.ending_through.extend(through);
         Ok(())
+    }
+
+    /// Forgets what [`Client::check_chain_scopes`] recorded for `chain`
+    /// that no scope's end took (a call that failed first).
+    fn forget_ending_through(&self, chain: &Chain) {
+        let me = this_thread();
+        let mut st = self.lock();
+        if !st.ending_through.is_empty() {
+            let ids: Vec<ChunkId> = chain.ids().collect();
+            st.ending_through
+                .retain(|&(t, id, _)| t != me || !ids.contains(&id));
+        }
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {
@@ -3230,9 +3266,13 @@ impl ClientState {
     /// The calling thread's scope on `chunk` has ended: it is no longer a
     /// holder, and the statistics stream records the scope with its last.
     fn scope_ended(&mut self, chunk: ChunkId) {
+        let me = this_thread();
+        let through = (self.ending_through.iter())
+            .position(|&(t, id, _)| t == me && id == chunk)
+            .map(|i| self.ending_through.swap_remove(i).2);
         let c = self.store.get_mut(chunk).expect("known");
         // (A scope opened by another thread may be closed by this one.)
-        c.remove_holder(this_thread());
+        c.remove_holder_through(me, through);
         let last = c.holders.is_empty();
         // The scope's entry in the statistics ends with its last holder.
         if let Some((start, access, hit)) = last.then(|| c.scope_stat.take()).flatten() {

@@ -259,11 +259,32 @@ impl LocalChunk {
     /// `thread`'s scope has ended; a thread that ends another's scope (the
     /// end of a C role) takes the first holder's.
     pub fn remove_holder(&mut self, thread: ThreadId) {
-        let i = self.holders.iter().position(|&t| t == thread);
-        if let Some(i) = i.or((!self.holders.is_empty()).then_some(0)) {
+        self.remove_holder_through(thread, None)
+    }
+
+    /// [`LocalChunk::remove_holder`] of the scope opened through instance
+    /// `place` when given: `thread`'s own such scope, else another
+    /// thread's (any thread may end a scope of its process).
+    pub fn remove_holder_through(&mut self, thread: ThreadId, place: Option<usize>) {
+        let at = |want: Option<ThreadId>| {
+            (0..self.holders.len()).find(|&i| {
+                want.is_none_or(|t| self.holders[i] == t)
+                    && place.is_none_or(|p| self.holder_places[i] == p)
+            })
+        };
+        let i = (at(Some(thread)).or_else(|| at(None)))
+            .or_else(|| self.holders.iter().position(|&t| t == thread))
+            .or((!self.holders.is_empty()).then_some(0));
+        if let Some(i) = i {
             self.holders.swap_remove(i);
             self.holder_places.swap_remove(i);
         }
+    }
+
+    /// Whether a scope on the chunk was opened through instance `place`
+    /// (by any thread of the process).
+    pub fn holds_through(&self, place: Option<usize>) -> bool {
+        place.is_some_and(|p| self.holder_places.contains(&p))
     }
 
     /// The instance the scope `thread` would end opened through (its own,
@@ -558,10 +579,12 @@ impl Store {
         self.bytes(chunk, self.chunks.get(&chunk)?.scope_place)
     }
 
-    /// The first chunk of the chain that holds instance `place` of `chunk`.
-    pub fn chain_start(&self, chunk: ChunkId, place: usize) -> Option<ChunkId> {
+    /// The first chunk and the length of the chain that holds instance
+    /// `place` of `chunk`.
+    pub fn chain_start(&self, chunk: ChunkId, place: usize) -> Option<(ChunkId, usize)> {
         let region = self.chunks.get(&chunk)?.places.get(place)?.region;
-        Some(self.regions.get(&region)?.layout.chunks().first()?.0)
+        let layout = &self.regions.get(&region)?.layout;
+        Some((layout.chunks().first()?.0, layout.len()))
     }
 
     pub fn scope_place(&self, chunk: ChunkId) -> Option<usize> {
@@ -906,7 +929,12 @@ impl Store {
             return Err("this chain is not (or no longer) in this process".into());
         }
         if !self.idle(chain.region) {
-            return Err("a chunk of this chain is inside a scope: release it first".into());
+            // The scope may be another chain's over the same chunk, or a
+            // request another thread waits for: say which to end.
+            return Err("a chunk of this chain is inside a scope, or a thread waits for one: \
+                        release that scope first (RELEASE or ABORT of the chain that opened \
+                        it, which may be another chain over the same chunks)"
+                .into());
         }
         let r = self.regions.remove(&chain.region).expect("checked");
         // Counted as `add_chain` and `make_resident` count: MAP'd memory

@@ -1235,7 +1235,7 @@ fn a_chain_inside_another_chains_scope_cannot_end_part_of_it() {
                 let e = ended.expect_err(what).to_string();
                 assert!(
                     e.contains("chunk 101 is in a scope that another chain over it opened")
-                        && e.contains("the chain that starts at chunk 100"),
+                        && e.contains("the chain of 4 chunk(s) that starts at chunk 100"),
                     "{what}: {e}"
                 );
             }
@@ -1247,6 +1247,71 @@ fn a_chain_inside_another_chains_scope_cannot_end_part_of_it() {
             let seen = r.with_chain(&theirs, |d| d.to_vec()).unwrap();
             r.release_chain(&theirs).unwrap();
             assert_eq!(seen, vec![2u8; 32], "host slots: {host}");
+        });
+    }
+}
+
+/// A freed chain's handle ends nothing: its RELEASE says it was given back,
+/// and the scope of a chain looked up again over the same chunks stays
+/// open (it used to publish that chain half-written).
+#[test]
+fn a_freed_chains_release_ends_nothing() {
+    let run = Run::new(1, Schedule::Immediate);
+    run.serve(|clients| {
+        let c = &clients[0];
+        let old = c
+            .malloc_lst(ProtocolId::HomeMesi, &[110, 111], &[8])
+            .unwrap();
+        c.free(&old).unwrap();
+        let new = c.lookup_lst(&[110, 111], WAIT).unwrap();
+        c.acquire_chain(&new, Access::Write).unwrap();
+        for ended in [c.release_chain(&old), c.abort_chain(&old)] {
+            let e = ended.unwrap_err().to_string();
+            assert!(e.contains("was given back"), "{e}");
+        }
+        c.with_chain_mut(&new, |d| d.fill(4))
+            .expect("still in its scope");
+        c.release_chain(&new).unwrap();
+    });
+}
+
+/// Any thread of a process may end a scope of the process through the chain
+/// that opened it, also while it reads the same chunks through another
+/// chain itself: each RELEASE ends the scope of its own chain.
+#[test]
+fn a_thread_ends_another_threads_scope_through_its_chain() {
+    for host in [false, true] {
+        let run = if host {
+            Run::on_one_host(2)
+        } else {
+            Run::new(2, Schedule::Immediate)
+        };
+        run.serve(|clients| {
+            let (c, w) = (&clients[0], &clients[1]);
+            let outer = c
+                .malloc_lst(ProtocolId::HomeMesi, &[120, 121, 122, 123], &[8])
+                .unwrap();
+            let inner = c.lookup_lst(&[121, 122], WAIT).unwrap();
+            c.acquire_chain(&outer, Access::Read).unwrap();
+            std::thread::scope(|s| {
+                s.spawn(|| c.acquire_chain(&inner, Access::Read).unwrap())
+                    .join()
+                    .unwrap();
+            });
+            // The other thread's scope, through the inner chain, ended here.
+            c.release_chain(&inner).unwrap();
+            c.release_chain(&outer).unwrap();
+            for (what, again) in [
+                ("inner", c.release_chain(&inner)),
+                ("outer", c.release_chain(&outer)),
+            ] {
+                let e = again.unwrap_err().to_string();
+                assert!(e.contains("is in no scope"), "{what}: {e}");
+            }
+            // Nothing holds the chunks: a writer of another process goes on.
+            let theirs = w.lookup_lst(&[120, 121, 122, 123], WAIT).unwrap();
+            w.acquire_chain(&theirs, Access::Write).unwrap();
+            w.release_chain(&theirs).unwrap();
         });
     }
 }
