@@ -931,10 +931,12 @@ impl Store {
         if !self.idle(chain.region) {
             // The scope may be another chain's over the same chunk, or a
             // request another thread waits for: say which to end.
-            return Err("a chunk of this chain is inside a scope, or a thread waits for one: \
+            return Err(
+                "a chunk of this chain is inside a scope, or a thread waits for one: \
                         release that scope first (RELEASE or ABORT of the chain that opened \
                         it, which may be another chain over the same chunks)"
-                .into());
+                    .into(),
+            );
         }
         let r = self.regions.remove(&chain.region).expect("checked");
         // Counted as `add_chain` and `make_resident` count: MAP'd memory

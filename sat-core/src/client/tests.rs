@@ -1207,6 +1207,19 @@ fn releasing_a_chain_that_was_not_acquired_ends_nothing() {
     });
 }
 
+/// Runs `f` on two clients, once on the message path and once on one host
+/// (host slots): `f` gets whether it is the second.
+fn on_both_paths(f: impl Fn(&[Client], bool)) {
+    for host in [false, true] {
+        let run = if host {
+            Run::on_one_host(2)
+        } else {
+            Run::new(2, Schedule::Immediate)
+        };
+        run.serve(|clients| f(clients, host));
+    }
+}
+
 /// A chain inside another chain's scope (LOOKUP of the middle of a chain
 /// being written) cannot end part of that scope: its RELEASE and ABORT are
 /// refused and end nothing, and the wider chain's RELEASE then publishes
@@ -1215,40 +1228,33 @@ fn releasing_a_chain_that_was_not_acquired_ends_nothing() {
 /// read a chain torn between two writes.
 #[test]
 fn a_chain_inside_another_chains_scope_cannot_end_part_of_it() {
-    for host in [false, true] {
-        let run = if host {
-            Run::on_one_host(2)
-        } else {
-            Run::new(2, Schedule::Immediate)
-        };
-        run.serve(|clients| {
-            let (w, r) = (&clients[0], &clients[1]);
-            let ids = [100, 101, 102, 103];
-            let a = w.malloc_lst(ProtocolId::HomeMesi, &ids, &[8]).unwrap();
-            let sub = w.lookup_lst(&[101, 102], WAIT).unwrap();
-            w.acquire_chain(&a, Access::Write).unwrap();
-            w.with_chain_mut(&a, |d| d.fill(3)).unwrap();
-            for (what, ended) in [
-                ("RELEASE", w.release_chain(&sub)),
-                ("ABORT", w.abort_chain(&sub)),
-            ] {
-                let e = ended.expect_err(what).to_string();
-                assert!(
-                    e.contains("chunk 101 is in a scope that another chain over it opened")
-                        && e.contains("the chain of 4 chunk(s) that starts at chunk 100"),
-                    "{what}: {e}"
-                );
-            }
-            w.with_chain_mut(&a, |d| d.fill(2))
-                .expect("still in its scope");
-            w.release_chain(&a).unwrap();
-            let theirs = r.lookup_lst(&ids, WAIT).unwrap();
-            r.acquire_chain(&theirs, Access::Read).unwrap();
-            let seen = r.with_chain(&theirs, |d| d.to_vec()).unwrap();
-            r.release_chain(&theirs).unwrap();
-            assert_eq!(seen, vec![2u8; 32], "host slots: {host}");
-        });
-    }
+    on_both_paths(|clients, host| {
+        let (w, r) = (&clients[0], &clients[1]);
+        let ids = [100, 101, 102, 103];
+        let a = w.malloc_lst(ProtocolId::HomeMesi, &ids, &[8]).unwrap();
+        let sub = w.lookup_lst(&[101, 102], WAIT).unwrap();
+        w.acquire_chain(&a, Access::Write).unwrap();
+        w.with_chain_mut(&a, |d| d.fill(3)).unwrap();
+        for (what, ended) in [
+            ("RELEASE", w.release_chain(&sub)),
+            ("ABORT", w.abort_chain(&sub)),
+        ] {
+            let e = ended.expect_err(what).to_string();
+            assert!(
+                e.contains("chunk 101 is in a scope that another chain over it opened")
+                    && e.contains("the chain of 4 chunk(s) that starts at chunk 100"),
+                "{what}: {e}"
+            );
+        }
+        w.with_chain_mut(&a, |d| d.fill(2))
+            .expect("still in its scope");
+        w.release_chain(&a).unwrap();
+        let theirs = r.lookup_lst(&ids, WAIT).unwrap();
+        r.acquire_chain(&theirs, Access::Read).unwrap();
+        let seen = r.with_chain(&theirs, |d| d.to_vec()).unwrap();
+        r.release_chain(&theirs).unwrap();
+        assert_eq!(seen, vec![2u8; 32], "host slots: {host}");
+    });
 }
 
 /// A freed chain's handle ends nothing: its RELEASE says it was given back,
@@ -1280,40 +1286,33 @@ fn a_freed_chains_release_ends_nothing() {
 /// chain itself: each RELEASE ends the scope of its own chain.
 #[test]
 fn a_thread_ends_another_threads_scope_through_its_chain() {
-    for host in [false, true] {
-        let run = if host {
-            Run::on_one_host(2)
-        } else {
-            Run::new(2, Schedule::Immediate)
-        };
-        run.serve(|clients| {
-            let (c, w) = (&clients[0], &clients[1]);
-            let outer = c
-                .malloc_lst(ProtocolId::HomeMesi, &[120, 121, 122, 123], &[8])
+    on_both_paths(|clients, _| {
+        let (c, w) = (&clients[0], &clients[1]);
+        let outer = c
+            .malloc_lst(ProtocolId::HomeMesi, &[120, 121, 122, 123], &[8])
+            .unwrap();
+        let inner = c.lookup_lst(&[121, 122], WAIT).unwrap();
+        c.acquire_chain(&outer, Access::Read).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| c.acquire_chain(&inner, Access::Read).unwrap())
+                .join()
                 .unwrap();
-            let inner = c.lookup_lst(&[121, 122], WAIT).unwrap();
-            c.acquire_chain(&outer, Access::Read).unwrap();
-            std::thread::scope(|s| {
-                s.spawn(|| c.acquire_chain(&inner, Access::Read).unwrap())
-                    .join()
-                    .unwrap();
-            });
-            // The other thread's scope, through the inner chain, ended here.
-            c.release_chain(&inner).unwrap();
-            c.release_chain(&outer).unwrap();
-            for (what, again) in [
-                ("inner", c.release_chain(&inner)),
-                ("outer", c.release_chain(&outer)),
-            ] {
-                let e = again.unwrap_err().to_string();
-                assert!(e.contains("is in no scope"), "{what}: {e}");
-            }
-            // Nothing holds the chunks: a writer of another process goes on.
-            let theirs = w.lookup_lst(&[120, 121, 122, 123], WAIT).unwrap();
-            w.acquire_chain(&theirs, Access::Write).unwrap();
-            w.release_chain(&theirs).unwrap();
         });
-    }
+        // The other thread's scope, through the inner chain, ended here.
+        c.release_chain(&inner).unwrap();
+        c.release_chain(&outer).unwrap();
+        for (what, again) in [
+            ("inner", c.release_chain(&inner)),
+            ("outer", c.release_chain(&outer)),
+        ] {
+            let e = again.unwrap_err().to_string();
+            assert!(e.contains("is in no scope"), "{what}: {e}");
+        }
+        // Nothing holds the chunks: a writer of another process goes on.
+        let theirs = w.lookup_lst(&[120, 121, 122, 123], WAIT).unwrap();
+        w.acquire_chain(&theirs, Access::Write).unwrap();
+        w.release_chain(&theirs).unwrap();
+    });
 }
 
 /// On one host, scopes open on the home's slot: hand-offs of a chunk in
