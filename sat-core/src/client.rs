@@ -1486,8 +1486,10 @@ impl Client {
     }
 
     /// Checks that this thread may end `chain`'s scopes as a whole (`what`,
-    /// RELEASE or ABORT): each chunk of it is in a scope that was opened
-    /// through this chain. A scope opened through another chain over the
+    /// RELEASE or ABORT): the chain is still this process's (not freed), and
+    /// each chunk of it is in a scope that was opened through this chain, by
+    /// any thread of the process; records which scope each chunk's end is
+    /// to remove (`ending_through`). A scope opened through another chain over the
     /// same chunk, a wider one (MALLOC 100..103, then LOOKUP 101..102 and
     /// RELEASE of that), is not this chain's to end: ending its middle
     /// would publish part of the wider chain, and leave the rest in a scope
