@@ -86,16 +86,13 @@ const READ_AHEAD_BYTES: usize = 8 << 20;
 const MALLOC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Chunks from [`symbols::SYMBOL_TABLE_BASE`] up are the symbol table's:
-/// `call` (MALLOC, MAP) may not allocate them.
-fn not_reserved(call: &str, layout: &ChainLayout) -> SatResult<()> {
-    match layout
-        .chunks()
-        .iter()
-        .find(|&&(id, _)| id >= symbols::SYMBOL_TABLE_BASE)
-    {
-        Some(&(id, _)) => Err(SatError::Usage(format!(
-            "{call} of chunk {id:#x}: chunks from {:#x} up are reserved for the symbol table; \
-             allocate below that",
+/// `call` (MALLOC, MAP, LOOKUP, a per-chunk WRITE) may not reach them, or
+/// one process could overwrite every process's symbols.
+fn not_reserved(call: &str, ids: impl IntoIterator<Item = ChunkId>) -> SatResult<()> {
+    match ids.into_iter().find(|&id| id >= symbols::SYMBOL_TABLE_BASE) {
+        Some(id) => Err(SatError::Usage(format!(
+            "{call} of chunk {id:#x}: chunks from {:#x} up are reserved for the symbol table, \
+             written only through the symbol calls (write_symbol); use chunks below that",
             symbols::SYMBOL_TABLE_BASE
         ))),
         None => Ok(()),
@@ -762,7 +759,7 @@ impl Client {
         memory: Box<dyn LocalMemory>,
     ) -> SatResult<Chain> {
         let layout = ChainLayout::malloc(base, memory.bytes().len(), self.chunk_size())?;
-        not_reserved("MAP", &layout)?;
+        not_reserved("MAP", layout.chunks().iter().map(|&(id, _)| id))?;
         self.allocate_chain(protocol, layout, Some(memory))
     }
 
@@ -915,16 +912,7 @@ impl Client {
         let _sat = stats::doing(Activity::Sdsm);
         // Validates the ids (none, duplicates) before asking anyone.
         ChainLayout::malloc_lst(ids, &[1])?;
-        // The symbol table's chunks are reached only through the symbol
-        // calls: a chain over them would let one process overwrite every
-        // process's symbols.
-        if let Some(&id) = ids.iter().find(|&&id| id >= SYMBOL_TABLE_BASE) {
-            return Err(SatError::Usage(format!(
-                "LOOKUP of chunk {id:#x}: chunks from {SYMBOL_TABLE_BASE:#x} up are reserved for \
-                 the symbol table, reached only through the symbol calls (read_symbol, \
-                 write_symbol); look up chunks below that"
-            )));
-        }
+        not_reserved("LOOKUP", ids.iter().copied())?;
         let wait_ms = timeout.as_millis().min(u32::MAX as u128) as u32;
         let requests = ids
             .iter()
@@ -1133,7 +1121,7 @@ impl Client {
             );
         }
         if !reserved_ok {
-            not_reserved("MALLOC", &layout)?;
+            not_reserved("MALLOC", layout.chunks().iter().map(|&(id, _)| id))?;
         }
         if let Some(&(_, size)) = layout.chunks().iter().find(|&&(_, s)| s > MAX_CHUNK_SIZE) {
             return Err(ChunkError::TooLarge { size }.into());
@@ -1321,13 +1309,8 @@ impl Client {
     /// of them are (one process could otherwise corrupt every process's
     /// symbols).
     pub fn acquire(&self, chunk: ChunkId, access: Access) -> SatResult<()> {
-        if access.exclusive() && chunk >= SYMBOL_TABLE_BASE {
-            return Err(SatError::Usage(format!(
-                "{} of chunk {chunk:#x}: chunks from {SYMBOL_TABLE_BASE:#x} up are the symbol \
-                 table's, written only through the symbol calls (write_symbol); keep user \
-                 chunks below that",
-                access_name(access)
-            )));
+        if access.exclusive() {
+            not_reserved(access_name(access), [chunk])?;
         }
         self.acquire_at(chunk, None, access)
     }
@@ -1451,14 +1434,16 @@ impl Client {
     /// next scope here fetches it); a read scope ends as with a release.
     /// Reports the first error.
     pub fn abort_chain(&self, chain: &Chain) -> SatResult<()> {
-        self.check_chain_scopes(chain, "ABORT")?;
+        let recorded = self.check_chain_scopes(chain, "ABORT")?;
         let mut first = None;
         for id in chain.ids() {
             if let Err(e) = self.abort(id) {
                 first.get_or_insert(e);
             }
         }
-        self.forget_ending_through(chain);
+        if recorded {
+            self.forget_ending_through(chain);
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -1468,7 +1453,7 @@ impl Client {
     /// ends nothing (else it would end a scope that another chain over the
     /// same chunk opened, or part of one, publishing part of a chain).
     pub fn release_chain(&self, chain: &Chain) -> SatResult<()> {
-        self.check_chain_scopes(chain, "RELEASE")?;
+        let recorded = self.check_chain_scopes(chain, "RELEASE")?;
         // Where the run outlives its clients, all or nothing ([`bracket`]).
         let released = if self.bracketed(chain) {
             self.release_chain_bracketed(chain)
@@ -1481,7 +1466,9 @@ impl Client {
             }
             first.map_or(Ok(()), Err)
         };
-        self.forget_ending_through(chain);
+        if recorded {
+            self.forget_ending_through(chain);
+        }
         released
     }
 
@@ -1489,12 +1476,13 @@ impl Client {
     /// RELEASE or ABORT): the chain is still this process's (not freed), and
     /// each chunk of it is in a scope that was opened through this chain, by
     /// any thread of the process; records which scope each chunk's end is
-    /// to remove (`ending_through`). A scope opened through another chain over the
+    /// to remove where several threads hold one (`ending_through`; true
+    /// when it recorded any). A scope opened through another chain over the
     /// same chunk, a wider one (MALLOC 100..103, then LOOKUP 101..102 and
     /// RELEASE of that), is not this chain's to end: ending its middle
     /// would publish part of the wider chain, and leave the rest in a scope
     /// its own RELEASE could no longer end.
-    fn check_chain_scopes(&self, chain: &Chain, what: &str) -> SatResult<()> {
+    fn check_chain_scopes(&self, chain: &Chain, what: &str) -> SatResult<bool> {
         let me = this_thread();
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -1508,7 +1496,11 @@ impl Client {
             if let Some(c) = st.store.get(id).filter(|c| c.side.in_scope()) {
                 let here = st.store.place_index(id, Some(chain));
                 if c.holders.is_empty() || here.is_none() || c.holds_through(here) {
-                    through.extend(here.map(|p| (me, id, p)));
+                    // Which holder's scope ends matters only where several
+                    // threads hold one (a 1,024-chunk chain records nothing).
+                    if c.holders.len() > 1 {
+                        through.extend(here.map(|p| (me, id, p)));
+                    }
                     continue;
                 }
                 let other = (c.holder_place(me).and_then(|p| st.store.chain_start(id, p))).map_or(
@@ -1551,22 +1543,21 @@ impl Client {
         }
         // This call's scopes to end, each through this chain's instance
         // (older entries of this thread on these chunks give way).
+        if through.is_empty() {
+            return Ok(false);
+        }
         st.ending_through
             .retain(|&(t, id, _)| t != me || !through.iter().any(|&(_, c, _)| c == id));
         st.ending_through.extend(through);
-        Ok(())
+        Ok(true)
     }
 
     /// Forgets what [`Client::check_chain_scopes`] recorded for `chain`
     /// that no scope's end took (a call that failed first).
     fn forget_ending_through(&self, chain: &Chain) {
         let me = this_thread();
-        let mut st = self.lock();
-        if !st.ending_through.is_empty() {
-            let ids: Vec<ChunkId> = chain.ids().collect();
-            st.ending_through
-                .retain(|&(t, id, _)| t != me || !ids.contains(&id));
-        }
+        let ids: Vec<ChunkId> = chain.ids().collect();
+        (self.lock().ending_through).retain(|&(t, id, _)| t != me || !ids.contains(&id));
     }
 
     fn acquire_at(&self, chunk: ChunkId, chain: Option<&Chain>, access: Access) -> SatResult<()> {

@@ -82,13 +82,15 @@ pub fn init() {
     });
 }
 
+/// The levels a `SAT_LOG` directive may give alone.
+const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
 /// The filter a `SAT_LOG` value means: one that only names parts of SAT
 /// (`sat_capi=debug`) turns those parts up and leaves every other part at
 /// warnings and errors, as without `SAT_LOG` (a `tracing` filter alone would
 /// turn everything else off, warnings and errors included). A level given
 /// alone (`debug`, `error`, `off`) sets the rest.
 fn with_default_level(filter: &str) -> String {
-    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
     let filter = filter.trim();
     let sets_the_rest = filter
         .split(',')
@@ -105,7 +107,6 @@ fn with_default_level(filter: &str) -> String {
 /// than a level or a part of SAT (`garbage`, `sat-core`): a valid filter
 /// that can turn on nothing, so a typo would go unnoticed.
 fn stray_target(filter: &str) -> Option<&str> {
-    const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
     filter.split(',').map(str::trim).find(|d| {
         let target = d.split(['=', '[']).next().unwrap_or("").trim();
         !target.is_empty()
