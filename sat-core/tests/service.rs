@@ -829,8 +829,10 @@ fn a_stopped_client_is_dropped_after_the_lease() {
 /// its clients, so a chain's release is bracketed (`server/bracket.rs`).
 /// With host slots: the bytes are staged in the slots' next buffers, and
 /// the client's server holds the chain's messages until its commit. Each
-/// kill follows the writer's word that a release is under way; 16 MiB take
-/// it long enough that kills land inside it, which the service's log shows.
+/// kill follows the writer's word that a release is under way, so it lands
+/// inside the release or in the next round's scope, as timing has it; the
+/// last writer is killed where a debug build pauses on request, every
+/// chunk's release sent and the commit not, which the service's log shows.
 /// (Not through messages: there a large payload still on its way from a
 /// killed process can be taken for the next process in its slot; see
 /// docs/DESIGN.md, "Chain-atomic releases".) The control messages go over
@@ -843,49 +845,60 @@ fn a_process_killed_releasing_a_64_chunk_chain_leaves_it_whole() {
     use std::io::BufRead;
     let bytes = (64usize << 18).to_string(); // 64 chunks of 256 KiB
     let chunk_size = ("SAT_CHUNK_SIZE", (1usize << 18).to_string());
-    for slots in ["on"] {
-        let service =
-            Service::start_with_env("tcp", &["--slots", "4"], &[("SAT_HOST_SEGMENTS", slots)]);
-        let a = service.address.as_str();
-        for kill in 0..5u32 {
-            let mut writer = Command::new(example("attach"))
-                .args(["rounds", a, "--chunk", "300", "--bytes", &bytes])
-                .env(chunk_size.0, &chunk_size.1)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let mut lines = std::io::BufReader::new(writer.stdout.take().unwrap()).lines();
-            let first = lines.next().unwrap().unwrap();
-            assert_eq!(first, "64 chunks", "host slots {slots}");
-            let due = format!("releasing round {}", 2 + kill % 3);
-            for line in lines.by_ref() {
-                if line.unwrap() == due {
-                    break;
-                }
-            }
-            writer.kill().unwrap();
-            writer.wait().unwrap();
-            let out = common::run(
-                Command::new(example("attach"))
-                    .args(["uniform", a, "--chunk", "300", "--bytes", &bytes])
-                    .env(chunk_size.0, &chunk_size.1),
-            );
-            assert!(
-                out.status.success() && text(&out.stdout).contains("uniform at round"),
-                "host slots {slots}, kill {kill}: {}\n{}",
-                text(&out.stderr),
-                service.log()
-            );
-        }
+    let service = Service::start_with_env("tcp", &["--slots", "4"], &[("SAT_HOST_SEGMENTS", "on")]);
+    let a = service.address.as_str();
+    let attach = |mode: &str| {
+        let mut c = Command::new(example("attach"));
+        c.args([mode, a, "--chunk", "300", "--bytes", &bytes])
+            .env(chunk_size.0, &chunk_size.1)
+            .stdin(Stdio::null());
+        c
+    };
+    let assert_uniform = |after: &str| {
+        let out = common::run(&mut attach("uniform"));
         assert!(
-            service
-                .log()
-                .contains("left in the middle of a chain's release"),
-            "no kill landed inside a release: {}",
+            out.status.success() && text(&out.stdout).contains("uniform at round"),
+            "{after}: {}\n{}",
+            text(&out.stderr),
             service.log()
         );
+    };
+    for kill in 0..4u32 {
+        let mut writer = attach("rounds").stdout(Stdio::piped()).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(writer.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert_eq!(first, "64 chunks");
+        let due = format!("releasing round {}", 2 + kill % 3);
+        for line in lines.by_ref() {
+            if line.unwrap() == due {
+                break;
+            }
+        }
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+        assert_uniform(&format!("kill {kill}"));
     }
+    let mut writer = attach("rounds")
+        .env("SAT_TEST_PAUSE_IN_CHAIN_RELEASE", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused = std::io::BufReader::new(writer.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line == "paused inside a chain's release");
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    assert!(paused, "the writer ended before its pause");
+    assert_uniform("the kill inside a release");
+    assert!(
+        service
+            .log()
+            .contains("left in the middle of a chain's release"),
+        "no kill landed inside a release: {}",
+        service.log()
+    );
 }
 
 /// A client that holds the secret but claims another process's pid in its

@@ -107,12 +107,37 @@ impl ClientState {
             }
         }
         self.staging = false;
+        #[cfg(debug_assertions)]
+        self.pause_before_commit_if_asked();
         // What was sent must be committed, whatever failed in between: what
         // the transport refuses now leaves at the next poll, in order.
         self.bracket_unsent
             .push_back(Message::ChainCommit { client: to.0 });
         self.flush_bracket(to);
         Ok((acks, first))
+    }
+
+    /// Debug builds only: with `SAT_TEST_PAUSE_IN_CHAIN_RELEASE` set, a
+    /// bracket stops here for good, every chunk's release sent and the
+    /// commit not, once the transport has handed them all on; it says so on
+    /// stderr. `tests/service.rs` kills the process there, so that a kill
+    /// inside a chain's release is certain rather than a matter of timing.
+    #[cfg(debug_assertions)]
+    fn pause_before_commit_if_asked(&mut self) {
+        if std::env::var_os("SAT_TEST_PAUSE_IN_CHAIN_RELEASE").is_none() {
+            return;
+        }
+        let mut announced = false;
+        loop {
+            // Progress only: this process is about to be killed, so what
+            // comes in is of no use.
+            let _ = self.transport.poll(&mut |_, _| {});
+            if !announced && matches!(self.transport.sends_drained(), Ok(true)) {
+                eprintln!("paused inside a chain's release");
+                announced = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// Sends what brackets still have to send (staged releases, commits),

@@ -197,10 +197,6 @@ pub trait Transport: Sender + Send {
     /// (checked before shutdown so that closing early loses no message).
     fn sends_drained(&mut self) -> Result<bool, TransportError>;
 
-    /// Whether sends are queued in this process, waiting for room in the
-    /// provider or in a large-message window: only polling posts them, so a
-    /// waiting process must not sleep meanwhile (a 64 MiB release of 64 KiB
-    /// chunks is 1,024 large sends, four in flight at a time).
     /// What a thread that polled and found nothing may sleep on (past its
     /// spin, with the endpoint held): the endpoint's wait descriptor where
     /// the provider has one and nothing is pending (`wakeup.rs`).
@@ -208,6 +204,10 @@ pub trait Transport: Sender + Send {
         wakeup::Wakeup::Usual
     }
 
+    /// Whether sends are queued in this process, waiting for room in the
+    /// provider or in a large-message window: only polling posts them, so a
+    /// waiting process must not sleep meanwhile (a 64 MiB release of 64 KiB
+    /// chunks is 1,024 large sends, four in flight at a time).
     fn sends_queued(&self) -> bool {
         false
     }
