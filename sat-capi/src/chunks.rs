@@ -872,6 +872,11 @@ pub extern "C" fn sat_lookup_lst(
 /// MAP: MALLOC of `size` bytes from `baseid` whose local data is `data`
 /// itself, used in place (Figure 6): `chunk->data == data`. The caller keeps
 /// ownership of `data` and must keep it alive until `sat_bootstrap` returns.
+/// `data` is also the chunks' instance in this process, which SAT may bring
+/// up to date between scopes: a GET or a RELEASE of another chain over the
+/// same chunks may rewrite it. Fill it inside a WRITE or READWRITE scope of
+/// this chain, or right before its PUT with no other chain's scope on those
+/// chunks in between.
 ///
 /// Returns: NULL on error, with sat_last_status(): SAT_ERR_ARGUMENT (NULL
 /// data, size 0, a consistency SAT did not hand out), SAT_ERR_CHUNK,

@@ -408,7 +408,11 @@ impl PyClient {
     /// MAP: the chain of `len(buffer)` bytes from chunk `base` on (split as
     /// MALLOC splits) whose local bytes are `buffer`'s own memory, with no
     /// copy. The buffer must be writable and C-contiguous; it stays
-    /// exported (alive, not resizable) while the chain exists.
+    /// exported (alive, not resizable) while the chain exists. It is also
+    /// the chunks' instance in this process, which SAT may bring up to date
+    /// between scopes (a get or a release of another chain over the same
+    /// chunks may rewrite it): fill it inside a write scope of this chain,
+    /// or right before its put.
     #[pyo3(signature = (base, buffer, protocol = "mesi"))]
     fn map(
         &self,
