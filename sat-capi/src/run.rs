@@ -255,9 +255,11 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 /// that calls `exit`, even `exit(0)`) leaves its run without a word, and
 /// the run then names whichever process noticed (the server that lost it):
 /// this line, on the process's own stderr (`[rank]` under satrun), says
-/// which one went.
+/// which one went, and satrun is told, to name this rank as the one that
+/// failed the run.
 extern "C" fn say_exit_during_run() {
     if RUNNING.load(Ordering::Acquire) {
+        sat_core::launcher::announce_leaving_role();
         const NOTE: &[u8] = b"SAT: this process exited (exit() or a return from main) while \
             sat_bootstrap ran its role: its run goes on without it, or stops if it cannot\n";
         // SAFETY: write(2) of a static buffer to stderr.

@@ -1500,13 +1500,27 @@ fn c_processes_attach_to_a_service_and_find_what_others_left() {
     }
 }
 
-/// A C role that calls `exit(0)` leaves a line on its own stderr saying so:
-/// satrun then shows which rank went, not only the server that lost it.
+/// A C role that calls `exit(0)` leaves a line on its own stderr saying so,
+/// and satrun names that rank as the one that failed the run, not the
+/// server that lost it (whose exit status is the first failure it sees
+/// otherwise).
 #[test]
 fn a_c_process_that_exits_in_its_role_says_so() {
     let exe = bindings(Shared).join("signals");
     let run = three_processes(&exe, "shm", &["exit"], &[], false);
     let all = format!("{}{}", run.stdout, run.stderr);
+    let named = all.lines().any(|l| {
+        l.starts_with("satrun: rank 2 (")
+            && l.ends_with(
+                "exited with status 0 inside its role (exit() or a return from main while \
+                 sat_bootstrap ran it)",
+            )
+    });
+    assert!(
+        !run.out.status.success() && named && !all.contains("satrun: rank 0"),
+        "{}",
+        run.context()
+    );
     assert!(
         all.contains(
             "[2] SAT: this process exited (exit() or a return from main) while \

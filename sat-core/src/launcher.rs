@@ -35,6 +35,7 @@ use crate::transport::fabric::{check_provider, remove_shm_leftovers, sweep_dead_
 use crate::transport::{Provider, TransportError};
 
 pub(crate) mod joins;
+pub use joins::announce_leaving_role;
 mod sys;
 
 /// The help text of `satrun --help`.
@@ -1591,8 +1592,20 @@ fn supervise(
     // The ranks that began to join (and the seed's word that the run
     // started), and the first other than the seed that exited with status 0
     // before it joined (`launcher/joins.rs`).
-    let mut joined = std::collections::BTreeSet::<u32>::new();
+    use std::collections::BTreeSet;
+    let mut joined = BTreeSet::<u32>::new();
     let mut left_unjoined: Option<u32> = None;
+    // The ranks whose exit handler said they exited inside their role.
+    let mut left_role = BTreeSet::<u32>::new();
+    let mut take_records = |joined: &mut BTreeSet<u32>, left_role: &mut BTreeSet<u32>| {
+        for record in joins.drain() {
+            if record != joins::STARTED && record & joins::LEFT_ROLE != 0 {
+                left_role.insert(record & !joins::LEFT_ROLE);
+            } else {
+                joined.insert(record);
+            }
+        }
+    };
     while live > 0 {
         let looking = left_unjoined.is_some()
             && !joined.contains(&0)
@@ -1621,32 +1634,43 @@ fn supervise(
                         ExitStatus::from_raw(1 << 8)
                     }
                 };
-                // A rank writes its record before it can exit, so the pipe
-                // holds it by now if it ever joined.
-                joined.extend(joins.drain());
+                // A rank writes its records before it can exit, so the pipe
+                // holds them by now.
+                take_records(&mut joined, &mut left_role);
                 if status.success() && rank != 0 && !joined.contains(&rank) {
                     left_unjoined = left_unjoined.or(Some(rank));
                 }
+                // A C client that called exit() inside its role ended with
+                // status 0, but its run fails for it, and the server that
+                // lost it would be named instead.
+                let in_role = status.success() && left_role.contains(&rank);
+                let failed = !status.success() || in_role;
+                let what = if in_role {
+                    "exited with status 0 inside its role (exit() or a return from main while \
+                     sat_bootstrap ran it)"
+                        .to_string()
+                } else {
+                    describe(status)
+                };
                 // A server other than the seed, when its backups can take
                 // its part over (`server/failover.rs`).
                 let goes_on = match mode {
                     Mode::Recovering(t) => !t.is_server(rank) || (t.replication() > 1 && rank != 0),
                     _ => false,
                 };
-                if !status.success() && goes_on && kill_at.is_none() {
+                if failed && goes_on && kill_at.is_none() {
                     notice(&format!(
-                        "rank {rank} ({}) {}; the run goes on without it (--enable-recovery)",
+                        "rank {rank} ({}) {what}; the run goes on without it (--enable-recovery)",
                         r.program,
-                        describe(status)
                     ));
                     code.get_or_insert(match status.code() {
                         Some(c) if c != 0 => c,
                         _ => 1,
                     });
-                } else if !status.success() && kill_at.is_none() && give_up_at.is_none() {
+                } else if failed && kill_at.is_none() && give_up_at.is_none() {
                     // The first failure that stops the run (the failures
                     // its stopping causes are not news).
-                    notice(&format!("rank {rank} ({}) {}", r.program, describe(status)));
+                    notice(&format!("rank {rank} ({}) {what}", r.program));
                     code.get_or_insert(match status.code() {
                         Some(c) if c != 0 => c,
                         _ => 1,
@@ -1709,7 +1733,7 @@ fn supervise(
             }
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        joined.extend(joins.drain());
+        take_records(&mut joined, &mut left_role);
         // Only before the run started, and once the seed joined: a rank
         // seen to leave then cannot have joined silently (its SAT process
         // would have passed the global barrier, which the seed's record

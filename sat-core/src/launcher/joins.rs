@@ -23,6 +23,12 @@
 //! counts as gone before it joined. The pipe's device and inode guard
 //! against a process that inherited the variable but not the descriptor,
 //! whose number may then be another file: it writes nothing.
+//!
+//! A client keeps its copy (close-on-exec) for one more record: a C
+//! program that calls `exit()` inside its role ends with status 0, and the
+//! run then fails in the server that lost it, which satrun would name. The
+//! library's exit handler writes [`LEFT_ROLE`] with its rank first, and
+//! satrun names that rank instead (`launcher.rs`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -34,8 +40,17 @@ pub const JOIN_FD_VAR: &str = "SAT_JOIN_FD";
 /// has started (no rank is numbered so).
 pub const STARTED: u32 = u32::MAX;
 
+/// Set in a record with a rank: that rank exited inside its role.
+pub const LEFT_ROLE: u32 = 1 << 31;
+
 /// The seed's copy of the pipe, kept from its announce to [`announce_started`].
 static SEED_COPY: std::sync::Mutex<Option<OwnedFd>> = std::sync::Mutex::new(None);
+
+/// A client's copy of the pipe (-1: none) and its rank, for
+/// [`announce_leaving_role`]: atomics, as an exit handler may run while
+/// another thread holds any lock.
+static CLIENT_COPY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+static CLIENT_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// satrun's side: the pipe, and the records read from it so far.
 pub(super) struct JoinNotices {
@@ -84,7 +99,8 @@ impl JoinNotices {
         self.write = None;
     }
 
-    /// The ranks whose records arrived since the last call.
+    /// The records that arrived since the last call: ranks that join,
+    /// [`STARTED`], and ranks with [`LEFT_ROLE`] set.
     pub(super) fn drain(&mut self) -> Vec<u32> {
         let mut buf = [0u8; 1024];
         loop {
@@ -126,17 +142,51 @@ fn pipe_id(fd: RawFd) -> io::Result<(u64, u64)> {
 }
 
 /// The rank's side, called once by the bootstrap when the rank is known:
-/// tells satrun this rank is joining, then closes the inherited pipe so
-/// that the program's own children do not hold it (the seed keeps it for
-/// [`announce_started`]). Does nothing outside satrun, or where the
-/// variable names a descriptor that is not satrun's pipe. Best effort: a
-/// rank that cannot tell satrun joins all the same.
+/// tells satrun this rank is joining. The seed keeps the inherited pipe for
+/// [`announce_started`], the other ranks for [`announce_leaving_role`]
+/// (only a client's exit handler writes there), each close-on-exec so that
+/// the programs they start do not hold it. Does nothing outside satrun, or
+/// where the variable names a descriptor that is not satrun's pipe. Best
+/// effort: a rank that cannot tell satrun joins all the same.
 pub(crate) fn announce_joining(rank: u32) {
-    if let Some(value) = std::env::var_os(JOIN_FD_VAR) {
-        if let Some(seed_copy) = announce_through(&value, rank) {
-            *SEED_COPY.lock().unwrap_or_else(|p| p.into_inner()) = Some(seed_copy);
+    let Some(value) = std::env::var_os(JOIN_FD_VAR) else {
+        return;
+    };
+    let Some(copy) = announce_through(&value, rank) else {
+        return;
+    };
+    // SAFETY: fcntl on a descriptor this process owns.
+    unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    if rank == 0 {
+        *SEED_COPY.lock().unwrap_or_else(|p| p.into_inner()) = Some(copy);
+    } else {
+        use std::os::fd::IntoRawFd;
+        use std::sync::atomic::Ordering;
+        CLIENT_RANK.store(rank, Ordering::Relaxed);
+        let old = CLIENT_COPY.swap(copy.into_raw_fd(), Ordering::Release);
+        if old >= 0 {
+            // SAFETY: a copy an earlier join of this process kept, ours.
+            drop(unsafe { OwnedFd::from_raw_fd(old) });
         }
     }
+}
+
+/// A client's exit handler, when the process exits inside its role: tells
+/// satrun so, which then names this rank rather than the server that lost
+/// it. Does nothing where the client kept no copy of the pipe.
+pub fn announce_leaving_role() {
+    use std::os::fd::BorrowedFd;
+    use std::sync::atomic::Ordering;
+    let fd = CLIENT_COPY.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    let record = (LEFT_ROLE | CLIENT_RANK.load(Ordering::Relaxed)).to_le_bytes();
+    // SAFETY: `fd` stays open until the process exits (nothing closes it
+    // after it is stored); `record` is readable for its length.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    // SAFETY: as above.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), record.as_ptr().cast(), record.len()) };
 }
 
 /// The seed, once every rank reached the global barrier and before it lets
@@ -149,7 +199,7 @@ pub(crate) fn announce_started() {
 }
 
 /// [`announce_joining`] with the variable's value given: writes the record
-/// and closes the descriptor, except rank 0's, which it returns.
+/// and returns the descriptor.
 fn announce_through(value: &std::ffi::OsStr, rank: u32) -> Option<OwnedFd> {
     let mut parts = value.to_str()?.splitn(3, ':');
     let fd = parts.next()?.parse::<RawFd>().ok()?;
@@ -165,7 +215,7 @@ fn announce_through(value: &std::ffi::OsStr, rank: u32) -> Option<OwnedFd> {
     // bootstrap takes it once.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     write_record(&fd, rank).ok()?;
-    (rank == 0).then_some(fd)
+    Some(fd)
 }
 
 /// One record: atomic (4 bytes) and never blocking (the pipe is not).
@@ -216,19 +266,16 @@ mod tests {
         format!("{fd}:{}:{}", joins.id.0, joins.id.1)
     }
 
+    /// A client keeps its copy after its record, for the one its exit
+    /// handler may write.
     #[test]
-    fn a_rank_writes_its_record_once_and_closes_its_copy() {
+    fn a_rank_writes_its_record_and_keeps_its_copy_for_its_exit() {
         let mut joins = JoinNotices::open().unwrap();
         let value = value_of(&joins, rank_copy(&joins));
-        assert!(
-            announce_through(value.as_ref(), 5).is_none(),
-            "closed, not kept"
-        );
+        let kept = announce_through(value.as_ref(), 5).expect("kept");
         assert_eq!(joins.drain(), vec![5]);
-        // Its copy is closed: a second announce finds no pipe there (or
-        // another file under that number, which it leaves alone).
-        assert!(announce_through(value.as_ref(), 5).is_none());
-        assert!(joins.drain().is_empty());
+        write_record(&kept, LEFT_ROLE | 5).unwrap();
+        assert_eq!(joins.drain(), vec![LEFT_ROLE | 5]);
     }
 
     /// The seed keeps its copy, and says the run started only when asked:
