@@ -45,6 +45,13 @@ static void null_arguments(void) {
     CHECK_STATUS(sat_signal_subscribe(3, NULL, NULL), SAT_ERR_ARGUMENT, "handler is NULL");
     CHECK_STATUS(sat_write_symbol(NULL, "v", 1), SAT_ERR_ARGUMENT, "name is NULL");
     CHECK_STATUS(sat_write_symbol("errors/x", NULL, 4), SAT_ERR_ARGUMENT, "data is NULL");
+    /* An empty value may come with NULL data (sat.h), and reads back empty. */
+    CHECK_OK(sat_write_symbol("errors/empty", NULL, 0));
+    void *empty_value = sentinel;
+    size_t empty_size = 42;
+    CHECK_OK(sat_read_symbol("errors/empty", &empty_value, &empty_size));
+    CHECK_TRUE(empty_size == 0, "an empty value reads back with size 0");
+    sat_free(empty_value);
     CHECK_STATUS(sat_read_symbol(NULL, &data, &size), SAT_ERR_ARGUMENT, "name is NULL");
     CHECK_STATUS(sat_read_symbol("errors/x", NULL, &size), SAT_ERR_ARGUMENT, "NULL");
     CHECK_STATUS(sat_read_symbol("errors/x", &data, NULL), SAT_ERR_ARGUMENT, "NULL");

@@ -368,9 +368,11 @@ pub(crate) fn adopt(name: &str, c: &Client, sealed: Chain) -> *mut sat_chunk_t {
 /// symbol table keeps no policy per name, so a tenant that may read the
 /// symbol could replace it by a value under a write policy of its own (use
 /// a protected chain where writers must be held to a fixed policy). Errors
-/// as `sat_malloc_protected`'s.
+/// as `sat_malloc_protected`'s. An empty value (`size` 0) may be given with
+/// `data` NULL.
 ///
-/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, data or policy),
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name or policy, NULL data
+/// with a `size` above 0),
 /// SAT_ERR_USAGE (a malformed policy, no tenant key, no run),
 /// SAT_ERR_ACCESS_DENIED, SAT_ERR_INTEGRITY, SAT_ERR_TRANSPORT,
 /// SAT_ERR_ABORTED.

@@ -88,7 +88,8 @@ pub extern "C" fn sat_barrier(id: u32, count: u32) -> sat_status {
 /// Runs, now, the handlers of the notifications and signals that have
 /// arrived, and puts how many ran in `*ran` (0: none was waiting; `ran` may
 /// be NULL). Handlers otherwise run only while the role waits (in
-/// sat_rendezvous, sat_barrier) and after the role function returns: a role
+/// sat_rendezvous, sat_barrier, a sat_read_symbol of a symbol not written
+/// yet) and after the role function returns: a role
 /// that computes for long between its waits calls this to serve its
 /// subscriptions meanwhile, as an MPI program calls MPI_Test. It never
 /// waits.
@@ -188,9 +189,10 @@ pub extern "C" fn sat_init_symbol_table() -> sat_status {
 /// Writes `size` bytes at `data` as the value of symbol `name` (replacing
 /// any earlier value, whatever its size). A value over a chunk's 1 GiB
 /// limit is kept as a chain of chunks: its size is bounded by memory only.
+/// An empty value (`size` 0) may be given with `data` NULL.
 ///
-/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name or data, a name not
-/// UTF-8), SAT_ERR_CHUNK (a value larger than this machine's memory),
+/// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL name, NULL data with a
+/// `size` above 0, a name not UTF-8), SAT_ERR_CHUNK (a value larger than this machine's memory),
 /// SAT_ERR_USAGE (among others: the name's bucket has used all its value
 /// chunk ids, which values written again with another size use up),
 /// SAT_ERR_NO_MEMORY, SAT_ERR_TRANSPORT, SAT_ERR_ABORTED; SAT_ERR_INTEGRITY
@@ -323,7 +325,8 @@ unsafe impl Sync for Ptrs {}
 /// SUBSCRIBE: after every write release of any chunk of the chain, from any
 /// process, `handler(chunk, params)` runs in this process, given the handle
 /// it was subscribed with (in the client loop after the role function
-/// returns, while it waits in a rendezvous or barrier, and when it calls
+/// returns, while it waits in a rendezvous, a barrier or a symbol read, and
+/// when it calls
 /// sat_run_handlers). A handler may
 /// use the whole API; a READ of the chain inside it sees every release it
 /// was run for.
@@ -493,7 +496,11 @@ pub extern "C" fn sat_unsubscribe(chunk: *mut sat_chunk_t) -> sat_status {
     })
 }
 
-/// Runs `handler(id, params)` each time signal `id` is raised.
+/// Runs `handler(id, params)` after signal `id` is raised: at least once
+/// after each raise. Raises that come while an earlier one still waits for
+/// its handler merge into it, as a chunk's notifications do (section 2.5:
+/// signals work as publish-subscribe), so the number of runs counts
+/// nothing: keep a count in a chunk where the number matters.
 ///
 /// Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL handler), SAT_ERR_USAGE
 /// (already subscribed, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
@@ -519,7 +526,9 @@ pub extern "C" fn sat_signal_subscribe(
     })
 }
 
-/// Stops the handler of signal `id`.
+/// Stops the handler of signal `id`: it will not run again, not even for
+/// raises already heard of. Called from another thread while that handler
+/// runs on the role's thread, it returns once that run has ended.
 ///
 /// Returns: SAT_OK, or SAT_ERR_USAGE (not subscribed, no run),
 /// SAT_ERR_TRANSPORT.

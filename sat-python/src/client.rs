@@ -557,13 +557,14 @@ impl PyClient {
             })
     }
 
-    /// Waits until `count` clients have entered barrier `id`. Callbacks of
-    /// subscriptions run meanwhile. A call that a callback's exception ends
-    /// has still arrived: this thread's next call of barrier `id` waits for
-    /// that round to end, then arrives in the next one. In a run with
-    /// recovery (`satrun --enable-recovery`), this process's first call after
-    /// the run lost a process raises `ProcessLostError` and does not count:
-    /// call it again with the count of the processes left.
+    /// Waits until `count` calls of barrier `id` have arrived, from any
+    /// processes (each thread's call counts), then all of them return.
+    /// Callbacks of subscriptions run meanwhile. A call that a callback's
+    /// exception ends has still arrived: this thread's next call of barrier
+    /// `id` waits for that round to end, then arrives in the next one. In a
+    /// run with recovery (`satrun --enable-recovery`), each thread's first
+    /// call after the run lost a process raises `ProcessLostError` and does
+    /// not count: call it again with the count of the calls left.
     fn barrier(&self, py: Python<'_>, id: Int, count: Int) -> PyResult<()> {
         let (id, count) = (id.u32("id")?, count.u32("count")?);
         self.h.blocking(py, |c| c.barrier(id, count))
@@ -665,7 +666,11 @@ impl PyClient {
         events::unsubscribe(py, &self.h, subject)
     }
 
-    /// Runs `callback(id)` each time signal `id` is raised by any process.
+    /// Runs `callback(id)` after signal `id` is raised by any process: at
+    /// least once after each raise. Raises that come while an earlier one
+    /// still waits for its callback merge into it, as a chunk's
+    /// notifications do, so the number of calls counts nothing: keep a
+    /// count in a chunk where the number matters.
     fn subscribe_signal(
         &self,
         py: Python<'_>,
@@ -676,7 +681,9 @@ impl PyClient {
         events::subscribe_signal(py, &self.h, id, callable(callback)?)
     }
 
-    /// Stops the callback of signal `id`.
+    /// Stops the callback of signal `id`: it will not run again, not even
+    /// for raises already heard of. Called from another thread while that
+    /// callback runs, returns once that run has ended.
     fn unsubscribe_signal(&self, py: Python<'_>, id: Int) -> PyResult<()> {
         let id = id.u32("id")?;
         self.h.blocking(py, |c| c.unsubscribe_signal(id))

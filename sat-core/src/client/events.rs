@@ -194,6 +194,10 @@ pub(crate) struct Queue {
     /// the role's thread): UNSUBSCRIBE and FREE from another thread wait
     /// for it to end ([`Client::lock_outside_dispatch_of`]).
     handling: Option<Topic>,
+    /// Subscriptions that UNSUBSCRIBE or FREE on another thread end, with
+    /// how many such calls wait for the running handler: no new run of
+    /// theirs starts, so that "will not run again" holds from the call on.
+    ending: HashMap<Topic, u32>,
     published: u64,
     received: u64,
     /// Releases this process told its subscribers itself
@@ -413,8 +417,27 @@ impl Queue {
         (self.published, self.received)
     }
 
+    /// Whether an event waits whose handler may run now (not one of a
+    /// subscription being ended).
     pub fn pending(&self) -> bool {
-        !self.pending.is_empty()
+        self.pending
+            .iter()
+            .any(|(t, _)| !self.ending.contains_key(t))
+    }
+
+    /// The oldest event whose handler may run now, taken from the queue.
+    fn next_to_handle(&mut self) -> Option<(Topic, Event)> {
+        let i = self
+            .pending
+            .iter()
+            .position(|(t, _)| !self.ending.contains_key(t))?;
+        self.pending.remove(i)
+    }
+
+    /// Whether an UNSUBSCRIBE or FREE on another thread is ending `topic`.
+    #[cfg(test)]
+    pub fn is_ending(&self, topic: Topic) -> bool {
+        self.ending.contains_key(&topic)
     }
 
     /// Whether an event of `topic` waits to be handled.
@@ -649,7 +672,10 @@ impl Client {
         }
     }
 
-    /// Runs `handler` each time signal `id` is raised, by any process.
+    /// Runs `handler` after signal `id` is raised, by any process: at least
+    /// once after each raise. Raises that come while an earlier one still
+    /// waits for its handler merge into it, as a chunk's notifications do,
+    /// so the number of runs counts nothing.
     /// Returns once the signal's coordinator has recorded the subscription.
     pub fn subscribe_signal(
         &self,
@@ -678,9 +704,11 @@ impl Client {
         done.ok_or_else(|| SatError::Timeout(format!("SUBSCRIBE to {topic}: no confirmation")))
     }
 
-    /// Stops the handler of signal `id`.
+    /// Stops the handler of signal `id`: it will not run again, not even
+    /// for raises already heard of. Called from another thread while that
+    /// handler runs on the role's thread, returns once that run has ended.
     pub fn unsubscribe_signal(&self, id: u32) -> SatResult<()> {
-        let mut st = self.lock();
+        let mut st = self.lock_outside_dispatch_of(Topic::Signal(id))?;
         let st = &mut *st;
         st.mail.events.remove(Topic::Signal(id))?;
         self.handlers_lock().map.remove(&Topic::Signal(id));
@@ -779,16 +807,29 @@ impl Client {
         &self,
         topic: Topic,
     ) -> SatResult<std::sync::MutexGuard<'_, ClientState>> {
-        loop {
-            let st = self.lock();
-            if st.mail.events.handling != Some(topic) || IN_HANDLER.with(Cell::get) {
-                return Ok(st);
-            }
-            drop(st);
-            self.wait_inner(None, WaitFor::Peers, None, |st| {
-                (st.mail.events.handling != Some(topic)).then_some(())
-            })?;
+        let mut st = self.lock();
+        if st.mail.events.handling != Some(topic) || IN_HANDLER.with(Cell::get) {
+            return Ok(st);
         }
+        // Its handler runs: no new run of it starts from now on (without
+        // this, the role's thread took the next event of the subscription,
+        // one that came while the handler ran, before this thread saw the
+        // run end, and the handler ran once more).
+        *st.mail.events.ending.entry(topic).or_default() += 1;
+        drop(st);
+        let waited = self.wait_inner(None, WaitFor::Peers, None, |st| {
+            (st.mail.events.handling != Some(topic)).then_some(())
+        });
+        let mut st = self.lock();
+        let q = &mut st.mail.events;
+        if let Some(n) = q.ending.get_mut(&topic) {
+            *n -= 1;
+            if *n == 0 {
+                q.ending.remove(&topic);
+            }
+        }
+        waited?;
+        Ok(st)
     }
 
     /// [`Client::lock_outside_dispatch_of`] for FREE of `chain`: its
@@ -880,7 +921,7 @@ impl Client {
         loop {
             let (topic, event) = {
                 let mut st = self.lock();
-                let Some(next) = st.mail.events.pending.pop_front() else {
+                let Some(next) = st.mail.events.next_to_handle() else {
                     return Ok(ran);
                 };
                 st.mail.events.handling = Some(next.0);

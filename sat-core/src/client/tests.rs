@@ -932,6 +932,86 @@ fn an_unsubscribe_from_another_thread_waits_for_the_handler_under_way() {
     });
 }
 
+/// UNSUBSCRIBE from another thread while the handler runs, with another
+/// event of the subscription waiting behind that run: the handler does not
+/// run again. It did: the role's thread took the waiting event as the run
+/// ended, before the unsubscribing thread saw the end.
+#[test]
+fn an_unsubscribe_while_the_handler_runs_drops_the_event_behind_it() {
+    unsubscribe_while_the_handler_runs(false);
+}
+
+/// The same for a signal's handler, which used not to wait for the run.
+#[test]
+fn a_signal_unsubscribe_while_the_handler_runs_drops_the_raise_behind_it() {
+    unsubscribe_while_the_handler_runs(true);
+}
+
+fn unsubscribe_while_the_handler_runs(signal: bool) {
+    Run::new(2, Schedule::Immediate).serve(|c| {
+        let (a, b) = (&c[0], &c[1]);
+        a.malloc(44, 8).unwrap();
+        a.enter_role();
+        let (topic, trigger): (_, &(dyn Fn(u64) + Sync)) = if signal {
+            (events::Topic::Signal(9), &|_| b.raise(9).unwrap())
+        } else {
+            (events::Topic::Chunk(44), &|v| publish(b, 44, v).unwrap())
+        };
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let go_rx = Mutex::new(go_rx);
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = runs.clone();
+        let handler = move |_: &Client, _: &Event| {
+            // Only the first run waits: a second one (the bug) must not
+            // hang the test, but show in the count.
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                entered_tx.send(()).ok();
+                go_rx.lock().unwrap().recv().ok();
+            }
+            Ok(())
+        };
+        if signal {
+            a.subscribe_signal(9, handler).unwrap();
+        } else {
+            a.subscribe(44, false, handler).unwrap();
+        }
+        trigger(1);
+        std::thread::scope(|s| {
+            let unsubscriber = s.spawn(move || {
+                entered_rx.recv_timeout(WAIT).expect("the handler ran");
+                trigger(2);
+                let until = Instant::now() + WAIT;
+                while !a.lock().mail.events.pending_for(topic) {
+                    assert!(Instant::now() < until, "the second event never came");
+                    std::thread::yield_now();
+                }
+                std::thread::scope(|s| {
+                    let call = s.spawn(|| {
+                        if signal {
+                            a.unsubscribe_signal(9)
+                        } else {
+                            a.unsubscribe(44)
+                        }
+                    });
+                    while !a.lock().mail.events.is_ending(topic) {
+                        assert!(!call.is_finished(), "UNSUBSCRIBE did not wait for the run");
+                        std::thread::yield_now();
+                    }
+                    go_tx.send(()).unwrap();
+                    call.join().unwrap()
+                })
+            });
+            while a.run_handlers().unwrap() == 0 {
+                std::thread::yield_now();
+            }
+            unsubscriber.join().unwrap().unwrap();
+        });
+        assert_eq!(a.run_handlers().unwrap(), 0);
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran after UNSUBSCRIBE");
+    });
+}
+
 /// What a test's handlers saw: (subscription, chunk, version, data).
 type Seen = Arc<Mutex<Vec<(&'static str, u64, u64, Option<u64>)>>>;
 
