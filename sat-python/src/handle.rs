@@ -58,6 +58,11 @@ pub(crate) struct Handle {
     /// Whether this handle is a service's client (it then ends by `detach`,
     /// not when a role function returns).
     attached: std::sync::atomic::AtomicBool,
+    /// Set while `detach` waits for the calls of other threads: those that
+    /// wait for other processes (a barrier, a symbol's writer, a LOOKUP)
+    /// end then, rather than hold the detach (and the interpreter's exit)
+    /// until some other process comes, if one ever does.
+    detaching: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the raw client pointer is the only field that is not Send/Sync;
@@ -126,6 +131,7 @@ impl Handle {
             role_error: Mutex::new(None),
             session: Mutex::new(None),
             attached: std::sync::atomic::AtomicBool::new(false),
+            detaching: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -141,7 +147,8 @@ impl Handle {
         self.attached.load(Ordering::Acquire)
     }
 
-    /// Detaches the service's client: waits for the calls of other threads,
+    /// Detaches the service's client: waits for the calls of other threads
+    /// (those waiting for other processes end at once, with a UsageError),
     /// then releases what is open, lets the servers take in every release,
     /// closes the endpoint. Call it without the GIL. A second call does
     /// nothing.
@@ -149,7 +156,11 @@ impl Handle {
         let Some(session) = lock(&self.session).take() else {
             return Ok(());
         };
+        self.detaching.store(true, Ordering::Release);
         self.close();
+        // No call runs now, and none can start: the detach's own waits
+        // below are not to be cut short.
+        self.detaching.store(false, Ordering::Release);
         session.detach()
     }
 
@@ -274,6 +285,19 @@ impl Handle {
     pub(crate) fn interrupt_check(h: &Arc<Handle>) -> sat_core::client::InterruptCheck {
         let handle = Arc::downgrade(h);
         Arc::new(move || {
+            // Before the GIL: at the interpreter's exit, the detach runs
+            // while this thread could not take it.
+            if handle
+                .upgrade()
+                .is_some_and(|h| h.detaching.load(Ordering::Acquire))
+            {
+                return Some(CoreError::Usage(
+                    "this Client detached (another thread called detach, or the interpreter \
+                     exited) while this call waited for other processes: attach again with \
+                     sat.connect"
+                        .into(),
+                ));
+            }
             let e = Python::attach(|py| py.check_signals().err())?;
             let message = e.to_string();
             if let Some(h) = handle.upgrade() {

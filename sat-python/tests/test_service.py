@@ -191,6 +191,64 @@ def test_a_client_attaches_and_detaches_210_times_with_bounded_memory(service, t
         assert shm_files_of(pid) == [], pid
 
 
+@pytest.mark.parametrize("ending", ["detach", "exit"])
+def test_a_detach_ends_the_wait_of_another_thread(service, ending):
+    """A thread's client waits in a barrier nobody else will reach; its subscription's callback, run
+    inside that wait, says so. Then another thread detaches the client (or the interpreter exits,
+    which detaches): the barrier call ends with UsageError rather than hold the detach for ever,
+    and the slot comes back."""
+    out = service.attach(
+        f"""
+        import os, sys, threading
+        import sat
+
+        address = os.environ["SAT_ADDRESS"]
+        subscribed, waiting, ended = threading.Event(), threading.Event(), threading.Event()
+        clients = []
+
+        def waiter():
+            client = sat.connect(address)     # this thread is the one its callbacks run on
+            clients.append(client)
+            client.subscribe(client.malloc(500, 8), lambda chunk: waiting.set())
+            subscribed.set()
+            try:
+                client.barrier(31, 2)
+                print("returned", flush=True)
+            except sat.UsageError as e:
+                print("ended:", "while this call waited" in str(e), flush=True)
+            ended.set()
+
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        assert subscribed.wait(30)
+        with sat.connect(address) as other:
+            other.put(other.lookup(500), bytes(8))
+        assert waiting.wait(30)               # the callback ran inside the barrier's wait
+        if "{ending}" == "detach":
+            clients[0].detach()
+            assert ended.wait(30)
+            print("detached", flush=True)
+        """,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    if ending == "detach":
+        assert lines == ["ended: True", "detached"], lines
+    # The slot came back: the service's 4 slots all attach.
+    again = service.attach(
+        """
+        import os
+        import sat
+        held = [sat.connect(os.environ["SAT_ADDRESS"]) for _ in range(4)]
+        for c in held:
+            c.detach()
+        print("4 attached")
+        """
+    )
+    assert again.stdout.splitlines() == ["4 attached"], again.stdout + again.stderr
+
+
 def test_calls_after_detach_fail_and_a_full_service_says_what_to_do(service):
     out = service.attach(
         """

@@ -1008,7 +1008,11 @@ fn unsubscribe_while_the_handler_runs(signal: bool) {
             unsubscriber.join().unwrap().unwrap();
         });
         assert_eq!(a.run_handlers().unwrap(), 0);
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran after UNSUBSCRIBE");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "the handler ran after UNSUBSCRIBE"
+        );
     });
 }
 
