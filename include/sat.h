@@ -818,14 +818,14 @@ enum sat_status sat_release(struct sat_chunk_t *chunk);
  * this process reads them again (what `chunk->data` holds meanwhile is not
  * the chain's data). For a thread that cannot finish what it writes. As
  * RELEASE, any thread of the process may end the scope, also while the end
- * of the role waits for the calls in progress. A protected chain's scope
- * cannot end unchanged (the encryption layer seals at RELEASE): RELEASE it.
- * An ABORT of a chain that was not acquired is refused and ends nothing,
- * as RELEASE's is.
+ * of the role waits for the calls in progress (a protected chain's, only
+ * the thread that opened it, as its RELEASE). On a protected chain nothing
+ * is sealed, and the next scope decrypts the chain's version again. An
+ * ABORT of a chain that was not acquired is refused and ends nothing, as
+ * RELEASE's is.
  *
  * Returns: SAT_OK, or SAT_ERR_ARGUMENT (NULL), SAT_ERR_USAGE (not acquired,
- * a handle that is not valid, no run, a protected chain), SAT_ERR_TRANSPORT,
- * SAT_ERR_ABORTED.
+ * a handle that is not valid, no run), SAT_ERR_TRANSPORT, SAT_ERR_ABORTED.
  */
 enum sat_status sat_abort(struct sat_chunk_t *chunk);
 

@@ -43,7 +43,7 @@ impl Protected {
         &self.chain
     }
 
-    /// READ, WRITE, READWRITE, RELEASE, PUT or GET through the vault. PUT
+    /// READ, WRITE, READWRITE, RELEASE, ABORT, PUT or GET through the vault. PUT
     /// seals what the plaintext holds; GET leaves the current plaintext in
     /// it.
     pub(crate) fn scope(&self, c: &Client, op: ScopeOp) -> SatResult<()> {
@@ -53,11 +53,7 @@ impl Protected {
             ScopeOp::Write => v.acquire(c, ch, Access::Write),
             ScopeOp::ReadWrite => v.acquire(c, ch, Access::ReadWrite),
             ScopeOp::Release => v.release(c, ch),
-            ScopeOp::Abort => Err(sat_core::SatError::Usage(format!(
-                "ABORT of the protected chain at chunk {}: the encryption layer seals at RELEASE \
-                 and cannot end a scope unchanged; RELEASE it",
-                ch.first()
-            ))),
+            ScopeOp::Abort => v.abort(c, ch),
             ScopeOp::Put => {
                 v.acquire(c, ch, Access::Write)?;
                 v.release(c, ch)

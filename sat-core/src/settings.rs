@@ -184,6 +184,24 @@ pub fn parse(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
             }
         }
     }
+    // The encryption layer reads its own variables where it uses them;
+    // a value it would not take is named here, before anything starts,
+    // rather than ignored there.
+    if cfg!(feature = "abe") {
+        match value("SAT_ABE_AEAD").as_deref() {
+            None | Some("aes-256-gcm") | Some("chacha20-poly1305") => {}
+            Some(other) => bad.push(format!(
+                "SAT_ABE_AEAD={other:?} is neither 'aes-256-gcm' nor 'chacha20-poly1305'"
+            )),
+        }
+        if let Some(v) = value("SAT_ABE_KEK_LIFETIME") {
+            if !v.parse::<f64>().is_ok_and(|s| s.is_finite() && s >= 0.0) {
+                bad.push(format!(
+                    "SAT_ABE_KEK_LIFETIME={v:?} is not a number of seconds (0 or more)"
+                ));
+            }
+        }
+    }
     match value("SAT_RECOVERY").as_deref() {
         None | Some("off") | Some("0") => {}
         Some("on") | Some("1") => s.recovery = true,
@@ -364,5 +382,30 @@ mod tests {
             e.contains("SAT_SLEEP_MIN_NS=5000 is above SAT_SLEEP_MAX_NS=10"),
             "{e}"
         );
+    }
+
+    /// With the encryption layer, its AEAD and KEK lifetime are checked
+    /// with the others (they were taken as the default when malformed).
+    #[cfg(feature = "abe")]
+    #[test]
+    fn the_encryption_layers_values_are_checked() {
+        let e = with(&[("SAT_ABE_AEAD", "bogus"), ("SAT_ABE_KEK_LIFETIME", "-5")]).unwrap_err();
+        for part in [
+            "SAT_ABE_AEAD=\"bogus\" is neither 'aes-256-gcm' nor 'chacha20-poly1305'",
+            "SAT_ABE_KEK_LIFETIME=\"-5\" is not a number of seconds (0 or more)",
+        ] {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        for lifetime in ["abc", "inf", "nan"] {
+            assert!(
+                with(&[("SAT_ABE_KEK_LIFETIME", lifetime)]).is_err(),
+                "{lifetime}"
+            );
+        }
+        let good = with(&[
+            ("SAT_ABE_AEAD", "chacha20-poly1305"),
+            ("SAT_ABE_KEK_LIFETIME", "0.5"),
+        ]);
+        assert_eq!(good, Ok(Settings::default()));
     }
 }

@@ -117,6 +117,10 @@ mod enabled {
         vault(c)?.release(c, s)
     }
 
+    pub(crate) fn abort(c: &Client, s: &Secure) -> Result<(), SatError> {
+        vault(c)?.abort(c, s)
+    }
+
     pub(crate) fn with_data_mut<R>(
         s: &Secure,
         f: impl FnOnce(&mut [u8]) -> R,
@@ -238,6 +242,10 @@ mod disabled {
     }
 
     pub(crate) fn release(_c: &Client, s: &Secure) -> Result<(), SatError> {
+        never(s)
+    }
+
+    pub(crate) fn abort(_c: &Client, s: &Secure) -> Result<(), SatError> {
         never(s)
     }
 

@@ -571,12 +571,11 @@ impl PyChain {
         }
     }
 
-    /// Ends the scope on the chain without publishing (the block raised).
-    /// A protected chain's scope is released: the encryption layer seals
-    /// at release and has no way yet to end a scope unchanged.
+    /// Ends the scope on the chain without publishing (the block raised),
+    /// protected or not.
     pub(crate) fn abort_in(&self, c: &sat_core::client::Client) -> Result<(), CoreError> {
         match &self.secure {
-            Some(s) => abe::release(c, s),
+            Some(s) => abe::abort(c, s),
             None => c.abort_chain(&self.chain),
         }
     }
@@ -1012,8 +1011,7 @@ impl PyScope {
 
     /// Releases the chain: after WRITE or READWRITE, what the block wrote
     /// is published. When the block raised, the scope ends without
-    /// publishing anything (the homes keep their versions), except on a
-    /// protected chain, whose scope is released.
+    /// publishing anything (the homes keep their versions).
     #[pyo3(signature = (*exc))]
     fn __exit__(&self, py: Python<'_>, exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
         let raised = exc.get_item(0).is_ok_and(|t| !t.is_none());

@@ -42,11 +42,15 @@ fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if let Ok(b) = data.cast::<PyByteArray>() {
         return Ok(b.to_vec());
     }
-    if data.is_instance_of::<pyo3::types::PyString>() || data.is_instance_of::<pyo3::types::PyInt>()
-    {
-        return Err(PyTypeError::new_err(
-            "give a bytes-like object (bytes, bytearray, memoryview)",
-        ));
+    // Only what exports a buffer: `bytes()` would also take a list, a tuple
+    // or a dict of small ints (and say "bytes must be in range(0, 256)" of
+    // the others), which are not bytes a program means to publish.
+    if PyUntypedBuffer::get(data).is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "give a bytes-like object (bytes, bytearray, memoryview, a numpy array: anything \
+             with the buffer protocol), not {}",
+            data.get_type().name()?
+        )));
     }
     let b = data.py().get_type::<PyBytes>().call1((data,))?;
     Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())

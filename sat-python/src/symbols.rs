@@ -12,7 +12,7 @@ use pyo3::types::PyBytes;
 
 use crate::abe;
 use crate::client::duration;
-use crate::errors::{usage, TimeoutError};
+use crate::errors::{usage, AccessDenied, IntegrityError, TimeoutError};
 use crate::handle::Handle;
 
 /// A symbol's name as the caller gave it: a str, or a TypeError that says
@@ -149,12 +149,20 @@ impl PySymbols {
 
     /// Whether some process has written `name`, without waiting for one.
     /// It reads the name's bucket (a round trip to its home when this
-    /// process's copy is not valid) and, when there, the value.
+    /// process's copy is not valid) and, when there, the value. A protected
+    /// value this client may not read, or one that fails its checks, is
+    /// there all the same: True, where reading it raises.
     fn __contains__(&self, py: Python<'_>, name: Name) -> PyResult<bool> {
         let name = name.0.as_str();
         match self.raw(py, name, Duration::ZERO) {
             Ok(_) => Ok(true),
             Err(e) if e.is_instance_of::<TimeoutError>(py) => Ok(false),
+            Err(e)
+                if e.is_instance_of::<AccessDenied>(py)
+                    || e.is_instance_of::<IntegrityError>(py) =>
+            {
+                Ok(true)
+            }
             Err(e) => Err(e),
         }
     }

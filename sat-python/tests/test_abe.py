@@ -142,7 +142,10 @@ def test_two_tenants(satrun, keys, provider):
     assert out.lines(4) == ["B denied: True", "unchanged: True", "revoked"]
 
 
-def test_protected_calls_need_both_policies_and_a_key(satrun):
+@pytest.mark.parametrize("empty", [False, True], ids=["unset", "empty"])
+def test_protected_calls_need_both_policies_and_a_key(satrun, empty):
+    # Empty is unset (README, "Environment"): not a key or revocation list named "".
+    env = {"SAT_ABE_KEY": "", "SAT_ABE_CRL": ""} if empty else {}
     out = satrun(
         """
         import sat
@@ -164,6 +167,7 @@ def test_protected_calls_need_both_policies_and_a_key(satrun):
         sat.run({1: role})
         """,
         n=2,
+        env=env,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.lines(1) == ["one policy: True", "no key: True", "bad key: True"]
@@ -197,6 +201,15 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         except sat.AccessDenied:
             print("bob may not write")
         print("alice reads:", alice.get(a) == bytes(range(64)))
+        # A write block that raises publishes nothing, on a protected chain too, and the next
+        # scope reads the version, not what the block wrote.
+        try:
+            with a.write() as view:
+                view[:] = b"\x07" * 64
+                raise RuntimeError("the block fails")
+        except RuntimeError:
+            pass
+        print("after a failed write block:", alice.get(a) == bytes(range(64)))
         # A notification cannot carry a protected chunk's bytes: they are sealed.
         for target in (a, 500):
             try:
@@ -214,6 +227,10 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
             print("forged value read")
         except sat.IntegrityError:
             print("forged symbol refused")
+        # `in` says whether a value was written, also one its reader may not open.
+        print("forged symbol there:", "cfg" in alice.symbols)
+        alice.write_symbol("alice-only", b"v", read_policy="tenant_a", write_policy="tenant_a and writer")
+        print("bob sees it there:", "alice-only" in bob.symbols, "never-written" in bob.symbols)
         bob.write_symbol("plain", b"plain value")
         print("plain symbol:", alice.read_symbol("plain") == b"plain value")
         # A client that loads another tenant's key acts as that tenant: what the first
@@ -265,9 +282,12 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         "bob denied",
         "bob may not write",
         "alice reads: True",
+        "after a failed write block: True",
         "no data subscription: True",
         "no data subscription: True",
         "forged symbol refused",
+        "forged symbol there: True",
+        "bob sees it there: True False",
         "plain symbol: True",
         "switched key denied",
         "no key yet",

@@ -83,6 +83,12 @@ def test_misuse_raises_the_right_error(satrun):
             check(sat.UsageError, "PUT of the chain at chunk 10 with 3 bytes: the chain has 8",
                   client.put, chain, b"abc")
             check(sat.UsageError, "chunk 10", client.release, chain)
+            # Bytes-like only: a list of small ints is not bytes a program means to publish.
+            for not_bytes in (list(range(8)), tuple(range(8)), dict.fromkeys(range(8)), "12345678"):
+                check(TypeError, f"not {type(not_bytes).__name__}", client.put, chain, not_bytes)
+            check(TypeError, "not list", client.write_symbol, "s", [1, 2])
+            import array
+            client.put(chain, array.array("B", range(8)))   # any object with the buffer protocol
             check(ValueError, "give 'read', 'write' or 'readwrite'", client.acquire, chain, "rw")
             scope = chain.write()
             with scope as buf:
@@ -119,6 +125,11 @@ def test_misuse_raises_the_right_error(satrun):
         "ok ChunkError | ",
         "ok UsageError | PUT of the chain at chunk 10 with 3 bytes: the chain has 8",
         "ok UsageError | chunk 10",
+        "ok TypeError | not list",
+        "ok TypeError | not tuple",
+        "ok TypeError | not dict",
+        "ok TypeError | not str",
+        "ok TypeError | not list",
         "ok ValueError | give 'read', 'write' or 'readwrite'",
         "ok UsageError | already entered",
         "ok UsageError | this scope is not open",

@@ -7,6 +7,7 @@ signatures of the compiled module, but cannot see what its functions return.
 
 from __future__ import annotations
 
+import array as stdarray
 import typing
 from typing import Any, Literal, Optional, Union, assert_type
 
@@ -56,6 +57,7 @@ def producer(client: sat.Client) -> None:
     client.put(chain, bytes(64))
     client.put(chain, bytearray(64))
     client.put(chain, memoryview(bytes(64)))
+    client.put(chain, stdarray.array("B", bytes(64)))  # any object with the buffer protocol
     client.acquire(chain, "readwrite")
     client.release(chain)
     assert_type(chain.protocol, Optional[Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]])
@@ -85,6 +87,7 @@ def producer(client: sat.Client) -> None:
     assert_type(symbols, sat.Symbols)
     same(symbols, sat.Symbols)
     symbols["bytes"] = b"abc"
+    symbols["buffer"] = stdarray.array("B", b"abc")
     symbols["array"] = np.arange(3)
     assert_type(symbols.timeout, float)
     symbols.timeout = 5.0

@@ -94,7 +94,7 @@ impl Aead {
     /// and constant-time without them). `SAT_ABE_AEAD=aes-256-gcm` or
     /// `chacha20-poly1305` overrides the choice.
     pub fn preferred() -> Aead {
-        match std::env::var("SAT_ABE_AEAD").ok().as_deref() {
+        match std::env::var("SAT_ABE_AEAD").ok().as_deref().map(str::trim) {
             Some("aes-256-gcm") => return Aead::Aes256Gcm,
             Some("chacha20-poly1305") => return Aead::ChaCha20Poly1305,
             _ => {}

@@ -431,7 +431,11 @@ impl Vault {
     /// `SAT_ABE_CRL` names, if set.
     pub fn load(path: &std::path::Path) -> SatResult<Vault> {
         let vault = TenantKey::load(path).map(Vault::new).map_err(key_error)?;
-        if let Ok(crl) = std::env::var("SAT_ABE_CRL") {
+        // Empty is unset, as for every variable (README, "Environment").
+        if let Some(crl) = std::env::var("SAT_ABE_CRL")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
             // Said as the list's error, not the key's: the key was fine.
             vault
                 .load_revocations(std::path::Path::new(&crl))
@@ -491,9 +495,12 @@ impl Vault {
     /// `{rank}` in the path is replaced by `rank`, so that one launch can
     /// give each process of a run its own tenant's key.
     pub fn from_env(rank: u32) -> SatResult<Option<Vault>> {
-        match std::env::var("SAT_ABE_KEY") {
-            Err(_) => Ok(None),
-            Ok(p) => {
+        match std::env::var("SAT_ABE_KEY")
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+        {
+            None => Ok(None),
+            Some(p) => {
                 let p = p.replace("{rank}", &rank.to_string());
                 Vault::load(std::path::Path::new(&p)).map(Some)
             }
@@ -992,6 +999,29 @@ impl Vault {
         }
         chain.unclaim();
         sealed.and(released)
+    }
+
+    /// ABORT of a protected chain: the scope ends with nothing sealed and
+    /// nothing published; the homes keep their versions. What this process
+    /// wrote into the plaintext meanwhile is not the chain's data: the next
+    /// scope decrypts the chain's version again rather than take the
+    /// plaintext as the version it was decrypted from.
+    pub fn abort(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+        {
+            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = st.holder == Some(std::thread::current().id());
+            if st.access.filter(|_| mine).is_none() {
+                return Err(SatError::Usage(format!(
+                    "ABORT of the protected chain at chunk {} without an acquire in this thread",
+                    chain.first()
+                )));
+            }
+            st.headers.clear();
+            st.decrypted.iter_mut().for_each(|d| *d = None);
+        }
+        let aborted = client.abort_chain(chain.sealed());
+        chain.unclaim();
+        aborted
     }
 
     /// After this process's write: its plaintext is the version it sealed,

@@ -2,7 +2,7 @@
 
 import builtins
 import sys
-from _typeshed import WriteableBuffer
+from _typeshed import ReadableBuffer, WriteableBuffer
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Optional, TypeVar, Union, final, overload
@@ -58,7 +58,8 @@ class ProcessLostError(SatError):
     release so failed may or may not have published: read the chunk to know; the release of a
     chain so failed publishes all its chunks or none, whatever servers their homes are on)."""
 
-_BytesLike = Union[bytes, bytearray, memoryview]
+# Any object with the buffer protocol (bytes, bytearray, memoryview, array.array, mmap...).
+_BytesLike = ReadableBuffer
 _Protocol = Literal["mesi", "home-only", "mesi-e", "update", "hlrc", "learned", "adaptive"]
 # What MAP takes: numpy's stubs declare ndarray.__buffer__ from Python 3.12 on only, so arrays are
 # named besides buffers (read-only and non-contiguous ones are refused at run time).
