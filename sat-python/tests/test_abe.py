@@ -201,6 +201,17 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         except sat.AccessDenied:
             print("bob may not write")
         print("alice reads:", alice.get(a) == bytes(range(64)))
+        # A tenant that may write but not read is refused its own version too.
+        w = alice.malloc(510, 64, read_policy="tenant_a", write_policy="writer")
+        alice.put(w, bytes(64))
+        bw = bob.lookup(510)
+        bob.put(bw, b"b" * 64)
+        try:
+            bob.get(bw)
+            print("bob read back what he may not read")
+        except sat.AccessDenied:
+            print("bob denied his own version")
+        print("alice reads bob's:", alice.get(w) == b"b" * 64)
         # A write block that raises publishes nothing, on a protected chain too, and the next
         # scope reads the version, not what the block wrote.
         try:
@@ -282,6 +293,8 @@ def test_two_clients_of_one_process_are_two_tenants(service, keys):
         "bob denied",
         "bob may not write",
         "alice reads: True",
+        "bob denied his own version",
+        "alice reads bob's: True",
         "after a failed write block: True",
         "no data subscription: True",
         "no data subscription: True",

@@ -1294,8 +1294,16 @@ impl Vault {
         let checker = (self.id, st.revocations.as_ref().map(|l| l.sequence));
         drop(st);
         let mut cs = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-        cs.decrypted = decrypted.into_iter().map(|(_, d)| d).collect();
-        // The plaintext is what this vault sealed.
+        // The plaintext is what this vault sealed: a hit for the next scope,
+        // but only where this tenant may read the epoch. A writer that may
+        // not read is refused its own version as any other (a read is
+        // checked against the read policy even with the bytes at hand).
+        let me = self.key.certificate();
+        cs.decrypted = decrypted
+            .into_iter()
+            .zip(epochs)
+            .map(|((_, d), e)| d.filter(|_| e.as_ref().is_some_and(|e| me.satisfies(&e.read))))
+            .collect();
         cs.checked_by = checker;
         Ok(())
     }
