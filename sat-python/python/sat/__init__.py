@@ -67,7 +67,8 @@ function, makes ``sat.run`` raise ``RoleError`` from it.
 A process can also attach to a running service (``satrun --serve``) instead of joining a run, from
 a notebook or any script, and detach when done; what it wrote stays for those that attach later::
 
-    with sat.connect("127.0.0.1:7070") as client:    # detaches at the end of the block
+    # satrun --serve --address-file /tmp/sat.address wrote its one line, sat://SECRET@host:port
+    with sat.connect(open("/tmp/sat.address").read().strip()) as client:   # detaches at the end
         chain = client.malloc(100, a.nbytes)
         with chain.write():
             chain.array(a.dtype, a.shape)[:] = a
