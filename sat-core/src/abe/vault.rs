@@ -1154,10 +1154,11 @@ impl Vault {
             if let (Some(id), None, false) = (unverified, &policies, owner) {
                 return Err(SatError::Integrity(format!(
                     "protected chunk {id}: its newest key epoch, or the line of epochs before it, \
-                     does not verify (its record is missing or damaged: bytes written through \
-                     the plain API), so who may read the chain now is unknown; nothing was \
-                     published: have the chain's owner write it, which seals it under a new \
-                     epoch"
+                     does not verify (its record is missing or damaged, written through the plain \
+                     API, or its author's certificate is revoked), so who may read the chain now \
+                     is unknown; nothing was published: have the chain's owner write it, from a \
+                     MALLOC that names the chain's read and write policies, which seals it under \
+                     a new epoch"
                 )));
             }
             if let (Some(id), None, None) = (overwritten, &policies, &chain.inner.protection) {
@@ -1186,7 +1187,9 @@ impl Vault {
                 (None, None) => {
                     return Err(SatError::Usage(format!(
                         "the protected chain at chunk {} has no version to take its policies \
-                         from",
+                         from (none yet, or its newest does not verify): MALLOC it with its read \
+                         and write policies in this process (its owner may always say who reads \
+                         it), or write it from a process that has read it",
                         chain.first()
                     )))
                 }
