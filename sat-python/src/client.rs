@@ -45,7 +45,8 @@ fn bytes_of(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     // Only what exports a buffer: `bytes()` would also take a list, a tuple
     // or a dict of small ints (and say "bytes must be in range(0, 256)" of
     // the others), which are not bytes a program means to publish.
-    if PyUntypedBuffer::get(data).is_err() {
+    // SAFETY: a type check on a live object, with the GIL held.
+    if unsafe { pyo3::ffi::PyObject_CheckBuffer(data.as_ptr()) } == 0 {
         return Err(PyTypeError::new_err(format!(
             "give a bytes-like object (bytes, bytearray, memoryview, a numpy array: anything \
              with the buffer protocol), not {}",
