@@ -251,6 +251,10 @@ pub type sat_role_fn = Option<unsafe extern "C" fn(*mut sat_bootstrap_t)>;
 /// Set while a bootstrap runs in this process: a second one is refused.
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
+/// The process whose `sat_bootstrap` set `RUNNING`: a fork() child that
+/// exits has the flag too, but its exit is not its parent's.
+static RUNNING_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// At `exit()`: a process that exits while its `sat_bootstrap` runs (a role
 /// that calls `exit`, even `exit(0)`) leaves its run without a word, and
 /// the run then names whichever process noticed (the server that lost it):
@@ -258,7 +262,8 @@ static RUNNING: AtomicBool = AtomicBool::new(false);
 /// which one went, and satrun is told, to name this rank as the one that
 /// failed the run.
 extern "C" fn say_exit_during_run() {
-    if RUNNING.load(Ordering::Acquire) {
+    if RUNNING.load(Ordering::Acquire) && RUNNING_PID.load(Ordering::Relaxed) == std::process::id()
+    {
         sat_core::launcher::announce_leaving_role();
         const NOTE: &[u8] = b"SAT: this process exited (exit() or a return from main) while \
             sat_bootstrap ran its role: its run goes on without it, or stops if it cannot\n";
@@ -344,6 +349,7 @@ pub unsafe extern "C" fn sat_bootstrap(
                  call sat_bootstrap once, from main",
             );
         }
+        RUNNING_PID.store(std::process::id(), Ordering::Relaxed);
         let _running = Running;
         if CALLED.swap(true, Ordering::AcqRel) {
             return usage(

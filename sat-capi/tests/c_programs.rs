@@ -379,6 +379,12 @@ fn lifetimes(variant: Variant) {
     let exe = bindings(variant).join("lifetimes");
     for provider in PROVIDERS {
         let run = three_processes(&exe, provider, &[], &[], variant.sanitized());
+        // The fork child's exit() is not its parent leaving its role.
+        assert!(
+            !run.stderr.contains("this process exited"),
+            "{}",
+            run.context()
+        );
         run.succeeded().has(&[
             "[1] PASS lifetimes role (rank 1): ",
             "[2] PASS lifetimes role (rank 2): ",
