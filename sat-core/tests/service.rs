@@ -174,10 +174,15 @@ fn a_joiner_at_the_port_of_a_client_that_left_is_admitted() {
 #[test]
 fn a_server_holds_host_slot_versions_once() {
     let service = Service::start("shm", &["--servers", "1", "--slots", "2"]);
-    let servers = service.servers();
-    assert_eq!(servers.len(), 1);
-    let before = status_kib(servers[0], "RssAnon:");
     let a = service.address.as_str();
+    // satrun writes the address file before it starts the servers: a first
+    // small write proves the server runs, and settles what it allocates at
+    // start outside the figure.
+    let (ok, _, err) = attach(&["write", a, "--chunk", "6", "--bytes", "64"]);
+    assert!(ok, "{err}\n{}", service.log());
+    let servers = service.servers();
+    assert_eq!(servers.len(), 1, "{}", service.log());
+    let before = status_kib(servers[0], "RssAnon:");
     let out = common::run(
         Command::new(example("attach"))
             .args([
