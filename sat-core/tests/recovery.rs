@@ -238,12 +238,32 @@ fn line_with(rx: &mpsc::Receiver<String>, what: &str, seen: &mut Vec<String>) ->
 /// left alone, and when it is continued it is told, and fails.
 #[test]
 fn a_stopped_client_is_lost_after_its_lease_and_told_when_it_continues() {
-    let mut child = satrun_recovering(4, None, "shm")
+    stopped_client_on_the_message_path(None);
+}
+
+/// The same in a run with replicated homes, which keeps its versions on the
+/// message path whatever `SAT_HOST_SEGMENTS` says: the stopped client is
+/// left alone there too (it was killed, as if it could hold a slot's lock).
+#[test]
+fn a_stopped_client_of_a_run_with_replicated_homes_is_left_alone() {
+    stopped_client_on_the_message_path(Some("replicated.xml"));
+}
+
+fn stopped_client_on_the_message_path(topology_file: Option<&str>) {
+    let (n, victim) = match topology_file {
+        Some(_) => (6, "3"),
+        None => (4, "2"),
+    };
+    let mut command = satrun_recovering(n, topology_file, "shm");
+    command
         .args([
-            "--k", "100", "--victim", "2", "--after", "3", "--how", "stop",
+            "--k", "100", "--victim", victim, "--after", "3", "--how", "stop",
         ])
-        .env("SAT_LEASE_S", "3")
-        .env("SAT_HOST_SEGMENTS", "off")
+        .env("SAT_LEASE_S", "3");
+    if topology_file.is_none() {
+        command.env("SAT_HOST_SEGMENTS", "off");
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -280,7 +280,10 @@ fn join_with(
     let watch = match (setup.recovery, bells_wanted) {
         (Some(lease), true) => {
             tracing::debug!("recovery on: lease {} s", lease.as_secs());
-            let slots = crate::server::host::backing_for_run(setup.one_host).is_some();
+            // Fenced (a lost process killed) only where it may hold a
+            // host slot's lock: with the servers' own choice of where the
+            // versions live (a replicated run keeps them in messages).
+            let slots = crate::server::host::backing_for(setup.one_host, true, &topology).is_some();
             Some(link.into_watch(watch::Judge::Lease(lease), slots)?)
         }
         (None, true) if env.size > 1 => {
@@ -371,14 +374,7 @@ pub fn run_joined(joined: Joined, mut roles: Roles) -> SatResult<()> {
     let mut transport: Box<dyn Transport> = Box::new(joined.transport);
     let watch = joined.watch;
     let recovering = joined.recovery && watch.is_some();
-    let host = if recovering {
-        server::host::backing_for_recovering_run(joined.one_host, &joined.topology)
-    } else {
-        server::host::backing_for_run(joined.one_host)
-    };
-    // Replicated homes see every release pass through them
-    // (`server/replicas.rs`): versions stay on the message path.
-    let host = host.filter(|_| joined.topology.replication() == 1);
+    let host = server::host::backing_for(joined.one_host, recovering, &joined.topology);
     if role == 0 {
         let (topology, transport) = (&joined.topology, transport.as_mut());
         // The server's loop takes part in the balancing of the host's cores

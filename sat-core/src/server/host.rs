@@ -126,6 +126,23 @@ pub(crate) fn backing_for_recovering_run(one_host: bool, topology: &Topology) ->
     backing_for_run(one_host && bits)
 }
 
+/// Where a run's servers keep versions, as every process of it must agree:
+/// host slots, as [`backing_for_run`] and [`backing_for_recovering_run`]
+/// say, except with replicated homes, which see every release pass through
+/// them (`server/replicas.rs`): versions stay on the message path there.
+pub(crate) fn backing_for(
+    one_host: bool,
+    recovering: bool,
+    topology: &Topology,
+) -> Option<Backing> {
+    let host = if recovering {
+        backing_for_recovering_run(one_host, topology)
+    } else {
+        backing_for_run(one_host)
+    };
+    host.filter(|_| topology.replication() == 1)
+}
+
 /// Whether every client of `topology` has a reader bit of its own in a
 /// slot's lock word; says so when host segments are `wanted` but cannot be.
 fn every_client_named(topology: &Topology, wanted: bool, what: &str) -> bool {
