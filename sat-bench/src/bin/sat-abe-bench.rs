@@ -5,7 +5,7 @@
 //! sat-abe-bench [--providers shm,tcp] [--iters 30] [--epochs 5] [--size BYTES]
 //! ```
 //! Without `SAT_RANK` the program orchestrates: it makes an authority and
-//! two tenant keys (same tenant: writer A, reader B) in a temporary folder,
+//! two tenant keys (same tenant: writer A, which may read too, reader B) in a temporary folder,
 //! then for each provider starts `satrun -n 3` on itself (rank 0 the only
 //! server, home of every chunk; ranks 1 and 2 the clients A and B) and
 //! prints one table.
@@ -277,8 +277,12 @@ impl Keys {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let keys = Keys(dir);
         let auth = AuthorityKeys::setup().map_err(|e| e.to_string())?;
-        for (rank, attrs) in [(1, ["tenant_x", "writer"]), (2, ["tenant_x", "reader"])] {
-            auth.issue(&format!("tenant-{rank}"), &attrs)
+        // A may read too: its `new_epoch` reads the chunk to seal it again
+        // (docs/ENCRYPTION.md), which a write-only key may not.
+        let writer: &[&str] = &["tenant_x", "writer", "reader"];
+        let reader: &[&str] = &["tenant_x", "reader"];
+        for (rank, attrs) in [(1, writer), (2, reader)] {
+            auth.issue(&format!("tenant-{rank}"), attrs)
                 .and_then(|k| k.save(&keys.0.join(format!("tenant-{rank}.key"))))
                 .map_err(|e| e.to_string())?;
         }
