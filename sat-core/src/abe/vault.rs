@@ -969,18 +969,7 @@ impl Vault {
     /// RELEASE of a protected chain: after WRITE or READWRITE, the
     /// plaintext is sealed as each chunk's next version first.
     pub fn release(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
-        let (access, headers) = {
-            let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-            let mine = st.holder == Some(std::thread::current().id());
-            let Some(access) = st.access.filter(|_| mine) else {
-                return Err(SatError::Usage(format!(
-                    "RELEASE of the protected chain at chunk {} without an acquire in this \
-                     thread",
-                    chain.first()
-                )));
-            };
-            (access, std::mem::take(&mut st.headers))
-        };
+        let (access, headers) = chain.scope_to_end("RELEASE")?;
         let sealed = if access.exclusive() {
             self.seal_scope(client, chain, &headers)
         } else {
@@ -1007,16 +996,9 @@ impl Vault {
     /// scope decrypts the chain's version again rather than take the
     /// plaintext as the version it was decrypted from.
     pub fn abort(&self, client: &Client, chain: &SecureChain) -> SatResult<()> {
+        chain.scope_to_end("ABORT")?;
         {
             let mut st = chain.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-            let mine = st.holder == Some(std::thread::current().id());
-            if st.access.filter(|_| mine).is_none() {
-                return Err(SatError::Usage(format!(
-                    "ABORT of the protected chain at chunk {} without an acquire in this thread",
-                    chain.first()
-                )));
-            }
-            st.headers.clear();
             st.decrypted.iter_mut().for_each(|d| *d = None);
         }
         let aborted = client.abort_chain(chain.sealed());
@@ -2030,6 +2012,20 @@ impl SecureChain {
     }
 
     /// Ends this thread's hold on the chain's scope.
+    /// The scope `call` (RELEASE or ABORT) ends: its access and the headers
+    /// its acquire read, taken; refused unless this thread opened it.
+    fn scope_to_end(&self, call: &str) -> SatResult<(Access, Vec<Option<Header>>)> {
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = st.holder == Some(std::thread::current().id());
+        let Some(access) = st.access.filter(|_| mine) else {
+            return Err(SatError::Usage(format!(
+                "{call} of the protected chain at chunk {} without an acquire in this thread",
+                self.first()
+            )));
+        };
+        Ok((access, std::mem::take(&mut st.headers)))
+    }
+
     fn unclaim(&self) {
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         st.holder = None;

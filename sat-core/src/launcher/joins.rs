@@ -175,7 +175,6 @@ pub(crate) fn announce_joining(rank: u32) {
 /// satrun so, which then names this rank rather than the server that lost
 /// it. Does nothing where the client kept no copy of the pipe.
 pub fn announce_leaving_role() {
-    use std::os::fd::BorrowedFd;
     use std::sync::atomic::Ordering;
     let fd = CLIENT_COPY.load(Ordering::Acquire);
     if fd < 0 {
@@ -184,9 +183,7 @@ pub fn announce_leaving_role() {
     let record = (LEFT_ROLE | CLIENT_RANK.load(Ordering::Relaxed)).to_le_bytes();
     // SAFETY: `fd` stays open until the process exits (nothing closes it
     // after it is stored); `record` is readable for its length.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    // SAFETY: as above.
-    let _ = unsafe { libc::write(fd.as_raw_fd(), record.as_ptr().cast(), record.len()) };
+    let _ = unsafe { libc::write(fd, record.as_ptr().cast(), record.len()) };
 }
 
 /// The seed, once every rank reached the global barrier and before it lets
